@@ -1,0 +1,183 @@
+package group
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/IBM/sarama"
+	"go.uber.org/zap"
+)
+
+// ErrConfig is wrapped by every error New returns for a bad Config or
+// Handler; the message names the field.
+var ErrConfig = errors.New("group: invalid config")
+
+// Defaults applied by New to zero fields.
+const (
+	DefaultSize         = 1024
+	DefaultNum          = 32
+	DefaultTicker       = 100 * time.Millisecond
+	DefaultMaxInFlight  = 64 << 10
+	DefaultRetryBackoff = 100 * time.Millisecond
+	DefaultMaxBackoff   = 10 * time.Second
+	maxDrainTimeout     = 30 * time.Second
+)
+
+// Config configures a Group. Zero fields take the documented defaults; New
+// validates the result in one place (Config.validate) and names the field
+// of the first problem it finds.
+type Config struct {
+	// Brokers are the bootstrap addresses, host:port. Required.
+	Brokers []string
+	// Topics to consume. Required, no empty names.
+	Topics []string
+	// GroupID is the Kafka consumer group (sarama.NewConsumerGroup's
+	// groupID). Required.
+	GroupID string
+	// Sarama is an optional base client config (TLS, SASL, version,
+	// rebalance strategy, ...). It is copied, never modified. nil means
+	// Orderly's defaults: Kafka version 3.0.0 (accepted by Kafka 3.x and
+	// kfake), Consumer.Offsets.Initial = OffsetOldest, the cooperative-sticky
+	// rebalance strategy. Orderly always sets Consumer.Return.Errors (errors
+	// are logged and counted) and ChannelBufferSize = Chan.
+	Sarama *sarama.Config
+
+	// Size is the most messages per Do call. Default 1024.
+	Size int
+	// Num is the number of worker goroutines calling Do. Default 32.
+	Num int
+	// Ticker is how long a partial batch waits for more messages before Do
+	// is called with it. Default 100ms; a negative value means never wait
+	// (call Do with whatever is ready).
+	Ticker time.Duration
+	// Chan is how many fetched messages each claimed partition buffers
+	// ahead of dispatch (sarama's ChannelBufferSize) and the most a
+	// partition hands to the workers in one step. Default Size. Unlike the
+	// databus seed there is no per-worker channel to fill up: a busy
+	// worker never blocks dispatch.
+	Chan int
+	// MaxInFlight bounds the messages fetched but not yet behind the commit
+	// frontier, across all partitions. When it is reached, fetching pauses
+	// until the frontier moves. Default 65536.
+	MaxInFlight int
+	// DrainTimeout is how long a revoked partition (rebalance or shutdown)
+	// waits for its started batches to finish before it commits what is
+	// done and lets go. Default half of
+	// Sarama.Consumer.Group.Rebalance.Timeout, at most 30s; it must be below
+	// that timeout or Kafka would evict the member.
+	DrainTimeout time.Duration
+	// Retry is how a failed Do call (error or panic) is retried.
+	Retry Retry
+
+	// Logger receives errors and lifecycle events with topic, partition,
+	// offset, lane and attempt fields. Default zap.NewNop().
+	Logger *zap.Logger
+}
+
+// Retry is the policy for a batch whose Do call failed: the batch is called
+// again after a capped exponential backoff, for as long as Run runs. Later
+// messages of its lanes wait; other lanes keep flowing.
+type Retry struct {
+	// Backoff before the first retry; doubled each attempt. Default 100ms.
+	Backoff time.Duration
+	// MaxBackoff caps the backoff. Default 10s.
+	MaxBackoff time.Duration
+}
+
+// withDefaults returns a copy of c with zero fields set and the sarama
+// config built.
+func (c Config) withDefaults() Config {
+	if c.Size == 0 {
+		c.Size = DefaultSize
+	}
+	if c.Num == 0 {
+		c.Num = DefaultNum
+	}
+	if c.Ticker == 0 {
+		c.Ticker = DefaultTicker
+	}
+	if c.Chan == 0 {
+		c.Chan = c.Size
+	}
+	if c.MaxInFlight == 0 {
+		c.MaxInFlight = DefaultMaxInFlight
+	}
+	if c.Retry.Backoff == 0 {
+		c.Retry.Backoff = DefaultRetryBackoff
+	}
+	if c.Retry.MaxBackoff == 0 {
+		c.Retry.MaxBackoff = DefaultMaxBackoff
+	}
+	if c.Logger == nil {
+		c.Logger = zap.NewNop()
+	}
+	var sc *sarama.Config
+	if c.Sarama == nil {
+		sc = sarama.NewConfig()
+		sc.Version = sarama.V3_0_0_0
+		sc.Consumer.Offsets.Initial = sarama.OffsetOldest
+		sc.Consumer.Group.Rebalance.GroupStrategies = []sarama.BalanceStrategy{sarama.NewBalanceStrategyCooperativeSticky()}
+	} else {
+		copied := *c.Sarama
+		sc = &copied
+	}
+	if sc.ClientID == "" || sc.ClientID == "sarama" {
+		sc.ClientID = "orderly"
+	}
+	sc.Consumer.Return.Errors = true
+	if c.Chan > 0 {
+		sc.ChannelBufferSize = c.Chan
+	}
+	c.Sarama = sc
+	if c.DrainTimeout == 0 {
+		c.DrainTimeout = min(sc.Consumer.Group.Rebalance.Timeout/2, maxDrainTimeout)
+	}
+	return c
+}
+
+// validate reports the first invalid field of a defaulted config.
+func (c Config) validate() error {
+	bad := func(field, format string, args ...any) error {
+		return fmt.Errorf("%w: %s %s", ErrConfig, field, fmt.Sprintf(format, args...))
+	}
+	switch {
+	case len(c.Brokers) == 0:
+		return bad("Brokers", "is empty: give at least one host:port")
+	case len(c.Topics) == 0:
+		return bad("Topics", "is empty: give at least one topic")
+	case c.GroupID == "":
+		return bad("GroupID", "is empty")
+	case c.Size < 0:
+		return bad("Size", "is %d: must be positive (0 means %d)", c.Size, DefaultSize)
+	case c.Num < 0:
+		return bad("Num", "is %d: must be positive (0 means %d)", c.Num, DefaultNum)
+	case c.Chan < 0:
+		return bad("Chan", "is %d: must be positive (0 means Size)", c.Chan)
+	case c.MaxInFlight < 0:
+		return bad("MaxInFlight", "is %d: must be positive (0 means %d)", c.MaxInFlight, DefaultMaxInFlight)
+	case c.Retry.Backoff < 0:
+		return bad("Retry.Backoff", "is %v: must be positive", c.Retry.Backoff)
+	case c.Retry.MaxBackoff < c.Retry.Backoff:
+		return bad("Retry.MaxBackoff", "is %v: must be at least Retry.Backoff (%v)", c.Retry.MaxBackoff, c.Retry.Backoff)
+	case c.DrainTimeout < 0:
+		return bad("DrainTimeout", "is %v: must be positive", c.DrainTimeout)
+	case c.DrainTimeout >= c.Sarama.Consumer.Group.Rebalance.Timeout:
+		return bad("DrainTimeout", "is %v: must be below Sarama.Consumer.Group.Rebalance.Timeout (%v)",
+			c.DrainTimeout, c.Sarama.Consumer.Group.Rebalance.Timeout)
+	}
+	for i, b := range c.Brokers {
+		if b == "" {
+			return bad(fmt.Sprintf("Brokers[%d]", i), "is empty")
+		}
+	}
+	for i, t := range c.Topics {
+		if t == "" {
+			return bad(fmt.Sprintf("Topics[%d]", i), "is empty")
+		}
+	}
+	if err := c.Sarama.Validate(); err != nil {
+		return fmt.Errorf("%w: Sarama: %w", ErrConfig, err)
+	}
+	return nil
+}

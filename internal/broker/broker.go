@@ -1,0 +1,143 @@
+// Package broker runs an in-process Kafka-protocol broker (franz-go's kfake)
+// for the demo, the benchmarks, the tests and `orderly broker`. Clients talk
+// to it over loopback with the real Kafka protocol.
+package broker
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// Config describes the broker to start.
+type Config struct {
+	// Addr is the host:port to listen on. Default "": a random free port on
+	// 127.0.0.1.
+	Addr string
+	// DataDir makes the broker persist its logs, offsets and groups there
+	// and reload them on start (kfake's DataDir). Default "": memory only.
+	DataDir string
+	// SyncWrites fsyncs every produced batch (kfake's SyncWrites). Only
+	// meaningful with DataDir.
+	SyncWrites bool
+	// Topics are created at start with Partitions partitions each.
+	Topics []string
+	// Partitions per topic in Topics. Default 8.
+	Partitions int32
+}
+
+// Broker is a running in-process broker.
+type Broker struct {
+	c *kfake.Cluster
+}
+
+// ErrBadAddr reports an Addr that is not host:port.
+var ErrBadAddr = errors.New("broker: bad listen address")
+
+// Start starts a broker.
+func Start(cfg Config) (*Broker, error) {
+	if cfg.Partitions == 0 {
+		cfg.Partitions = 8
+	}
+	if cfg.Partitions < 0 {
+		return nil, fmt.Errorf("broker: partitions %d: must be positive", cfg.Partitions)
+	}
+	opts := []kfake.Opt{kfake.NumBrokers(1), kfake.ClusterID("orderly")}
+	if cfg.Addr != "" {
+		host, portStr, err := net.SplitHostPort(cfg.Addr)
+		if err != nil {
+			return nil, fmt.Errorf("%w %q: %w", ErrBadAddr, cfg.Addr, err)
+		}
+		port, err := strconv.Atoi(portStr)
+		if err != nil || port < 0 || port > 65535 {
+			return nil, fmt.Errorf("%w %q: port must be 0-65535", ErrBadAddr, cfg.Addr)
+		}
+		opts = append(opts, kfake.Ports(port), kfake.ListenFn(func(network, _ string) (net.Listener, error) {
+			return net.Listen(network, net.JoinHostPort(host, strconv.Itoa(port)))
+		}))
+	}
+	if cfg.DataDir != "" {
+		opts = append(opts, kfake.DataDir(cfg.DataDir))
+		if cfg.SyncWrites {
+			opts = append(opts, kfake.SyncWrites())
+		}
+	}
+	c, err := kfake.NewCluster(opts...)
+	if err != nil {
+		return nil, fmt.Errorf("broker: start on %q (data %q): %w", cfg.Addr, cfg.DataDir, err)
+	}
+	b := &Broker{c: c}
+	for _, t := range cfg.Topics {
+		if err := b.CreateTopic(t, cfg.Partitions); err != nil {
+			c.Close()
+			return nil, err
+		}
+	}
+	return b, nil
+}
+
+// Addrs are the bootstrap addresses to give a client.
+func (b *Broker) Addrs() []string { return b.c.ListenAddrs() }
+
+// Cluster exposes the kfake cluster, for tests that observe or intercept
+// requests (Control, GroupInfo).
+func (b *Broker) Cluster() *kfake.Cluster { return b.c }
+
+// Close stops the broker; with a DataDir it flushes state to disk first.
+func (b *Broker) Close() { b.c.Close() }
+
+// CreateTopic creates topic with the given partition count. A topic that
+// already exists with at least that many partitions is not an error (a
+// persisted broker reloads its topics).
+func (b *Broker) CreateTopic(topic string, partitions int32) error {
+	if ti := b.c.TopicInfo(topic); ti != nil {
+		if int32(len(b.c.PartitionInfos(topic))) >= partitions {
+			return nil
+		}
+	}
+	if err := b.c.CreateTopic(topic, partitions, nil); err != nil {
+		return fmt.Errorf("broker: create topic %q with %d partitions: %w", topic, partitions, err)
+	}
+	return nil
+}
+
+// HighWatermarks returns each partition's high watermark (the next offset
+// to be written) for topic.
+func (b *Broker) HighWatermarks(topic string) map[int32]int64 {
+	out := make(map[int32]int64)
+	for _, pi := range b.c.PartitionInfos(topic) {
+		out[pi.Partition] = pi.HighWatermark
+	}
+	return out
+}
+
+// Committed returns group's committed offsets for topic, by partition; a
+// partition with no commit is absent.
+func (b *Broker) Committed(group, topic string) map[int32]int64 {
+	out := make(map[int32]int64)
+	gi := b.c.GroupInfo(group)
+	if gi == nil {
+		return out
+	}
+	for p, c := range gi.Commits[topic] {
+		out[p] = c.Offset
+	}
+	return out
+}
+
+// ObserveCommits calls fn for every OffsetCommit request the broker
+// receives, before handling it normally. fn runs on the broker's loop: it
+// must not block or call back into the broker.
+func (b *Broker) ObserveCommits(fn func(*kmsg.OffsetCommitRequest)) {
+	b.c.ControlKey(kmsg.OffsetCommit.Int16(), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		b.c.KeepControl()
+		if r, ok := req.(*kmsg.OffsetCommitRequest); ok {
+			fn(r)
+		}
+		return nil, nil, false
+	})
+}
