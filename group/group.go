@@ -17,7 +17,29 @@ package group
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"hash/maphash"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/IBM/sarama"
+	"go.uber.org/zap"
+
+	"github.com/orderly-go/orderly/dispatch"
+	"github.com/orderly-go/orderly/merge"
+)
+
+// Sentinel errors callers may branch on with errors.Is.
+var (
+	// ErrPanic wraps a panic recovered from Do, New or Split.
+	ErrPanic = errors.New("group: handler panicked")
+	// ErrConnect wraps a failure to reach the brokers when Run starts.
+	ErrConnect = errors.New("group: cannot reach brokers")
+	// ErrRunTwice is returned by a second call of Run.
+	ErrRunTwice = errors.New("group: Run called twice")
 )
 
 // Handler is what a service plugs in.
@@ -51,4 +73,212 @@ func (h Handler[T]) validate() error {
 	return nil
 }
 
-var _ = context.Background
+// Group consumes Config.Topics as Config.GroupID with a Handler. Create it
+// with New; Run it once.
+type Group[T any] struct {
+	cfg   Config
+	h     Handler[T]
+	log   *zap.Logger
+	seed  maphash.Seed
+	sched *dispatch.Scheduler[Message, T]
+	bufs  [][]T // per-worker scratch for Do batches, cap Size
+
+	started atomic.Bool
+	pool    merge.Stats
+	ctr     counters
+
+	claimsMu sync.Mutex
+	claims   map[*claimState]struct{}
+}
+
+// counters are the group-wide counters not kept by merge or per claim.
+type counters struct {
+	decodeErrors atomic.Int64
+	panics       atomic.Int64
+	dropped      atomic.Int64
+	abandoned    atomic.Int64
+	revokes      atomic.Int64
+	claims       atomic.Int64
+	errors       atomic.Int64
+	// totals of claims that ended
+	fetched   atomic.Int64
+	committed atomic.Int64
+}
+
+// New validates cfg and h and returns a Group ready to Run. Errors wrap
+// ErrConfig and name the offending field.
+func New[T any](cfg Config, h Handler[T]) (*Group[T], error) {
+	if err := h.validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	g := &Group[T]{
+		cfg:    cfg,
+		h:      h,
+		log:    cfg.Logger.With(zap.String("group", cfg.GroupID)),
+		seed:   maphash.MakeSeed(),
+		sched:  dispatch.New[Message, T](dispatch.Options{Size: cfg.Size, MaxInFlight: cfg.MaxInFlight}),
+		bufs:   make([][]T, cfg.Num),
+		claims: make(map[*claimState]struct{}),
+	}
+	for i := range g.bufs {
+		g.bufs[i] = make([]T, 0, cfg.Size)
+	}
+	return g, nil
+}
+
+// Run joins the group and consumes until ctx ends. Then it stops fetching,
+// lets started batches finish (up to DrainTimeout), commits the frontier of
+// every partition, leaves the group and returns once every goroutine it
+// started has stopped. It returns nil after a clean shutdown, and an error
+// wrapping ErrConnect when the brokers cannot be reached at start.
+// Consumer errors while running (a broker going away, a failed commit) are
+// logged, counted in Stats.Errors and retried; they do not end Run.
+func (g *Group[T]) Run(ctx context.Context) error {
+	if !g.started.CompareAndSwap(false, true) {
+		return ErrRunTwice
+	}
+	cg, err := sarama.NewConsumerGroup(g.cfg.Brokers, g.cfg.GroupID, g.cfg.Sarama)
+	if err != nil {
+		return fmt.Errorf("%w %v (group %q): %w", ErrConnect, g.cfg.Brokers, g.cfg.GroupID, err)
+	}
+	// Do calls see a context that outlives ctx: a shutdown lets started
+	// batches finish, and only gives up on them once everything is drained.
+	workCtx, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
+	pool := merge.Start(workCtx, g.sched, merge.Config{
+		Num:        g.cfg.Num,
+		Ticker:     g.cfg.Ticker,
+		Backoff:    g.cfg.Retry.Backoff,
+		MaxBackoff: g.cfg.Retry.MaxBackoff,
+	}, g.handle, &g.pool)
+
+	var errs sync.WaitGroup
+	errs.Go(func() {
+		for err := range cg.Errors() {
+			g.consumerError(err)
+		}
+	})
+
+	b := &binding[T]{g: g}
+	wait := g.cfg.Retry.Backoff
+	for ctx.Err() == nil {
+		err := cg.Consume(ctx, g.cfg.Topics, b)
+		switch {
+		case err == nil || ctx.Err() != nil:
+			wait = g.cfg.Retry.Backoff
+			continue
+		case errors.Is(err, sarama.ErrClosedConsumerGroup):
+		default:
+			g.ctr.errors.Add(1)
+			g.log.Error("consume failed; retrying", zap.Strings("topics", g.cfg.Topics), zap.Duration("backoff", wait), zap.Error(err))
+			t := time.NewTimer(wait)
+			select {
+			case <-ctx.Done():
+			case <-t.C:
+			}
+			t.Stop()
+			wait = min(2*wait, g.cfg.Retry.MaxBackoff)
+			continue
+		}
+		break
+	}
+	if err := cg.Close(); err != nil {
+		g.ctr.errors.Add(1)
+		g.log.Warn("closing consumer group", zap.Error(err))
+	}
+	errs.Wait()
+	cancelWork()
+	pool.Stop()
+	return nil
+}
+
+func (g *Group[T]) consumerError(err error) {
+	g.ctr.errors.Add(1)
+	var ce *sarama.ConsumerError
+	if errors.As(err, &ce) {
+		g.log.Error("consumer error", zap.String("topic", ce.Topic), zap.Int32("partition", ce.Partition), zap.Error(ce.Err))
+		return
+	}
+	g.log.Error("consumer error", zap.Error(err))
+}
+
+// handle is merge's Handle: it calls Do with the batch's values.
+func (g *Group[T]) handle(ctx context.Context, worker int, b *dispatch.Batch[Message, T]) error {
+	vals := g.bufs[worker][:0] // cap Size: never reallocates, never written back
+	for _, it := range b.Items {
+		it.Msg.Attempt = it.Attempt
+		vals = append(vals, it.Val)
+	}
+	err := g.call(ctx, vals)
+	clear(vals)
+	if err != nil {
+		first := &b.Items[0].Msg
+		g.log.Warn("Do failed; batch will be retried",
+			zap.String("topic", first.Topic), zap.Int32("partition", first.Partition),
+			zap.Int64("offset", first.Offset), zap.Uint64("lane", b.Items[0].Lane),
+			zap.Int("attempt", b.Attempt), zap.Int("batch", len(b.Items)), zap.Error(err))
+	}
+	return err
+}
+
+func (g *Group[T]) call(ctx context.Context, vals []T) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			g.ctr.panics.Add(1)
+			err = fmt.Errorf("%w in Do: %v\n%s", ErrPanic, r, debug.Stack())
+		}
+	}()
+	return g.h.Do(ctx, vals)
+}
+
+// decode runs New and Split for m, turning a panic into an error.
+func (g *Group[T]) decode(m *Message) (v T, lane uint64, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("%w in New or Split: %v", ErrPanic, r)
+		}
+	}()
+	if g.h.New != nil {
+		if v, err = g.h.New(m); err != nil {
+			return v, 0, err
+		}
+	} else {
+		v = any(m).(T)
+	}
+	if g.h.Split != nil {
+		return v, g.h.Split(m, v), nil
+	}
+	return v, maphash.Bytes(g.seed, m.Key), nil
+}
+
+// Stats returns a snapshot of the group's counters. Safe to call from any
+// goroutine, at any time.
+func (g *Group[T]) Stats() Stats {
+	s := Stats{
+		Handled:      g.pool.Handled.Load(),
+		Batches:      g.pool.Batches.Load(),
+		Failures:     g.pool.Failures.Load(),
+		Retries:      g.pool.Retries.Load(),
+		DecodeErrors: g.ctr.decodeErrors.Load(),
+		Panics:       g.ctr.panics.Load(),
+		Dropped:      g.ctr.dropped.Load(),
+		Abandoned:    g.ctr.abandoned.Load(),
+		Revokes:      g.ctr.revokes.Load(),
+		Claims:       g.ctr.claims.Load(),
+		Errors:       g.ctr.errors.Load(),
+		InFlight:     g.sched.InFlight(),
+	}
+	g.claimsMu.Lock()
+	s.Fetched, s.Committed = g.ctr.fetched.Load(), g.ctr.committed.Load()
+	for c := range g.claims {
+		s.Partitions++
+		s.Fetched += c.fetched.Load()
+		s.Committed += c.committed.Load()
+		s.Lag += c.lag()
+	}
+	g.claimsMu.Unlock()
+	return s
+}

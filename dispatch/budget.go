@@ -1,0 +1,65 @@
+package dispatch
+
+import (
+	"sync"
+	"sync/atomic"
+)
+
+// budget bounds the messages fetched but not yet behind a commit frontier
+// (Config.MaxInFlight). Partitions take credit before they read from Kafka
+// and give it back as their frontier moves; a partition that finds no
+// credit registers its wake channel and stops reading, which pauses its
+// fetches.
+type budget struct {
+	max  int64
+	used atomic.Int64
+
+	waiting atomic.Int32 // len(waiters), read without the lock on release
+	mu      sync.Mutex
+	waiters []chan<- struct{}
+}
+
+// tryAcquire takes up to n credits and returns how many it got.
+func (b *budget) tryAcquire(n int64) int64 {
+	for {
+		u := b.used.Load()
+		avail := b.max - u
+		if avail <= 0 {
+			return 0
+		}
+		g := min(n, avail)
+		if b.used.CompareAndSwap(u, u+g) {
+			return g
+		}
+	}
+}
+
+// wait registers wake to be signalled when credit is released. The caller
+// must try to acquire again after registering, so no release is missed.
+func (b *budget) wait(wake chan<- struct{}) {
+	b.mu.Lock()
+	b.waiters = append(b.waiters, wake)
+	b.waiting.Store(int32(len(b.waiters)))
+	b.mu.Unlock()
+}
+
+func (b *budget) release(n int64) {
+	if n == 0 {
+		return
+	}
+	b.used.Add(-n)
+	if b.waiting.Load() == 0 {
+		return
+	}
+	b.mu.Lock()
+	for i, w := range b.waiters {
+		select {
+		case w <- struct{}{}:
+		default:
+		}
+		b.waiters[i] = nil
+	}
+	b.waiters = b.waiters[:0]
+	b.waiting.Store(0)
+	b.mu.Unlock()
+}

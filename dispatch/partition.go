@@ -1,0 +1,223 @@
+package dispatch
+
+import (
+	"github.com/orderly-go/orderly/commit"
+)
+
+const minLaneSweep = 1024
+
+// Partition is one claimed partition's side of the pipeline. Its owner
+// goroutine (the Kafka claim loop) calls Alloc/Add/Skip/Flush to feed
+// messages in, and Advance when Wake fires to move the commit frontier.
+// A new claim of the same partition gets a new Partition, so completions
+// from an older claim can never move the new claim's frontier.
+type Partition[M, T any] struct {
+	s    *Scheduler[M, T]
+	wake chan struct{}
+
+	// owned by the partition goroutine
+	tracker *commit.Tracker[*Item[M, T]]
+	free    *Item[M, T]
+	pending []*Item[M, T]
+	credit  int64
+	closed  bool
+
+	// guarded by the scheduler mutex
+	lanes     map[uint64]*lane[M, T]
+	freeLanes []*lane[M, T]
+	sweepAt   int
+	revoked   bool
+
+	outstanding atomicInt // items handed to lanes and not yet finished, dropped or abandoned
+}
+
+// NewPartition starts the pipeline state of one claim. chanSize is the most
+// items the owner hands over per Flush.
+func (s *Scheduler[M, T]) NewPartition(chanSize int) *Partition[M, T] {
+	return &Partition[M, T]{
+		s:       s,
+		wake:    make(chan struct{}, 1),
+		tracker: commit.New[*Item[M, T]](chanSize),
+		pending: make([]*Item[M, T], 0, chanSize),
+		lanes:   make(map[uint64]*lane[M, T]),
+		sweepAt: minLaneSweep,
+	}
+}
+
+// Wake is signalled when items finished (Advance may move the frontier) or
+// budget was released (Acquire may succeed).
+func (p *Partition[M, T]) Wake() <-chan struct{} { return p.wake }
+
+// Alloc returns a zeroed item to fill in (Msg, Val, Lane) and Add or Skip.
+func (p *Partition[M, T]) Alloc() *Item[M, T] {
+	if it := p.free; it != nil {
+		p.free = it.next
+		it.next = nil
+		return it
+	}
+	return &Item[M, T]{part: p}
+}
+
+// Add tracks it at offset and queues it for its lane at the next Flush. It
+// uses one credit (see Acquire). On error (an offset that does not follow
+// the previous one) the item is recycled and nothing is tracked.
+func (p *Partition[M, T]) Add(it *Item[M, T], offset int64) error {
+	if err := p.track(it, offset); err != nil {
+		return err
+	}
+	p.pending = append(p.pending, it)
+	return nil
+}
+
+// Skip tracks it at offset as already finished (a message that could not be
+// decoded): the frontier moves past it without a Do call.
+func (p *Partition[M, T]) Skip(it *Item[M, T], offset int64) error {
+	if err := p.track(it, offset); err != nil {
+		return err
+	}
+	it.done.Store(true)
+	return nil
+}
+
+func (p *Partition[M, T]) track(it *Item[M, T], offset int64) error {
+	it.offset = offset
+	it.Attempt = 1
+	if err := p.tracker.Add(it); err != nil {
+		p.recycle(it)
+		return err
+	}
+	p.credit--
+	return nil
+}
+
+// Flush hands the items added since the last Flush to the scheduler.
+func (p *Partition[M, T]) Flush() {
+	if len(p.pending) == 0 {
+		return
+	}
+	p.outstanding.Add(int64(len(p.pending)))
+	p.s.push(p, p.pending)
+	clear(p.pending)
+	p.pending = p.pending[:0]
+}
+
+// Room reports whether the in-flight budget has room; when it has not, the
+// partition is registered to be woken when it may, and should stop reading.
+// A partition that reads after Room said yes may overshoot MaxInFlight by
+// the one message it reads before Acquire.
+func (p *Partition[M, T]) Room() bool {
+	if p.s.budget.used.Load() < p.s.budget.max {
+		return true
+	}
+	p.s.budget.wait(p.wake)
+	return p.s.budget.used.Load() < p.s.budget.max
+}
+
+// Acquire takes credit for one message already read plus up to more
+// further ones, and returns how many further messages it may read now.
+func (p *Partition[M, T]) Acquire(more int) int {
+	p.s.budget.used.Add(1)
+	p.credit++
+	g := p.s.budget.tryAcquire(int64(more))
+	p.credit += g
+	return int(g)
+}
+
+// Unused gives back credit taken by Acquire and not used by Add or Skip.
+func (p *Partition[M, T]) Unused() {
+	if p.credit > 0 {
+		p.s.budget.release(p.credit)
+		p.credit = 0
+	}
+}
+
+// Advance releases the finished prefix of the partition, recycles its items
+// and returns their budget. It returns how many messages it released; the
+// offset to commit is then Next.
+func (p *Partition[M, T]) Advance() int {
+	n := p.tracker.Advance(p.recycle)
+	p.s.budget.release(int64(n))
+	return n
+}
+
+// Next is the offset to commit (one past the last finished message of the
+// contiguous prefix), and false when nothing has finished yet.
+func (p *Partition[M, T]) Next() (int64, bool) { return p.tracker.Next() }
+
+// Pending is how many tracked messages are not yet behind the frontier.
+func (p *Partition[M, T]) Pending() int { return p.tracker.Pending() }
+
+// Outstanding is how many of the partition's items are queued, waiting in a
+// batch or running, and so may still finish.
+func (p *Partition[M, T]) Outstanding() int64 { return p.outstanding.Load() }
+
+func (p *Partition[M, T]) recycle(it *Item[M, T]) {
+	var zm M
+	var zt T
+	it.Msg, it.Val = zm, zt
+	it.done.Store(false)
+	it.next = p.free
+	p.free = it
+}
+
+func (p *Partition[M, T]) finished(n int64) {
+	p.outstanding.Add(-n)
+	signal(p.wake)
+}
+
+func (p *Partition[M, T]) abandoned(n int64) { p.finished(n) }
+
+// Revoke stops dispatching the partition: its queued items and the items
+// waiting in a partial or parked batch are dropped and will not run; items
+// inside a Do call are left to finish (wait for Outstanding to reach 0).
+// It returns how many unstarted items were dropped and how many items of
+// failed batches awaiting retry were abandoned.
+func (p *Partition[M, T]) Revoke() (dropped, abandoned int) {
+	p.Flush()
+	dropped, abandoned = p.s.revoke(p)
+	p.outstanding.Add(-int64(dropped + abandoned))
+	return dropped, abandoned
+}
+
+// Close fences the partition after Revoke and the final Advance: later
+// completions cannot move its frontier. Its remaining budget is returned.
+// It reports how many tracked messages were left behind the frontier.
+func (p *Partition[M, T]) Close() int {
+	if p.closed {
+		return 0
+	}
+	p.closed = true
+	left := p.tracker.Fence()
+	p.s.budget.release(int64(left))
+	p.Unused()
+	p.free = nil
+	return left
+}
+
+// newLane returns a lane for key, reusing idle ones. Caller holds the
+// scheduler mutex.
+func (p *Partition[M, T]) newLane(key uint64) *lane[M, T] {
+	if len(p.lanes) >= p.sweepAt {
+		for k, l := range p.lanes {
+			if l.idle() {
+				delete(p.lanes, k)
+				if len(p.freeLanes) < minLaneSweep {
+					p.freeLanes = append(p.freeLanes, l)
+				}
+			}
+		}
+		p.sweepAt = max(minLaneSweep, 2*len(p.lanes))
+	}
+	var l *lane[M, T]
+	if n := len(p.freeLanes); n > 0 {
+		l = p.freeLanes[n-1]
+		p.freeLanes[n-1] = nil
+		p.freeLanes = p.freeLanes[:n-1]
+		*l = lane[M, T]{}
+	} else {
+		l = new(lane[M, T])
+	}
+	l.key, l.part = key, p
+	p.lanes[key] = l
+	return l
+}

@@ -1,0 +1,381 @@
+// Package dispatch routes messages to ordering lanes and lanes to workers.
+//
+// Every claimed partition hands its decoded messages (Items) to one shared
+// Scheduler. Items of a partition with equal Lane form a lane: a FIFO that is
+// held by at most one batch at a time, so a lane's messages reach Do in
+// offset order and never concurrently. Lanes with queued items and no holder
+// sit in a ready queue; any idle worker takes from it. Nothing in dispatch
+// ever blocks on a busy worker (the databus seed's consumeproc blocks on a
+// full per-worker chan): queues are unbounded per lane and memory is bounded
+// instead by the in-flight budget (MaxInFlight), which pauses fetching.
+//
+// Batching (Size, Ticker): at most one partially filled batch exists at a
+// time (the filler); new ready lanes feed it first, so batches fill up
+// instead of spreading thin over idle workers. A worker whose batch is full
+// leaves the filler role and wakes another worker if more is ready.
+//
+// Ownership: lanes, the ready queue, batch membership and the idle list are
+// guarded by the Scheduler's mutex. A Partition's tracker, free list and
+// credit are owned by the partition's goroutine; items finish through an
+// atomic flag and a non-blocking wake of that goroutine.
+package dispatch
+
+import "sync"
+
+// Status is what Next decided for a worker's batch.
+type Status int
+
+const (
+	// Empty: nothing ready; the worker is registered idle and should wait
+	// for its wake channel.
+	Empty Status = iota
+	// Partial: the batch holds fewer than Size items and the worker is the
+	// filler; wait for the wake channel or the Ticker deadline, then call
+	// Next again (with flush once the deadline passed).
+	Partial
+	// Run: call Do with the batch, then Release or Park it.
+	Run
+	// Stopped: the scheduler stopped; the worker should return.
+	Stopped
+)
+
+// Options configure a Scheduler.
+type Options struct {
+	Size        int // most items per batch
+	MaxInFlight int // budget of items not yet behind their commit frontier
+}
+
+// Scheduler is shared by all partitions and workers of a group.
+type Scheduler[M, T any] struct {
+	size   int
+	budget budget
+
+	mu         sync.Mutex
+	ready      laneList[M, T]
+	readyItems int          // sum of n over lanes in ready
+	filler     *Batch[M, T] // the one partially filled batch, if any
+	idle       []*Worker
+	stopped    bool
+	revokeSeq  uint64
+}
+
+// Worker identifies one worker goroutine to the scheduler.
+type Worker struct {
+	wake chan struct{}
+	idle bool // in Scheduler.idle; guarded by the scheduler mutex
+}
+
+// Wake is signalled when the worker may have work.
+func (w *Worker) Wake() <-chan struct{} { return w.wake }
+
+// Batch is a set of items handed to one Do call, with the lanes it holds.
+type Batch[M, T any] struct {
+	Items   []*Item[M, T]
+	Attempt int // 1 on the first call, +1 per retry; owned by the worker
+
+	w       *Worker
+	lanes   []*lane[M, T]
+	filling bool   // the scheduler's filler
+	parked  bool   // failed, waiting to be retried; its lanes stay held
+	seen    uint64 // revoke dedup mark
+}
+
+// New returns a scheduler.
+func New[M, T any](o Options) *Scheduler[M, T] {
+	if o.Size <= 0 {
+		o.Size = 1
+	}
+	s := &Scheduler[M, T]{size: o.Size}
+	s.budget.max = int64(o.MaxInFlight)
+	if s.budget.max <= 0 {
+		s.budget.max = 1 << 62
+	}
+	return s
+}
+
+// InFlight is the number of items fetched and not yet behind a frontier.
+func (s *Scheduler[M, T]) InFlight() int64 { return s.budget.used.Load() }
+
+// NewWorker registers a worker.
+func (s *Scheduler[M, T]) NewWorker() *Worker {
+	return &Worker{wake: make(chan struct{}, 1)}
+}
+
+// NewBatch returns an empty batch filled by w.
+func (s *Scheduler[M, T]) NewBatch(w *Worker) *Batch[M, T] {
+	return &Batch[M, T]{w: w, Items: make([]*Item[M, T], 0, s.size), Attempt: 1}
+}
+
+// push queues pending items of p on their lanes. Caller holds no lock.
+func (s *Scheduler[M, T]) push(p *Partition[M, T], items []*Item[M, T]) {
+	s.mu.Lock()
+	if p.revoked {
+		s.mu.Unlock()
+		return
+	}
+	for _, it := range items {
+		l := p.lanes[it.Lane]
+		if l == nil {
+			l = p.newLane(it.Lane)
+		}
+		l.push(it)
+		switch {
+		case l.inReady:
+			s.readyItems++
+		case l.holder == nil || l.holder.filling:
+			l.inReady = true
+			s.ready.push(l)
+			s.readyItems += l.n
+		}
+	}
+	s.wakeLocked()
+	s.mu.Unlock()
+}
+
+// wakeLocked wakes the filler, and as many idle workers as the ready items
+// beyond the filler's room justify.
+func (s *Scheduler[M, T]) wakeLocked() {
+	extra := s.readyItems
+	if f := s.filler; f != nil {
+		signal(f.w.wake)
+		extra -= s.size - len(f.Items)
+	}
+	for extra > 0 && len(s.idle) > 0 {
+		w := s.idle[len(s.idle)-1]
+		s.idle[len(s.idle)-1] = nil
+		s.idle = s.idle[:len(s.idle)-1]
+		w.idle = false
+		signal(w.wake)
+		extra -= s.size
+	}
+}
+
+func signal(c chan struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
+	}
+}
+
+// take moves ready items into b, up to Size, holding their lanes.
+func (s *Scheduler[M, T]) take(b *Batch[M, T]) {
+	for len(b.Items) < s.size {
+		l := s.ready.pop()
+		if l == nil {
+			return
+		}
+		l.inReady = false
+		s.readyItems -= l.n
+		if l.part.revoked || (l.holder != nil && l.holder != b) {
+			continue // dead, or running elsewhere: requeued when released
+		}
+		if l.holder == nil {
+			l.holder = b
+			b.lanes = append(b.lanes, l)
+		}
+		for len(b.Items) < s.size && l.n > 0 {
+			b.Items = append(b.Items, l.pop())
+		}
+	}
+}
+
+// Next fills b from the ready lanes and decides what the worker does with
+// it; see Status. flush makes a partial batch run now (its Ticker expired).
+// Next never blocks.
+func (s *Scheduler[M, T]) Next(b *Batch[M, T], flush bool) Status {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stopped {
+		s.leaveFiller(b)
+		return Stopped
+	}
+	if s.filler == nil || s.filler == b {
+		s.take(b)
+	}
+	switch n := len(b.Items); {
+	case n == 0:
+		s.leaveFiller(b)
+		if !b.w.idle {
+			b.w.idle = true
+			s.idle = append(s.idle, b.w)
+		}
+		return Empty
+	case n >= s.size || flush:
+		s.leaveFiller(b)
+		s.wakeLocked()
+		return Run
+	default:
+		s.filler = b
+		b.filling = true
+		return Partial
+	}
+}
+
+func (s *Scheduler[M, T]) leaveFiller(b *Batch[M, T]) {
+	if s.filler == b {
+		s.filler = nil
+	}
+	b.filling = false
+}
+
+// Release ends a batch whose Do call succeeded: its lanes are let go (and
+// requeued when they have more), its items finish, and their partitions are
+// woken to advance their frontiers. b is empty and reusable afterwards.
+func (s *Scheduler[M, T]) Release(b *Batch[M, T]) {
+	s.mu.Lock()
+	s.unholdLocked(b)
+	s.wakeLocked()
+	s.mu.Unlock()
+	finish(b.Items)
+	clear(b.Items)
+	b.Items = b.Items[:0]
+	b.Attempt = 1
+}
+
+// finish marks items done and wakes their partitions. After an item's done
+// flag is set its partition may recycle it, so nothing reads it afterwards.
+func finish[M, T any](items []*Item[M, T]) {
+	var last *Partition[M, T]
+	n := int64(0)
+	for _, it := range items {
+		p := it.part
+		if p != last {
+			if last != nil {
+				last.finished(n)
+			}
+			last, n = p, 0
+		}
+		it.done.Store(true)
+		n++
+	}
+	if last != nil {
+		last.finished(n)
+	}
+}
+
+func (s *Scheduler[M, T]) unholdLocked(b *Batch[M, T]) {
+	for i, l := range b.lanes {
+		b.lanes[i] = nil
+		l.holder = nil
+		if l.part.revoked {
+			continue
+		}
+		if l.n > 0 && !l.inReady {
+			l.inReady = true
+			s.ready.push(l)
+			s.readyItems += l.n
+		}
+	}
+	b.lanes = b.lanes[:0]
+}
+
+// Park keeps a failed batch's lanes held while it waits to be retried;
+// later items of those lanes wait, other lanes flow.
+func (s *Scheduler[M, T]) Park(b *Batch[M, T]) {
+	s.mu.Lock()
+	b.parked = true
+	s.mu.Unlock()
+}
+
+// Restart takes a parked batch back for its retry. It reports false when
+// nothing is left to run (every item's partition was revoked meanwhile); the
+// batch's lanes are then let go and the batch is empty.
+func (s *Scheduler[M, T]) Restart(b *Batch[M, T]) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	b.parked = false
+	if len(b.Items) > 0 {
+		return true
+	}
+	s.unholdLocked(b)
+	s.wakeLocked()
+	b.Attempt = 1
+	return false
+}
+
+// Discard lets go of a batch that will never run again (the worker is
+// stopping): its items stay unfinished, so nothing is committed past them.
+func (s *Scheduler[M, T]) Discard(b *Batch[M, T]) {
+	s.mu.Lock()
+	s.unholdLocked(b)
+	s.mu.Unlock()
+	var last *Partition[M, T]
+	n := int64(0)
+	for _, it := range b.Items {
+		if it.part != last {
+			if last != nil {
+				last.abandoned(n)
+			}
+			last, n = it.part, 0
+		}
+		n++
+	}
+	if last != nil {
+		last.abandoned(n)
+	}
+	clear(b.Items)
+	b.Items = b.Items[:0]
+}
+
+// Stop makes every Next return Stopped and wakes all waiting workers.
+func (s *Scheduler[M, T]) Stop() {
+	s.mu.Lock()
+	s.stopped = true
+	for _, w := range s.idle {
+		w.idle = false
+		signal(w.wake)
+	}
+	s.idle = nil
+	if s.filler != nil {
+		signal(s.filler.w.wake)
+	}
+	s.mu.Unlock()
+}
+
+// revoke drops p's queued items, and the not-yet-started or parked items
+// that batches hold for it. Items already inside a Do call are left to
+// finish. It returns how many queued/unstarted items were dropped and how
+// many parked (failed, awaiting retry) items were abandoned.
+func (s *Scheduler[M, T]) revoke(p *Partition[M, T]) (dropped, abandoned int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if p.revoked {
+		return 0, 0
+	}
+	p.revoked = true
+	s.revokeSeq++
+	seq := s.revokeSeq
+	var holders []*Batch[M, T]
+	for _, l := range p.lanes {
+		if l.inReady {
+			s.readyItems -= l.n
+		}
+		dropped += l.n
+		for l.n > 0 {
+			l.pop()
+		}
+		if h := l.holder; h != nil && (h.parked || h.filling) && h.seen != seq {
+			h.seen = seq
+			holders = append(holders, h)
+		}
+	}
+	for _, h := range holders {
+		kept := h.Items[:0]
+		for _, it := range h.Items {
+			if it.part != p {
+				kept = append(kept, it)
+			}
+		}
+		k := len(h.Items) - len(kept)
+		clear(h.Items[len(kept):])
+		h.Items = kept
+		if h.parked {
+			abandoned += k
+		} else {
+			dropped += k
+		}
+	}
+	p.lanes = nil
+	return dropped, abandoned
+}
+

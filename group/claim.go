@@ -1,0 +1,219 @@
+package group
+
+import (
+	"sync/atomic"
+	"time"
+
+	"github.com/IBM/sarama"
+	"go.uber.org/zap"
+
+	"github.com/orderly-go/orderly/dispatch"
+)
+
+// binding is the sarama.ConsumerGroupHandler: every claimed partition runs
+// its claim loop in the goroutine sarama gives ConsumeClaim.
+type binding[T any] struct{ g *Group[T] }
+
+var _ sarama.ConsumerGroupHandler = (*binding[*Message])(nil)
+
+func (b *binding[T]) Setup(sess sarama.ConsumerGroupSession) error {
+	b.g.log.Info("session started", zap.String("member", sess.MemberID()),
+		zap.Int32("generation", sess.GenerationID()), zap.Any("claims", sess.Claims()))
+	return nil
+}
+
+func (b *binding[T]) Cleanup(sess sarama.ConsumerGroupSession) error {
+	b.g.log.Info("session ended", zap.String("member", sess.MemberID()), zap.Int32("generation", sess.GenerationID()))
+	return nil
+}
+
+func (b *binding[T]) ConsumeClaim(sess sarama.ConsumerGroupSession, claim sarama.ConsumerGroupClaim) error {
+	return b.g.consume(sess, claim)
+}
+
+// claimState is what Stats reads of a running claim.
+type claimState struct {
+	claim     sarama.ConsumerGroupClaim
+	fetched   atomic.Int64
+	committed atomic.Int64
+	next      atomic.Int64 // next offset to consume as far as commits go; -1 unknown
+}
+
+func (c *claimState) lag() int64 {
+	next := c.next.Load()
+	if next < 0 {
+		return 0
+	}
+	return max(c.claim.HighWaterMarkOffset()-next, 0)
+}
+
+// claimLoop is one claim's goroutine state: it reads the claim, decodes,
+// hands items to the scheduler, moves the commit frontier, and on revoke
+// drains and commits. It owns its Partition's tracker and free list.
+type claimLoop[T any] struct {
+	g     *Group[T]
+	sess  sarama.ConsumerGroupSession
+	p     *dispatch.Partition[Message, T]
+	st    *claimState
+	log   *zap.Logger
+	topic string
+	part  int32
+}
+
+func (g *Group[T]) consume(sess sarama.ConsumerGroupSession, claim sarama.ConsumerGroupClaim) error {
+	c := &claimLoop[T]{
+		g:     g,
+		sess:  sess,
+		p:     g.sched.NewPartition(g.cfg.Chan),
+		st:    &claimState{claim: claim},
+		topic: claim.Topic(),
+		part:  claim.Partition(),
+	}
+	c.log = g.log.With(zap.String("topic", c.topic), zap.Int32("partition", c.part), zap.Int32("generation", sess.GenerationID()))
+	c.st.next.Store(-1)
+	if off := claim.InitialOffset(); off >= 0 {
+		c.st.next.Store(off)
+	}
+	g.ctr.claims.Add(1)
+	g.claimsMu.Lock()
+	g.claims[c.st] = struct{}{}
+	g.claimsMu.Unlock()
+	defer func() {
+		g.claimsMu.Lock()
+		delete(g.claims, c.st)
+		g.ctr.fetched.Add(c.st.fetched.Load())
+		g.ctr.committed.Add(c.st.committed.Load())
+		g.claimsMu.Unlock()
+	}()
+	c.log.Debug("claim started", zap.Int64("offset", claim.InitialOffset()))
+
+	msgs := claim.Messages()
+	sessDone := sess.Context().Done()
+	for {
+		var in <-chan *sarama.ConsumerMessage
+		if c.p.Room() {
+			in = msgs
+		}
+		select {
+		case m, ok := <-in:
+			if !ok {
+				return c.revoke("claim revoked")
+			}
+			if closed := c.intakeBurst(m, msgs); closed {
+				return c.revoke("claim revoked")
+			}
+		case <-c.p.Wake():
+			c.advance()
+		case <-sessDone:
+			return c.revoke("session ended")
+		}
+	}
+}
+
+// intakeBurst takes m and whatever else is already buffered, up to Chan and
+// the in-flight budget, and hands it all to the scheduler in one step. It
+// reports whether msgs was closed.
+func (c *claimLoop[T]) intakeBurst(m *sarama.ConsumerMessage, msgs <-chan *sarama.ConsumerMessage) (closed bool) {
+	more := c.p.Acquire(c.g.cfg.Chan - 1)
+	c.intake(m)
+	n := int64(1)
+drain:
+	for ; more > 0; more-- {
+		select {
+		case m, ok := <-msgs:
+			if !ok {
+				closed = true
+				break drain
+			}
+			c.intake(m)
+			n++
+		default:
+			break drain
+		}
+	}
+	c.p.Unused()
+	c.p.Flush()
+	c.st.fetched.Add(n)
+	return closed
+}
+
+// intake turns one sarama message into an item: decoded, assigned a lane,
+// tracked for commits and queued.
+func (c *claimLoop[T]) intake(m *sarama.ConsumerMessage) {
+	it := c.p.Alloc()
+	msg := &it.Msg
+	msg.Topic, msg.Partition, msg.Offset = m.Topic, m.Partition, m.Offset
+	msg.Key, msg.Value, msg.Timestamp, msg.Attempt = m.Key, m.Value, m.Timestamp, 1
+	if len(m.Headers) > 0 {
+		hs := make([]Header, len(m.Headers))
+		for i, h := range m.Headers {
+			hs[i] = Header{Key: h.Key, Value: h.Value}
+		}
+		msg.Headers = hs
+	}
+	v, lane, err := c.g.decode(msg)
+	if err != nil {
+		c.g.ctr.decodeErrors.Add(1)
+		c.log.Warn("decode failed; message skipped", zap.Int64("offset", m.Offset), zap.Error(err))
+		if err := c.p.Skip(it, m.Offset); err != nil {
+			c.badOffset(m.Offset, err)
+		}
+		return
+	}
+	it.Val, it.Lane = v, lane
+	if err := c.p.Add(it, m.Offset); err != nil {
+		c.badOffset(m.Offset, err)
+	}
+}
+
+func (c *claimLoop[T]) badOffset(off int64, err error) {
+	c.g.ctr.errors.Add(1)
+	c.log.Error("message ignored", zap.Int64("offset", off), zap.Error(err))
+}
+
+// advance moves the frontier and marks it for sarama's commit.
+func (c *claimLoop[T]) advance() {
+	n := c.p.Advance()
+	if n == 0 {
+		return
+	}
+	next, _ := c.p.Next()
+	c.sess.MarkOffset(c.topic, c.part, next, "")
+	c.st.committed.Add(int64(n))
+	c.st.next.Store(next)
+}
+
+// revoke lets the partition go: nothing more is dispatched, queued items are
+// dropped, started batches get DrainTimeout to finish, the final frontier is
+// committed inside the session, and the partition is fenced so that later
+// completions cannot be committed.
+func (c *claimLoop[T]) revoke(reason string) error {
+	dropped, abandoned := c.p.Revoke()
+	late := int64(0)
+	if c.p.Outstanding() > 0 {
+		timer := time.NewTimer(c.g.cfg.DrainTimeout)
+	wait:
+		for c.p.Outstanding() > 0 {
+			select {
+			case <-c.p.Wake():
+				c.advance()
+			case <-timer.C:
+				late = c.p.Outstanding()
+				c.log.Warn("drain timeout: letting go of unfinished batches",
+					zap.Duration("timeout", c.g.cfg.DrainTimeout), zap.Int64("unfinished", late))
+				break wait
+			}
+		}
+		timer.Stop()
+	}
+	c.advance()
+	c.sess.Commit()
+	left := c.p.Close()
+	next, _ := c.p.Next()
+	c.g.ctr.dropped.Add(int64(dropped))
+	c.g.ctr.abandoned.Add(int64(abandoned) + late)
+	c.g.ctr.revokes.Add(1)
+	c.log.Info("partition released", zap.String("reason", reason), zap.Int64("committed", next),
+		zap.Int("dropped", dropped), zap.Int("abandoned", abandoned), zap.Int64("late", late), zap.Int("uncommitted", left))
+	return nil
+}

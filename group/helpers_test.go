@@ -1,0 +1,56 @@
+package group
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/orderly-go/orderly/internal/broker"
+	"github.com/orderly-go/orderly/internal/loadgen"
+)
+
+// startBroker starts an in-process kfake broker with topic and closes it at
+// the end of the test.
+func startBroker(t *testing.T, topic string, partitions int32) *broker.Broker {
+	t.Helper()
+	b, err := broker.Start(broker.Config{Topics: []string{topic}, Partitions: partitions})
+	if err != nil {
+		t.Fatalf("start broker: %v", err)
+	}
+	t.Cleanup(b.Close)
+	return b
+}
+
+// produceSeq produces n messages over keys keys; each value carries the
+// key's sequence number so the ledger can check per-key order.
+func produceSeq(t *testing.T, b *broker.Broker, topic string, n, keys int) {
+	t.Helper()
+	seq := make([]uint64, keys)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	err := loadgen.Produce(ctx, b.Addrs(), topic, n, func(i int) loadgen.Record {
+		k := i % keys
+		v := make([]byte, 16)
+		binary.BigEndian.PutUint64(v, uint64(k))
+		binary.BigEndian.PutUint64(v[8:], seq[k])
+		seq[k]++
+		return loadgen.Record{Key: fmt.Appendf(nil, "key-%d", k), Value: v}
+	})
+	if err != nil {
+		t.Fatalf("produce: %v", err)
+	}
+}
+
+// waitFor polls cond until it holds or timeout passes.
+func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", timeout, what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
