@@ -378,4 +378,3 @@ func (s *Scheduler[M, T]) revoke(p *Partition[M, T]) (dropped, abandoned int) {
 	p.lanes = nil
 	return dropped, abandoned
 }
-
