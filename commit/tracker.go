@@ -102,6 +102,16 @@ func (t *Tracker[E]) Advance(release func(E)) int {
 	return n
 }
 
+// Head returns the oldest unreleased entry: the one whose finishing can
+// move the frontier.
+func (t *Tracker[E]) Head() (E, bool) {
+	if t.head == t.tail {
+		var zero E
+		return zero, false
+	}
+	return t.ring[t.head&uint64(len(t.ring)-1)], true
+}
+
 // Next returns the offset to commit (the offset after the last released
 // entry) and whether anything has been released yet.
 func (t *Tracker[E]) Next() (int64, bool) { return t.next, t.next >= 0 }

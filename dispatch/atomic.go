@@ -9,3 +9,10 @@ type atomicInt struct {
 	atomic.Int64
 	_ [56]byte
 }
+
+// atomicBool is a bool on its own cache line.
+type atomicBool struct {
+	_ [56]byte
+	atomic.Bool
+	_ [56]byte
+}

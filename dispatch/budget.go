@@ -11,8 +11,9 @@ import (
 // credit registers its wake channel and stops reading, which pauses its
 // fetches.
 type budget struct {
-	max  int64
-	used atomic.Int64
+	max    int64
+	resume int64 // waiters are woken once this much is free (hysteresis)
+	used   atomic.Int64
 
 	waiting atomic.Int32 // len(waiters), read without the lock on release
 	mu      sync.Mutex
@@ -47,8 +48,8 @@ func (b *budget) release(n int64) {
 	if n == 0 {
 		return
 	}
-	b.used.Add(-n)
-	if b.waiting.Load() == 0 {
+	used := b.used.Add(-n)
+	if b.waiting.Load() == 0 || b.max-used < b.resume {
 		return
 	}
 	b.mu.Lock()

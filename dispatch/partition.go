@@ -29,12 +29,19 @@ type Partition[M, T any] struct {
 	revoked   bool
 
 	outstanding atomicInt // items handed to lanes and not yet finished, dropped or abandoned
+	// head is the offset of the oldest unreleased item (-1: none), published
+	// by the owner: only finishing that item can move the frontier, so
+	// workers wake the owner for it alone, not for every completion.
+	head atomicInt
+	// draining makes every completion wake the owner (it waits for
+	// Outstanding to reach zero after Revoke).
+	draining atomicBool
 }
 
 // NewPartition starts the pipeline state of one claim. chanSize is the most
 // items the owner hands over per Flush.
 func (s *Scheduler[M, T]) NewPartition(chanSize int) *Partition[M, T] {
-	return &Partition[M, T]{
+	p := &Partition[M, T]{
 		s:       s,
 		wake:    make(chan struct{}, 1),
 		tracker: commit.New[*Item[M, T]](chanSize),
@@ -42,6 +49,8 @@ func (s *Scheduler[M, T]) NewPartition(chanSize int) *Partition[M, T] {
 		lanes:   make(map[uint64]*lane[M, T]),
 		sweepAt: minLaneSweep,
 	}
+	p.head.Store(-1)
+	return p
 }
 
 // Wake is signalled when items finished (Advance may move the frontier) or
@@ -82,9 +91,13 @@ func (p *Partition[M, T]) Skip(it *Item[M, T], offset int64) error {
 func (p *Partition[M, T]) track(it *Item[M, T], offset int64) error {
 	it.offset = offset
 	it.Attempt = 1
+	empty := p.tracker.Pending() == 0
 	if err := p.tracker.Add(it); err != nil {
 		p.recycle(it)
 		return err
+	}
+	if empty {
+		p.head.Store(offset) // before any worker can see the item
 	}
 	p.credit--
 	return nil
@@ -135,7 +148,22 @@ func (p *Partition[M, T]) Unused() {
 // and returns their budget. It returns how many messages it released; the
 // offset to commit is then Next.
 func (p *Partition[M, T]) Advance() int {
-	n := p.tracker.Advance(p.recycle)
+	n := 0
+	for {
+		n += p.tracker.Advance(p.recycle)
+		h, ok := p.tracker.Head()
+		if !ok {
+			p.head.Store(-1)
+			break
+		}
+		// Publish the new head, then look at it again: a worker that
+		// finished it before the publish saw the old head and did not
+		// wake us. (Both sides use sequentially consistent atomics.)
+		p.head.Store(h.offset)
+		if !h.Finished() {
+			break
+		}
+	}
 	p.s.budget.release(int64(n))
 	return n
 }
@@ -160,12 +188,20 @@ func (p *Partition[M, T]) recycle(it *Item[M, T]) {
 	p.free = it
 }
 
-func (p *Partition[M, T]) finished(n int64) {
+// finished records n items finished; wake says one of them was the head.
+func (p *Partition[M, T]) finished(n int64, wake bool) {
 	p.outstanding.Add(-n)
-	signal(p.wake)
+	if wake || p.draining.Load() {
+		signal(p.wake)
+	}
 }
 
-func (p *Partition[M, T]) abandoned(n int64) { p.finished(n) }
+func (p *Partition[M, T]) abandoned(n int64) { p.finished(n, false) }
+
+// Drain makes every later completion wake the owner, which then waits for
+// Outstanding to reach zero. Call it after Revoke and before reading
+// Outstanding.
+func (p *Partition[M, T]) Drain() { p.draining.Store(true) }
 
 // Revoke stops dispatching the partition: its queued items and the items
 // waiting in a partial or parked batch are dropped and will not run; items

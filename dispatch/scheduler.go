@@ -90,6 +90,10 @@ func New[M, T any](o Options) *Scheduler[M, T] {
 	if s.budget.max <= 0 {
 		s.budget.max = 1 << 62
 	}
+	// Paused partitions resume once an eighth of the budget is free, not
+	// at every single release: a full budget would otherwise wake every
+	// paused partition for each finished message.
+	s.budget.resume = max(1, s.budget.max/8)
 	return s
 }
 
@@ -132,21 +136,23 @@ func (s *Scheduler[M, T]) push(p *Partition[M, T], items []*Item[M, T]) {
 	s.mu.Unlock()
 }
 
-// wakeLocked wakes the filler, and as many idle workers as the ready items
-// beyond the filler's room justify.
+// wakeLocked wakes the filler, and one idle worker if more is ready than
+// the filler has room for. Wakes cascade: a woken worker that takes a full
+// batch and leaves more behind wakes the next one (Next's Run case), so a
+// burst never wakes more workers than it keeps busy, and waking costs one
+// goroutine switch per worker actually needed.
 func (s *Scheduler[M, T]) wakeLocked() {
 	extra := s.readyItems
 	if f := s.filler; f != nil {
 		signal(f.w.wake)
 		extra -= s.size - len(f.Items)
 	}
-	for extra > 0 && len(s.idle) > 0 {
+	if extra > 0 && len(s.idle) > 0 {
 		w := s.idle[len(s.idle)-1]
 		s.idle[len(s.idle)-1] = nil
 		s.idle = s.idle[:len(s.idle)-1]
 		w.idle = false
 		signal(w.wake)
-		extra -= s.size
 	}
 }
 
@@ -181,10 +187,26 @@ func (s *Scheduler[M, T]) take(b *Batch[M, T]) {
 
 // Next fills b from the ready lanes and decides what the worker does with
 // it; see Status. flush makes a partial batch run now (its Ticker expired).
+// done, if not nil, is a batch whose Do call succeeded: it is released as by
+// Release, in the same critical section, and is empty afterwards.
 // Next never blocks.
-func (s *Scheduler[M, T]) Next(b *Batch[M, T], flush bool) Status {
+func (s *Scheduler[M, T]) Next(b *Batch[M, T], flush bool, done *Batch[M, T]) Status {
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	if done != nil {
+		s.unholdLocked(done)
+	}
+	st := s.nextLocked(b, flush)
+	if done != nil && st != Run {
+		s.wakeLocked() // done's lanes may be ready for the filler or others
+	}
+	s.mu.Unlock()
+	if done != nil {
+		s.finishBatch(done)
+	}
+	return st
+}
+
+func (s *Scheduler[M, T]) nextLocked(b *Batch[M, T], flush bool) Status {
 	if s.stopped {
 		s.leaveFiller(b)
 		return Stopped
@@ -226,6 +248,10 @@ func (s *Scheduler[M, T]) Release(b *Batch[M, T]) {
 	s.unholdLocked(b)
 	s.wakeLocked()
 	s.mu.Unlock()
+	s.finishBatch(b)
+}
+
+func (s *Scheduler[M, T]) finishBatch(b *Batch[M, T]) {
 	finish(b.Items)
 	clear(b.Items)
 	b.Items = b.Items[:0]
@@ -236,20 +262,21 @@ func (s *Scheduler[M, T]) Release(b *Batch[M, T]) {
 // flag is set its partition may recycle it, so nothing reads it afterwards.
 func finish[M, T any](items []*Item[M, T]) {
 	var last *Partition[M, T]
-	n := int64(0)
+	n, wake := int64(0), false
 	for _, it := range items {
-		p := it.part
+		p, off := it.part, it.offset
 		if p != last {
 			if last != nil {
-				last.finished(n)
+				last.finished(n, wake)
 			}
-			last, n = p, 0
+			last, n, wake = p, 0, false
 		}
 		it.done.Store(true)
+		wake = wake || off == p.head.Load()
 		n++
 	}
 	if last != nil {
-		last.finished(n)
+		last.finished(n, wake)
 	}
 }
 

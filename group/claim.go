@@ -134,6 +134,7 @@ drain:
 	c.p.Unused()
 	c.p.Flush()
 	c.st.fetched.Add(n)
+	c.advance() // skipped (undecodable) messages may be at the head
 	return closed
 }
 
@@ -189,6 +190,7 @@ func (c *claimLoop[T]) advance() {
 // completions cannot be committed.
 func (c *claimLoop[T]) revoke(reason string) error {
 	dropped, abandoned := c.p.Revoke()
+	c.p.Drain()
 	late := int64(0)
 	if c.p.Outstanding() > 0 {
 		timer := time.NewTimer(c.g.cfg.DrainTimeout)

@@ -145,15 +145,7 @@ func (g *Group[T]) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("%w %v (group %q): %w", ErrConnect, g.cfg.Brokers, g.cfg.GroupID, err)
 	}
-	// Do calls see a context that outlives ctx: a shutdown lets started
-	// batches finish, and only gives up on them once everything is drained.
-	workCtx, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
-	pool := merge.Start(workCtx, g.sched, merge.Config{
-		Num:        g.cfg.Num,
-		Ticker:     g.cfg.Ticker,
-		Backoff:    g.cfg.Retry.Backoff,
-		MaxBackoff: g.cfg.Retry.MaxBackoff,
-	}, g.handle, &g.pool)
+	stopWorkers := g.startWorkers(ctx)
 
 	var errs sync.WaitGroup
 	errs.Go(func() {
@@ -190,9 +182,25 @@ func (g *Group[T]) Run(ctx context.Context) error {
 		g.log.Warn("closing consumer group", zap.Error(err))
 	}
 	errs.Wait()
-	cancelWork()
-	pool.Stop()
+	stopWorkers()
 	return nil
+}
+
+// startWorkers starts the worker pool. Do calls see a context that outlives
+// ctx: a shutdown lets started batches finish, and only gives up on them
+// (cancels their context) once every partition is drained, in stop.
+func (g *Group[T]) startWorkers(ctx context.Context) (stop func()) {
+	workCtx, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
+	pool := merge.Start(workCtx, g.sched, merge.Config{
+		Num:        g.cfg.Num,
+		Ticker:     g.cfg.Ticker,
+		Backoff:    g.cfg.Retry.Backoff,
+		MaxBackoff: g.cfg.Retry.MaxBackoff,
+	}, g.handle, &g.pool)
+	return func() {
+		cancelWork()
+		pool.Stop()
+	}
 }
 
 func (g *Group[T]) consumerError(err error) {

@@ -86,8 +86,12 @@ func (p *Pool[M, T]) work(ctx context.Context, id int) {
 	}
 	wk.timer.Stop()
 	wk.b = p.s.NewBatch(wk.w)
+	var done *dispatch.Batch[M, T] // succeeded, released by the next Next
 	defer func() {
 		wk.timer.Stop()
+		if done != nil {
+			p.s.Release(done)
+		}
 		p.s.Discard(wk.b)
 		for wk.retries.Len() > 0 {
 			p.s.Discard(wk.retries.Pop().Value)
@@ -99,26 +103,36 @@ func (p *Pool[M, T]) work(ctx context.Context, id int) {
 	for {
 		if fillStart.IsZero() && wk.retries.Len() > 0 {
 			if e, _ := wk.retries.PeekAndShift(time.Now()); e != nil {
+				if done != nil {
+					p.s.Release(done)
+					wk.spare, done = append(wk.spare, done), nil
+				}
 				rb := e.Value
-				if p.s.Restart(rb) {
-					p.stats.Retries.Add(1)
-					p.run(ctx, wk, rb)
-				} else {
+				if !p.s.Restart(rb) {
 					wk.spare = append(wk.spare, rb)
+					continue
+				}
+				p.stats.Retries.Add(1)
+				if p.run(ctx, wk, rb) {
+					done = rb
 				}
 				continue
 			}
 		}
-		switch p.s.Next(wk.b, flush) {
+		st := p.s.Next(wk.b, flush, done)
+		if done != nil {
+			wk.spare, done = append(wk.spare, done), nil
+		}
+		switch st {
 		case dispatch.Stopped:
 			return
 		case dispatch.Run:
 			fillStart = time.Time{}
 			flush = p.cfg.Ticker < 0
-			b := wk.b
-			if p.run(ctx, wk, b) {
-				wk.b = p.batch(wk)
+			if p.run(ctx, wk, wk.b) {
+				done = wk.b
 			}
+			wk.b = p.batch(wk)
 		case dispatch.Partial:
 			now := time.Now()
 			if fillStart.IsZero() {
@@ -169,18 +183,13 @@ func (p *Pool[M, T]) wait(wk *worker[M, T], d time.Duration) bool {
 	return false
 }
 
-// run calls the handler for b; it reports whether b was parked for a retry
-// (and so can no longer be used as the filling batch).
+// run calls the handler for b. It reports whether the call succeeded (the
+// caller releases b); otherwise b is parked for a retry.
 func (p *Pool[M, T]) run(ctx context.Context, wk *worker[M, T], b *dispatch.Batch[M, T]) bool {
-	n := len(b.Items)
 	if err := p.handle(ctx, wk.id, b); err == nil {
-		p.s.Release(b)
 		p.stats.Batches.Add(1)
-		p.stats.Handled.Add(int64(n))
-		if b != wk.b {
-			wk.spare = append(wk.spare, b)
-		}
-		return false
+		p.stats.Handled.Add(int64(len(b.Items)))
+		return true
 	}
 	p.stats.Failures.Add(1)
 	backoff := p.cfg.Backoff << min(b.Attempt-1, 30)
@@ -193,7 +202,7 @@ func (p *Pool[M, T]) run(ctx context.Context, wk *worker[M, T], b *dispatch.Batc
 	}
 	p.s.Park(b)
 	wk.retries.Push(&pqueue.Entry[*dispatch.Batch[M, T]]{Value: b, Deadline: time.Now().Add(backoff)})
-	return b == wk.b
+	return false
 }
 
 // batch returns an empty batch for wk to fill, reusing spare ones.

@@ -1,0 +1,173 @@
+package group
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/IBM/sarama"
+)
+
+// memSession and memClaim stand in for sarama's session and claim so that
+// the in-memory pipeline (dispatch + merge + commit) can be measured
+// without a broker. Kafka-facing tests use the real thing over kfake.
+type memSession struct {
+	ctx    context.Context
+	mu     sync.Mutex
+	marked map[int32]int64
+}
+
+func (s *memSession) Claims() map[string][]int32 { return nil }
+func (s *memSession) MemberID() string           { return "mem" }
+func (s *memSession) GenerationID() int32        { return 1 }
+func (s *memSession) MarkOffset(_ string, p int32, off int64, _ string) {
+	s.mu.Lock()
+	if off > s.marked[p] {
+		s.marked[p] = off
+	}
+	s.mu.Unlock()
+}
+func (s *memSession) Commit()                                         {}
+func (s *memSession) ResetOffset(string, int32, int64, string)        {}
+func (s *memSession) MarkMessage(m *sarama.ConsumerMessage, md string) { s.MarkOffset(m.Topic, m.Partition, m.Offset+1, md) }
+func (s *memSession) Context() context.Context                        { return s.ctx }
+
+type memClaim struct {
+	p    int32
+	msgs chan *sarama.ConsumerMessage
+}
+
+func (c *memClaim) Topic() string                            { return "mem" }
+func (c *memClaim) Partition() int32                         { return c.p }
+func (c *memClaim) InitialOffset() int64                     { return 0 }
+func (c *memClaim) HighWaterMarkOffset() int64               { return 0 }
+func (c *memClaim) Messages() <-chan *sarama.ConsumerMessage { return c.msgs }
+
+var (
+	_ sarama.ConsumerGroupSession = (*memSession)(nil)
+	_ sarama.ConsumerGroupClaim   = (*memClaim)(nil)
+)
+
+// runMemPipeline pushes n messages over parts partitions and keys keys
+// through a group's pipeline, returns once all are committed, and then
+// revokes the claims and stops the workers. started is called once the
+// pipeline is up (benchmarks reset their timer there); the returned
+// duration runs from then until the last commit.
+func runMemPipeline(tb testing.TB, cfg Config, do func(context.Context, []*Message) error, n, parts, keys int, started func()) *Group[*Message] {
+	tb.Helper()
+	cfg.Brokers, cfg.Topics, cfg.GroupID = []string{"mem:0"}, []string{"mem"}, "mem"
+	g, err := New(cfg, Handler[*Message]{Do: do})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	sess := &memSession{ctx: context.Background(), marked: map[int32]int64{}}
+	stop := g.startWorkers(context.Background())
+	keyBytes := make([][]byte, keys)
+	for i := range keyBytes {
+		keyBytes[i] = fmt.Appendf(nil, "key-%d", i)
+	}
+	var claims, feeders sync.WaitGroup
+	per := n / parts
+	chans := make([]chan *sarama.ConsumerMessage, parts)
+	for p := range parts {
+		chans[p] = make(chan *sarama.ConsumerMessage, g.cfg.Chan)
+		c := &memClaim{p: int32(p), msgs: chans[p]}
+		claims.Go(func() { _ = g.consume(sess, c) })
+	}
+	if started != nil {
+		started()
+	}
+	for p := range parts {
+		feeders.Go(func() {
+			// A ring of preallocated messages larger than what can be in
+			// flight: the feeder plays sarama's part without allocating,
+			// so only the pipeline is measured.
+			feed(chans[p], p, per, parts, g.cfg.MaxInFlight+2*g.cfg.Chan+64, keyBytes)
+		})
+	}
+	feeders.Wait()
+	for {
+		sess.mu.Lock()
+		all := true
+		for p := range parts {
+			all = all && sess.marked[int32(p)] >= int64(per)
+		}
+		sess.mu.Unlock()
+		if all {
+			break
+		}
+		time.Sleep(20 * time.Microsecond)
+	}
+	if b, ok := tb.(*testing.B); ok {
+		b.StopTimer()
+	}
+	for _, c := range chans {
+		close(c)
+	}
+	claims.Wait()
+	stop()
+	return g
+}
+
+// feed sends n messages of partition p from a ring of preallocated
+// messages larger than what can be in flight: the feeder plays sarama's
+// part without allocating, so only the pipeline is measured.
+func feed(c chan<- *sarama.ConsumerMessage, p, n, parts, ringSize int, keys [][]byte) {
+	ring := make([]sarama.ConsumerMessage, ringSize)
+	for i := range ring {
+		ring[i] = sarama.ConsumerMessage{Topic: "mem", Partition: int32(p)}
+	}
+	for i := range n {
+		m := &ring[i%len(ring)]
+		m.Offset, m.Key = int64(i), keys[(i*parts+p)%len(keys)]
+		c <- m
+	}
+}
+
+// BenchmarkPipelineBaseline is the same feed read by one plain loop per
+// partition (what a raw sarama consumer does before its handler): the
+// pipeline's own cost is BenchmarkPipeline minus this.
+func BenchmarkPipelineBaseline(b *testing.B) {
+	const parts = 8
+	keys := make([][]byte, 10000)
+	for i := range keys {
+		keys[i] = fmt.Appendf(nil, "key-%d", i)
+	}
+	b.ReportAllocs()
+	n := max(b.N, parts)
+	var wg sync.WaitGroup
+	var sink atomic.Int64
+	for p := range parts {
+		c := make(chan *sarama.ConsumerMessage, DefaultSize)
+		wg.Go(func() {
+			var last int64
+			for m := range c {
+				last = m.Offset
+			}
+			sink.Add(last)
+		})
+		wg.Go(func() {
+			feed(c, p, n/parts, parts, DefaultMaxInFlight+2*DefaultSize+64, keys)
+			close(c)
+		})
+	}
+	wg.Wait()
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(n), "ns/msg")
+}
+
+func BenchmarkPipeline(b *testing.B) {
+	noop := func(context.Context, []*Message) error { return nil }
+	for _, num := range []int{1, 8, 64} {
+		for _, size := range []int{1, 128, 1024} {
+			b.Run(fmt.Sprintf("Num=%d/Size=%d", num, size), func(b *testing.B) {
+				b.ReportAllocs()
+				n := max(b.N, 8)
+				runMemPipeline(b, Config{Num: num, Size: size, Ticker: time.Millisecond}, noop, n, 8, 10000, b.ResetTimer)
+				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(n), "ns/msg")
+			})
+		}
+	}
+}
