@@ -112,6 +112,42 @@ func (t *Tracker[E]) Head() (E, bool) {
 	return t.ring[t.head&uint64(len(t.ring)-1)], true
 }
 
+// Finished returns the offset to commit along with the finished entries
+// above it, as ranges for EncodeMeta. base is the offset after the last
+// released entry, or the head's offset when nothing was released yet; ok
+// is false when nothing is tracked or released. Consecutive finished
+// entries form one range even across offset gaps (offsets that do not
+// exist, as in compacted topics). O(pending).
+func (t *Tracker[E]) Finished(dst []Range) (base int64, ranges []Range, ok bool) {
+	ranges = dst[:0]
+	base, ok = t.next, t.next >= 0
+	mask := uint64(len(t.ring) - 1)
+	if t.head < t.tail {
+		if !ok {
+			base, ok = t.ring[t.head&mask].Offset(), true
+		}
+		inRun := false
+		for i := t.head; i < t.tail; i++ {
+			e := t.ring[i&mask]
+			if !e.Finished() {
+				inRun = false
+				continue
+			}
+			off := e.Offset()
+			if inRun {
+				ranges[len(ranges)-1].End = off + 1
+			} else {
+				ranges = append(ranges, Range{off, off + 1})
+				inRun = true
+			}
+		}
+	}
+	return base, ranges, ok
+}
+
+// Last returns the offset of the last entry added, -1 before any.
+func (t *Tracker[E]) Last() int64 { return t.lastAdded }
+
 // Next returns the offset to commit (the offset after the last released
 // entry) and whether anything has been released yet.
 func (t *Tracker[E]) Next() (int64, bool) { return t.next, t.next >= 0 }

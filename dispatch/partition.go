@@ -172,6 +172,15 @@ func (p *Partition[M, T]) Advance() int {
 // contiguous prefix), and false when nothing has finished yet.
 func (p *Partition[M, T]) Next() (int64, bool) { return p.tracker.Next() }
 
+// Finished returns the offset to commit and the finished offsets above it
+// (see commit.Tracker.Finished), reusing dst.
+func (p *Partition[M, T]) Finished(dst []commit.Range) (int64, []commit.Range, bool) {
+	return p.tracker.Finished(dst)
+}
+
+// Last is the offset of the last message added or skipped, -1 before any.
+func (p *Partition[M, T]) Last() int64 { return p.tracker.Last() }
+
 // Pending is how many tracked messages are not yet behind the frontier.
 func (p *Partition[M, T]) Pending() int { return p.tracker.Pending() }
 

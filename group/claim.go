@@ -7,6 +7,7 @@ import (
 	"github.com/IBM/sarama"
 	"go.uber.org/zap"
 
+	"github.com/orderly-go/orderly/commit"
 	"github.com/orderly-go/orderly/dispatch"
 )
 
@@ -51,13 +52,19 @@ func (c *claimState) lag() int64 {
 // hands items to the scheduler, moves the commit frontier, and on revoke
 // drains and commits. It owns its Partition's tracker and free list.
 type claimLoop[T any] struct {
-	g     *Group[T]
-	sess  sarama.ConsumerGroupSession
-	p     *dispatch.Partition[Message, T]
-	st    *claimState
-	log   *zap.Logger
-	topic string
-	part  int32
+	g      *Group[T]
+	sess   sarama.ConsumerGroupSession
+	p      *dispatch.Partition[Message, T]
+	st     *claimState
+	log    *zap.Logger
+	topic  string
+	part   int32
+	resume commit.Done // offsets a previous owner finished (commit metadata)
+
+	marked int64  // offset last marked for commit
+	meta   string // metadata last marked
+	metaAt time.Time
+	ranges []commit.Range // scratch for mark
 }
 
 func (g *Group[T]) consume(sess sarama.ConsumerGroupSession, claim sarama.ConsumerGroupClaim) error {
@@ -71,9 +78,13 @@ func (g *Group[T]) consume(sess sarama.ConsumerGroupSession, claim sarama.Consum
 	}
 	c.log = g.log.With(zap.String("topic", c.topic), zap.Int32("partition", c.part), zap.Int32("generation", sess.GenerationID()))
 	c.st.next.Store(-1)
+	c.marked = -1
 	if off := claim.InitialOffset(); off >= 0 {
 		c.st.next.Store(off)
+		c.marked = off
 	}
+	c.metaAt = time.Now()
+	c.resume = c.resumeFrom(claim.InitialOffset())
 	g.ctr.claims.Add(1)
 	g.claimsMu.Lock()
 	g.claims[c.st] = struct{}{}
@@ -152,6 +163,14 @@ func (c *claimLoop[T]) intake(m *sarama.ConsumerMessage) {
 		}
 		msg.Headers = hs
 	}
+	if c.resume.Contains(m.Offset) {
+		// Finished by the previous owner, as its commit metadata says.
+		c.g.ctr.resumed.Add(1)
+		if err := c.p.Skip(it, m.Offset); err != nil {
+			c.badOffset(m.Offset, err)
+		}
+		return
+	}
 	v, lane, err := c.g.decode(msg)
 	if err != nil {
 		c.g.ctr.decodeErrors.Add(1)
@@ -172,16 +191,15 @@ func (c *claimLoop[T]) badOffset(off int64, err error) {
 	c.log.Error("message ignored", zap.Int64("offset", off), zap.Error(err))
 }
 
-// advance moves the frontier and marks it for sarama's commit.
+// advance moves the frontier and marks it for sarama's commit, with the
+// finished offsets above it as metadata once per auto-commit interval.
 func (c *claimLoop[T]) advance() {
 	n := c.p.Advance()
 	if n == 0 {
 		return
 	}
-	next, _ := c.p.Next()
-	c.sess.MarkOffset(c.topic, c.part, next, "")
 	c.st.committed.Add(int64(n))
-	c.st.next.Store(next)
+	c.mark(time.Since(c.metaAt) >= c.g.cfg.Sarama.Consumer.Offsets.AutoCommit.Interval)
 }
 
 // revoke lets the partition go: nothing more is dispatched, queued items are
@@ -209,6 +227,7 @@ func (c *claimLoop[T]) revoke(reason string) error {
 		timer.Stop()
 	}
 	c.advance()
+	c.mark(true)
 	c.sess.Commit()
 	left := c.p.Close()
 	next, _ := c.p.Next()

@@ -15,13 +15,14 @@ var ErrConfig = errors.New("group: invalid config")
 
 // Defaults applied by New to zero fields.
 const (
-	DefaultSize         = 1024
-	DefaultNum          = 32
-	DefaultTicker       = 100 * time.Millisecond
-	DefaultMaxInFlight  = 64 << 10
-	DefaultRetryBackoff = 100 * time.Millisecond
-	DefaultMaxBackoff   = 10 * time.Second
-	maxDrainTimeout     = 30 * time.Second
+	DefaultSize           = 1024
+	DefaultNum            = 32
+	DefaultTicker         = 100 * time.Millisecond
+	DefaultMaxInFlight    = 64 << 10
+	DefaultRetryBackoff   = 100 * time.Millisecond
+	DefaultMaxBackoff     = 10 * time.Second
+	DefaultCommitMetadata = 4000
+	maxDrainTimeout       = 30 * time.Second
 )
 
 // Config configures a Group. Zero fields take the documented defaults; New
@@ -69,6 +70,12 @@ type Config struct {
 	DrainTimeout time.Duration
 	// Retry is how a failed Do call (error or panic) is retried.
 	Retry Retry
+	// CommitMetadata is the most bytes of commit metadata used to record
+	// which messages above the committed offset are already finished, so
+	// that the partition's next owner skips them. Default 4000, below
+	// Kafka's offset.metadata.max.bytes (4096); -1 disables it (a new owner
+	// then handles those messages again).
+	CommitMetadata int
 
 	// Logger receives errors and lifecycle events with topic, partition,
 	// offset, lane and attempt fields. Default zap.NewNop().
@@ -102,6 +109,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxInFlight == 0 {
 		c.MaxInFlight = DefaultMaxInFlight
+	}
+	if c.CommitMetadata == 0 {
+		c.CommitMetadata = DefaultCommitMetadata
 	}
 	if c.Retry.Backoff == 0 {
 		c.Retry.Backoff = DefaultRetryBackoff
@@ -160,6 +170,8 @@ func (c Config) validate() error {
 		return bad("Retry.Backoff", "is %v: must be positive", c.Retry.Backoff)
 	case c.Retry.MaxBackoff < c.Retry.Backoff:
 		return bad("Retry.MaxBackoff", "is %v: must be at least Retry.Backoff (%v)", c.Retry.MaxBackoff, c.Retry.Backoff)
+	case c.CommitMetadata < -1:
+		return bad("CommitMetadata", "is %d: must be positive, or -1 to disable", c.CommitMetadata)
 	case c.DrainTimeout < 0:
 		return bad("DrainTimeout", "is %v: must be positive", c.DrainTimeout)
 	case c.DrainTimeout >= c.Sarama.Consumer.Group.Rebalance.Timeout:

@@ -83,6 +83,7 @@ type Group[T any] struct {
 	sched *dispatch.Scheduler[Message, T]
 	bufs  [][]T // per-worker scratch for Do batches, cap Size
 
+	client  sarama.Client // set by Run; nil in pipeline benchmarks
 	started atomic.Bool
 	pool    merge.Stats
 	ctr     counters
@@ -100,6 +101,7 @@ type counters struct {
 	revokes      atomic.Int64
 	claims       atomic.Int64
 	errors       atomic.Int64
+	resumed      atomic.Int64
 	// totals of claims that ended
 	fetched   atomic.Int64
 	committed atomic.Int64
@@ -141,10 +143,16 @@ func (g *Group[T]) Run(ctx context.Context) error {
 	if !g.started.CompareAndSwap(false, true) {
 		return ErrRunTwice
 	}
-	cg, err := sarama.NewConsumerGroup(g.cfg.Brokers, g.cfg.GroupID, g.cfg.Sarama)
+	client, err := sarama.NewClient(g.cfg.Brokers, g.cfg.Sarama)
 	if err != nil {
 		return fmt.Errorf("%w %v (group %q): %w", ErrConnect, g.cfg.Brokers, g.cfg.GroupID, err)
 	}
+	defer client.Close()
+	cg, err := sarama.NewConsumerGroupFromClient(g.cfg.GroupID, client)
+	if err != nil {
+		return fmt.Errorf("%w %v (group %q): %w", ErrConnect, g.cfg.Brokers, g.cfg.GroupID, err)
+	}
+	g.client = client
 	stopWorkers := g.startWorkers(ctx)
 
 	var errs sync.WaitGroup
@@ -277,6 +285,7 @@ func (g *Group[T]) Stats() Stats {
 		Revokes:      g.ctr.revokes.Load(),
 		Claims:       g.ctr.claims.Load(),
 		Errors:       g.ctr.errors.Load(),
+		Resumed:      g.ctr.resumed.Load(),
 		InFlight:     g.sched.InFlight(),
 	}
 	g.claimsMu.Lock()

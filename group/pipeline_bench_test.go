@@ -30,10 +30,12 @@ func (s *memSession) MarkOffset(_ string, p int32, off int64, _ string) {
 	}
 	s.mu.Unlock()
 }
-func (s *memSession) Commit()                                         {}
-func (s *memSession) ResetOffset(string, int32, int64, string)        {}
-func (s *memSession) MarkMessage(m *sarama.ConsumerMessage, md string) { s.MarkOffset(m.Topic, m.Partition, m.Offset+1, md) }
-func (s *memSession) Context() context.Context                        { return s.ctx }
+func (s *memSession) Commit()                                  {}
+func (s *memSession) ResetOffset(string, int32, int64, string) {}
+func (s *memSession) MarkMessage(m *sarama.ConsumerMessage, md string) {
+	s.MarkOffset(m.Topic, m.Partition, m.Offset+1, md)
+}
+func (s *memSession) Context() context.Context { return s.ctx }
 
 type memClaim struct {
 	p    int32

@@ -16,6 +16,7 @@ type Stats struct {
 	Revokes      int64 // partition claims that ended (rebalance or shutdown)
 	Claims       int64 // partition claims that started
 	Errors       int64 // consumer and commit errors reported by sarama
+	Resumed      int64 // messages skipped because a previous owner finished them (commit metadata)
 
 	InFlight   int64 // fetched, not yet behind the commit frontier
 	Partitions int64 // partitions claimed now

@@ -1,0 +1,44 @@
+package group
+
+import (
+	"testing"
+	"time"
+)
+
+// TestConsumeAllInOrder is the main integration test: 4 partitions
+// x 100k messages over 1k keys, 1% of Do calls failing and retried.
+func TestConsumeAllInOrder(t *testing.T) {
+	if testing.Short() {
+		t.Skip("400k messages")
+	}
+	const partitions, perPartition, keys = 4, 100_000, 1000
+	r := newRig(t, "orders", partitions, partitions*perPartition, keys)
+	w := r.work(0, 0.01)
+	cfg := r.config("all-in-order")
+	cfg.Size, cfg.Num = 64, 16
+	g, err := New(cfg, Handler[*Message]{Do: w.Do})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := run(t, g)
+	r.waitAllCommitted(cfg.GroupID, 2*time.Minute)
+	if err := stop(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	rep := r.check(false)
+	r.checkFinalCommits(cfg.GroupID)
+	if w.failures() == 0 {
+		t.Fatal("no Do call failed: retries were not exercised")
+	}
+	st := g.Stats()
+	if st.Handled != int64(r.total) || st.Fetched != int64(r.total) || st.Committed != int64(r.total) {
+		t.Errorf("stats: got handled %d fetched %d committed %d, want %d each", st.Handled, st.Fetched, st.Committed, r.total)
+	}
+	if st.Failures != int64(w.failures()) || st.Retries < st.Failures-int64(partitions) {
+		t.Errorf("stats: got failures %d retries %d, want failures %d and as many retries", st.Failures, st.Retries, w.failures())
+	}
+	if st.InFlight != 0 || st.Partitions != 0 {
+		t.Errorf("stats after Run: got in flight %d partitions %d, want 0 and 0", st.InFlight, st.Partitions)
+	}
+	t.Logf("handled %d, %d Do failures retried, %d batches", rep.Distinct, w.failures(), st.Batches)
+}

@@ -1,0 +1,73 @@
+package group
+
+import (
+	"testing"
+	"time"
+
+	"github.com/IBM/sarama"
+)
+
+// TestRebalanceHandoff: a second member joins mid-stream, then the first
+// one's context is cancelled; the second finishes. Run once with the eager
+// range strategy and once with cooperative-sticky. Nothing may be lost,
+// per-key order must hold, no commit may pass unfinished work or go
+// backwards (a zombie), and since every handoff is graceful, no message
+// may be handled twice.
+func TestRebalanceHandoff(t *testing.T) {
+	tests := []struct {
+		name     string
+		strategy sarama.BalanceStrategy
+	}{
+		{"eager range", sarama.NewBalanceStrategyRange()},
+		{"cooperative sticky", sarama.NewBalanceStrategyCooperativeSticky()},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			const partitions, n, keys = 6, 60_000, 300
+			r := newRig(t, "handoff", partitions, n, keys)
+			// 16 workers x 8 messages per 2ms call: about 60k msg/s at
+			// most, so the run lasts long enough for both handoffs.
+			w, wb := r.work(2*time.Millisecond, 0.01), r.work(2*time.Millisecond, 0.01)
+			w.tag, wb.tag = "A", "B"
+			cfg := r.config("handoff")
+			cfg.Sarama.Consumer.Group.Rebalance.GroupStrategies = []sarama.BalanceStrategy{tt.strategy}
+			cfg.Size, cfg.Num, cfg.Ticker = 8, 4, 5*time.Millisecond
+			a, err := New(cfg, Handler[*Message]{Do: w.Do})
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, err := New(cfg, Handler[*Message]{Do: wb.Do})
+			if err != nil {
+				t.Fatal(err)
+			}
+			stopA := run(t, a)
+			waitFor(t, 30*time.Second, "first member to handle 10% of the messages", func() bool { return a.Stats().Handled >= n/10 })
+			stopB := run(t, b)
+			waitFor(t, 30*time.Second, "second member to get partitions and handle messages", func() bool {
+				return b.Stats().Handled > 0 && b.Stats().Partitions > 0
+			})
+			handledA := a.Stats().Handled
+			if handledA >= n {
+				t.Fatalf("first member handled everything (%d) before the handoff: slow the work down", handledA)
+			}
+			if err := stopA(); err != nil {
+				t.Fatalf("first member Run: %v", err)
+			}
+			r.waitAllCommitted(cfg.GroupID, 90*time.Second)
+			if err := stopB(); err != nil {
+				t.Fatalf("second member Run: %v", err)
+			}
+			rep := r.check(false)
+			r.checkFinalCommits(cfg.GroupID)
+			sa, sb := a.Stats(), b.Stats()
+			if sa.Revokes == 0 || sa.Claims == 0 || sb.Claims == 0 {
+				t.Errorf("claims: first member %d claims %d revokes, second %d claims: want a handoff", sa.Claims, sa.Revokes, sb.Claims)
+			}
+			if got := sa.Handled + sb.Handled; got != int64(n) {
+				t.Errorf("handled by both: got %d (%d + %d), want exactly %d", got, sa.Handled, sb.Handled, n)
+			}
+			t.Logf("first member: %d handled, %d claims, %d revokes, %d dropped, %d abandoned; second: %d handled, %d resumed from metadata; %d distinct, %d+%d failures",
+				sa.Handled, sa.Claims, sa.Revokes, sa.Dropped, sa.Abandoned, sb.Handled, sb.Resumed, rep.Distinct, w.failures(), wb.failures())
+		})
+	}
+}

@@ -1,0 +1,114 @@
+package group
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/IBM/sarama"
+	"go.uber.org/zap"
+
+	"github.com/orderly-go/orderly/commit"
+)
+
+// Commit metadata: besides the frontier, every final commit of a claim
+// (and one commit per auto-commit interval) carries the offsets above the
+// frontier that are already finished (see commit.EncodeMeta). The next
+// owner of the partition reads them back when its claim starts and skips
+// those messages, so a graceful handoff repeats nothing even though lanes
+// finish out of offset order.
+
+// resumeFrom reads the committed offset and metadata of the claim's
+// partition and returns the finished offsets it lists, if the metadata was
+// written by orderly for the offset the claim starts from.
+func (c *claimLoop[T]) resumeFrom(initial int64) commit.Done {
+	if c.g.client == nil || initial < 0 || c.g.cfg.CommitMetadata < 0 {
+		return commit.Done{}
+	}
+	off, meta, err := c.g.fetchCommitted(c.topic, c.part)
+	if err != nil {
+		c.g.ctr.errors.Add(1)
+		c.log.Warn("reading commit metadata failed; messages finished by the previous owner may be handled again",
+			zap.Int64("offset", initial), zap.Error(err))
+		return commit.Done{}
+	}
+	done, err := commit.DecodeMeta(meta)
+	switch {
+	case errors.Is(err, commit.ErrNotOrderlyMetadata):
+		return commit.Done{}
+	case err != nil:
+		c.g.ctr.errors.Add(1)
+		c.log.Warn("ignoring corrupt commit metadata", zap.Int64("offset", off), zap.String("metadata", meta), zap.Error(err))
+		return commit.Done{}
+	case off != initial || done.Base != off:
+		c.log.Warn("ignoring commit metadata for another offset",
+			zap.Int64("offset", initial), zap.Int64("committed", off), zap.Int64("metadataBase", done.Base))
+		return commit.Done{}
+	}
+	c.log.Debug("resuming", zap.Int64("offset", off), zap.Int64("alreadyFinished", done.Count()))
+	return done
+}
+
+// fetchCommitted asks the group coordinator for the committed offset and
+// metadata of one partition.
+func (g *Group[T]) fetchCommitted(topic string, part int32) (int64, string, error) {
+	b, err := g.client.Coordinator(g.cfg.GroupID)
+	if err != nil {
+		return 0, "", fmt.Errorf("find coordinator of group %q: %w", g.cfg.GroupID, err)
+	}
+	req := sarama.NewOffsetFetchRequest(g.cfg.Sarama.Version, g.cfg.GroupID, map[string][]int32{topic: {part}})
+	resp, err := b.FetchOffset(req)
+	if err != nil {
+		return 0, "", fmt.Errorf("fetch committed offset of %s/%d: %w", topic, part, err)
+	}
+	block := resp.GetBlock(topic, part)
+	if block == nil {
+		return 0, "", fmt.Errorf("fetch committed offset of %s/%d: no answer for the partition (%w)", topic, part, resp.Err)
+	}
+	if block.Err != sarama.ErrNoError {
+		return 0, "", fmt.Errorf("fetch committed offset of %s/%d: %w", topic, part, block.Err)
+	}
+	return block.Offset, block.Metadata, nil
+}
+
+// mark records the frontier for sarama's next commit. With withMeta, the
+// finished offsets above it go along as metadata; the frontier may then
+// equal the one marked before (sarama's MarkOffset only moves forward, so
+// ResetOffset carries the new metadata).
+func (c *claimLoop[T]) mark(withMeta bool) {
+	var next int64
+	var meta string
+	if withMeta && c.g.cfg.CommitMetadata >= 0 {
+		var ranges []commit.Range
+		var ok bool
+		next, ranges, ok = c.p.Finished(c.ranges)
+		if !ok {
+			return
+		}
+		// What the previous owner finished beyond what this claim has
+		// received is still finished: pass it on.
+		ranges = c.resume.AppendAfter(ranges, c.p.Last())
+		c.ranges = ranges
+		var left int64
+		meta, left = commit.EncodeMeta(next, ranges, c.g.cfg.CommitMetadata)
+		if left > 0 {
+			c.log.Info("commit metadata full: some finished messages may be handled again after a handoff",
+				zap.Int64("offset", next), zap.Int64("left", left), zap.Int("limit", c.g.cfg.CommitMetadata))
+		}
+		c.metaAt = time.Now()
+	} else {
+		var ok bool
+		if next, ok = c.p.Next(); !ok {
+			return
+		}
+	}
+	if next > c.marked {
+		c.sess.MarkOffset(c.topic, c.part, next, meta)
+	} else if next == c.marked && meta != c.meta {
+		c.sess.ResetOffset(c.topic, c.part, next, meta)
+	} else {
+		return
+	}
+	c.marked, c.meta = next, meta
+	c.st.next.Store(next)
+}
