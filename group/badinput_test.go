@@ -1,0 +1,275 @@
+package group
+
+import (
+	"context"
+	"errors"
+	"net"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/IBM/sarama"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/orderly-go/orderly/internal/ledger"
+)
+
+func TestNewRejectsBadConfig(t *testing.T) {
+	good := Config{Brokers: []string{"localhost:9092"}, Topics: []string{"t"}, GroupID: "g"}
+	do := func(context.Context, []*Message) error { return nil }
+	slowRebalance := sarama.NewConfig()
+	slowRebalance.Consumer.Group.Rebalance.Timeout = time.Second
+	badSarama := sarama.NewConfig()
+	badSarama.Consumer.Group.Session.Timeout = 0
+	tests := []struct {
+		name  string
+		edit  func(c *Config)
+		field string
+	}{
+		{"no brokers", func(c *Config) { c.Brokers = nil }, "Brokers"},
+		{"empty broker", func(c *Config) { c.Brokers = []string{"a:1", ""} }, "Brokers[1]"},
+		{"no topics", func(c *Config) { c.Topics = nil }, "Topics"},
+		{"empty topic", func(c *Config) { c.Topics = []string{""} }, "Topics[0]"},
+		{"no group", func(c *Config) { c.GroupID = "" }, "GroupID"},
+		{"negative Size", func(c *Config) { c.Size = -1 }, "Size"},
+		{"negative Num", func(c *Config) { c.Num = -3 }, "Num"},
+		{"negative Chan", func(c *Config) { c.Chan = -1 }, "Chan"},
+		{"negative MaxInFlight", func(c *Config) { c.MaxInFlight = -1 }, "MaxInFlight"},
+		{"negative backoff", func(c *Config) { c.Retry.Backoff = -time.Second }, "Retry.Backoff"},
+		{"max backoff below backoff", func(c *Config) { c.Retry = Retry{Backoff: time.Second, MaxBackoff: time.Millisecond} }, "Retry.MaxBackoff"},
+		{"negative drain", func(c *Config) { c.DrainTimeout = -1 }, "DrainTimeout"},
+		{"drain not below rebalance timeout", func(c *Config) { c.Sarama, c.DrainTimeout = slowRebalance, 2*time.Second }, "DrainTimeout"},
+		{"bad commit metadata size", func(c *Config) { c.CommitMetadata = -2 }, "CommitMetadata"},
+		{"invalid sarama config", func(c *Config) { c.Sarama = badSarama }, "Sarama"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := good
+			tt.edit(&cfg)
+			_, err := New(cfg, Handler[*Message]{Do: do})
+			if !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), tt.field) {
+				t.Fatalf("New: got %v, want an ErrConfig naming %s", err, tt.field)
+			}
+		})
+	}
+	t.Run("nil Do", func(t *testing.T) {
+		if _, err := New(good, Handler[*Message]{}); !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "Do") {
+			t.Fatalf("New: got %v, want an ErrConfig naming Do", err)
+		}
+	})
+	t.Run("nil New with a non-Message type", func(t *testing.T) {
+		_, err := New(good, Handler[string]{Do: func(context.Context, []string) error { return nil }})
+		if !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "New") {
+			t.Fatalf("New: got %v, want an ErrConfig naming New", err)
+		}
+	})
+	t.Run("defaults", func(t *testing.T) {
+		g, err := New(good, Handler[*Message]{Do: do})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := g.cfg
+		if c.Size != 1024 || c.Num != 32 || c.Ticker != 100*time.Millisecond || c.Chan != 1024 || c.MaxInFlight != 65536 {
+			t.Fatalf("defaults: got Size %d Num %d Ticker %v Chan %d MaxInFlight %d, want 1024 32 100ms 1024 65536",
+				c.Size, c.Num, c.Ticker, c.Chan, c.MaxInFlight)
+		}
+		if c.Sarama.Consumer.Offsets.Initial != sarama.OffsetOldest || c.Sarama.ChannelBufferSize != 1024 {
+			t.Fatalf("sarama defaults: got initial %d buffer %d, want OffsetOldest and Chan", c.Sarama.Consumer.Offsets.Initial, c.Sarama.ChannelBufferSize)
+		}
+		if c.DrainTimeout >= c.Sarama.Consumer.Group.Rebalance.Timeout {
+			t.Fatalf("DrainTimeout %v not below the rebalance timeout %v", c.DrainTimeout, c.Sarama.Consumer.Group.Rebalance.Timeout)
+		}
+	})
+}
+
+func TestUnreachableBroker(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // nothing listens there now
+	sc := sarama.NewConfig()
+	sc.Metadata.Retry.Max = 1
+	sc.Metadata.Retry.Backoff = 10 * time.Millisecond
+	g, err := New(Config{Brokers: []string{addr}, Topics: []string{"t"}, GroupID: "g", Sarama: sc},
+		Handler[*Message]{Do: func(context.Context, []*Message) error { return nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = g.Run(context.Background())
+	if !errors.Is(err, ErrConnect) || !strings.Contains(err.Error(), addr) {
+		t.Fatalf("Run: got %v, want ErrConnect naming %s", err, addr)
+	}
+	if err := g.Run(context.Background()); !errors.Is(err, ErrRunTwice) {
+		t.Fatalf("second Run: got %v, want ErrRunTwice", err)
+	}
+}
+
+// observed returns a logger whose Warn+ entries the test can inspect.
+func observed() (*zap.Logger, *observer.ObservedLogs) {
+	core, logs := observer.New(zapcore.WarnLevel)
+	return zap.New(core), logs
+}
+
+// logged reports whether an entry with msg carries every field given.
+func logged(logs *observer.ObservedLogs, msg string, fields map[string]any) bool {
+	for _, e := range logs.FilterMessage(msg).All() {
+		ctx := e.ContextMap()
+		ok := true
+		for k, v := range fields {
+			if ctx[k] != v {
+				ok = false
+			}
+		}
+		if ok {
+			return true
+		}
+	}
+	return false
+}
+
+// TestPoisonMessagesSkipped: New fails for some messages; each is logged
+// with its topic/partition/offset, counted, skipped past (committed), and
+// everything else is handled.
+func TestPoisonMessagesSkipped(t *testing.T) {
+	const n, keys = 20_000, 100
+	r := newRig(t, "poison", 3, n, keys)
+	logger, logs := observed()
+	w := r.work(0, 0)
+	cfg := r.config("poison")
+	cfg.Logger = logger
+	var poisoned atomic.Int64
+	var firstPoison atomic.Pointer[Message]
+	g, err := New(cfg, Handler[*Message]{
+		New: func(m *Message) (*Message, error) {
+			_, seq, _, _, err := ledger.Decode(m.Value)
+			if err != nil {
+				return nil, err
+			}
+			if seq%50 == 7 {
+				poisoned.Add(1)
+				cp := *m
+				firstPoison.CompareAndSwap(nil, &cp)
+				return nil, errors.New("cannot parse transfer")
+			}
+			return m, nil
+		},
+		Do: func(ctx context.Context, batch []*Message) error { return w.Do(ctx, batch) },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := run(t, g)
+	r.waitAllCommitted(cfg.GroupID, time.Minute)
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	st := g.Stats()
+	if st.DecodeErrors != poisoned.Load() || st.DecodeErrors == 0 {
+		t.Fatalf("DecodeErrors: got %d, want %d (> 0)", st.DecodeErrors, poisoned.Load())
+	}
+	if st.Handled != int64(n)-poisoned.Load() {
+		t.Fatalf("handled: got %d, want %d", st.Handled, int64(n)-poisoned.Load())
+	}
+	rep := r.ledger.Report()
+	if rep.Lost != int(poisoned.Load()) || rep.Duplicates != 0 {
+		t.Fatalf("ledger: got lost %d duplicates %d, want exactly the %d poisoned and none", rep.Lost, rep.Duplicates, poisoned.Load())
+	}
+	r.checkFinalCommits(cfg.GroupID)
+	p := firstPoison.Load()
+	if !logged(logs, "decode failed; message skipped", map[string]any{"topic": "poison", "partition": p.Partition, "offset": p.Offset}) {
+		t.Fatalf("no log naming %s/%d offset %d", p.Topic, p.Partition, p.Offset)
+	}
+}
+
+// TestDoPanicRecovered: Do panics on the first attempt of some batches; the
+// panic is recovered, logged with the batch's position, counted, and the
+// batch retried in order.
+func TestDoPanicRecovered(t *testing.T) {
+	const n, keys = 10_000, 50
+	r := newRig(t, "panics", 2, n, keys)
+	logger, logs := observed()
+	w := r.work(0, 0)
+	cfg := r.config("panics")
+	cfg.Logger = logger
+	cfg.Size = 16
+	var panicked atomic.Int64
+	g, err := New(cfg, Handler[*Message]{Do: func(ctx context.Context, batch []*Message) error {
+		if batch[0].Attempt == 1 && batch[0].Offset%7 == 0 {
+			panicked.Add(1)
+			var m map[string]int
+			m["boom"]++ // a real nil-map panic
+		}
+		return w.Do(ctx, batch)
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := run(t, g)
+	r.waitAllCommitted(cfg.GroupID, time.Minute)
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	r.check(false)
+	st := g.Stats()
+	if st.Panics != panicked.Load() || st.Panics == 0 || st.Failures < st.Panics {
+		t.Fatalf("stats: got panics %d failures %d, want %d panics (> 0)", st.Panics, st.Failures, panicked.Load())
+	}
+	entries := logs.FilterMessage("Do failed; batch will be retried").All()
+	if len(entries) == 0 {
+		t.Fatal("no failure logged")
+	}
+	ctx := entries[0].ContextMap()
+	if ctx["topic"] != "panics" || ctx["attempt"] != int64(1) || !strings.Contains(ctx["error"].(string), "panicked") {
+		t.Fatalf("failure log fields: got %v, want topic, attempt 1 and the panic", ctx)
+	}
+	if _, ok := ctx["partition"]; !ok {
+		t.Fatalf("failure log has no partition: %v", ctx)
+	}
+	if _, ok := ctx["offset"]; !ok {
+		t.Fatalf("failure log has no offset: %v", ctx)
+	}
+}
+
+// TestCorruptCommitMetadata: a committed offset whose metadata claims to be
+// orderly's but is corrupt is reported (naming topic/partition) and
+// ignored: consumption resumes from the committed offset, nothing lost.
+func TestCorruptCommitMetadata(t *testing.T) {
+	const n, keys = 5000, 20
+	r := newRig(t, "corrupt-meta", 1, n, keys)
+	const start = 1000
+	admin, err := sarama.NewClusterAdmin(r.b.Addrs(), r.config("x").withDefaults().Sarama)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = admin.AlterConsumerGroupOffsets("corrupt", map[string]map[int32]sarama.OffsetAndMetadata{
+		"corrupt-meta": {0: {Offset: start, Metadata: "orderly:!!not-base64"}},
+	}, nil)
+	admin.Close()
+	if err != nil {
+		t.Fatalf("seed a committed offset: %v", err)
+	}
+	logger, logs := observed()
+	w := r.work(0, 0)
+	cfg := r.config("corrupt")
+	cfg.Logger = logger
+	g, err := New(cfg, Handler[*Message]{Do: w.Do})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := run(t, g)
+	r.waitAllCommitted(cfg.GroupID, time.Minute)
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if got := g.Stats().Handled; got != n-start {
+		t.Fatalf("handled: got %d, want %d (from the committed offset on)", got, n-start)
+	}
+	if !logged(logs, "ignoring corrupt commit metadata", map[string]any{"topic": "corrupt-meta", "partition": int32(0), "offset": int64(start)}) {
+		t.Fatalf("corrupt metadata not reported with its topic/partition/offset: %v", logs.All())
+	}
+}
