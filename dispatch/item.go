@@ -12,6 +12,7 @@ type Item[M, T any] struct {
 	Attempt int    // 1 on first delivery, +1 on each retry of its batch
 
 	offset int64
+	stamp  uint64 // arrival order across partitions (oldest first in the ready heap)
 	part   *Partition[M, T]
 	next   *Item[M, T] // lane queue link, and free-list link
 	done   atomic.Bool

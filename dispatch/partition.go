@@ -108,7 +108,13 @@ func (p *Partition[M, T]) Flush() {
 	if len(p.pending) == 0 {
 		return
 	}
-	p.outstanding.Add(int64(len(p.pending)))
+	n := uint64(len(p.pending))
+	stamp := p.s.stamps.Add(n) - n
+	for _, it := range p.pending {
+		it.stamp = stamp
+		stamp++
+	}
+	p.outstanding.Add(int64(n))
 	p.s.push(p, p.pending)
 	clear(p.pending)
 	p.pending = p.pending[:0]

@@ -20,7 +20,10 @@
 // atomic flag and a non-blocking wake of that goroutine.
 package dispatch
 
-import "sync"
+import (
+	"sync"
+	"sync/atomic"
+)
 
 // Status is what Next decided for a worker's batch.
 type Status int
@@ -50,8 +53,10 @@ type Scheduler[M, T any] struct {
 	size   int
 	budget budget
 
+	stamps atomic.Uint64 // arrival order of items, across partitions
+
 	mu         sync.Mutex
-	ready      laneList[M, T]
+	ready      readyHeap[M, T]
 	readyItems int          // sum of n over lanes in ready
 	filler     *Batch[M, T] // the one partially filled batch, if any
 	idle       []*Worker
@@ -127,9 +132,7 @@ func (s *Scheduler[M, T]) push(p *Partition[M, T], items []*Item[M, T]) {
 		case l.inReady:
 			s.readyItems++
 		case l.holder == nil || l.holder.filling:
-			l.inReady = true
-			s.ready.push(l)
-			s.readyItems += l.n
+			s.makeReady(l)
 		}
 	}
 	s.wakeLocked()
@@ -163,24 +166,40 @@ func signal(c chan struct{}) {
 	}
 }
 
-// take moves ready items into b, up to Size, holding their lanes.
+func (s *Scheduler[M, T]) makeReady(l *lane[M, T]) {
+	l.inReady = true
+	s.ready.push(l)
+	s.readyItems += l.n
+}
+
+// take moves ready items into b, oldest first, up to Size, holding their
+// lanes. Items go one at a time: after each, the lane competes again with
+// its next item's age, so a lane's newer items do not jump ahead of older
+// items of other lanes.
 func (s *Scheduler[M, T]) take(b *Batch[M, T]) {
 	for len(b.Items) < s.size {
-		l := s.ready.pop()
+		l := s.ready.top()
 		if l == nil {
 			return
 		}
-		l.inReady = false
-		s.readyItems -= l.n
 		if l.part.revoked || (l.holder != nil && l.holder != b) {
-			continue // dead, or running elsewhere: requeued when released
+			// dead, or running elsewhere: requeued when released
+			s.ready.pop()
+			l.inReady = false
+			s.readyItems -= l.n
+			continue
 		}
 		if l.holder == nil {
 			l.holder = b
 			b.lanes = append(b.lanes, l)
 		}
-		for len(b.Items) < s.size && l.n > 0 {
-			b.Items = append(b.Items, l.pop())
+		b.Items = append(b.Items, l.pop())
+		s.readyItems--
+		if l.n == 0 {
+			s.ready.pop()
+			l.inReady = false
+		} else {
+			s.ready.fixTop()
 		}
 	}
 }
@@ -288,9 +307,7 @@ func (s *Scheduler[M, T]) unholdLocked(b *Batch[M, T]) {
 			continue
 		}
 		if l.n > 0 && !l.inReady {
-			l.inReady = true
-			s.ready.push(l)
-			s.readyItems += l.n
+			s.makeReady(l)
 		}
 	}
 	b.lanes = b.lanes[:0]

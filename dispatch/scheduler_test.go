@@ -48,9 +48,10 @@ func TestLaneHeldByOneBatch(t *testing.T) {
 	if st := s.Next(b1, true, nil); st != Run {
 		t.Fatalf("first Next: got %v, want Run", st)
 	}
-	// Size 4 takes both lanes whole, in lane order.
-	if got := lanesOf(b1); len(got) != 4 || got[0] != 1 || got[1] != 1 || got[2] != 1 || got[3] != 2 {
-		t.Fatalf("first batch lanes: got %v, want [1 1 1 2]", got)
+	// Size 4 takes all four, oldest first: arrival order, which keeps
+	// each lane's own order.
+	if got := lanesOf(b1); len(got) != 4 || got[0] != 1 || got[1] != 1 || got[2] != 2 || got[3] != 1 {
+		t.Fatalf("first batch lanes: got %v, want [1 1 2 1]", got)
 	}
 	// While b1 runs, more items of lane 1 arrive: nobody else may take
 	// them, since lane 1 is held.
@@ -73,6 +74,40 @@ func TestLaneHeldByOneBatch(t *testing.T) {
 
 // TestNoHeadOfLineBlocking: a lane whose batch never finishes (a stalled Do)
 // does not stop the dispatcher, nor keep other lanes from other workers.
+// TestOldestFirst: a lane released with old items queued behind it goes
+// ahead of lanes whose items are newer, so the commit frontier follows the
+// work instead of lagging a whole round behind it.
+func TestOldestFirst(t *testing.T) {
+	s := New[msg, int](Options{Size: 1, MaxInFlight: 100})
+	p := s.NewPartition(16)
+	var off int64
+	feed(t, p, &off, 1)
+	w := s.NewWorker()
+	running := s.NewBatch(w)
+	if st := s.Next(running, true, nil); st != Run {
+		t.Fatalf("Next: got %v, want Run", st)
+	}
+	// While lane 1 runs its offset 0, lane 1 gets offset 1, then lanes 2..4
+	// get newer offsets.
+	feed(t, p, &off, 1, 2, 3, 4)
+	var got []int64
+	done := running
+	for range 4 {
+		b := s.NewBatch(w)
+		if st := s.Next(b, true, done); st != Run {
+			t.Fatalf("Next: got %v, want Run", st)
+		}
+		got = append(got, int64(b.Items[0].Msg.seq))
+		done = b
+	}
+	want := []int64{1, 2, 3, 4}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("order taken: got offsets %v, want %v (lane 1's older item first)", got, want)
+		}
+	}
+}
+
 func TestNoHeadOfLineBlocking(t *testing.T) {
 	s := New[msg, int](Options{Size: 1, MaxInFlight: 1 << 20})
 	p := s.NewPartition(16)
