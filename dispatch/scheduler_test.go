@@ -235,3 +235,44 @@ func TestRevoke(t *testing.T) {
 		t.Fatalf("other partition: got %v with %d items, want its one item", st, len(filling.Items))
 	}
 }
+
+// TestIdleLanesSwept: lanes of keys that come and go are recycled, so a
+// stream of ever-new keys does not grow the lane map without bound.
+func TestIdleLanesSwept(t *testing.T) {
+	s := New[msg, int](Options{Size: 64, MaxInFlight: 1 << 20})
+	p := s.NewPartition(64)
+	w := s.NewWorker()
+	var off int64
+	key := 0
+	var done *Batch[msg, int]
+	for round := range 30 {
+		lanes := make([]int, 1000)
+		for i := range lanes {
+			lanes[i] = key
+			key++
+		}
+		feed(t, p, &off, lanes...)
+		for {
+			b := s.NewBatch(w)
+			st := s.Next(b, true, done)
+			done = nil
+			if st == Empty {
+				break
+			}
+			if st != Run {
+				t.Fatalf("round %d: got %v, want Run or Empty", round, st)
+			}
+			done = b
+		}
+		p.Advance()
+	}
+	if next, _ := p.Next(); next != off {
+		t.Fatalf("frontier: got %d, want %d (everything finished)", next, off)
+	}
+	s.mu.Lock()
+	n := len(p.lanes)
+	s.mu.Unlock()
+	if n > 4*minLaneSweep {
+		t.Fatalf("lane map: got %d lanes after 30000 distinct keys, want at most %d (idle lanes swept)", n, 4*minLaneSweep)
+	}
+}
