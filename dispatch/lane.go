@@ -8,7 +8,8 @@ type lane[M, T any] struct {
 	head, tail *Item[M, T]
 	n          int
 	holder     *Batch[M, T] // the batch running (or filling, or parked on) this lane's items
-	inReady    bool         // in the scheduler's ready heap
+	inReady    bool         // in the scheduler's fresh list or requeue heap
+	nextReady  *lane[M, T]  // fresh list link
 }
 
 func (l *lane[M, T]) push(it *Item[M, T]) {

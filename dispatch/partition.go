@@ -129,7 +129,11 @@ func (p *Partition[M, T]) Room() bool {
 		return true
 	}
 	p.s.budget.wait(p.wake)
-	return p.s.budget.used.Load() < p.s.budget.max
+	if p.s.budget.used.Load() < p.s.budget.max {
+		return true
+	}
+	p.s.kickFiller()
+	return false
 }
 
 // Acquire takes credit for one message already read plus up to more

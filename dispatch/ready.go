@@ -1,16 +1,46 @@
 package dispatch
 
-// readyHeap is the scheduler's ready queue: lanes with queued items and no
-// other holder, ordered by the arrival stamp of their head item, oldest
-// first. Serving the oldest waiting message first (subject to lane order)
-// keeps every partition's commit frontier close behind the work done; a
-// FIFO of lanes that hands out a lane's whole queue lets newer messages of
-// early lanes finish long before older messages of late ones, and the
-// frontier (and the in-flight budget behind it) stalls for a whole round.
+// The scheduler's ready queue: lanes with queued items and no other
+// holder, served oldest head first. Serving the oldest waiting message
+// first (subject to lane order) keeps every partition's commit frontier
+// close behind the work done; a FIFO of lanes that hands out a lane's whole
+// queue lets newer messages of early lanes finish long before older
+// messages of late ones, and the frontier (and the in-flight budget behind
+// it) stalls for a whole round.
 //
-// Entries carry the key inline so sifting touches only the array. A lane's
-// key changes only while it is at the top (its head was taken), so Fix is
-// only needed at index 0.
+// Two structures make it cheap: lanes that become ready because a new item
+// arrived have the newest heads, in arrival order, so they go to a FIFO
+// (fresh); lanes that come back with older items queued (released after a
+// batch, or still holding items after one was taken) go to a min-heap on
+// their head's stamp (requeued). take compares the two fronts. With many
+// keys most lanes hold one item at a time, and cost O(1).
+
+// laneList is an intrusive FIFO of lanes.
+type laneList[M, T any] struct {
+	head, tail *lane[M, T]
+}
+
+func (q *laneList[M, T]) push(l *lane[M, T]) {
+	l.nextReady = nil
+	if q.tail == nil {
+		q.head = l
+	} else {
+		q.tail.nextReady = l
+	}
+	q.tail = l
+}
+
+func (q *laneList[M, T]) pop() {
+	l := q.head
+	q.head = l.nextReady
+	if q.head == nil {
+		q.tail = nil
+	}
+	l.nextReady = nil
+}
+
+// readyHeap is a min-heap of lanes on their head's stamp. Entries carry the
+// key inline so sifting touches only the array.
 type readyHeap[M, T any] struct {
 	e []readyEntry[M, T]
 }
@@ -56,12 +86,6 @@ func (h *readyHeap[M, T]) pop() {
 	if c := cap(h.e); c > 1024 && n < c/4 {
 		h.e = append(make([]readyEntry[M, T], 0, c/2), h.e...)
 	}
-}
-
-// fixTop re-keys the top lane after its head changed.
-func (h *readyHeap[M, T]) fixTop() {
-	h.e[0].stamp = h.e[0].l.head.stamp
-	h.down()
 }
 
 func (h *readyHeap[M, T]) down() {

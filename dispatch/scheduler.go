@@ -56,9 +56,10 @@ type Scheduler[M, T any] struct {
 	stamps atomic.Uint64 // arrival order of items, across partitions
 
 	mu         sync.Mutex
-	ready      readyHeap[M, T]
-	readyItems int          // sum of n over lanes in ready
-	filler     *Batch[M, T] // the one partially filled batch, if any
+	fresh      laneList[M, T]  // ready lanes whose head just arrived (see ready.go)
+	requeued   readyHeap[M, T] // ready lanes with older heads
+	readyItems int             // sum of n over ready lanes
+	filler     *Batch[M, T]    // the one partially filled batch, if any
 	idle       []*Worker
 	stopped    bool
 	revokeSeq  uint64
@@ -132,7 +133,13 @@ func (s *Scheduler[M, T]) push(p *Partition[M, T], items []*Item[M, T]) {
 		case l.inReady:
 			s.readyItems++
 		case l.holder == nil || l.holder.filling:
-			s.makeReady(l)
+			l.inReady = true
+			s.readyItems += l.n
+			if l.n == 1 {
+				s.fresh.push(l)
+			} else {
+				s.requeued.push(l)
+			}
 		}
 	}
 	s.wakeLocked()
@@ -166,40 +173,59 @@ func signal(c chan struct{}) {
 	}
 }
 
-func (s *Scheduler[M, T]) makeReady(l *lane[M, T]) {
+// requeue makes a lane with older items queued ready again.
+func (s *Scheduler[M, T]) requeue(l *lane[M, T]) {
 	l.inReady = true
-	s.ready.push(l)
+	s.requeued.push(l)
 	s.readyItems += l.n
 }
 
+// nextReady removes and returns the ready lane with the oldest head.
+func (s *Scheduler[M, T]) nextReady() *lane[M, T] {
+	f, r := s.fresh.head, s.requeued.top()
+	switch {
+	case f == nil && r == nil:
+		return nil
+	case r == nil || (f != nil && stampOf(f) <= stampOf(r)):
+		s.fresh.pop()
+		return f
+	default:
+		s.requeued.pop()
+		return r
+	}
+}
+
+// stampOf is a lane's head stamp; a lane emptied by a revoke sorts first
+// so that it is dropped at once.
+func stampOf[M, T any](l *lane[M, T]) uint64 {
+	if l.head == nil {
+		return 0
+	}
+	return l.head.stamp
+}
+
 // take moves ready items into b, oldest first, up to Size, holding their
-// lanes. Items go one at a time: after each, the lane competes again with
-// its next item's age, so a lane's newer items do not jump ahead of older
-// items of other lanes.
+// lanes. Items go one at a time: after each, a lane with more items
+// competes again with its next item's age, so a lane's newer items do not
+// jump ahead of older items of other lanes.
 func (s *Scheduler[M, T]) take(b *Batch[M, T]) {
 	for len(b.Items) < s.size {
-		l := s.ready.top()
+		l := s.nextReady()
 		if l == nil {
 			return
 		}
+		l.inReady = false
+		s.readyItems -= l.n
 		if l.part.revoked || (l.holder != nil && l.holder != b) {
-			// dead, or running elsewhere: requeued when released
-			s.ready.pop()
-			l.inReady = false
-			s.readyItems -= l.n
-			continue
+			continue // dead, or running elsewhere: requeued when released
 		}
 		if l.holder == nil {
 			l.holder = b
 			b.lanes = append(b.lanes, l)
 		}
 		b.Items = append(b.Items, l.pop())
-		s.readyItems--
-		if l.n == 0 {
-			s.ready.pop()
-			l.inReady = false
-		} else {
-			s.ready.fixTop()
+		if l.n > 0 {
+			s.requeue(l)
 		}
 	}
 }
@@ -241,7 +267,10 @@ func (s *Scheduler[M, T]) nextLocked(b *Batch[M, T], flush bool) Status {
 			s.idle = append(s.idle, b.w)
 		}
 		return Empty
-	case n >= s.size || flush:
+	case n >= s.size || flush || s.budget.waiting.Load() > 0:
+		// Full, or its Ticker passed, or fetching is paused on the
+		// in-flight budget: then nothing more is coming until finished
+		// work moves a frontier, and waiting would only stall it.
 		s.leaveFiller(b)
 		s.wakeLocked()
 		return Run
@@ -307,7 +336,7 @@ func (s *Scheduler[M, T]) unholdLocked(b *Batch[M, T]) {
 			continue
 		}
 		if l.n > 0 && !l.inReady {
-			s.makeReady(l)
+			s.requeue(l)
 		}
 	}
 	b.lanes = b.lanes[:0]
@@ -359,6 +388,16 @@ func (s *Scheduler[M, T]) Discard(b *Batch[M, T]) {
 	}
 	clear(b.Items)
 	b.Items = b.Items[:0]
+}
+
+// kickFiller wakes the filler so it re-evaluates (a partition just paused
+// on the budget: its partial batch should run now).
+func (s *Scheduler[M, T]) kickFiller() {
+	s.mu.Lock()
+	if s.filler != nil {
+		signal(s.filler.w.wake)
+	}
+	s.mu.Unlock()
 }
 
 // Stop makes every Next return Stopped and wakes all waiting workers.
