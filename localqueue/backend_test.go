@@ -1,0 +1,112 @@
+package localqueue
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+func TestBackends(t *testing.T) {
+	tests := []struct {
+		name string
+		open func(t *testing.T) backend
+	}{
+		{"memory", func(t *testing.T) backend { return newMemBackend() }},
+		{"disk", func(t *testing.T) backend {
+			o := Options{Name: "b", DataPath: t.TempDir(), MaxBytesPerFile: 4096}.withDefaults()
+			o.MaxMsgSize = 100
+			return newDiskBackend(&o, zap.NewNop())
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b := tt.open(t)
+			if d := b.Depth(); d != 0 {
+				t.Fatalf("Depth of a new backend: got %d, want 0", d)
+			}
+			const n = 2500 // past memBackend's compaction point
+			rec := func(i int) []byte { return []byte(fmt.Sprintf("%-50d", i)) }
+			next := 0
+			read := func(k int) {
+				t.Helper()
+				for range k {
+					select {
+					case got := <-b.ReadChan():
+						if want := rec(next); string(got) != string(want) {
+							t.Fatalf("record %d: got %q, want %q", next, got, want)
+						}
+						next++
+					case <-time.After(10 * time.Second):
+						t.Fatalf("record %d: nothing after 10s", next)
+					}
+				}
+			}
+			buf := make([]byte, 0, 64)
+			for i := range n {
+				buf = append(buf[:0], rec(i)...)
+				if err := b.Put(buf); err != nil {
+					t.Fatalf("Put: %v", err)
+				}
+				clear(buf[:cap(buf)]) // the backend must not keep our slice
+				if i%3 == 2 {
+					read(1)
+				}
+			}
+			if got, want := b.Depth(), int64(n-next); got != want {
+				t.Fatalf("Depth: got %d, want %d", got, want)
+			}
+			read(n - next)
+			if err := b.Put(rec(0)); err != nil {
+				t.Fatalf("Put: %v", err)
+			}
+			if err := b.Empty(); err != nil {
+				t.Fatalf("Empty: %v", err)
+			}
+			if d := b.Depth(); d != 0 {
+				t.Fatalf("Depth after Empty: got %d, want 0", d)
+			}
+			if err := b.Close(); err != nil {
+				t.Fatalf("Close: %v", err)
+			}
+			if err := b.Put(rec(0)); err == nil {
+				t.Fatalf("Put after Close: got nil error, want one")
+			}
+		})
+	}
+}
+
+// TestSyncEveryOnePutWaitsForSync: with SyncEvery 1, go-diskqueue's
+// metadata already counts the message when Put returns.
+func TestSyncEveryOnePutWaitsForSync(t *testing.T) {
+	dir := t.TempDir()
+	q := openQueue(t, Options{DataPath: dir, SyncEvery: 1, SyncTimeout: time.Hour})
+	for i := 1; i <= 3; i++ {
+		mustPut(t, q, "x")
+		meta, err := os.ReadFile(filepath.Join(dir, "q.diskqueue.meta.dat"))
+		if err != nil {
+			t.Fatalf("read metadata: %v", err)
+		}
+		want := fmt.Sprintf("%d\n0,0\n0,%d\n", i, i*(4+envelopeSize(1)))
+		if string(meta) != want {
+			t.Fatalf("metadata after Put %d: got %q, want %q", i, meta, want)
+		}
+	}
+}
+
+func TestDiskBackendWhere(t *testing.T) {
+	dir := t.TempDir()
+	q := openQueue(t, Options{DataPath: dir})
+	if got := q.backend.where(); !strings.HasSuffix(got, "q.diskqueue.*.dat") {
+		t.Fatalf("where before any read: got %q, want the data file pattern", got)
+	}
+	mustPut(t, q, "x")
+	mustGet(t, q)
+	if got, want := q.backend.where(), filepath.Join(dir, "q.diskqueue.000000.dat"); got != want {
+		t.Fatalf("where after a read: got %q, want %q", got, want)
+	}
+}

@@ -1,0 +1,68 @@
+package localqueue
+
+import (
+	"encoding/hex"
+	"errors"
+	"fmt"
+)
+
+// Sentinel errors. Every error the package returns wraps one of these (or a
+// context error from Get), so callers branch with errors.Is.
+var (
+	// ErrClosed is returned by every operation on a queue (or scanner)
+	// after Close or Delete.
+	ErrClosed = errors.New("localqueue: closed")
+	// ErrTooLarge is returned by Put and PutDeferred for a body longer than
+	// Options.MaxMsgSize.
+	ErrTooLarge = errors.New("localqueue: message too large")
+	// ErrNotInFlight is returned by Finish, Requeue and Touch for an ID that
+	// is not in flight: never delivered, already finished or requeued, or
+	// timed out and handed back to the queue. A late Finish after a timeout
+	// is rejected this way, as in nsqd.
+	ErrNotInFlight = errors.New("localqueue: message not in flight")
+	// ErrTimedOut is returned by Finish, Requeue and Touch for a message
+	// whose in-flight deadline has passed but which the scanner has not yet
+	// redelivered. It wraps ErrNotInFlight: the message will be redelivered.
+	ErrTimedOut = fmt.Errorf("%w: deadline passed", ErrNotInFlight)
+	// ErrInvalidDelay is returned by PutDeferred and Requeue for a negative
+	// delay or one above Options.MaxReqTimeout.
+	ErrInvalidDelay = errors.New("localqueue: invalid delay")
+	// ErrOptions wraps every error Open and NewScanner return for a bad
+	// option; the message names the field.
+	ErrOptions = errors.New("localqueue: invalid options")
+	// ErrLocked is returned by Open when another Queue (in this process or
+	// another) has the same Name open on the same DataPath.
+	ErrLocked = errors.New("localqueue: queue is open elsewhere")
+	// ErrCorrupt wraps envelope decode errors (bad version, length or
+	// checksum). Get never returns it: corrupt records are counted in
+	// Stats.DecodeErrors, logged with the data file, and skipped.
+	ErrCorrupt = errors.New("localqueue: corrupt envelope")
+)
+
+// ID identifies a message. It is assigned by Put, stays the same on every
+// redelivery and across Close/Open, and is unique per queue: the first
+// eight bytes are random per Open, the last eight count up.
+type ID [16]byte
+
+// String is the ID in lowercase hex (32 characters).
+func (id ID) String() string { return hex.EncodeToString(id[:]) }
+
+// MarshalText implements encoding.TextMarshaler (hex, as String).
+func (id ID) MarshalText() ([]byte, error) {
+	b := make([]byte, hex.EncodedLen(len(id)))
+	hex.Encode(b, id[:])
+	return b, nil
+}
+
+// UnmarshalText implements encoding.TextUnmarshaler (hex, as String).
+func (id *ID) UnmarshalText(b []byte) error {
+	if hex.DecodedLen(len(b)) != len(id) {
+		return fmt.Errorf("localqueue: ID %q: want %d hex digits", b, 2*len(id))
+	}
+	var tmp ID
+	if _, err := hex.Decode(tmp[:], b); err != nil {
+		return fmt.Errorf("localqueue: ID %q: %w", b, err)
+	}
+	*id = tmp
+	return nil
+}

@@ -1,0 +1,168 @@
+package localqueue
+
+import (
+	"fmt"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// Defaults for zero Options fields (nsqd's defaults where nsqd has one).
+const (
+	DefaultMaxBytesPerFile = 100 << 20
+	DefaultSyncEvery       = 2500
+	DefaultSyncTimeout     = 2 * time.Second
+	DefaultMaxMsgSize      = 1 << 20
+	DefaultMsgTimeout      = 60 * time.Second
+	DefaultMaxMsgTimeout   = 15 * time.Minute
+	DefaultMaxReqTimeout   = time.Hour
+	// DefaultMemQueueSize is nsqd's default memory chan size. It is not
+	// applied automatically: MemQueueSize 0 means "every message through
+	// the backend".
+	DefaultMemQueueSize = 10000
+	maxNameLen          = 64
+)
+
+// Options configures a Queue. Zero fields take the documented defaults;
+// Open validates the result in one place and names the first bad field.
+type Options struct {
+	// Name identifies the queue in logs and names its files
+	// (<Name>.diskqueue.*.dat). Required: 1-64 characters of [A-Za-z0-9._-].
+	Name string
+	// DataPath is the directory for the queue's files, created if missing.
+	// "" means memory only (like an nsqd #ephemeral channel): nothing
+	// touches disk and Close discards what is left.
+	DataPath string
+	// MemQueueSize is the capacity of the memory chan that ready messages
+	// take before they overflow to the backend. 0 (the zero value) means
+	// every message goes through the backend: through disk when DataPath is
+	// set, which is what Put durability needs. DefaultMemQueueSize (10000)
+	// is nsqd's choice for speed.
+	MemQueueSize int
+	// MaxBytesPerFile is the size at which go-diskqueue starts a new data
+	// file. Default 100 MiB. Must hold at least one maximal envelope.
+	MaxBytesPerFile int64
+	// SyncEvery is how many backend writes and reads go between fsyncs.
+	// Default 2500. 1 makes Put wait for the fsync of its own write.
+	SyncEvery int64
+	// SyncTimeout is the longest a written record waits for an fsync when
+	// the queue is active. Default 2s.
+	SyncTimeout time.Duration
+	// MaxMsgSize is the largest body Put accepts. Default 1 MiB.
+	MaxMsgSize int
+	// MsgTimeout is how long a message stays in flight after Get (or a
+	// Touch) before it is redelivered. Default 60s.
+	MsgTimeout time.Duration
+	// MaxMsgTimeout caps how far Touch can extend a delivery, counted from
+	// Get. Default 15m; must be at least MsgTimeout.
+	MaxMsgTimeout time.Duration
+	// MaxReqTimeout is the longest delay PutDeferred and Requeue accept.
+	// Default 1h.
+	MaxReqTimeout time.Duration
+	// MaxAttempts is the most deliveries a message gets: one that times out
+	// or is requeued after its MaxAttempts-th delivery is dead-lettered
+	// instead. 0 (default) means unlimited. When set, OnDead or DeadLetter
+	// is required so that nothing is dropped silently.
+	MaxAttempts int
+	// OnDead, when set, is called with each dead message (after it was put
+	// into DeadLetter, if that is set too). It runs on a scanner worker or
+	// the goroutine that called Requeue, must not block for long, and must
+	// not call methods of this queue (it runs under the queue's lock; other
+	// queues are fine). Without DeadLetter, the message is gone from the
+	// queue once OnDead returns.
+	OnDead func(m *Message)
+	// DeadLetter, when set, receives each dead message with its ID,
+	// Timestamp and Attempts. If that Put fails the message is redelivered
+	// here instead, so nothing is lost.
+	DeadLetter *Queue
+	// Scanner times out in-flight messages and releases deferred ones. Many
+	// queues should share one. nil means a private scanner with default
+	// ScannerOptions, closed by Close.
+	Scanner *Scanner
+	// Logger receives errors and lifecycle events with queue, path, id and
+	// attempts fields. Default zap.NewNop().
+	Logger *zap.Logger
+
+	// now is the clock; tests inject one. Default: the wall clock at Open
+	// advanced by the monotonic clock (one cheap clock read per call).
+	now func() time.Time
+}
+
+// withDefaults returns a copy of o with zero fields set.
+func (o Options) withDefaults() Options {
+	if o.MaxBytesPerFile == 0 {
+		o.MaxBytesPerFile = DefaultMaxBytesPerFile
+	}
+	if o.SyncEvery == 0 {
+		o.SyncEvery = DefaultSyncEvery
+	}
+	if o.SyncTimeout == 0 {
+		o.SyncTimeout = DefaultSyncTimeout
+	}
+	if o.MaxMsgSize == 0 {
+		o.MaxMsgSize = DefaultMaxMsgSize
+	}
+	if o.MsgTimeout == 0 {
+		o.MsgTimeout = DefaultMsgTimeout
+	}
+	if o.MaxMsgTimeout == 0 {
+		o.MaxMsgTimeout = max(DefaultMaxMsgTimeout, o.MsgTimeout)
+	}
+	if o.MaxReqTimeout == 0 {
+		o.MaxReqTimeout = DefaultMaxReqTimeout
+	}
+	if o.Logger == nil {
+		o.Logger = zap.NewNop()
+	}
+	if o.now == nil {
+		epoch := time.Now()
+		o.now = func() time.Time { return epoch.Add(time.Since(epoch)) }
+	}
+	return o
+}
+
+// validate reports the first invalid field of a defaulted Options.
+func (o Options) validate() error {
+	bad := func(field, format string, args ...any) error {
+		return fmt.Errorf("%w: %s %s", ErrOptions, field, fmt.Sprintf(format, args...))
+	}
+	switch {
+	case !validName(o.Name):
+		return bad("Name", "%q: want 1-%d characters of [A-Za-z0-9._-]", o.Name, maxNameLen)
+	case o.MemQueueSize < 0:
+		return bad("MemQueueSize", "is %d: want 0 or more", o.MemQueueSize)
+	case o.SyncEvery < 0:
+		return bad("SyncEvery", "is %d: want 1 or more (0 for the default)", o.SyncEvery)
+	case o.SyncTimeout < 0:
+		return bad("SyncTimeout", "is %v: want a positive duration", o.SyncTimeout)
+	case o.MaxMsgSize < 0 || o.MaxMsgSize > 1<<30:
+		return bad("MaxMsgSize", "is %d: want 1 byte to 1 GiB", o.MaxMsgSize)
+	case o.MaxBytesPerFile < int64(envelopeSize(o.MaxMsgSize))+4:
+		return bad("MaxBytesPerFile", "is %d: want at least %d to hold one MaxMsgSize message", o.MaxBytesPerFile, envelopeSize(o.MaxMsgSize)+4)
+	case o.MsgTimeout < 0:
+		return bad("MsgTimeout", "is %v: want a positive duration", o.MsgTimeout)
+	case o.MaxMsgTimeout < o.MsgTimeout:
+		return bad("MaxMsgTimeout", "is %v: want at least MsgTimeout (%v)", o.MaxMsgTimeout, o.MsgTimeout)
+	case o.MaxReqTimeout < 0:
+		return bad("MaxReqTimeout", "is %v: want a positive duration", o.MaxReqTimeout)
+	case o.MaxAttempts < 0:
+		return bad("MaxAttempts", "is %d: want 0 (unlimited) or more", o.MaxAttempts)
+	case o.MaxAttempts > 0 && o.OnDead == nil && o.DeadLetter == nil:
+		return bad("MaxAttempts", "is %d but neither OnDead nor DeadLetter is set: dead messages would be dropped", o.MaxAttempts)
+	}
+	return nil
+}
+
+func validName(s string) bool {
+	if len(s) == 0 || len(s) > maxNameLen || s == "." || s == ".." {
+		return false
+	}
+	for _, c := range []byte(s) {
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '.', c == '_', c == '-':
+		default:
+			return false
+		}
+	}
+	return true
+}

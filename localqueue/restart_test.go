@@ -1,0 +1,302 @@
+package localqueue
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestRestart: ready (in memory and on disk), deferred, requeued and
+// in-flight messages all come back after Close/Open, exactly once, with
+// their attempts and due times; finished ones do not.
+func TestRestart(t *testing.T) {
+	for _, size := range []int{0, 5} {
+		t.Run(fmt.Sprintf("MemQueueSize=%d", size), func(t *testing.T) { testRestart(t, size) })
+	}
+}
+
+func testRestart(t *testing.T, memQueueSize int) {
+	clock := newFakeClock()
+	dir := t.TempDir()
+	o := Options{DataPath: dir, MemQueueSize: memQueueSize, now: clock.Now}
+	q := openQueue(t, o)
+	start := clock.Now()
+
+	type want struct {
+		body     string
+		attempts int       // on the first Get after Open
+		due      time.Time // Message.Due
+	}
+	wants := map[ID]want{}
+	for i := range 30 {
+		body := fmt.Sprintf("ready-%02d", i)
+		wants[mustPut(t, q, body)] = want{body, 1, start}
+	}
+	for i := range 10 {
+		body := fmt.Sprintf("deferred-%02d", i)
+		d := time.Duration(i+2) * time.Second // due after Close
+		id, err := q.PutDeferred([]byte(body), d)
+		if err != nil {
+			t.Fatalf("PutDeferred: %v", err)
+		}
+		wants[id] = want{body, 1, start.Add(d)}
+	}
+	clock.Add(100 * time.Millisecond)
+	for i := range 8 {
+		m := mustGet(t, q)
+		w := wants[m.ID]
+		switch {
+		case i < 3: // finished: gone for good
+			mustFinish(t, q, m.ID)
+			delete(wants, m.ID)
+		case i == 3: // requeued for later
+			if err := q.Requeue(m.ID, 20*time.Second); err != nil {
+				t.Fatalf("Requeue: %v", err)
+			}
+			wants[m.ID] = want{w.body, 2, clock.Now().Add(20 * time.Second)}
+		default: // left in flight: ready again after Open
+			wants[m.ID] = want{w.body, 2, time.Time{}}
+		}
+	}
+	closedAt := clock.Add(time.Second)
+	for id, w := range wants {
+		if w.due.IsZero() {
+			wants[id] = want{w.body, w.attempts, closedAt}
+		}
+	}
+	if err := q.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+
+	q = openQueue(t, o)
+	if got, want := q.Depth(), int64(len(wants)); got != want {
+		t.Fatalf("Depth after Open: got %d, want %d (everything not finished)", got, want)
+	}
+	seen := map[ID]bool{}
+	check := func(m *Message) {
+		t.Helper()
+		w, ok := wants[m.ID]
+		switch {
+		case !ok:
+			t.Fatalf("after Open: got %s %q, which was finished or never put", m.ID, m.Body)
+		case seen[m.ID]:
+			t.Fatalf("after Open: got %s %q twice, want once", m.ID, m.Body)
+		case string(m.Body) != w.body || m.Attempts != w.attempts || !m.Due.Equal(w.due):
+			t.Fatalf("after Open: got %q attempts %d due %v, want %q attempts %d due %v", m.Body, m.Attempts, m.Due, w.body, w.attempts, w.due)
+		case m.Due.After(clock.Now()):
+			t.Fatalf("after Open: got %q at %v, before its due time %v", m.Body, clock.Now(), m.Due)
+		}
+		seen[m.ID] = true
+		mustFinish(t, q, m.ID)
+	}
+	for _, m := range drain(t, q) {
+		check(m)
+	}
+	if got := q.Stats().Deferred; got != 11 {
+		t.Fatalf("deferred after draining the ready ones: got %d, want 11 (10 deferred, 1 requeued for later)", got)
+	}
+	for range 25 {
+		clock.Add(time.Second)
+		q.scan()
+		for _, m := range drain(t, q) {
+			check(m)
+		}
+	}
+	if len(seen) != len(wants) {
+		t.Fatalf("after Open: got %d distinct messages, want %d", len(seen), len(wants))
+	}
+
+	// A second restart with nothing left brings nothing back.
+	if err := q.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	q = openQueue(t, o)
+	if m := tryGet(t, q, 50*time.Millisecond); m != nil {
+		t.Fatalf("after a drained restart: got %q, want nothing", m.Body)
+	}
+}
+
+// TestCloseWhileBusy closes a disk queue while producers put and consumers
+// get, finish some and abandon others: every message whose Put returned is
+// either finished (Finish returned nil) or back after Open, exactly once.
+// This is the window go-diskqueue leaves open: a record counts as consumed
+// once it leaves ReadChan.
+func TestCloseWhileBusy(t *testing.T) {
+	for _, size := range []int{0, 16} {
+		t.Run(fmt.Sprintf("MemQueueSize=%d", size), func(t *testing.T) {
+			dir := t.TempDir()
+			o := Options{DataPath: dir, MemQueueSize: size}
+			q := openQueue(t, o)
+			var mu sync.Mutex
+			put, finished := map[ID]bool{}, map[ID]bool{}
+			var wg sync.WaitGroup
+			for range 2 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for i := 0; ; i++ {
+						id, err := q.Put(fmt.Appendf(nil, "m%d", i))
+						if errors.Is(err, ErrClosed) {
+							return
+						}
+						if err != nil {
+							t.Errorf("Put: %v", err)
+							return
+						}
+						mu.Lock()
+						put[id] = true
+						mu.Unlock()
+					}
+				}()
+			}
+			var gets atomic.Int64
+			for range 4 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for {
+						m, err := q.Get(context.Background())
+						if errors.Is(err, ErrClosed) {
+							return
+						}
+						if err != nil {
+							t.Errorf("Get: %v", err)
+							return
+						}
+						gets.Add(1)
+						if m.ID[15]%2 == 0 { // finish about half, abandon the rest in flight
+							if err := q.Finish(m.ID); err == nil {
+								mu.Lock()
+								finished[m.ID] = true
+								mu.Unlock()
+							} else if !errors.Is(err, ErrClosed) {
+								t.Errorf("Finish: %v", err)
+							}
+						}
+					}
+				}()
+			}
+			eventually(t, "2000 deliveries", func() bool { return gets.Load() >= 2000 })
+			if err := q.Close(); err != nil {
+				t.Fatalf("Close: %v", err)
+			}
+			wg.Wait()
+
+			q = openQueue(t, o)
+			back := map[ID]bool{}
+			for _, m := range drain(t, q) {
+				switch {
+				case back[m.ID]:
+					t.Fatalf("after Open: got %s twice, want once", m.ID)
+				case finished[m.ID]:
+					t.Fatalf("after Open: got %s, which was finished", m.ID)
+				case !put[m.ID]:
+					t.Fatalf("after Open: got %s, which no Put returned", m.ID)
+				}
+				back[m.ID] = true
+			}
+			if len(back)+len(finished) != len(put) {
+				t.Fatalf("after Open: %d back + %d finished, want all %d put", len(back), len(finished), len(put))
+			}
+			t.Logf("%d put, %d finished, %d back after Open", len(put), len(finished), len(back))
+		})
+	}
+}
+
+const crashDirEnv = "LOCALQUEUE_CRASH_DIR"
+
+// TestHelperProcess is the child of TestCrash: it puts messages forever
+// with MemQueueSize 0 and SyncEvery 1, printing each acknowledged ID.
+func TestHelperProcess(t *testing.T) {
+	dir := os.Getenv(crashDirEnv)
+	if dir == "" {
+		t.Skip("the child process of TestCrash")
+	}
+	q, err := Open(Options{Name: "crash", DataPath: dir, MemQueueSize: 0, SyncEvery: 1})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "open:", err)
+		os.Exit(2)
+	}
+	for i := 0; ; i++ {
+		id, err := q.Put(fmt.Appendf(nil, "%s-%d", os.Getenv(crashDirEnv+"_ROUND"), i))
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "put:", err)
+			os.Exit(3)
+		}
+		fmt.Fprintln(os.Stdout, id) // unbuffered: printed means acknowledged
+	}
+}
+
+// TestCrash kills a putting child with SIGKILL, twice on the same
+// DataPath (the second child recovers the first one's files), then checks
+// that every ID a child printed comes back.
+func TestCrash(t *testing.T) {
+	dir := t.TempDir()
+	acked := map[string]bool{}
+	for round := range 2 {
+		runUntilKilled(t, dir, round, 200, acked)
+	}
+	q := openQueue(t, Options{Name: "crash", DataPath: dir})
+	got := map[string]bool{}
+	for _, m := range drain(t, q) {
+		got[m.ID.String()] = true
+		mustFinish(t, q, m.ID)
+	}
+	missing := 0
+	for id := range acked {
+		if !got[id] {
+			missing++
+		}
+	}
+	if missing > 0 {
+		t.Fatalf("after kill -9: %d of %d acknowledged messages missing (got %d messages)", missing, len(acked), len(got))
+	}
+	t.Logf("%d acknowledged messages, %d recovered (extra ones were written but not yet acknowledged)", len(acked), len(got))
+}
+
+// runUntilKilled starts the helper and SIGKILLs it once it has printed n
+// IDs, adding every printed ID to acked.
+func runUntilKilled(t *testing.T, dir string, round, n int, acked map[string]bool) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperProcess$", "-test.count=1")
+	cmd.Env = append(os.Environ(), crashDirEnv+"="+dir, fmt.Sprintf("%s_ROUND=%d", crashDirEnv, round))
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatalf("StdoutPipe: %v", err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start helper: %v", err)
+	}
+	lines := bufio.NewScanner(out)
+	printed, killed := 0, false
+	for lines.Scan() {
+		id := strings.TrimSpace(lines.Text())
+		if len(id) != 32 {
+			continue // not an ID (test framework output)
+		}
+		acked[id] = true
+		printed++
+		if printed == n && !killed {
+			if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+				t.Fatalf("kill helper: %v", err)
+			}
+			killed = true
+		}
+	}
+	err = cmd.Wait()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+		t.Fatalf("round %d: helper ended with %v (stderr %q), want killed by SIGKILL after %d IDs (got %d)", round, err, stderr.String(), n, printed)
+	}
+}

@@ -1,0 +1,77 @@
+package localqueue
+
+import "sync/atomic"
+
+// Stats is a snapshot of a queue's state and counters.
+type Stats struct {
+	Name string
+	// Depth is the number of ready messages (MemDepth + BackendDepth).
+	Depth        int64
+	MemDepth     int64
+	BackendDepth int64
+	// InFlight is the number of delivered messages awaiting Finish,
+	// Requeue or their deadline.
+	InFlight int
+	// Deferred is the number of messages waiting for their due time in
+	// memory (deferred records still on disk are in BackendDepth).
+	Deferred int
+
+	Puts      uint64 // accepted by Put, PutDeferred (and as a dead-letter queue)
+	Delivered uint64 // handed out by Get
+	Finished  uint64
+	Requeued  uint64
+	Touched   uint64
+	TimedOut  uint64 // deliveries whose deadline passed
+	Dead      uint64 // messages that used up MaxAttempts
+	// Duplicates counts records read while a delivery with the same ID was
+	// in flight (go-diskqueue replays records after a crash); they are
+	// dropped.
+	Duplicates uint64
+	// DecodeErrors counts backend records that did not decode (bad
+	// version, length or checksum); they are logged with the file and
+	// dropped.
+	DecodeErrors uint64
+	// BackendErrors counts errors go-diskqueue reported itself: corrupt or
+	// truncated data files (renamed to .bad and skipped), failed syncs.
+	BackendErrors uint64
+	// WriteErrors counts failed backend writes. Put returns them; a
+	// redelivery that fails is retried a second later.
+	WriteErrors uint64
+}
+
+// counters are grouped by who bumps them, each group on its own cache
+// line: producers (Put), consumers (Get, Finish), the rest.
+type counters struct {
+	puts                                  atomic.Uint64
+	_                                     [56]byte
+	delivered, finished                   atomic.Uint64
+	_                                     [48]byte
+	requeued, touched, timedOut, dead     atomic.Uint64
+	duplicates, decodeErrors, writeErrors atomic.Uint64
+}
+
+// Stats returns a snapshot; the fields are read one at a time, not
+// atomically together.
+func (q *Queue) Stats() Stats {
+	mem := int64(len(q.memChan))
+	be := q.backend.Depth()
+	return Stats{
+		Name:          q.opts.Name,
+		Depth:         mem + be,
+		MemDepth:      mem,
+		BackendDepth:  be,
+		InFlight:      q.inFlightLen(),
+		Deferred:      q.deferredLen(),
+		Puts:          q.stats.puts.Load(),
+		Delivered:     q.stats.delivered.Load(),
+		Finished:      q.stats.finished.Load(),
+		Requeued:      q.stats.requeued.Load(),
+		Touched:       q.stats.touched.Load(),
+		TimedOut:      q.stats.timedOut.Load(),
+		Dead:          q.stats.dead.Load(),
+		Duplicates:    q.stats.duplicates.Load(),
+		DecodeErrors:  q.stats.decodeErrors.Load(),
+		BackendErrors: q.backend.errorCount(),
+		WriteErrors:   q.stats.writeErrors.Load(),
+	}
+}
