@@ -46,20 +46,25 @@ const (
 type Options struct {
 	Size        int // most items per batch
 	MaxInFlight int // budget of items not yet behind their commit frontier
+	// Window is how far (in arrival order, across partitions) a batch may
+	// look past a lane's head for more of the same lane's items; default
+	// Size. Oldest-first holds to within a window.
+	Window int
 }
 
 // Scheduler is shared by all partitions and workers of a group.
 type Scheduler[M, T any] struct {
 	size   int
+	window uint64
 	budget budget
 
 	stamps atomic.Uint64 // arrival order of items, across partitions
 
 	mu         sync.Mutex
-	fresh      laneList[M, T]  // ready lanes whose head just arrived (see ready.go)
-	requeued   readyHeap[M, T] // ready lanes with older heads
-	readyItems int             // sum of n over ready lanes
-	filler     *Batch[M, T]    // the one partially filled batch, if any
+	fresh      laneList[M, T]    // ready lanes whose head just arrived (see ready.go)
+	requeued   bucketQueue[M, T] // ready lanes with older heads
+	readyItems int               // sum of n over ready lanes
+	filler     *Batch[M, T]      // the one partially filled batch, if any
 	idle       []*Worker
 	stopped    bool
 	revokeSeq  uint64
@@ -91,7 +96,10 @@ func New[M, T any](o Options) *Scheduler[M, T] {
 	if o.Size <= 0 {
 		o.Size = 1
 	}
-	s := &Scheduler[M, T]{size: o.Size}
+	if o.Window <= 0 {
+		o.Window = o.Size
+	}
+	s := &Scheduler[M, T]{size: o.Size, window: uint64(o.Window)}
 	s.budget.max = int64(o.MaxInFlight)
 	if s.budget.max <= 0 {
 		s.budget.max = 1 << 62
@@ -138,7 +146,7 @@ func (s *Scheduler[M, T]) push(p *Partition[M, T], items []*Item[M, T]) {
 			if l.n == 1 {
 				s.fresh.push(l)
 			} else {
-				s.requeued.push(l)
+				s.requeued.push(l, l.head.stamp)
 			}
 		}
 	}
@@ -176,13 +184,13 @@ func signal(c chan struct{}) {
 // requeue makes a lane with older items queued ready again.
 func (s *Scheduler[M, T]) requeue(l *lane[M, T]) {
 	l.inReady = true
-	s.requeued.push(l)
+	s.requeued.push(l, l.head.stamp)
 	s.readyItems += l.n
 }
 
 // nextReady removes and returns the ready lane with the oldest head.
 func (s *Scheduler[M, T]) nextReady() *lane[M, T] {
-	f, r := s.fresh.head, s.requeued.top()
+	f, r := s.fresh.head, s.requeued.front()
 	switch {
 	case f == nil && r == nil:
 		return nil
@@ -223,7 +231,14 @@ func (s *Scheduler[M, T]) take(b *Batch[M, T]) {
 			l.holder = b
 			b.lanes = append(b.lanes, l)
 		}
-		b.Items = append(b.Items, l.pop())
+		// Take the lane's items that arrived within window of its head
+		// (typically the rest of the same intake burst) in one go: oldest
+		// first holds to within one window, and a lane costs one heap
+		// operation per window rather than per item.
+		limit := l.head.stamp + s.window
+		for len(b.Items) < s.size && l.n > 0 && l.head.stamp < limit {
+			b.Items = append(b.Items, l.pop())
+		}
 		if l.n > 0 {
 			s.requeue(l)
 		}

@@ -39,7 +39,7 @@ func lanesOf(b *Batch[msg, int]) []int {
 }
 
 func TestLaneHeldByOneBatch(t *testing.T) {
-	s := New[msg, int](Options{Size: 4, MaxInFlight: 100})
+	s := New[msg, int](Options{Size: 4, MaxInFlight: 100, Window: 1})
 	p := s.NewPartition(16)
 	var off int64
 	feed(t, p, &off, 1, 1, 2, 1)

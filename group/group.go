@@ -122,7 +122,7 @@ func New[T any](cfg Config, h Handler[T]) (*Group[T], error) {
 		h:      h,
 		log:    cfg.Logger.With(zap.String("group", cfg.GroupID)),
 		seed:   maphash.MakeSeed(),
-		sched:  dispatch.New[Message, T](dispatch.Options{Size: cfg.Size, MaxInFlight: cfg.MaxInFlight}),
+		sched:  dispatch.New[Message, T](dispatch.Options{Size: cfg.Size, MaxInFlight: cfg.MaxInFlight, Window: cfg.Chan}),
 		bufs:   make([][]T, cfg.Num),
 		claims: make(map[*claimState]struct{}),
 	}
@@ -225,7 +225,9 @@ func (g *Group[T]) consumerError(err error) {
 func (g *Group[T]) handle(ctx context.Context, worker int, b *dispatch.Batch[Message, T]) error {
 	vals := g.bufs[worker][:0] // cap Size: never reallocates, never written back
 	for _, it := range b.Items {
-		it.Msg.Attempt = it.Attempt
+		if it.Msg.Attempt != it.Attempt { // only on retries: keep Msg's cache lines clean
+			it.Msg.Attempt = it.Attempt
+		}
 		vals = append(vals, it.Val)
 	}
 	err := g.call(ctx, vals)
