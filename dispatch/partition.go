@@ -36,6 +36,9 @@ type Partition[M, T any] struct {
 	// draining makes every completion wake the owner (it waits for
 	// Outstanding to reach zero after Revoke).
 	draining atomicBool
+	// wakePending: a head completion is waiting in the scheduler's waker
+	// (see Options.WakeDelay).
+	wakePending atomicBool
 }
 
 // NewPartition starts the pipeline state of one claim. chanSize is the most
@@ -210,8 +213,14 @@ func (p *Partition[M, T]) recycle(it *Item[M, T]) {
 // finished records n items finished; wake says one of them was the head.
 func (p *Partition[M, T]) finished(n int64, wake bool) {
 	p.outstanding.Add(-n)
-	if wake || p.draining.Load() {
+	switch {
+	case p.draining.Load():
 		signal(p.wake)
+	case !wake:
+	case p.s.wakeDelay <= 0:
+		signal(p.wake)
+	case !p.wakePending.Swap(true):
+		p.s.deferWake(p)
 	}
 }
 

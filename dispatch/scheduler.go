@@ -23,6 +23,7 @@ package dispatch
 import (
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // Status is what Next decided for a worker's batch.
@@ -46,6 +47,12 @@ const (
 type Options struct {
 	Size        int // most items per batch
 	MaxInFlight int // budget of items not yet behind their commit frontier
+	// WakeDelay coalesces the wakes of a partition's claim loop for its
+	// head finishing: they are delivered at most this late, in batches, by
+	// RunWaker. With Size=1 and many workers, oldest-first makes most
+	// completions a head; waking the claim loop for each cost a goroutine
+	// switch per message. 0: wake at once (RunWaker is then not needed).
+	WakeDelay time.Duration
 	// Window is how far (in arrival order, across partitions) a batch may
 	// look past a lane's head for more of the same lane's items; default
 	// Size. Oldest-first holds to within a window.
@@ -54,9 +61,14 @@ type Options struct {
 
 // Scheduler is shared by all partitions and workers of a group.
 type Scheduler[M, T any] struct {
-	size   int
-	window uint64
-	budget budget
+	size      int
+	window    uint64
+	wakeDelay time.Duration
+
+	wakeMu   sync.Mutex
+	wakeList []*Partition[M, T] // head completions waiting for RunWaker
+	wakeKick chan struct{}
+	budget   budget
 
 	stamps atomic.Uint64 // arrival order of items, across partitions
 
@@ -99,7 +111,7 @@ func New[M, T any](o Options) *Scheduler[M, T] {
 	if o.Window <= 0 {
 		o.Window = o.Size
 	}
-	s := &Scheduler[M, T]{size: o.Size, window: uint64(o.Window)}
+	s := &Scheduler[M, T]{size: o.Size, window: uint64(o.Window), wakeDelay: o.WakeDelay, wakeKick: make(chan struct{}, 1)}
 	s.budget.max = int64(o.MaxInFlight)
 	if s.budget.max <= 0 {
 		s.budget.max = 1 << 62
@@ -154,23 +166,29 @@ func (s *Scheduler[M, T]) push(p *Partition[M, T], items []*Item[M, T]) {
 	s.mu.Unlock()
 }
 
-// wakeLocked wakes the filler, and one idle worker if more is ready than
-// the filler has room for. Wakes cascade: a woken worker that takes a full
-// batch and leaves more behind wakes the next one (Next's Run case), so a
-// burst never wakes more workers than it keeps busy, and waking costs one
-// goroutine switch per worker actually needed.
+// wakeFanout is how many idle workers one wake may rouse.
+const wakeFanout = 2
+
+// wakeLocked wakes the filler, and up to wakeFanout idle workers while more
+// is ready than the filler has room for. Wakes cascade: a woken worker that
+// takes a full batch and leaves more behind wakes the next ones (Next's
+// Run case). Fanning out by two brings Num workers up in log2(Num) steps
+// (waking one at a time took 256 goroutine switches in a row before the
+// last worker of a large pool started), while a burst that one worker can
+// handle does not rouse the whole pool.
 func (s *Scheduler[M, T]) wakeLocked() {
 	extra := s.readyItems
 	if f := s.filler; f != nil {
 		signal(f.w.wake)
 		extra -= s.size - len(f.Items)
 	}
-	if extra > 0 && len(s.idle) > 0 {
+	for i := 0; i < wakeFanout && extra > 0 && len(s.idle) > 0; i++ {
 		w := s.idle[len(s.idle)-1]
 		s.idle[len(s.idle)-1] = nil
 		s.idle = s.idle[:len(s.idle)-1]
 		w.idle = false
 		signal(w.wake)
+		extra -= s.size
 	}
 }
 
@@ -227,21 +245,26 @@ func (s *Scheduler[M, T]) take(b *Batch[M, T]) {
 		if l.part.revoked || (l.holder != nil && l.holder != b) {
 			continue // dead, or running elsewhere: requeued when released
 		}
-		if l.holder == nil {
-			l.holder = b
-			b.lanes = append(b.lanes, l)
-		}
-		// Take the lane's items that arrived within window of its head
-		// (typically the rest of the same intake burst) in one go: oldest
-		// first holds to within one window, and a lane costs one heap
-		// operation per window rather than per item.
-		limit := l.head.stamp + s.window
-		for len(b.Items) < s.size && l.n > 0 && l.head.stamp < limit {
-			b.Items = append(b.Items, l.pop())
-		}
-		if l.n > 0 {
-			s.requeue(l)
-		}
+		s.takeFrom(b, l)
+	}
+}
+
+// takeFrom moves l's items into b: those that arrived within window of its
+// head (typically the rest of the same intake burst) in one go, so that
+// oldest-first holds to within one window and a lane costs one queue
+// operation per window rather than per item. A lane with more left is
+// requeued, still held by b.
+func (s *Scheduler[M, T]) takeFrom(b *Batch[M, T], l *lane[M, T]) {
+	if l.holder == nil {
+		l.holder = b
+		b.lanes = append(b.lanes, l)
+	}
+	limit := l.head.stamp + s.window
+	for len(b.Items) < s.size && l.n > 0 && l.head.stamp < limit {
+		b.Items = append(b.Items, l.pop())
+	}
+	if l.n > 0 {
+		s.requeue(l)
 	}
 }
 
@@ -253,7 +276,7 @@ func (s *Scheduler[M, T]) take(b *Batch[M, T]) {
 func (s *Scheduler[M, T]) Next(b *Batch[M, T], flush bool, done *Batch[M, T]) Status {
 	s.mu.Lock()
 	if done != nil {
-		s.unholdLocked(done)
+		s.continueLocked(done, b)
 	}
 	st := s.nextLocked(b, flush)
 	if done != nil && st != Run {
@@ -357,6 +380,28 @@ func (s *Scheduler[M, T]) unholdLocked(b *Batch[M, T]) {
 	b.lanes = b.lanes[:0]
 }
 
+// continueLocked releases done's lanes, handing those with more items
+// queued straight to b when b may take: the worker carries on with the
+// lanes it just finished. Under skew this keeps the hot lane, the one that
+// bounds throughput, running back to back instead of waiting for its turn
+// in the ready queue; it does not break oldest-first in practice, since a
+// lane with a backlog holds old items.
+func (s *Scheduler[M, T]) continueLocked(done, b *Batch[M, T]) {
+	canTake := s.filler == nil || s.filler == b
+	for i, l := range done.lanes {
+		done.lanes[i] = nil
+		l.holder = nil
+		switch {
+		case l.part.revoked || l.n == 0 || l.inReady:
+		case canTake && len(b.Items) < s.size:
+			s.takeFrom(b, l)
+		default:
+			s.requeue(l)
+		}
+	}
+	done.lanes = done.lanes[:0]
+}
+
 // Park keeps a failed batch's lanes held while it waits to be retried;
 // later items of those lanes wait, other lanes flow.
 func (s *Scheduler[M, T]) Park(b *Batch[M, T]) {
@@ -403,6 +448,52 @@ func (s *Scheduler[M, T]) Discard(b *Batch[M, T]) {
 	}
 	clear(b.Items)
 	b.Items = b.Items[:0]
+}
+
+// deferWake queues p for RunWaker.
+func (s *Scheduler[M, T]) deferWake(p *Partition[M, T]) {
+	s.wakeMu.Lock()
+	s.wakeList = append(s.wakeList, p)
+	first := len(s.wakeList) == 1
+	s.wakeMu.Unlock()
+	if first {
+		signal(s.wakeKick)
+	}
+}
+
+// RunWaker delivers coalesced head-completion wakes (Options.WakeDelay)
+// until stop is closed, then delivers what is pending and returns. Run it
+// in one goroutine when WakeDelay > 0.
+func (s *Scheduler[M, T]) RunWaker(stop <-chan struct{}) {
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	var batch []*Partition[M, T]
+	deliver := func() {
+		s.wakeMu.Lock()
+		batch, s.wakeList = s.wakeList, batch[:0]
+		s.wakeMu.Unlock()
+		for i, p := range batch {
+			p.wakePending.Store(false)
+			signal(p.wake)
+			batch[i] = nil
+		}
+	}
+	defer deliver()
+	for {
+		select {
+		case <-s.wakeKick:
+		case <-stop:
+			return
+		}
+		timer.Reset(s.wakeDelay)
+		select {
+		case <-timer.C:
+		case <-stop:
+			timer.Stop()
+			return
+		}
+		deliver()
+	}
 }
 
 // kickFiller wakes the filler so it re-evaluates (a partition just paused

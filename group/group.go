@@ -73,6 +73,12 @@ func (h Handler[T]) validate() error {
 	return nil
 }
 
+// wakeDelay bounds how late a claim loop hears that its frontier may move
+// (dispatch.Options.WakeDelay): commits and budget lag the work by at most
+// this much, in exchange for one wake per partition per wakeDelay instead
+// of one per message.
+const wakeDelay = 500 * time.Microsecond
+
 // Group consumes Config.Topics as Config.GroupID with a Handler. Create it
 // with New; Run it once.
 type Group[T any] struct {
@@ -118,11 +124,13 @@ func New[T any](cfg Config, h Handler[T]) (*Group[T], error) {
 		return nil, err
 	}
 	g := &Group[T]{
-		cfg:    cfg,
-		h:      h,
-		log:    cfg.Logger.With(zap.String("group", cfg.GroupID)),
-		seed:   maphash.MakeSeed(),
-		sched:  dispatch.New[Message, T](dispatch.Options{Size: cfg.Size, MaxInFlight: cfg.MaxInFlight, Window: cfg.Chan}),
+		cfg:  cfg,
+		h:    h,
+		log:  cfg.Logger.With(zap.String("group", cfg.GroupID)),
+		seed: maphash.MakeSeed(),
+		sched: dispatch.New[Message, T](dispatch.Options{
+			Size: cfg.Size, MaxInFlight: cfg.MaxInFlight, Window: cfg.Chan, WakeDelay: wakeDelay,
+		}),
 		bufs:   make([][]T, cfg.Num),
 		claims: make(map[*claimState]struct{}),
 	}

@@ -54,6 +54,7 @@ func Start[M, T any](ctx context.Context, s *dispatch.Scheduler[M, T], cfg Confi
 	for i := range cfg.Num {
 		p.wg.Go(func() { p.work(ctx, i) })
 	}
+	p.wg.Go(func() { s.RunWaker(p.stop) })
 	return p
 }
 

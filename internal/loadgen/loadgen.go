@@ -42,13 +42,26 @@ func Produce(ctx context.Context, addrs []string, topic string, n int, gen Gen) 
 	if err != nil {
 		return fmt.Errorf("loadgen: connect to %v: %w", addrs, err)
 	}
+	// acked counts n acknowledgements, or stops early when the producer
+	// closes both channels (after AsyncClose on cancellation).
 	acked := make(chan error, 1)
 	go func() {
 		var firstErr error
-		for i := 0; i < n; i++ {
+		succ, errs := p.Successes(), p.Errors()
+		for got := 0; got < n && (succ != nil || errs != nil); {
 			select {
-			case <-p.Successes():
-			case perr := <-p.Errors():
+			case _, ok := <-succ:
+				if !ok {
+					succ = nil
+					continue
+				}
+				got++
+			case perr, ok := <-errs:
+				if !ok {
+					errs = nil
+					continue
+				}
+				got++
 				if firstErr == nil {
 					firstErr = fmt.Errorf("loadgen: produce to %s partition %d: %w", topic, perr.Msg.Partition, perr.Err)
 				}
@@ -71,8 +84,7 @@ func Produce(ctx context.Context, addrs []string, topic string, n int, gen Gen) 
 	}
 	if sendErr != nil {
 		p.AsyncClose()
-		for range p.Successes() {
-		}
+		<-acked // drains both channels until the producer closes them
 		return fmt.Errorf("loadgen: produce to %s: %w", topic, sendErr)
 	}
 	err = <-acked

@@ -1,0 +1,283 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"io"
+	"net"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/IBM/sarama"
+)
+
+func TestBrokerFlags(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--addr", "x"}, `--addr "x"`},
+		{[]string{"--addr", "127.0.0.1:99999"}, `--addr "127.0.0.1:99999"`},
+		{[]string{"--addr", ":9092"}, `--addr ":9092"`},
+		{[]string{"--partitions", "-1"}, "--partitions -1: must be positive"},
+		{[]string{"--partitions", "0"}, "--partitions 0"},
+		{[]string{"--topics", "a,,b"}, `--topics "a,,b"`},
+		{[]string{"--sync"}, "--sync: needs --data"},
+		{[]string{"--bogus"}, "-bogus"},
+		{[]string{"stray"}, `unexpected argument "stray"`},
+	} {
+		var out bytes.Buffer
+		err := runBroker(context.Background(), tc.args, &out)
+		if !errors.Is(err, errUsage) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("broker %q: %v, want a usage error naming %q", tc.args, err, tc.want)
+		}
+	}
+	var out bytes.Buffer
+	if err := runBroker(context.Background(), []string{"-h"}, &out); !errors.Is(err, flag.ErrHelp) {
+		t.Errorf("broker -h: %v", err)
+	}
+}
+
+func TestBrokerAddrInUse(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	addr := ln.Addr().String()
+	err = runBroker(context.Background(), []string{"--addr", addr}, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), `--addr "`+addr+`"`) {
+		t.Fatalf("broker on a busy port: %v, want an error naming --addr", err)
+	}
+}
+
+// lines collects what a broker writes, line by line, and signals "ready".
+type lines struct {
+	mu    sync.Mutex
+	all   []string
+	ready chan struct{}
+	done  chan struct{} // closed at EOF
+}
+
+func readLines(r io.Reader) *lines {
+	l := &lines{ready: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(l.done)
+		sc := bufio.NewScanner(r)
+		for sc.Scan() {
+			l.mu.Lock()
+			l.all = append(l.all, sc.Text())
+			l.mu.Unlock()
+			if sc.Text() == "ready" {
+				close(l.ready)
+			}
+		}
+		io.Copy(io.Discard, r)
+	}()
+	return l
+}
+
+func (l *lines) text() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return strings.Join(l.all, "\n")
+}
+
+// addr waits for "ready" and returns the address the broker printed.
+func (l *lines) addr(t *testing.T) string {
+	t.Helper()
+	select {
+	case <-l.ready:
+	case <-l.done:
+		t.Fatalf("broker ended before ready:\n%s", l.text())
+	case <-time.After(20 * time.Second):
+		t.Fatalf("broker not ready after 20s:\n%s", l.text())
+	}
+	for line := range strings.Lines(l.text()) {
+		if a, ok := strings.CutPrefix(line, "orderly broker listening on "); ok {
+			return strings.TrimSpace(a)
+		}
+	}
+	t.Fatalf("broker printed no address:\n%s", l.text())
+	return ""
+}
+
+func TestBrokerInProcess(t *testing.T) {
+	pr, pw := io.Pipe()
+	out := readLines(pr)
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() {
+		errc <- runBroker(ctx, []string{"--addr", "127.0.0.1:0", "--partitions", "3", "--topics", "a,b"}, pw)
+		pw.Close()
+	}()
+	addr := out.addr(t)
+	parts := topicPartitions(t, addr)
+	if parts["a"] != 3 || parts["b"] != 3 {
+		t.Errorf("topics %v, want a and b with 3 partitions", parts)
+	}
+	cancel()
+	if err := <-errc; err != nil {
+		t.Fatalf("broker: %v", err)
+	}
+	<-out.done
+	if !strings.HasSuffix(out.text(), "stopped") {
+		t.Errorf("broker did not print stopped:\n%s", out.text())
+	}
+}
+
+// topicPartitions returns the partition count of each topic at addr.
+func topicPartitions(t *testing.T, addr string) map[string]int {
+	t.Helper()
+	c := saramaClient(t, addr)
+	defer c.Close()
+	ts, err := c.Topics()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := make(map[string]int)
+	for _, topic := range ts {
+		ps, err := c.Partitions(topic)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[topic] = len(ps)
+	}
+	return out
+}
+
+func saramaClient(t *testing.T, addr string) sarama.Client {
+	t.Helper()
+	cfg := sarama.NewConfig()
+	cfg.Version = sarama.V3_0_0_0
+	c, err := sarama.NewClient([]string{addr}, cfg)
+	if err != nil {
+		t.Fatalf("connect to %s: %v", addr, err)
+	}
+	return c
+}
+
+// brokerProc is `orderly broker` running as a separate process.
+type brokerProc struct {
+	cmd  *exec.Cmd
+	out  *lines
+	addr string
+}
+
+func startBrokerProc(t *testing.T, args ...string) *brokerProc {
+	t.Helper()
+	cmd := exec.Command(orderlyBin(t), append([]string{"broker"}, args...)...)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	b := &brokerProc{cmd: cmd, out: readLines(stdout)}
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil { // not stopped by the test
+			cmd.Process.Kill()
+			<-b.out.done
+			cmd.Wait()
+		}
+	})
+	b.addr = b.out.addr(t)
+	return b
+}
+
+// stop sends SIGTERM and checks the broker exits 0 after printing
+// "stopped".
+func (b *brokerProc) stop(t *testing.T) {
+	t.Helper()
+	if err := b.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-b.out.done:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("broker did not exit 30s after SIGTERM:\n%s", b.out.text())
+	}
+	if err := b.cmd.Wait(); err != nil {
+		t.Fatalf("broker exit: %v\n%s", err, b.out.text())
+	}
+	if !strings.HasSuffix(b.out.text(), "stopped") {
+		t.Errorf("broker did not print stopped:\n%s", b.out.text())
+	}
+}
+
+// runDemoProc runs `orderly demo` as a separate process and returns its
+// stdout; it fails the test unless the demo exits 0.
+func runDemoProc(t *testing.T, args ...string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, orderlyBin(t), append([]string{"demo"}, args...)...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("orderly demo %q: %v\nstdout:\n%s\nstderr:\n%s", args, err, stdout.String(), stderr.String())
+	}
+	return stdout.String()
+}
+
+// TestProcesses runs the broker and the demo as separate processes: the
+// demo against --brokers, the broker stopped with SIGTERM and restarted on
+// its --data directory, where the records and the committed offsets must
+// still be; then a second demo run on the topic that already holds data.
+func TestProcesses(t *testing.T) {
+	data := t.TempDir()
+	b := startBrokerProc(t, "--addr", "127.0.0.1:0", "--data", data, "--partitions", "4", "--topics", "orderly-demo")
+	out := runDemoProc(t, "--brokers", b.addr, "--group", "first", "--messages", "3000", "--keys", "100",
+		"--io", "0", "--io-item", "0", "--fail", "0.02", "--progress", "off")
+	wantLines(t, out, okReport)
+	wantLines(t, out, map[string]string{"produced": "3000", "handled": "3000", "partitions": "4", "committed": "3000"})
+	b.stop(t)
+
+	b = startBrokerProc(t, "--addr", "127.0.0.1:0", "--data", data, "--partitions", "4", "--topics", "orderly-demo")
+	c := saramaClient(t, b.addr)
+	ps, err := c.Partitions("orderly-demo")
+	if err != nil || len(ps) != 4 {
+		t.Fatalf("after restart: partitions %v, %v", ps, err)
+	}
+	var newest int64
+	for _, p := range ps {
+		off, err := c.GetOffset("orderly-demo", p, sarama.OffsetNewest)
+		if err != nil {
+			t.Fatal(err)
+		}
+		newest += off
+	}
+	if newest != 3000 {
+		t.Errorf("after restart the topic holds %d records, want 3000", newest)
+	}
+	r := &remote{client: c}
+	if r.admin, err = sarama.NewClusterAdminFromClient(c); err != nil {
+		t.Fatal(err)
+	}
+	hw, err1 := r.highWatermarks("orderly-demo")
+	committed, err2 := r.committed("first", "orderly-demo")
+	if err := errors.Join(err1, err2); err != nil {
+		t.Fatal(err)
+	}
+	if offsets(committed) != offsets(hw) {
+		t.Errorf("after restart group first committed %s, high watermarks %s", offsets(committed), offsets(hw))
+	}
+	r.close()
+
+	// The topic now has data: a new run starts its group at the end.
+	out = runDemoProc(t, "--brokers", b.addr, "--messages", "1000", "--keys", "30",
+		"--io", "0", "--io-item", "0", "--progress", "on")
+	wantLines(t, out, okReport)
+	wantLines(t, out, map[string]string{"produced": "1000", "handled": "1000", "committed": "1000"})
+	b.stop(t)
+}

@@ -1,0 +1,335 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
+	"github.com/orderly-go/orderly/group"
+	"github.com/orderly-go/orderly/internal/loadgen"
+)
+
+// demoOpts are the demo's flags.
+type demoOpts struct {
+	brokers     []string
+	topic       string
+	group       string
+	messages    int
+	keys        int
+	partitions  int
+	zipf        float64
+	poison      int
+	rate        float64
+	num         int
+	size        int
+	ticker      time.Duration
+	maxInFlight int
+	io          time.Duration
+	ioItem      time.Duration
+	fail        float64
+	seed        uint64
+	timeout     time.Duration
+	progress    string
+	logLevel    string
+}
+
+// Defaults of the simulated I/O. The default run should last about 30s on
+// 2 cores (long enough to watch, short enough to run often). Producing 200k
+// records takes about 1.5s and the group is far from CPU-bound: with 1ms
+// per call alone, 64 workers with full batches of 64 handle 200k transfers
+// in about 1s (measured ~240k msg/s). So the per-transfer cost is what sets
+// the pace: a full batch costs 1ms + 64×9ms = 577ms, 64 workers then book
+// about 7.1k transfers/s, and the default run takes about 30s (measured
+// 30.2s, 6.8k msg/s).
+const (
+	defaultIO     = time.Millisecond
+	defaultIOItem = 9 * time.Millisecond
+)
+
+func parseDemoFlags(args []string, out io.Writer) (*demoOpts, error) {
+	o := &demoOpts{}
+	fs := flag.NewFlagSet("orderly demo", flag.ContinueOnError)
+	fs.SetOutput(out)
+	brokers := fs.String("brokers", "", "comma-separated host:port of a real cluster; empty: an embedded kfake broker")
+	fs.StringVar(&o.topic, "topic", "orderly-demo", "topic to produce to and consume (created if missing)")
+	fs.StringVar(&o.group, "group", "", "consumer group id; empty: orderly-demo-<unix nanos>. Its offsets on --topic are set to the topic's end before producing")
+	fs.IntVar(&o.messages, "messages", 200_000, "transfers to produce")
+	fs.IntVar(&o.keys, "keys", 10_000, "accounts (Kafka keys, ordering lanes)")
+	fs.IntVar(&o.partitions, "partitions", 8, "partitions of a topic the demo creates")
+	fs.Float64Var(&o.zipf, "zipf", 0, "Zipf exponent of the paying accounts (> 0; e.g. 1.1); 0: uniform")
+	fs.IntVar(&o.poison, "poison", 0, "undecodable records to mix in (counted as decode errors, skipped, committed past)")
+	fs.Float64Var(&o.rate, "rate", 0, "produce at most this many records per second; 0: as fast as possible (then latency includes waiting behind the backlog)")
+	fs.IntVar(&o.num, "num", 64, "group Num: worker goroutines calling Do")
+	fs.IntVar(&o.size, "size", 64, "group Size: most transfers per Do call")
+	fs.DurationVar(&o.ticker, "ticker", 10*time.Millisecond, "group Ticker: how long a partial batch waits")
+	fs.IntVar(&o.maxInFlight, "max-in-flight", 0, "group MaxInFlight; 0: the group's default")
+	fs.DurationVar(&o.io, "io", defaultIO, "simulated I/O time per Do call")
+	fs.DurationVar(&o.ioItem, "io-item", defaultIOItem, "simulated I/O time per transfer in a Do call")
+	fs.Float64Var(&o.fail, "fail", 0.01, "fraction of Do calls that fail (and are retried), in [0, 1)")
+	fs.Uint64Var(&o.seed, "seed", 1, "seed of the traffic and the failures")
+	fs.DurationVar(&o.timeout, "timeout", 3*time.Minute, "give up (exit non-zero) if the run takes longer")
+	fs.StringVar(&o.progress, "progress", "auto", "live progress: auto (on a terminal), on, off")
+	fs.StringVar(&o.logLevel, "log-level", "", "group log level to stderr (debug, info, warn, error); empty: no logs")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil, err
+		}
+		return nil, fmt.Errorf("%w: demo: %w", errUsage, err)
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("%w: demo: unexpected argument %q", errUsage, fs.Arg(0))
+	}
+	if *brokers != "" {
+		for b := range strings.SplitSeq(*brokers, ",") {
+			if b = strings.TrimSpace(b); b == "" {
+				return nil, fmt.Errorf("%w: --brokers %q: empty address", errUsage, *brokers)
+			}
+			o.brokers = append(o.brokers, b)
+		}
+	}
+	return o, o.validate()
+}
+
+func (o *demoOpts) validate() error {
+	bad := func(flag string, v any, why string) error {
+		return fmt.Errorf("%w: --%s %v: %s", errUsage, flag, v, why)
+	}
+	switch {
+	case o.topic == "":
+		return bad("topic", `""`, "must not be empty")
+	case o.messages < 1 || o.messages > 1<<31:
+		return bad("messages", o.messages, "must be between 1 and 2^31")
+	case o.keys < 1 || o.keys > 1<<24:
+		return bad("keys", o.keys, "must be between 1 and 2^24")
+	case o.partitions < 1 || o.partitions > 1<<16:
+		return bad("partitions", o.partitions, "must be between 1 and 65536")
+	case o.zipf < 0:
+		return bad("zipf", o.zipf, "must be positive (0: uniform)")
+	case o.poison < 0:
+		return bad("poison", o.poison, "must not be negative")
+	case o.rate < 0:
+		return bad("rate", o.rate, "must not be negative (0: as fast as possible)")
+	case o.num < 1:
+		return bad("num", o.num, "must be positive")
+	case o.size < 1:
+		return bad("size", o.size, "must be positive")
+	case o.maxInFlight < 0:
+		return bad("max-in-flight", o.maxInFlight, "must not be negative")
+	case o.io < 0:
+		return bad("io", o.io, "must not be negative")
+	case o.ioItem < 0:
+		return bad("io-item", o.ioItem, "must not be negative")
+	case !(o.fail >= 0 && o.fail < 1):
+		return bad("fail", o.fail, "must be in [0, 1)")
+	case o.timeout <= 0:
+		return bad("timeout", o.timeout, "must be positive")
+	case o.progress != "auto" && o.progress != "on" && o.progress != "off":
+		return bad("progress", o.progress, "must be auto, on or off")
+	}
+	if o.logLevel != "" {
+		if _, err := zapcore.ParseLevel(o.logLevel); err != nil {
+			return bad("log-level", o.logLevel, err.Error())
+		}
+	}
+	return nil
+}
+
+func (o *demoOpts) logger() *zap.Logger {
+	if o.logLevel == "" {
+		return zap.NewNop()
+	}
+	lvl, _ := zapcore.ParseLevel(o.logLevel) // validated
+	enc := zap.NewDevelopmentEncoderConfig()
+	enc.EncodeTime = zapcore.TimeEncoderOfLayout("15:04:05.000")
+	core := zapcore.NewCore(zapcore.NewConsoleEncoder(enc), zapcore.Lock(os.Stderr), lvl)
+	return zap.New(core)
+}
+
+// runDemo is `orderly demo`: produce transfers, consume them with group,
+// check the ledger and the committed offsets, print a report. It returns an
+// error (so the exit code is non-zero) if anything was lost, repeated or out
+// of order, if the committed offsets are not at the high watermarks, or if
+// the run timed out.
+func runDemo(ctx context.Context, args []string, out io.Writer) error {
+	o, err := parseDemoFlags(args, out)
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	ctx, cancel := context.WithTimeoutCause(ctx, o.timeout, fmt.Errorf("timed out after %v (--timeout)", o.timeout))
+	defer cancel()
+
+	p := newPlan(o.messages, o.keys, o.poison, o.zipf, o.seed)
+	var c cluster
+	where := "embedded broker"
+	if len(o.brokers) > 0 {
+		c, err = dialRemote(o.brokers)
+		where = "--brokers"
+	} else {
+		c, err = startEmbedded()
+	}
+	if err != nil {
+		return err
+	}
+	defer c.close()
+	parts, err := c.ensureTopic(o.topic, int32(o.partitions))
+	if err != nil {
+		return err
+	}
+	startOffs, err := c.highWatermarks(o.topic)
+	if err != nil {
+		return err
+	}
+	groupID := o.group
+	if groupID == "" {
+		groupID = fmt.Sprintf("orderly-demo-%d", time.Now().UnixNano())
+	}
+	if err := c.startAt(groupID, o.topic, startOffs); err != nil {
+		return err
+	}
+
+	bank := newBank(p, o.io, o.ioItem, o.fail, o.seed)
+	g, err := group.New(group.Config{
+		Brokers:     c.addrs(),
+		Topics:      []string{o.topic},
+		GroupID:     groupID,
+		Size:        o.size,
+		Num:         o.num,
+		Ticker:      o.ticker,
+		MaxInFlight: o.maxInFlight,
+		Logger:      o.logger(),
+	}, group.Handler[Transfer]{New: p.decode, Split: split, Do: bank.do})
+	if err != nil {
+		return fmt.Errorf("%w: %w", errUsage, err)
+	}
+	keys := "uniform"
+	if o.zipf > 0 {
+		keys = fmt.Sprintf("zipf %.2f, busiest account %.1f%%", o.zipf, 100*p.hot)
+	}
+	fmt.Fprintf(out, "orderly demo: %d transfers over %d accounts (%s) to %q (%d partitions) on %s %s\n",
+		o.messages, o.keys, keys, o.topic, parts, where, strings.Join(c.addrs(), ","))
+	fmt.Fprintf(out, "group %s: Num %d, Size %d, Ticker %v; Do costs %v + %v per transfer, fails %.1f%% of calls\n",
+		groupID, o.num, o.size, o.ticker, o.io, o.ioItem, 100*o.fail)
+	if o.rate == 0 {
+		fmt.Fprintln(out, "producing as fast as possible: latency includes waiting behind the backlog (--rate paces the producer)")
+	}
+
+	total := int64(len(p.recs))
+	runCtx, stopRun := context.WithCancel(ctx)
+	defer stopRun()
+	runDone := make(chan error, 1)
+	go func() { runDone <- g.Run(runCtx) }()
+
+	prodCtx, stopProd := context.WithCancel(ctx)
+	defer stopProd()
+	prodDone := make(chan error, 1)
+	var produceTime time.Duration
+	gen := p.gen
+	if o.rate > 0 {
+		gen = paced(prodCtx, o.rate, gen)
+	}
+	go func() {
+		t0 := time.Now()
+		err := loadgen.Produce(prodCtx, c.addrs(), o.topic, len(p.recs), gen)
+		produceTime = time.Since(t0)
+		prodDone <- err
+	}()
+
+	prog := startProgress(o.progress, out, start, total, p.sent.Load, g.Stats)
+	waitErr := waitDone(ctx, g, total, prodDone, runDone)
+	stopProd()
+	stopRun()
+	if err := <-runDone; err != nil && waitErr == nil {
+		waitErr = fmt.Errorf("group run: %w", err)
+	}
+	<-prodDone // its error, if any, is waitErr already
+	prog.close()
+
+	r := &demoReport{
+		Topic: o.topic, Partitions: parts, Keys: o.keys, Group: groupID,
+		Produced: p.transfers(), Poison: p.poison, ProduceTime: produceTime,
+		Ledger: bank.ledger.Report(), Stats: g.Stats(), Mismatched: bank.mismatched(p),
+		Start: startOffs,
+	}
+	if first, last := bank.firstDo.Load(), bank.lastDone.Load(); first > 0 && last > first {
+		r.ConsumeTime = time.Duration(last - first)
+	}
+	var readErr error
+	if r.HW, err = c.highWatermarks(o.topic); err != nil {
+		readErr = err
+	}
+	if r.Committed, err = c.committed(groupID, o.topic); err != nil {
+		readErr = errors.Join(readErr, err)
+	}
+	r.Elapsed = time.Since(start)
+	r.write(out)
+	if waitErr != nil {
+		return waitErr
+	}
+	if readErr != nil {
+		return fmt.Errorf("read back offsets: %w", readErr)
+	}
+	return r.verdict()
+}
+
+// paced wraps gen so that record i is not generated before i/rate seconds
+// have passed since the first; it stops waiting when ctx ends.
+func paced(ctx context.Context, rate float64, gen loadgen.Gen) loadgen.Gen {
+	var t0 time.Time
+	return func(i int) loadgen.Record {
+		if i == 0 {
+			t0 = time.Now()
+		}
+		if ahead := time.Until(t0.Add(time.Duration(float64(i) / rate * float64(time.Second)))); ahead > time.Millisecond {
+			t := time.NewTimer(ahead)
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+			}
+		}
+		return gen(i)
+	}
+}
+
+// waitDone waits until every produced record is behind the group's commit
+// frontier. It fails if producing fails, Run returns early, or ctx ends.
+// Whatever it receives from the 1-buffered prodDone and runDone it puts
+// back, for the caller to collect once it has stopped both.
+func waitDone(ctx context.Context, g *group.Group[Transfer], total int64, prodDone, runDone chan error) error {
+	produced := false
+	t := time.NewTicker(20 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case err := <-prodDone:
+			prodDone <- err
+			if err != nil {
+				return fmt.Errorf("produce: %w", err)
+			}
+			produced = true
+			prodDone = nil
+		case err := <-runDone:
+			runDone <- err
+			if err != nil {
+				return fmt.Errorf("group run: %w", err)
+			}
+			return errors.New("group run returned before everything was committed")
+		case <-ctx.Done():
+			s := g.Stats()
+			return fmt.Errorf("%w with %d of %d records committed", context.Cause(ctx), s.Committed, total)
+		case <-t.C:
+			if produced && g.Stats().Committed >= total {
+				return nil
+			}
+		}
+	}
+}

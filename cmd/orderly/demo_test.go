@@ -1,0 +1,216 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/orderly-go/orderly/internal/ledger"
+)
+
+// reportValue returns the value of the report line "name: value".
+func reportValue(t *testing.T, out, name string) string {
+	t.Helper()
+	for line := range strings.Lines(out) {
+		if v, ok := strings.CutPrefix(line, name+": "); ok {
+			return strings.TrimSpace(v)
+		}
+	}
+	t.Fatalf("report has no %q line:\n%s", name, out)
+	return ""
+}
+
+func wantLines(t *testing.T, out string, want map[string]string) {
+	t.Helper()
+	for name, v := range want {
+		if got := reportValue(t, out, name); got != v {
+			t.Errorf("%s: %s, want %s", name, got, v)
+		}
+	}
+	if t.Failed() {
+		t.Logf("report:\n%s", out)
+	}
+}
+
+// okReport are the lines every passing run shows.
+var okReport = map[string]string{
+	"lost":                        "0",
+	"duplicates":                  "0",
+	"order violations":            "0",
+	"balances mismatched":         "0",
+	"committed == high watermark": "yes",
+}
+
+func TestDemoEmbedded(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var out bytes.Buffer
+	err := runDemo(ctx, []string{
+		"--messages", "5000", "--keys", "200", "--partitions", "4", "--poison", "7",
+		"--io", "0", "--io-item", "0", "--fail", "0.05", "--progress", "off",
+	}, &out)
+	if err != nil {
+		t.Fatalf("runDemo: %v\n%s", err, out.String())
+	}
+	wantLines(t, out.String(), okReport)
+	wantLines(t, out.String(), map[string]string{
+		"produced":        "5000",
+		"handled":         "5000",
+		"poison produced": "7",
+		"decode errors":   "7",
+		"committed":       "5007",
+		"partitions":      "4",
+	})
+	if reportValue(t, out.String(), "retries") == "0" {
+		t.Errorf("--fail 0.05 caused no retries:\n%s", out.String())
+	}
+}
+
+// TestDemoSkewed runs hot keys through small batches and a slow Do, with
+// the progress output on, so that lanes wait behind their own failed
+// batches while other lanes flow.
+func TestDemoSkewed(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var out bytes.Buffer
+	err := runDemo(ctx, []string{
+		"--messages", "3000", "--keys", "50", "--zipf", "1.1", "--num", "16", "--size", "8", "--ticker", "1ms",
+		"--io", "200us", "--io-item", "0", "--fail", "0.1", "--progress", "on", "--seed", "7",
+	}, &out)
+	if err != nil {
+		t.Fatalf("runDemo: %v\n%s", err, out.String())
+	}
+	wantLines(t, out.String(), okReport)
+	wantLines(t, out.String(), map[string]string{"produced": "3000", "decode errors": "0"})
+}
+
+func TestDemoTimeout(t *testing.T) {
+	var out bytes.Buffer
+	start := time.Now()
+	err := runDemo(context.Background(), []string{
+		"--messages", "2000", "--keys", "20", "--io-item", "20ms", "--timeout", "1s", "--progress", "off",
+	}, &out)
+	if err == nil || !strings.Contains(err.Error(), "timed out after 1s (--timeout)") {
+		t.Fatalf("runDemo: %v, want a timeout\n%s", err, out.String())
+	}
+	if d := time.Since(start); d > 20*time.Second {
+		t.Errorf("timed-out run took %v to return", d)
+	}
+	// The report is still printed, and what was booked is consistent.
+	wantLines(t, out.String(), map[string]string{"duplicates": "0", "order violations": "0"})
+}
+
+func TestDemoFlags(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--messages", "0"}, "--messages 0"},
+		{[]string{"--keys", "-3"}, "--keys -3"},
+		{[]string{"--partitions", "0"}, "--partitions 0"},
+		{[]string{"--fail", "1"}, "--fail 1"},
+		{[]string{"--num", "0"}, "--num 0"},
+		{[]string{"--size", "-1"}, "--size -1"},
+		{[]string{"--io", "-1ms"}, "--io -1ms"},
+		{[]string{"--progress", "sometimes"}, "--progress sometimes"},
+		{[]string{"--log-level", "loud"}, "--log-level loud"},
+		{[]string{"--brokers", "a:1,,b:2"}, `--brokers "a:1,,b:2"`},
+		{[]string{"--timeout", "0s"}, "--timeout 0s"},
+		{[]string{"--no-such-flag"}, "-no-such-flag"},
+		{[]string{"--messages", "many"}, "-messages"},
+		{[]string{"extra"}, `unexpected argument "extra"`},
+	} {
+		var out bytes.Buffer
+		err := runDemo(context.Background(), tc.args, &out)
+		if !errors.Is(err, errUsage) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("demo %q: %v, want a usage error naming %q", tc.args, err, tc.want)
+		}
+	}
+	var out bytes.Buffer
+	if err := runDemo(context.Background(), []string{"-h"}, &out); !errors.Is(err, flag.ErrHelp) {
+		t.Errorf("demo -h: %v", err)
+	}
+	if !strings.Contains(out.String(), "-io-item") {
+		t.Errorf("demo -h printed no flags:\n%s", out.String())
+	}
+}
+
+func TestDemoUnreachable(t *testing.T) {
+	var out bytes.Buffer
+	err := runDemo(context.Background(), []string{"--brokers", "127.0.0.1:1", "--progress", "off"}, &out)
+	if err == nil || !strings.Contains(err.Error(), "--brokers [127.0.0.1:1]") {
+		t.Fatalf("runDemo against nothing: %v", err)
+	}
+}
+
+func TestVerdict(t *testing.T) {
+	good := func() *demoReport {
+		return &demoReport{
+			Produced: 100,
+			Ledger:   ledger.Report{Produced: 100, Seen: 100, Distinct: 100},
+			Start:    map[int32]int64{0: 0, 1: 10},
+			HW:       map[int32]int64{0: 60, 1: 60},
+			Committed: map[int32]int64{
+				0: 60, 1: 60,
+			},
+		}
+	}
+	if err := good().verdict(); err != nil {
+		t.Fatalf("good report: %v", err)
+	}
+	for _, tc := range []struct {
+		name   string
+		break_ func(r *demoReport)
+		want   string
+	}{
+		{"lost", func(r *demoReport) { r.Ledger.Lost, r.Ledger.Distinct = 3, 97 }, "lost 3 of 100"},
+		{"order", func(r *demoReport) { r.Ledger.OrderViolations = 2 }, "2 order violations"},
+		{"dups", func(r *demoReport) { r.Ledger.Duplicates = 1 }, "1 duplicates"},
+		{"unknown", func(r *demoReport) { r.Ledger.Unknown = 1 }, "1 unknown records"},
+		{"decode", func(r *demoReport) { r.Stats.DecodeErrors = 4 }, "4 decode errors, 0 poison"},
+		{"balances", func(r *demoReport) { r.Mismatched = 5 }, "5 account balances mismatched"},
+		{"behind", func(r *demoReport) { r.Committed[1] = 59 }, "committed offsets 0:60 1:59 != high watermarks 0:60 1:60"},
+		{"missing", func(r *demoReport) { delete(r.Committed, 0) }, "committed offsets 1:60 != high watermarks"},
+	} {
+		r := good()
+		tc.break_(r)
+		err := r.verdict()
+		if !errors.Is(err, errDemoFailed) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: verdict %v, want %q", tc.name, err, tc.want)
+		}
+		var out bytes.Buffer
+		r.write(&out)
+		if tc.name == "behind" && reportValue(t, out.String(), "committed == high watermark") != "no" {
+			t.Errorf("behind: report says committed == high watermark:\n%s", out.String())
+		}
+	}
+	// A partition nothing was written to needs no commit.
+	r := good()
+	r.HW[2], r.Start[2] = 5, 5
+	if err := r.verdict(); err != nil {
+		t.Errorf("empty partition without a commit: %v", err)
+	}
+}
+
+func TestPlan(t *testing.T) {
+	p := newPlan(1000, 10, 5, 0, 1)
+	if p.transfers() != 1000 || len(p.recs) != 1005 {
+		t.Fatalf("transfers %d, records %d", p.transfers(), len(p.recs))
+	}
+	var sum int64
+	var n uint32
+	for k := range p.expect {
+		sum += p.expect[k]
+		n += p.counts[k]
+	}
+	if sum != 0 || n != 1000 {
+		t.Errorf("balances sum to %d, counts to %d", sum, n)
+	}
+	if p.recs[0].poison || p.recs[len(p.recs)-1].poison {
+		t.Errorf("poison records should be spread inside, not at the ends")
+	}
+}

@@ -1,0 +1,133 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/orderly-go/orderly/group"
+)
+
+// progress shows the run's live state: on a terminal one line redrawn with
+// \r every 250ms, elsewhere (--progress=on into a pipe or file) a plain line
+// every second.
+type progress struct {
+	out      io.Writer
+	redraw   bool
+	every    time.Duration
+	start    time.Time
+	produced func() int64
+	total    int64
+	stats    func() group.Stats
+
+	width int // terminal columns, 0: unknown
+
+	stop chan struct{}
+	wg   sync.WaitGroup
+	last string // the line on screen, for redraw mode
+}
+
+// terminal reports whether w is a terminal, and its width.
+func terminal(w io.Writer) (width int, ok bool) {
+	f, isFile := w.(*os.File)
+	if !isFile {
+		return 0, false
+	}
+	return terminalWidth(f)
+}
+
+// startProgress starts showing progress per mode (auto, on, off); it
+// returns nil for off, and for auto when out is not a terminal.
+func startProgress(mode string, out io.Writer, start time.Time, total int64, produced func() int64, stats func() group.Stats) *progress {
+	width, tty := terminal(out)
+	if mode == "off" || (mode == "auto" && !tty) {
+		return nil
+	}
+	p := &progress{out: out, redraw: tty, every: time.Second, start: start, total: total,
+		produced: produced, stats: stats, width: width, stop: make(chan struct{})}
+	if tty {
+		p.every = 250 * time.Millisecond
+	}
+	p.wg.Go(p.loop)
+	return p
+}
+
+func (p *progress) loop() {
+	t := time.NewTicker(p.every)
+	defer t.Stop()
+	prevAt, prevHandled := time.Now(), int64(0)
+	for {
+		select {
+		case <-p.stop:
+			return
+		case now := <-t.C:
+			s := p.stats()
+			rate := float64(s.Handled-prevHandled) / now.Sub(prevAt).Seconds()
+			prevAt, prevHandled = now, s.Handled
+			p.show(p.line(now, s, rate))
+		}
+	}
+}
+
+func (p *progress) line(now time.Time, s group.Stats, rate float64) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%6.1fs  %s/s  handled %s", now.Sub(p.start).Seconds(), si(rate), si(float64(s.Handled)))
+	if n := p.produced(); n < p.total {
+		fmt.Fprintf(&b, " of %s produced", si(float64(n)))
+	}
+	fmt.Fprintf(&b, "  committed %s  lag %s  retries %d  in flight %s",
+		si(float64(s.Committed)), si(float64(s.Lag)), s.Retries, si(float64(s.InFlight)))
+	return b.String()
+}
+
+func (p *progress) show(line string) {
+	if !p.redraw {
+		fmt.Fprintln(p.out, line)
+		return
+	}
+	if p.width > 1 && len(line) >= p.width {
+		line = line[:p.width-1] // a wrapped line cannot be redrawn with \r
+	}
+	pad := ""
+	if n := len(p.last) - len(line); n > 0 {
+		pad = strings.Repeat(" ", n)
+	}
+	fmt.Fprintf(p.out, "\r%s%s", line, pad)
+	p.last = line
+}
+
+// close stops the display; in redraw mode it ends the line so that what
+// follows starts on a fresh one.
+func (p *progress) close() {
+	if p == nil {
+		return
+	}
+	close(p.stop)
+	p.wg.Wait()
+	if p.redraw {
+		// Leave the final state on screen, with the mean rate of the run.
+		now := time.Now()
+		s := p.stats()
+		p.show(p.line(now, s, float64(s.Handled)/now.Sub(p.start).Seconds()))
+		fmt.Fprintln(p.out)
+	}
+}
+
+// si formats n in at most 5 characters, with a k or M suffix.
+func si(n float64) string {
+	switch {
+	case n >= 9995e3:
+		return fmt.Sprintf("%.1fM", n/1e6)
+	case n >= 1e6:
+		return fmt.Sprintf("%.2fM", n/1e6)
+	case n >= 99950:
+		return fmt.Sprintf("%.0fk", n/1e3)
+	case n >= 1e4:
+		return fmt.Sprintf("%.1fk", n/1e3)
+	default:
+		return fmt.Sprintf("%.0f", n)
+	}
+}

@@ -1,0 +1,102 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/orderly-go/orderly/internal/broker"
+	"github.com/orderly-go/orderly/internal/loadgen"
+)
+
+// ValueSize is the size of every produced message value.
+const ValueSize = 100
+
+// dataSpec describes a data set: Messages records of ValueSize bytes whose
+// keys are drawn from Keys keys, uniformly or Zipf(Zipf) when Zipf > 0.
+type dataSpec struct {
+	Messages   int
+	Partitions int
+	Keys       int
+	Zipf       float64
+}
+
+func (d dataSpec) topic() string {
+	dist := "uniform"
+	if d.Zipf > 0 {
+		dist = fmt.Sprintf("zipf%g", d.Zipf)
+	}
+	return fmt.Sprintf("bench-%s-n%d-p%d-k%d", dist, d.Messages, d.Partitions, d.Keys)
+}
+
+// dataset is a produced data set.
+type dataset struct {
+	dataSpec
+	Topic    string
+	HotKey   string // the key with the most messages
+	HotCount int    // how many messages it has
+	Produced time.Duration
+}
+
+// HotShare is the hottest key's share of the messages.
+func (d *dataset) HotShare() float64 {
+	if d.Messages == 0 {
+		return 0
+	}
+	return float64(d.HotCount) / float64(d.Messages)
+}
+
+// KeyOrderCap is the most msg/s strict key order allows when each message
+// costs perMsg one after another: the hottest key's messages alone take
+// HotCount*perMsg.
+func (d *dataset) KeyOrderCap(perMsg time.Duration) float64 {
+	if d.HotCount == 0 || perMsg <= 0 {
+		return 0
+	}
+	return float64(d.Messages) / (float64(d.HotCount) * perMsg.Seconds())
+}
+
+// produce creates the topic and writes the data set, counting the keys as
+// they are produced.
+func produce(ctx context.Context, b *broker.Broker, spec dataSpec) (*dataset, error) {
+	ds := &dataset{dataSpec: spec, Topic: spec.topic()}
+	if err := b.CreateTopic(ds.Topic, int32(spec.Partitions)); err != nil {
+		return nil, err
+	}
+	var keys loadgen.Keys
+	if spec.Zipf > 0 {
+		keys = loadgen.NewZipf(spec.Keys, spec.Zipf, 1)
+	} else {
+		keys = loadgen.NewUniform(spec.Keys, 1)
+	}
+	counts := make([]int, spec.Keys)
+	gen := func(i int) loadgen.Record {
+		k := keys.Next()
+		counts[k]++
+		v := make([]byte, ValueSize)
+		for j := range v {
+			v[j] = byte('a' + (i+j)%26)
+		}
+		return loadgen.Record{Key: keyBytes(k), Value: v}
+	}
+	start := time.Now()
+	if err := loadgen.Produce(ctx, b.Addrs(), ds.Topic, spec.Messages, gen); err != nil {
+		return nil, fmt.Errorf("produce %d messages to %s: %w", spec.Messages, ds.Topic, err)
+	}
+	ds.Produced = time.Since(start)
+	for k, c := range counts {
+		if c > ds.HotCount {
+			ds.HotKey, ds.HotCount = string(keyBytes(k)), c
+		}
+	}
+	var total int64
+	for _, hw := range b.HighWatermarks(ds.Topic) {
+		total += hw
+	}
+	if total != int64(spec.Messages) {
+		return nil, fmt.Errorf("produce to %s: the topic holds %d messages, want %d", ds.Topic, total, spec.Messages)
+	}
+	return ds, nil
+}
+
+func keyBytes(k int) []byte { return fmt.Appendf(nil, "key-%05d", k) }

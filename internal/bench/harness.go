@@ -1,0 +1,324 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/orderly-go/orderly/internal/broker"
+)
+
+// Options configure a benchmark run. Zero fields take the defaults.
+type Options struct {
+	Scenarios  []string // names from ScenarioNames; empty or "all": every one
+	Messages   int      // messages per data set; 0: each scenario's default
+	Partitions int      // default DefaultPartitions
+	Keys       int      // distinct keys; default DefaultKeys
+	Rounds     int      // alternating rounds; default DefaultRounds
+	Nums       []int    // the io scenario's Num values; default DefaultNums
+	Chan       int      // ChannelBufferSize / databus Chan; default DefaultChan
+	Contenders []string // empty: each scenario's default set
+
+	MaxInFlight   int           // stall scenario; default DefaultMaxInFlight
+	StallDuration time.Duration // stall sampling after MaxInFlight is reached; default DefaultStallDuration
+	RunTimeout    time.Duration // per run; default DefaultRunTimeout
+
+	Out      string    // directory for results.json and chart.png; "": none
+	Progress io.Writer // progress lines; nil: discarded
+	Command  string    // the command line, recorded in the report
+}
+
+// ErrOptions is wrapped by Run's errors about invalid Options.
+var ErrOptions = errors.New("bench: invalid options")
+
+func (o *Options) setDefaults() error {
+	if o.Partitions == 0 {
+		o.Partitions = DefaultPartitions
+	}
+	if o.Keys == 0 {
+		o.Keys = DefaultKeys
+	}
+	if o.Rounds == 0 {
+		o.Rounds = DefaultRounds
+	}
+	if len(o.Nums) == 0 {
+		o.Nums = DefaultNums
+	}
+	if o.Chan == 0 {
+		o.Chan = DefaultChan
+	}
+	if o.MaxInFlight == 0 {
+		o.MaxInFlight = DefaultMaxInFlight
+	}
+	if o.StallDuration == 0 {
+		o.StallDuration = DefaultStallDuration
+	}
+	if o.RunTimeout == 0 {
+		o.RunTimeout = DefaultRunTimeout
+	}
+	if o.Progress == nil {
+		o.Progress = io.Discard
+	}
+	if len(o.Scenarios) == 0 || slices.Contains(o.Scenarios, "all") {
+		o.Scenarios = ScenarioNames
+	}
+	switch {
+	case o.Messages < 0, o.Partitions < 0, o.Keys < 0, o.Rounds < 0, o.Chan < 0, o.MaxInFlight < 0:
+		return fmt.Errorf("%w: sizes must be positive", ErrOptions)
+	case slices.ContainsFunc(o.Nums, func(n int) bool { return n <= 0 }):
+		return fmt.Errorf("%w: Num values %v must be positive", ErrOptions, o.Nums)
+	}
+	for _, c := range o.Contenders {
+		if _, err := newContender(c); err != nil {
+			return fmt.Errorf("%w: %w", ErrOptions, err)
+		}
+	}
+	for _, s := range o.Scenarios {
+		if _, err := o.scenario(s); err != nil {
+			return fmt.Errorf("%w: %w", ErrOptions, err)
+		}
+	}
+	return nil
+}
+
+// Run starts a broker, runs the scenarios and returns the report; with
+// opts.Out it also writes results.json and chart.png there. Results of the
+// scenarios that finished are returned with the first error.
+func Run(ctx context.Context, opts Options) (*Report, error) {
+	if err := opts.setDefaults(); err != nil {
+		return nil, err
+	}
+	b, err := broker.Start(broker.Config{Partitions: int32(opts.Partitions)})
+	if err != nil {
+		return nil, fmt.Errorf("bench: %w", err)
+	}
+	h := &harness{opts: opts, b: b, data: map[dataSpec]*dataset{}, rep: newReport(opts)}
+	defer func() {
+		if h.b != nil {
+			h.b.Close()
+		}
+	}()
+	for _, name := range opts.Scenarios {
+		s, _ := opts.scenario(name)
+		if err = h.runScenario(ctx, s); err != nil {
+			err = fmt.Errorf("bench: scenario %s: %w", name, err)
+			break
+		}
+	}
+	h.rep.finish()
+	if opts.Out != "" && len(h.rep.Rows)+len(h.rep.Stall) > 0 {
+		files, werr := h.rep.WriteFiles(opts.Out)
+		err = errors.Join(err, werr)
+		for _, f := range files {
+			h.logf("wrote %s", f)
+		}
+	}
+	return h.rep, err
+}
+
+type harness struct {
+	opts Options
+	b    *broker.Broker
+	data map[dataSpec]*dataset
+	rep  *Report
+}
+
+// restartBroker replaces the broker with an empty one, forgetting every
+// data set.
+func (h *harness) restartBroker() error {
+	h.b.Close()
+	h.b = nil
+	h.data = map[dataSpec]*dataset{}
+	b, err := broker.Start(broker.Config{Partitions: int32(h.opts.Partitions)})
+	if err != nil {
+		return fmt.Errorf("restart broker: %w", err)
+	}
+	h.b = b
+	h.logf("restarted the broker empty, so that earlier data sets are not in the heap")
+	return nil
+}
+
+var groupSeq atomic.Int64
+
+func (h *harness) logf(format string, args ...any) {
+	fmt.Fprintf(h.opts.Progress, "bench: "+format+"\n", args...)
+}
+
+// dataset produces spec's data once per broker.
+func (h *harness) dataset(ctx context.Context, spec dataSpec) (*dataset, error) {
+	if ds, ok := h.data[spec]; ok {
+		return ds, nil
+	}
+	h.logf("producing %d messages (%d partitions, %d keys) to %s", spec.Messages, spec.Partitions, spec.Keys, spec.topic())
+	ds, err := produce(ctx, h.b, spec)
+	if err != nil {
+		return nil, err
+	}
+	h.logf("produced in %v (%.0f msg/s); hottest key %s holds %d (%.2f%%)",
+		ds.Produced.Round(time.Millisecond), float64(ds.Messages)/ds.Produced.Seconds(), ds.HotKey, ds.HotCount, 100*ds.HotShare())
+	h.data[spec] = ds
+	return ds, nil
+}
+
+// numIndependent is implemented by contenders whose result does not depend
+// on RunSpec.Num; they run once per round for cases that differ only in Num.
+type numIndependent interface{ IgnoresNum() bool }
+
+func (h *harness) runScenario(ctx context.Context, s scenario) error {
+	if s.Name == "stall" && len(h.data) > 0 {
+		// Measure memory without the earlier scenarios' data in the heap.
+		if err := h.restartBroker(); err != nil {
+			return err
+		}
+	}
+	ds, err := h.dataset(ctx, s.Data)
+	if err != nil {
+		return err
+	}
+	names := h.opts.contenders(s)
+	if len(names) == 0 {
+		h.logf("scenario %s: no contenders selected, skipped", s.Name)
+		return nil
+	}
+	h.rep.addScenario(s, ds)
+	if s.Name == "stall" {
+		return h.runStall(ctx, s, ds, names)
+	}
+	rows := make(map[[2]string]*Row)
+	for _, c := range s.Cases {
+		for _, name := range names {
+			rows[[2]string{c.Label, name}] = h.rep.addRow(s, c, name)
+		}
+		if c.Baseline == "cap" {
+			h.addCapRows(s, c, ds)
+		}
+	}
+	for round := 1; round <= h.opts.Rounds; round++ {
+		if err := h.runRound(ctx, s, ds, names, rows, round); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// addCapRows adds the computed key-order caps: with the nominal cost of a
+// call, the scenario's baseline, and with its cost measured here.
+func (h *harness) addCapRows(s scenario, c caseSpec, ds *dataset) {
+	cost := c.Work.Cost(1)
+	r := h.rep.addRow(s, c, "cap")
+	r.Median = ds.KeyOrderCap(cost)
+	r.Note = fmt.Sprintf("key-order cap: %d msgs / (hottest key %d msgs x %v)", ds.Messages, ds.HotCount, cost)
+	measured := measureCost(c.Work, 1, 200)
+	r = h.rep.addRow(s, c, CapMeasured)
+	r.Median = ds.KeyOrderCap(measured)
+	r.Note = fmt.Sprintf("key-order cap with the measured cost of one %v call: %v", cost, measured.Round(time.Microsecond))
+	h.logf("%s: hottest key %d of %d messages: cap %s msg/s at %v per message, %s msg/s at the measured %v", s.Name,
+		ds.HotCount, ds.Messages, fmtRate(ds.KeyOrderCap(cost)), cost, fmtRate(r.Median), measured.Round(time.Microsecond))
+}
+
+// runRound runs every case with every contender once, in order.
+func (h *harness) runRound(ctx context.Context, s scenario, ds *dataset, names []string, rows map[[2]string]*Row, round int) error {
+	reuse := map[string]Result{} // numIndependent results of this round
+	for _, c := range s.Cases {
+		for _, name := range names {
+			row := rows[[2]string{c.Label, name}]
+			con, _ := newContender(name)
+			spec := h.spec(s, c, ds)
+			key := fmt.Sprintf("%s %d %v %v", name, spec.Size, spec.Ticker, spec.Work)
+			if ni, ok := con.(numIndependent); ok && ni.IgnoresNum() {
+				if r, ok := reuse[key]; ok {
+					row.add(r)
+					row.Note = "one goroutine per partition: measured once per round"
+					continue
+				}
+			}
+			progress := fmt.Sprintf("%s %s round %d/%d %s:", s.Name, c.Label, round, h.opts.Rounds, name)
+			r, err := h.runOne(ctx, con, spec)
+			if err != nil {
+				h.logf("%s %v", progress, err)
+				return fmt.Errorf("case %s round %d: %w", c.Label, round, err)
+			}
+			h.logf("%s %d msgs in %v = %s msg/s (incl. join %v; CPU %v/msg)", progress, r.Handled,
+				r.Elapsed.Round(time.Millisecond), fmtRate(r.Rate()), r.Total.Round(time.Millisecond), r.CPUPerMsg())
+			reuse[key] = r
+			row.add(r)
+		}
+	}
+	return nil
+}
+
+func (h *harness) spec(s scenario, c caseSpec, ds *dataset) RunSpec {
+	return RunSpec{
+		Addrs:       h.b.Addrs(),
+		Topic:       ds.Topic,
+		Partitions:  ds.Partitions,
+		GroupID:     fmt.Sprintf("bench-%s-%d", s.Name, groupSeq.Add(1)),
+		Expected:    ds.Messages,
+		Num:         c.Num,
+		Size:        c.Size,
+		Chan:        h.opts.Chan,
+		Ticker:      c.Ticker,
+		MaxInFlight: h.opts.MaxInFlight,
+		Work:        c.Work,
+	}
+}
+
+// CapMeasured is the pseudo contender of the key-order cap computed with
+// the measured, rather than nominal, cost of a call.
+const CapMeasured = "cap (measured cost)"
+
+// measureCost is the mean wall time of n sequential calls of w on size
+// messages on one goroutine: what time.Sleep really takes here.
+func measureCost(w Work, size, n int) time.Duration {
+	w.FailRate, w.Stall = 0, false
+	start := time.Now()
+	for range n {
+		w.Do(context.Background(), 0, 0, 1, size)
+	}
+	return time.Since(start) / time.Duration(n)
+}
+
+// runOne runs a contender once under the run timeout.
+func (h *harness) runOne(ctx context.Context, con Contender, spec RunSpec) (Result, error) {
+	rctx, cancel := context.WithTimeout(ctx, h.opts.RunTimeout)
+	defer cancel()
+	cpu := processCPU()
+	r, err := con.Run(rctx, spec)
+	r.CPU = processCPU() - cpu
+	return r, err
+}
+
+// processCPU is the user+system CPU time the process has used; 0 where
+// getrusage is not available.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// WriteFiles writes results.json and, when the io scenario ran, chart.png
+// into dir, and returns the paths written.
+func (r *Report) WriteFiles(dir string) ([]string, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("bench: %w", err)
+	}
+	results := filepath.Join(dir, ResultsFile)
+	if err := r.writeJSON(results); err != nil {
+		return nil, err
+	}
+	chart := filepath.Join(dir, ChartFile)
+	drawn, err := r.writeChart(chart)
+	if err != nil || !drawn {
+		return []string{results}, err
+	}
+	return []string{results, chart}, nil
+}

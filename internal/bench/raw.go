@@ -1,0 +1,54 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/IBM/sarama"
+)
+
+// Raw is a plain sarama ConsumerGroup loop: one goroutine per claimed
+// partition (sarama's), the simulated handler called once per message,
+// MarkMessage after each. It has no batching (a batched Work costs PerCall
+// per message) and no retry concept: a failing call is repeated inline
+// until it succeeds.
+type Raw struct{}
+
+// Name implements Contender.
+func (Raw) Name() string { return "raw" }
+
+// IgnoresNum implements numIndependent: raw's concurrency is the partition
+// count.
+func (Raw) IgnoresNum() bool { return true }
+
+// Run implements Contender.
+func (Raw) Run(ctx context.Context, spec RunSpec) (Result, error) {
+	t := newTracker(spec.Expected)
+	err := consumeUntil(ctx, spec, &rawHandler{work: spec.Work, t: t}, t.done)
+	r, err := finish(ctx, spec, t, err)
+	if err != nil {
+		return r, fmt.Errorf("raw: %w", err)
+	}
+	return r, nil
+}
+
+type rawHandler struct {
+	work Work
+	t    *tracker
+}
+
+func (*rawHandler) Setup(sarama.ConsumerGroupSession) error   { return nil }
+func (*rawHandler) Cleanup(sarama.ConsumerGroupSession) error { return nil }
+
+// ConsumeClaim is the loop every sarama tutorial shows. Sarama closes
+// claim.Messages() when the session ends, which ends the loop; messages
+// still buffered then are handled (or, stalled, given up at once).
+func (h *rawHandler) ConsumeClaim(sess sarama.ConsumerGroupSession, claim sarama.ConsumerGroupClaim) error {
+	ctx := sess.Context()
+	for m := range claim.Messages() {
+		if h.work.doInline(ctx, h.t, m.Partition, m.Offset, 1) {
+			sess.MarkMessage(m, "")
+		}
+	}
+	return nil
+}

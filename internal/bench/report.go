@@ -1,0 +1,376 @@
+package bench
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Output file names under Options.Out.
+const (
+	ResultsFile = "results.json"
+	ChartFile   = "chart.png"
+)
+
+// Report is a whole benchmark run, as written to results.json.
+type Report struct {
+	Command   string         `json:"command"`
+	Machine   Machine        `json:"machine"`
+	Started   time.Time      `json:"started"`
+	Duration  Seconds        `json:"duration_s"`
+	Rounds    int            `json:"rounds"`
+	Scenarios []ScenarioInfo `json:"scenarios"`
+	Rows      []*Row         `json:"rows"`
+	Stall     []*StallResult `json:"stall,omitempty"`
+	Notes     []string       `json:"notes"`
+	index     map[[3]string]*Row
+}
+
+// Machine describes where the numbers were measured.
+type Machine struct {
+	CPU        string `json:"cpu"`
+	NumCPU     int    `json:"num_cpu"`
+	GOMAXPROCS int    `json:"gomaxprocs"`
+	OS         string `json:"os"`
+	Arch       string `json:"arch"`
+	Go         string `json:"go"`
+}
+
+// ScenarioInfo describes a scenario's data set.
+type ScenarioInfo struct {
+	Name       string  `json:"name"`
+	Topic      string  `json:"topic"`
+	Messages   int     `json:"messages"`
+	Partitions int     `json:"partitions"`
+	Keys       int     `json:"keys"`
+	Zipf       float64 `json:"zipf,omitempty"`
+	HotKey     string  `json:"hot_key"`
+	HotCount   int     `json:"hot_count"`
+	ProducedS  Seconds `json:"produced_s"`
+	Note       string  `json:"note"`
+}
+
+// Row is one contender in one case of a scenario, over all rounds.
+type Row struct {
+	Scenario  string `json:"scenario"`
+	Case      string `json:"case"`
+	Num       int    `json:"num"`
+	Contender string `json:"contender"`
+
+	Rates    []float64 `json:"rates"`          // msg/s per round, first to last handled
+	Elapsed  []Seconds `json:"elapsed_s"`      // per round
+	Totals   []Seconds `json:"total_s"`        // per round, group join included
+	Failed   []int64   `json:"failed"`         // failed calls per round
+	CPU      []float64 `json:"cpu_us_per_msg"` // process CPU µs per message, per round
+	Median   float64   `json:"median"`         // msg/s
+	MedianEl Seconds   `json:"median_elapsed_s"`
+	MedianTo Seconds   `json:"median_total_s"`
+	MedCPU   float64   `json:"median_cpu_us_per_msg"`
+
+	Baseline string  `json:"baseline,omitempty"` // "raw", "limit", "cap" or "<case>/<contender>"
+	Ratio    float64 `json:"ratio,omitempty"`    // median of per-round rate / baseline rate (PairedRatio)
+	Target   float64 `json:"target,omitempty"`   // orderly's moonshot ratio
+	Note     string  `json:"note,omitempty"`
+
+	baseline, baselineCase string
+}
+
+// Seconds is a duration in seconds in JSON.
+type Seconds float64
+
+func secs(d time.Duration) Seconds { return Seconds(d.Seconds()) }
+
+func newReport(opts Options) *Report {
+	return &Report{
+		Command: opts.Command,
+		Machine: machine(),
+		Started: time.Now(),
+		Rounds:  opts.Rounds,
+		index:   map[[3]string]*Row{},
+		Notes: []string{
+			"Throughput is timed from the start of the first handler call to the end of the last; 'total' includes the group join.",
+			"Ratios are medians of per-round ratios (each round runs every contender back to back). CPU/msg is the whole process's user+system CPU over the run (join, shutdown and the in-process broker included) per message: less sensitive than msg/s to other load on the machine.",
+			"Every Kafka contender uses the same sarama config: V3_0_0_0, OffsetOldest, cooperative-sticky, ChannelBufferSize=Chan, default fetch sizes.",
+			"raw and databus have no retry concept: a failing call is repeated inline at once; orderly retries it after Retry.Backoff = 1 ms (doubling, at most 10 ms) while other lanes go on.",
+			fmt.Sprintf("databus has no 'never wait': where a case says none, its Ticker is %v (Size > 1) or the seed's 5s (Size = 1, every message is a full batch).", DatabusTicker),
+			"The broker runs in-process: its CPU and memory are included in every measurement.",
+		},
+	}
+}
+
+func machine() Machine {
+	m := Machine{NumCPU: runtime.NumCPU(), GOMAXPROCS: runtime.GOMAXPROCS(0), OS: runtime.GOOS, Arch: runtime.GOARCH, Go: runtime.Version()}
+	if f, err := os.Open("/proc/cpuinfo"); err == nil {
+		defer f.Close()
+		sc := bufio.NewScanner(f)
+		for sc.Scan() {
+			if k, v, ok := strings.Cut(sc.Text(), ":"); ok && strings.TrimSpace(k) == "model name" {
+				m.CPU = strings.TrimSpace(v)
+				break
+			}
+		}
+	}
+	return m
+}
+
+func (r *Report) addScenario(s scenario, ds *dataset) {
+	r.Scenarios = append(r.Scenarios, ScenarioInfo{
+		Name: s.Name, Topic: ds.Topic, Messages: ds.Messages, Partitions: ds.Partitions, Keys: ds.Keys,
+		Zipf: ds.Zipf, HotKey: ds.HotKey, HotCount: ds.HotCount, ProducedS: secs(ds.Produced), Note: s.Note,
+	})
+}
+
+func (r *Report) addRow(s scenario, c caseSpec, contender string) *Row {
+	row := &Row{Scenario: s.Name, Case: c.Label, Num: c.Num, Contender: contender,
+		baseline: c.Baseline, baselineCase: c.BaselineCase}
+	if contender == "orderly" {
+		row.Target = c.Target
+	}
+	r.Rows = append(r.Rows, row)
+	r.index[[3]string{s.Name, c.Label, contender}] = row
+	return row
+}
+
+func (row *Row) add(res Result) {
+	row.Rates = append(row.Rates, res.Rate())
+	row.Elapsed = append(row.Elapsed, secs(res.Elapsed))
+	row.Totals = append(row.Totals, secs(res.Total))
+	row.Failed = append(row.Failed, res.Failed)
+	row.CPU = append(row.CPU, float64(res.CPUPerMsg())/float64(time.Microsecond))
+}
+
+// finish computes medians and ratios.
+func (r *Report) finish() {
+	r.Duration = secs(time.Since(r.Started))
+	for _, row := range r.Rows {
+		if len(row.Rates) > 0 {
+			row.Median = Median(row.Rates)
+			row.MedianEl = Median(row.Elapsed)
+			row.MedianTo = Median(row.Totals)
+			row.MedCPU = Median(row.CPU)
+		}
+	}
+	for _, row := range r.Rows {
+		var base *Row
+		switch {
+		case strings.HasPrefix(row.Contender, "cap"): // computed, compared with nothing
+		case row.baselineCase != "":
+			base = r.index[[3]string{row.Scenario, row.baselineCase, row.Contender}]
+			if base != nil {
+				row.Baseline = row.baselineCase + "/" + row.Contender
+			}
+		case row.baseline != "" && row.baseline != row.Contender:
+			base = r.index[[3]string{row.Scenario, row.Case, row.baseline}]
+			if base != nil {
+				row.Baseline = row.baseline
+			}
+		}
+		if base != nil {
+			row.Ratio = PairedRatio(row.Rates, base.Rates, base.Median)
+		}
+	}
+}
+
+// Median is the median of xs (the mean of the middle two for an even
+// count); 0 for none.
+func Median[T ~float64](xs []T) T {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	n := len(s)
+	if n%2 == 1 {
+		return s[n/2]
+	}
+	return (s[n/2-1] + s[n/2]) / 2
+}
+
+// PairedRatio compares a row with its baseline: the median over rounds of
+// the ratio of the two rates measured in the same round (alternating
+// rounds pair measurements taken close in time, so drifting machine load
+// cancels out), or, when the baseline has no rounds of its own (the
+// computed cap), the median rate over baseMedian.
+func PairedRatio(rates, baseRates []float64, baseMedian float64) float64 {
+	if len(rates) == 0 {
+		return 0
+	}
+	if len(baseRates) != len(rates) {
+		return Ratio(Median(rates), baseMedian)
+	}
+	rs := make([]float64, len(rates))
+	for i := range rates {
+		rs[i] = Ratio(rates[i], baseRates[i])
+	}
+	return Median(rs)
+}
+
+// Ratio is a/b, or 0 when b is not positive.
+func Ratio(a, b float64) float64 {
+	if b <= 0 {
+		return 0
+	}
+	return a / b
+}
+
+func fmtRate(r float64) string {
+	switch {
+	case r >= 1e6:
+		return fmt.Sprintf("%.2fM", r/1e6)
+	case r >= 1e4:
+		return fmt.Sprintf("%.1fk", r/1e3)
+	case r >= 1e3:
+		return fmt.Sprintf("%.2fk", r/1e3)
+	}
+	return fmt.Sprintf("%.0f", r)
+}
+
+// WriteMarkdown writes the results as Markdown tables.
+func (r *Report) WriteMarkdown(w io.Writer) error {
+	b := &strings.Builder{}
+	if len(r.Rows) > 0 {
+		fmt.Fprintf(b, "| scenario | case | contender | median msg/s | ratio | vs | target | elapsed | total incl. join | CPU/msg |\n")
+		fmt.Fprintf(b, "| --- | --- | --- | ---: | ---: | --- | --- | ---: | ---: | ---: |\n")
+		for _, row := range r.Rows {
+			ratio, target, elapsed, total, cpu := "", "", "", "", ""
+			if row.Baseline != "" {
+				ratio = fmt.Sprintf("%.2fx", row.Ratio)
+			}
+			if row.Target > 0 && row.Median > 0 && row.Baseline != "" {
+				verdict := "met"
+				if row.Ratio < row.Target {
+					verdict = "not met"
+				}
+				target = fmt.Sprintf(">= %.2fx: %s", row.Target, verdict)
+			}
+			if len(row.Rates) > 0 {
+				elapsed = fmtDur(row.MedianEl)
+				total = fmtDur(row.MedianTo)
+				cpu = fmtMicros(row.MedCPU)
+			}
+			median := fmtRate(row.Median)
+			if strings.HasPrefix(row.Contender, "cap") {
+				median += " (computed)"
+			}
+			fmt.Fprintf(b, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n",
+				row.Scenario, row.Case, row.Contender, median, ratio, row.Baseline, target, elapsed, total, cpu)
+		}
+	}
+	if len(r.Stall) > 0 {
+		b.WriteString("\n")
+		writeStallMarkdown(b, r.Stall)
+	}
+	b.WriteString("\n")
+	r.writeMeasuredCap(b)
+	r.writeConcurrentCap(b)
+	for _, s := range r.Scenarios {
+		fmt.Fprintf(b, "- %s: %d messages, %d partitions, %d keys", s.Name, s.Messages, s.Partitions, s.Keys)
+		if s.Zipf > 0 {
+			fmt.Fprintf(b, " (Zipf s=%g, hottest key %.1f%%)", s.Zipf, 100*float64(s.HotCount)/float64(max(s.Messages, 1)))
+		}
+		fmt.Fprintf(b, "; %s.\n", s.Note)
+	}
+	for _, n := range r.Notes {
+		fmt.Fprintf(b, "- %s\n", n)
+	}
+	fmt.Fprintf(b, "- Medians of %d alternating rounds. Machine: %s, %d CPUs (GOMAXPROCS %d), %s/%s, %s.\n",
+		r.Rounds, r.Machine.CPU, r.Machine.NumCPU, r.Machine.GOMAXPROCS, r.Machine.OS, r.Machine.Arch, r.Machine.Go)
+	if r.Command != "" {
+		fmt.Fprintf(b, "- Command: `%s`\n", r.Command)
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// writeMeasuredCap lists each contender's ratio to the key-order cap
+// computed with the measured cost of a call, next to the nominal one the
+// table uses.
+func (r *Report) writeMeasuredCap(w io.Writer) {
+	for _, capRow := range r.Rows {
+		if capRow.Contender != CapMeasured || capRow.Median <= 0 {
+			continue
+		}
+		var parts []string
+		for _, row := range r.Rows {
+			if row.Scenario == capRow.Scenario && row.Case == capRow.Case && !strings.HasPrefix(row.Contender, "cap") && row.Median > 0 {
+				parts = append(parts, fmt.Sprintf("%s %.2fx", row.Contender, Ratio(row.Median, capRow.Median)))
+			}
+		}
+		fmt.Fprintf(w, "- %s %s against the cap with the measured call cost (%s msg/s; %s): %s.\n",
+			capRow.Scenario, capRow.Case, fmtRate(capRow.Median), capRow.Note, strings.Join(parts, ", "))
+	}
+}
+
+// writeConcurrentCap lists ratios to the key-order cap computed with the
+// cost of a call measured under the same concurrency: the limit
+// contender's Num goroutines doing the same calls in the same rounds take
+// Num/limit seconds per call (a 1 ms sleep costs more with Num sleepers
+// than alone). It is the bound a perfect scheduler could reach here.
+func (r *Report) writeConcurrentCap(w io.Writer) {
+	for _, capRow := range r.Rows {
+		if capRow.Contender != "cap" {
+			continue
+		}
+		var limit *Row
+		for _, row := range r.Rows {
+			if row.Scenario == capRow.Scenario && row.Case == capRow.Case && row.Contender == "limit" && row.Median > 0 {
+				limit = row
+			}
+		}
+		var info *ScenarioInfo
+		for i := range r.Scenarios {
+			if r.Scenarios[i].Name == capRow.Scenario {
+				info = &r.Scenarios[i]
+			}
+		}
+		if limit == nil || info == nil || info.HotCount == 0 || limit.Num == 0 {
+			continue
+		}
+		perCall := float64(limit.Num) / limit.Median // seconds per call under Num-way concurrency
+		capConc := float64(info.Messages) / (float64(info.HotCount) * perCall)
+		var parts []string
+		for _, row := range r.Rows {
+			if row.Scenario == capRow.Scenario && row.Case == capRow.Case && row.Median > 0 &&
+				!strings.HasPrefix(row.Contender, "cap") && row.Contender != "limit" {
+				parts = append(parts, fmt.Sprintf("%s %.2fx", row.Contender, Ratio(row.Median, capConc)))
+			}
+		}
+		fmt.Fprintf(w, "- %s %s against the cap with the call cost measured under the same concurrency (%s msg/s: limit's %d goroutines take %.3f ms per call): %s.\n",
+			capRow.Scenario, capRow.Case, fmtRate(capConc), limit.Num, perCall*1000, strings.Join(parts, ", "))
+	}
+}
+
+func fmtMicros(us float64) string {
+	if us >= 100 {
+		return fmt.Sprintf("%.0f µs", us)
+	}
+	return fmt.Sprintf("%.2f µs", us)
+}
+
+func fmtDur(s Seconds) string {
+	d := time.Duration(float64(s) * float64(time.Second))
+	switch {
+	case d >= 10*time.Second:
+		return d.Round(100 * time.Millisecond).String()
+	case d >= time.Second:
+		return d.Round(10 * time.Millisecond).String()
+	}
+	return d.Round(time.Millisecond).String()
+}
+
+func (r *Report) writeJSON(path string) error {
+	data, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return fmt.Errorf("bench: encode results: %w", err)
+	}
+	if err := os.WriteFile(path, append(data, '\n'), 0o644); err != nil {
+		return fmt.Errorf("bench: %w", err)
+	}
+	return nil
+}
