@@ -11,9 +11,14 @@ type Item[M, T any] struct {
 	// mostly with the claim loop that filled it.
 	next   *Item[M, T] // lane queue link, and free-list link
 	part   *Partition[M, T]
+	lane   *lane[M, T]
 	stamp  uint64 // arrival order across partitions (oldest first)
 	offset int64
-	done   atomic.Bool
+	// done is 1 once finished: set atomically by the finishing worker (a
+	// sequentially consistent store, see Partition.head), read atomically
+	// by the owner, reset with a plain store by the owner when it recycles
+	// the item (nothing else refers to it then).
+	done uint32
 
 	Lane    uint64 // ordering lane within the partition
 	Attempt int    // 1 on first delivery, +1 on each retry of its batch
@@ -25,7 +30,7 @@ type Item[M, T any] struct {
 func (it *Item[M, T]) Offset() int64 { return it.offset }
 
 // Finished reports whether the item is finished: handled, or skipped past.
-func (it *Item[M, T]) Finished() bool { return it.done.Load() }
+func (it *Item[M, T]) Finished() bool { return atomic.LoadUint32(&it.done) == 1 }
 
 // Partition is the item's partition.
 func (it *Item[M, T]) Partition() *Partition[M, T] { return it.part }

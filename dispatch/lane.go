@@ -9,6 +9,7 @@ type lane[M, T any] struct {
 	n          int
 	holder     *Batch[M, T] // the batch running (or filling, or parked on) this lane's items
 	inReady    bool         // in the scheduler's fresh list or requeue heap
+	pending    int          // items assigned by laneFor, not yet pushed (owner only)
 	nextReady  *lane[M, T]  // fresh list link
 }
 
@@ -35,4 +36,4 @@ func (l *lane[M, T]) pop() *Item[M, T] {
 }
 
 // idle reports whether nothing refers to the lane but its partition's map.
-func (l *lane[M, T]) idle() bool { return l.n == 0 && l.holder == nil && !l.inReady }
+func (l *lane[M, T]) idle() bool { return l.n == 0 && l.holder == nil && !l.inReady && l.pending == 0 }

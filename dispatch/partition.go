@@ -2,6 +2,7 @@ package dispatch
 
 import (
 	"github.com/orderly-go/orderly/commit"
+	"sync/atomic"
 )
 
 const minLaneSweep = 1024
@@ -22,11 +23,13 @@ type Partition[M, T any] struct {
 	credit  int64
 	closed  bool
 
-	// guarded by the scheduler mutex
+	// owned by the partition goroutine (lane fields themselves are guarded
+	// by the scheduler mutex)
 	lanes     map[uint64]*lane[M, T]
 	freeLanes []*lane[M, T]
 	sweepAt   int
-	revoked   bool
+
+	revoked bool // guarded by the scheduler mutex
 
 	outstanding atomicInt // items handed to lanes and not yet finished, dropped or abandoned
 	// head is the offset of the oldest unreleased item (-1: none), published
@@ -77,6 +80,7 @@ func (p *Partition[M, T]) Add(it *Item[M, T], offset int64) error {
 	if err := p.track(it, offset); err != nil {
 		return err
 	}
+	it.lane = p.laneFor(it.Lane)
 	p.pending = append(p.pending, it)
 	return nil
 }
@@ -87,7 +91,7 @@ func (p *Partition[M, T]) Skip(it *Item[M, T], offset int64) error {
 	if err := p.track(it, offset); err != nil {
 		return err
 	}
-	it.done.Store(true)
+	atomic.StoreUint32(&it.done, 1)
 	return nil
 }
 
@@ -202,10 +206,15 @@ func (p *Partition[M, T]) Pending() int { return p.tracker.Pending() }
 func (p *Partition[M, T]) Outstanding() int64 { return p.outstanding.Load() }
 
 func (p *Partition[M, T]) recycle(it *Item[M, T]) {
-	var zm M
-	var zt T
-	it.Msg, it.Val = zm, zt
-	it.done.Store(false)
+	if p.s.reset != nil {
+		p.s.reset(&it.Msg, &it.Val) // drop what the message refers to
+	} else {
+		var zm M
+		var zt T
+		it.Msg, it.Val = zm, zt
+	}
+	it.lane = nil
+	it.done = 0
 	it.next = p.free
 	p.free = it
 }
@@ -258,30 +267,42 @@ func (p *Partition[M, T]) Close() int {
 	return left
 }
 
-// newLane returns a lane for key, reusing idle ones. Caller holds the
-// scheduler mutex.
-func (p *Partition[M, T]) newLane(key uint64) *lane[M, T] {
-	if len(p.lanes) >= p.sweepAt {
-		for k, l := range p.lanes {
-			if l.idle() {
-				delete(p.lanes, k)
-				if len(p.freeLanes) < minLaneSweep {
-					p.freeLanes = append(p.freeLanes, l)
-				}
+// laneFor returns key's lane, creating one (reusing an idle one) when the
+// key has none, and counts an item on its way to it. Only the partition's
+// goroutine touches the lane map, so this runs outside the scheduler lock;
+// only the sweep of idle lanes, rare, takes it to read lane state.
+func (p *Partition[M, T]) laneFor(key uint64) *lane[M, T] {
+	l := p.lanes[key]
+	if l == nil {
+		if len(p.lanes) >= p.sweepAt {
+			p.sweep()
+		}
+		if n := len(p.freeLanes); n > 0 {
+			l = p.freeLanes[n-1]
+			p.freeLanes[n-1] = nil
+			p.freeLanes = p.freeLanes[:n-1]
+			*l = lane[M, T]{}
+		} else {
+			l = new(lane[M, T])
+		}
+		l.key, l.part = key, p
+		p.lanes[key] = l
+	}
+	l.pending++
+	return l
+}
+
+// sweep drops idle lanes from the lane map, keeping some for reuse.
+func (p *Partition[M, T]) sweep() {
+	p.s.mu.Lock()
+	for k, l := range p.lanes {
+		if l.idle() {
+			delete(p.lanes, k)
+			if len(p.freeLanes) < minLaneSweep {
+				p.freeLanes = append(p.freeLanes, l)
 			}
 		}
-		p.sweepAt = max(minLaneSweep, 2*len(p.lanes))
 	}
-	var l *lane[M, T]
-	if n := len(p.freeLanes); n > 0 {
-		l = p.freeLanes[n-1]
-		p.freeLanes[n-1] = nil
-		p.freeLanes = p.freeLanes[:n-1]
-		*l = lane[M, T]{}
-	} else {
-		l = new(lane[M, T])
-	}
-	l.key, l.part = key, p
-	p.lanes[key] = l
-	return l
+	p.s.mu.Unlock()
+	p.sweepAt = max(minLaneSweep, 2*len(p.lanes))
 }

@@ -44,7 +44,7 @@ const (
 )
 
 // Options configure a Scheduler.
-type Options struct {
+type Options[M, T any] struct {
 	Size        int // most items per batch
 	MaxInFlight int // budget of items not yet behind their commit frontier
 	// WakeDelay coalesces the wakes of a partition's claim loop for its
@@ -53,6 +53,11 @@ type Options struct {
 	// completions a head; waking the claim loop for each cost a goroutine
 	// switch per message. 0: wake at once (RunWaker is then not needed).
 	WakeDelay time.Duration
+	// Reset, if set, clears what a recycled item's message and value refer
+	// to (so that the free list does not pin fetch buffers), cheaper than
+	// zeroing both whole; the caller overwrites every field when it reuses
+	// the item. Default: zero them.
+	Reset func(m *M, v *T)
 	// Window is how far (in arrival order, across partitions) a batch may
 	// look past a lane's head for more of the same lane's items; default
 	// Size. Oldest-first holds to within a window.
@@ -64,6 +69,7 @@ type Scheduler[M, T any] struct {
 	size      int
 	window    uint64
 	wakeDelay time.Duration
+	reset     func(m *M, v *T)
 
 	wakeMu   sync.Mutex
 	wakeList []*Partition[M, T] // head completions waiting for RunWaker
@@ -104,14 +110,14 @@ type Batch[M, T any] struct {
 }
 
 // New returns a scheduler.
-func New[M, T any](o Options) *Scheduler[M, T] {
+func New[M, T any](o Options[M, T]) *Scheduler[M, T] {
 	if o.Size <= 0 {
 		o.Size = 1
 	}
 	if o.Window <= 0 {
 		o.Window = o.Size
 	}
-	s := &Scheduler[M, T]{size: o.Size, window: uint64(o.Window), wakeDelay: o.WakeDelay, wakeKick: make(chan struct{}, 1)}
+	s := &Scheduler[M, T]{size: o.Size, window: uint64(o.Window), wakeDelay: o.WakeDelay, wakeKick: make(chan struct{}, 1), reset: o.Reset}
 	s.budget.max = int64(o.MaxInFlight)
 	if s.budget.max <= 0 {
 		s.budget.max = 1 << 62
@@ -141,13 +147,14 @@ func (s *Scheduler[M, T]) push(p *Partition[M, T], items []*Item[M, T]) {
 	s.mu.Lock()
 	if p.revoked {
 		s.mu.Unlock()
+		for _, it := range items {
+			it.lane.pending--
+		}
 		return
 	}
 	for _, it := range items {
-		l := p.lanes[it.Lane]
-		if l == nil {
-			l = p.newLane(it.Lane)
-		}
+		l := it.lane
+		l.pending--
 		l.push(it)
 		switch {
 		case l.inReady:
@@ -357,7 +364,7 @@ func finish[M, T any](items []*Item[M, T]) {
 			}
 			last, n, wake = p, 0, false
 		}
-		it.done.Store(true)
+		atomic.StoreUint32(&it.done, 1)
 		wake = wake || off == p.head.Load()
 		n++
 	}

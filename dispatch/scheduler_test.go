@@ -39,7 +39,7 @@ func lanesOf(b *Batch[msg, int]) []int {
 }
 
 func TestLaneHeldByOneBatch(t *testing.T) {
-	s := New[msg, int](Options{Size: 4, MaxInFlight: 100, Window: 1})
+	s := New[msg, int](Options[msg, int]{Size: 4, MaxInFlight: 100, Window: 1})
 	p := s.NewPartition(16)
 	var off int64
 	feed(t, p, &off, 1, 1, 2, 1)
@@ -78,7 +78,7 @@ func TestLaneHeldByOneBatch(t *testing.T) {
 // ahead of lanes whose items are newer, so the commit frontier follows the
 // work instead of lagging a whole round behind it.
 func TestOldestFirst(t *testing.T) {
-	s := New[msg, int](Options{Size: 1, MaxInFlight: 100})
+	s := New[msg, int](Options[msg, int]{Size: 1, MaxInFlight: 100})
 	p := s.NewPartition(16)
 	var off int64
 	feed(t, p, &off, 1)
@@ -109,7 +109,7 @@ func TestOldestFirst(t *testing.T) {
 }
 
 func TestNoHeadOfLineBlocking(t *testing.T) {
-	s := New[msg, int](Options{Size: 1, MaxInFlight: 1 << 20})
+	s := New[msg, int](Options[msg, int]{Size: 1, MaxInFlight: 1 << 20})
 	p := s.NewPartition(16)
 	var off int64
 	feed(t, p, &off, 7)
@@ -142,7 +142,7 @@ func TestNoHeadOfLineBlocking(t *testing.T) {
 }
 
 func TestMaxInFlightPausesIntake(t *testing.T) {
-	s := New[msg, int](Options{Size: 8, MaxInFlight: 10})
+	s := New[msg, int](Options[msg, int]{Size: 8, MaxInFlight: 10})
 	p := s.NewPartition(16)
 	var off int64
 	for range 10 {
@@ -182,7 +182,7 @@ func TestMaxInFlightPausesIntake(t *testing.T) {
 }
 
 func TestRevoke(t *testing.T) {
-	s := New[msg, int](Options{Size: 2, MaxInFlight: 100})
+	s := New[msg, int](Options[msg, int]{Size: 2, MaxInFlight: 100})
 	p, other := s.NewPartition(16), s.NewPartition(16)
 	var off, otherOff int64
 	feed(t, p, &off, 1, 2, 3, 4, 5)
@@ -239,7 +239,7 @@ func TestRevoke(t *testing.T) {
 // TestIdleLanesSwept: lanes of keys that come and go are recycled, so a
 // stream of ever-new keys does not grow the lane map without bound.
 func TestIdleLanesSwept(t *testing.T) {
-	s := New[msg, int](Options{Size: 64, MaxInFlight: 1 << 20})
+	s := New[msg, int](Options[msg, int]{Size: 64, MaxInFlight: 1 << 20})
 	p := s.NewPartition(64)
 	w := s.NewWorker()
 	var off int64

@@ -156,6 +156,7 @@ func (c *claimLoop[T]) intake(m *sarama.ConsumerMessage) {
 	msg := &it.Msg
 	msg.Topic, msg.Partition, msg.Offset = m.Topic, m.Partition, m.Offset
 	msg.Key, msg.Value, msg.Timestamp, msg.Attempt = m.Key, m.Value, m.Timestamp, 1
+	msg.Headers = nil
 	if len(m.Headers) > 0 {
 		hs := make([]Header, len(m.Headers))
 		for i, h := range m.Headers {

@@ -128,8 +128,9 @@ func New[T any](cfg Config, h Handler[T]) (*Group[T], error) {
 		h:    h,
 		log:  cfg.Logger.With(zap.String("group", cfg.GroupID)),
 		seed: maphash.MakeSeed(),
-		sched: dispatch.New[Message, T](dispatch.Options{
+		sched: dispatch.New[Message, T](dispatch.Options[Message, T]{
 			Size: cfg.Size, MaxInFlight: cfg.MaxInFlight, Window: cfg.Chan, WakeDelay: wakeDelay,
+			Reset: resetFunc(h),
 		}),
 		bufs:   make([][]T, cfg.Num),
 		claims: make(map[*claimState]struct{}),
@@ -260,8 +261,30 @@ func (g *Group[T]) call(ctx context.Context, vals []T) (err error) {
 	return g.h.Do(ctx, vals)
 }
 
+// resetFunc clears a recycled item: the slices that point into sarama's
+// fetch buffers, and the decoded value unless it is the message itself.
+// Every other field is overwritten when the item is reused.
+func resetFunc[T any](h Handler[T]) func(m *Message, v *T) {
+	if h.New == nil {
+		return func(m *Message, _ *T) { m.Key, m.Value, m.Headers = nil, nil, nil }
+	}
+	return func(m *Message, v *T) {
+		m.Key, m.Value, m.Headers = nil, nil, nil
+		var zero T
+		*v = zero
+	}
+}
+
 // decode runs New and Split for m, turning a panic into an error.
 func (g *Group[T]) decode(m *Message) (v T, lane uint64, err error) {
+	if g.h.New == nil && g.h.Split == nil {
+		// Nothing of the user's to run: no recover needed.
+		return any(m).(T), maphash.Bytes(g.seed, m.Key), nil
+	}
+	return g.decodeUser(m)
+}
+
+func (g *Group[T]) decodeUser(m *Message) (v T, lane uint64, err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("%w in New or Split: %v", ErrPanic, r)

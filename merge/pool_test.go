@@ -32,7 +32,7 @@ type rig struct {
 
 func newRig(t *testing.T, size int, cfg Config, h func(b *dispatch.Batch[msg, int]) error) *rig {
 	t.Helper()
-	r := &rig{s: dispatch.New[msg, int](dispatch.Options{Size: size, MaxInFlight: 1 << 20})}
+	r := &rig{s: dispatch.New[msg, int](dispatch.Options[msg, int]{Size: size, MaxInFlight: 1 << 20})}
 	r.p = r.s.NewPartition(64)
 	var st Stats
 	r.pool = Start(context.Background(), r.s, cfg, func(_ context.Context, _ int, b *dispatch.Batch[msg, int]) error { return h(b) }, &st)

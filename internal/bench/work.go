@@ -57,19 +57,27 @@ func (w Work) Do(ctx context.Context, partition int32, offset int64, attempt, n 
 // reports the n messages handled. It gives up, returning false, only when
 // ctx ends.
 func (w Work) doInline(ctx context.Context, t *tracker, partition int32, offset int64, n int) bool {
+	if !w.doInlineUncounted(ctx, t, partition, offset, n) {
+		return false
+	}
+	t.finish(n)
+	return true
+}
+
+// doInlineUncounted is doInline without counting the messages handled: the
+// caller counts them (see rawHandler).
+func (w Work) doInlineUncounted(ctx context.Context, t *tracker, partition int32, offset int64, n int) bool {
 	t.begin()
 	for attempt := 1; ; attempt++ {
 		err := w.Do(ctx, partition, offset, attempt, n)
 		if err == nil {
-			break
+			return true
 		}
 		if ctx.Err() != nil {
 			return false
 		}
 		t.failed.Add(1)
 	}
-	t.finish(n)
-	return true
 }
 
 // splitmix64 is a fast, well-mixed 64-bit hash (Steele et al.).
