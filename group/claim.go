@@ -96,7 +96,7 @@ func (g *Group[T]) consume(sess sarama.ConsumerGroupSession, claim sarama.Consum
 		g.ctr.committed.Add(c.st.committed.Load())
 		g.claimsMu.Unlock()
 	}()
-	c.log.Debug("claim started", zap.Int64("offset", claim.InitialOffset()))
+	c.log.Info("claim started", zap.Int64("offset", claim.InitialOffset()))
 
 	msgs := claim.Messages()
 	sessDone := sess.Context().Done()

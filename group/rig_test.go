@@ -180,6 +180,11 @@ func (w *work) failures() int {
 
 // config is a Config for the rig's topic with fast group timings.
 func (r *rig) config(groupID string) Config {
+	return fastConfig(r.t, r.b.Addrs(), r.topic, groupID)
+}
+
+// fastConfig is a Config with fast group timings for tests.
+func fastConfig(t *testing.T, brokers []string, topic, groupID string) Config {
 	sc := sarama.NewConfig()
 	sc.Version = sarama.V3_0_0_0
 	sc.Consumer.Offsets.Initial = sarama.OffsetOldest
@@ -189,11 +194,11 @@ func (r *rig) config(groupID string) Config {
 	sc.Consumer.Group.Rebalance.Timeout = 10 * time.Second
 	sc.Consumer.Group.Rebalance.GroupStrategies = []sarama.BalanceStrategy{sarama.NewBalanceStrategyCooperativeSticky()}
 	return Config{
-		Brokers: r.b.Addrs(),
-		Topics:  []string{r.topic},
+		Brokers: brokers,
+		Topics:  []string{topic},
 		GroupID: groupID,
 		Sarama:  sc,
-		Logger:  zaptest.NewLogger(r.t, zaptest.Level(zap.InfoLevel)),
+		Logger:  zaptest.NewLogger(t, zaptest.Level(zap.InfoLevel)),
 		Retry:   Retry{Backoff: 5 * time.Millisecond, MaxBackoff: 50 * time.Millisecond},
 	}
 }

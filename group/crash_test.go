@@ -1,0 +1,173 @@
+package group
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestCrashLosesNothing kills a consumer process with SIGKILL in the middle
+// of a run, then lets another one finish. Every message must have been
+// handled by one of them (no loss), and the offsets committed when the
+// first one died must not pass anything it had not handled: a crash may
+// only repeat work above the committed offset.
+//
+// The consumer is this test binary run again as a child (see
+// TestCrashChild); it records each message it handles in a file before
+// Do returns, so the parent can read what it did after it died.
+func TestCrashLosesNothing(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs child processes")
+	}
+	const partitions, n, keys = 4, 40_000, 200
+	r := newRig(t, "crash", partitions, n, keys)
+	dir := t.TempDir()
+
+	first := startChild(t, r, filepath.Join(dir, "first.log"))
+	waitFor(t, time.Minute, "the first consumer to handle a third of the messages", func() bool {
+		return countLines(t, filepath.Join(dir, "first.log")) >= n/3
+	})
+	if err := first.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = first.Wait()
+	committedAtCrash := r.b.Committed("crash", r.topic)
+	handledFirst := readHandled(t, filepath.Join(dir, "first.log"))
+	if len(handledFirst) >= n {
+		t.Fatalf("the first consumer handled everything (%d) before it was killed: the test proves nothing", len(handledFirst))
+	}
+	if len(committedAtCrash) == 0 {
+		t.Fatal("nothing was committed before the kill: the commit check proves nothing")
+	}
+
+	// Commits made before the crash never pass unhandled work.
+	for p, off := range committedAtCrash {
+		for o := int64(0); o < off; o++ {
+			if !handledFirst[[2]int64{int64(p), o}] {
+				t.Fatalf("partition %d committed %d at the crash, but offset %d was never handled", p, off, o)
+			}
+		}
+	}
+
+	second := startChild(t, r, filepath.Join(dir, "second.log"))
+	r.waitAllCommitted("crash", 2*time.Minute)
+	if err := second.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := second.Wait(); err != nil {
+		t.Fatalf("second consumer did not exit cleanly on SIGTERM: %v", err)
+	}
+	handledSecond := readHandled(t, filepath.Join(dir, "second.log"))
+
+	hw := r.b.HighWatermarks(r.topic)
+	repeated := 0
+	for p, h := range hw {
+		var lost []int64
+		for o := int64(0); o < h; o++ {
+			k := [2]int64{int64(p), o}
+			a, b := handledFirst[k], handledSecond[k]
+			switch {
+			case !a && !b:
+				lost = append(lost, o)
+			case a && b:
+				repeated++
+				if o < committedAtCrash[p] {
+					t.Errorf("partition %d offset %d handled again below the committed offset %d", p, o, committedAtCrash[p])
+				}
+			}
+		}
+		if len(lost) > 0 {
+			t.Errorf("partition %d: %d offsets never handled (lost), first %v", p, len(lost), lost[:min(10, len(lost))])
+		}
+	}
+	t.Logf("first consumer handled %d before SIGKILL (committed %v); second handled %d; %d repeated above the committed offsets (allowed after a crash)",
+		len(handledFirst), committedAtCrash, len(handledSecond), repeated)
+}
+
+// startChild runs TestCrashChild in a new process consuming the rig's topic
+// as group "crash", recording what it handles in log.
+func startChild(t *testing.T, r *rig, log string) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestCrashChild$", "-test.v")
+	cmd.Env = append(os.Environ(),
+		"ORDERLY_CRASH_CHILD=1",
+		"ORDERLY_CRASH_BROKERS="+strings.Join(r.b.Addrs(), ","),
+		"ORDERLY_CRASH_TOPIC="+r.topic,
+		"ORDERLY_CRASH_LOG="+log)
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	return cmd
+}
+
+// TestCrashChild is the consumer process of TestCrashLosesNothing.
+func TestCrashChild(t *testing.T) {
+	if os.Getenv("ORDERLY_CRASH_CHILD") != "1" {
+		t.Skip("only run as TestCrashLosesNothing's child process")
+	}
+	f, err := os.OpenFile(os.Getenv("ORDERLY_CRASH_LOG"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
+	defer stop()
+	cfg := fastConfig(t, strings.Split(os.Getenv("ORDERLY_CRASH_BROKERS"), ","), os.Getenv("ORDERLY_CRASH_TOPIC"), "crash")
+	// About 25k msg/s: slow enough that several auto-commits (every 100 ms
+	// here) happen before the parent kills the first consumer.
+	cfg.Size, cfg.Num = 16, 8
+	g, err := New(cfg, Handler[*Message]{Do: func(_ context.Context, batch []*Message) error {
+		time.Sleep(5 * time.Millisecond)
+		buf := make([]byte, 0, 16*len(batch)) // Do runs on many workers at once
+		for _, m := range batch {
+			buf = fmt.Appendf(buf, "%d %d\n", m.Partition, m.Offset)
+		}
+		// One write(2) per batch, before Do returns: it survives SIGKILL.
+		_, err := f.Write(buf)
+		return err
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func countLines(t *testing.T, path string) int {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return 0
+	}
+	return strings.Count(string(data), "\n")
+}
+
+func readHandled(t *testing.T, path string) map[[2]int64]bool {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	out := map[[2]int64]bool{}
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		var p, o int64
+		if _, err := fmt.Sscanf(sc.Text(), "%d %d", &p, &o); err != nil {
+			continue // a line cut short by the kill
+		}
+		out[[2]int64{p, o}] = true
+	}
+	return out
+}
