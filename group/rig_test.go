@@ -231,15 +231,8 @@ func run[T any](t *testing.T, g *Group[T]) (stop func() error) {
 // equal the high watermarks.
 func (r *rig) waitAllCommitted(groupID string, timeout time.Duration) {
 	r.t.Helper()
-	hw := r.b.HighWatermarks(r.topic)
 	waitFor(r.t, timeout, "committed offsets to reach the high watermarks", func() bool {
-		c := r.b.Committed(groupID, r.topic)
-		for p, h := range hw {
-			if c[p] != h {
-				return false
-			}
-		}
-		return true
+		return r.b.CaughtUp(groupID, r.topic)
 	})
 }
 

@@ -31,8 +31,7 @@ func TestTyped(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- run(runCtx, []string{"--brokers", b.Addrs()[0], "--topic", "orders"}) }()
 	for {
-		c, hw := b.Committed("example-typed", "orders"), b.HighWatermarks("orders")
-		if c[0] == hw[0] && c[1] == hw[1] && c[2] == hw[2] {
+		if b.CaughtUp("example-typed", "orders") {
 			break
 		}
 		select {
@@ -40,7 +39,7 @@ func TestTyped(t *testing.T) {
 			t.Fatalf("run returned early: %v", err)
 		case <-time.After(20 * time.Millisecond):
 		case <-ctx.Done():
-			t.Fatalf("committed %v, want the high watermarks %v", c, hw)
+			t.Fatalf("committed %v, want the high watermarks %v", b.Committed("example-typed", "orders"), b.HighWatermarks("orders"))
 		}
 	}
 	stop()

@@ -141,3 +141,15 @@ func (b *Broker) ObserveCommits(fn func(*kmsg.OffsetCommitRequest)) {
 		return nil, nil, false
 	})
 }
+
+// CaughtUp reports whether group's committed offsets on topic equal the
+// high watermarks of every partition.
+func (b *Broker) CaughtUp(group, topic string) bool {
+	c := b.Committed(group, topic)
+	for p, h := range b.HighWatermarks(topic) {
+		if c[p] != h {
+			return false
+		}
+	}
+	return true
+}
