@@ -3,10 +3,10 @@ package dispatch
 import (
 	"testing"
 
-	"go.uber.org/goleak"
+	"github.com/orderly-go/orderly/internal/leakcheck"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { leakcheck.Main(m) }
 
 type msg struct{ lane, seq int } // seq: the offset
 

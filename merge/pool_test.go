@@ -9,12 +9,12 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
+	"github.com/orderly-go/orderly/internal/leakcheck"
 
 	"github.com/orderly-go/orderly/dispatch"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { leakcheck.Main(m) }
 
 type msg struct {
 	lane int

@@ -8,7 +8,7 @@ import (
 	"sync"
 	"testing"
 
-	"go.uber.org/goleak"
+	"github.com/orderly-go/orderly/internal/leakcheck"
 )
 
 // binDir holds the orderly binary built once for the multi-process tests.
@@ -23,13 +23,11 @@ func TestMain(m *testing.M) {
 	binDir = dir
 	code := m.Run()
 	os.RemoveAll(dir)
-	// Like goleak.VerifyTestMain, but removing binDir first: once every
-	// test has run, nothing the in-process demo, broker or bench started
-	// may still be running. The one exception: go-metrics (sarama's
-	// metrics registry) starts a process-wide meter ticker on first use
-	// and never stops it.
+	// Like leakcheck.Main, but removing binDir first: once every test has
+	// run, nothing the in-process demo, broker or bench started may still
+	// be running.
 	if code == 0 {
-		if err := goleak.Find(goleak.IgnoreTopFunction("github.com/rcrowley/go-metrics.(*meterArbiter).tick")); err != nil {
+		if err := leakcheck.Find(); err != nil {
 			fmt.Fprintf(os.Stderr, "goleak: errors on successful test run: %v\n", err)
 			code = 1
 		}

@@ -3,13 +3,7 @@ package bench
 import (
 	"testing"
 
-	"go.uber.org/goleak"
+	"github.com/orderly-go/orderly/internal/leakcheck"
 )
 
-func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m,
-		// go-metrics (sarama's registry) starts one process-wide meter
-		// ticker on first use and never stops it.
-		goleak.IgnoreTopFunction("github.com/rcrowley/go-metrics.(*meterArbiter).tick"),
-	)
-}
+func TestMain(m *testing.M) { leakcheck.Main(m) }
