@@ -54,16 +54,19 @@ type diskBackend struct {
 	reading   string // guarded by readingMu
 }
 
-func newDiskBackend(o *Options, log *zap.Logger) *diskBackend {
+func newDiskBackend(o *Options, log *zap.Logger) (*diskBackend, error) {
 	b := &diskBackend{
 		log:      log,
 		pattern:  filepath.Join(o.DataPath, o.Name+".diskqueue.*.dat"),
 		syncEach: o.SyncEvery == 1,
 	}
+	if err := prepareMetadata(o.DataPath, o.Name, log); err != nil {
+		return nil, fmt.Errorf("localqueue %s: %w", o.Name, err)
+	}
 	b.dq = diskqueue.New(o.Name, o.DataPath, o.MaxBytesPerFile,
 		int32(envelopeOverhead), int32(envelopeSize(o.MaxMsgSize)),
 		o.SyncEvery, o.SyncTimeout, b.logf)
-	return b
+	return b, nil
 }
 
 // logf adapts go-diskqueue's printf logging. File opens are debug lines;

@@ -20,7 +20,11 @@ func TestBackends(t *testing.T) {
 		{"disk", func(t *testing.T) backend {
 			o := Options{Name: "b", DataPath: t.TempDir(), MaxBytesPerFile: 4096}.withDefaults()
 			o.MaxMsgSize = 100
-			return newDiskBackend(&o, zap.NewNop())
+			b, err := newDiskBackend(&o, zap.NewNop())
+			if err != nil {
+				t.Fatalf("newDiskBackend: %v", err)
+			}
+			return b
 		}},
 	}
 	for _, tt := range tests {

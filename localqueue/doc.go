@@ -34,14 +34,15 @@
 // nsqd it samples only queues that have something in flight or deferred,
 // so idle queues cost nothing: no goroutine of their own in memory mode, no
 // scanner work (go-diskqueue does run one goroutine and a SyncTimeout
-// ticker per queue with a DataPath).
+// ticker per queue with a DataPath; the journal opens its file and starts
+// its syncer only when it first holds a message).
 //
 // # Who owns what
 //
 //   - The memory chan and the backend are FIFOs owned by their channels and
 //     by go-diskqueue's ioLoop (or memBackend's loop); Put, Requeue and the
 //     scanner add to them, Get takes from them.
-//   - The in-flight map and deadline heap are guarded by inFlightMu, the
+//   - The in-flight table and deadline heap are guarded by inFlightMu, the
 //     deferred heap by deferredMu: Get, Finish, Requeue and Touch come from
 //     any number of goroutines, so a mutex is simpler than a goroutine.
 //   - Each record handed out by Get belongs to that delivery and is never
@@ -50,12 +51,77 @@
 //     are held exclusively only by Close, so that when Close flushes, no
 //     message is half way in, and none has left go-diskqueue's ReadChan (at
 //     which point go-diskqueue counts it consumed) without being in flight.
+//     Memory-only queues flush nothing, so their Put and Get skip them.
+//   - The journal (with a DataPath) is guarded by its mu; its syncer
+//     goroutine (SyncEvery above 1) does the fsyncs SyncEvery and
+//     SyncTimeout call for, and Close stops it and waits for it.
 //   - The scanner's loop goroutine owns the worker pool; its active set is
 //     guarded by activeMu.
 //
+// # The journal
+//
+// go-diskqueue's reads are destructive: a record is consumed once it has
+// left ReadChan. So with a DataPath the queue keeps its own crash-safe
+// record, <DataPath>/<Name>.journal, of every message that has left the
+// backend (or never entered it) and is not finished: a message taken from
+// the backend by Get, one deferred by PutDeferred, Requeue or a failed
+// write, and one handed back ready after either. A message that has been
+// in the journal stays there until it is finished or dead-lettered, even
+// while it waits in the memory chan or the backend again.
+//
+// The journal is a sequence of length-prefixed, versioned, CRC-32C-checked
+// records (journal_format.go): PARK (the whole message, state in flight,
+// deferred or ready, attempts, due time) when the journal first takes a
+// message, MOVE (state, attempts, due) when it changes state, FIN when it
+// is finished or dead-lettered. Each is appended before the operation
+// returns: on Linux by a copy into a shared memory mapping of the file,
+// which is the kernel's page cache the moment the copy completes (space is
+// reserved ahead by writing zeros, so a full disk is an error, never a
+// SIGBUS), elsewhere by one pwrite(2). Either way the record survives the
+// death of the process. Its fsyncs follow SyncEvery and SyncTimeout (see
+// journal_sync.go and below).
+//
+// When the file has grown past 32 MiB and is more than half dead, it is
+// compacted: the live records are rewritten to <journal>.tmp, which is
+// fsynced and renamed over the journal. A crash before the rename leaves
+// the old journal, after it the new one; each holds every live record, so
+// a crash at any step loses nothing. Compaction keeps the FINs of messages
+// read from the backend in the last SyncEvery backend operations (up to
+// 65536), which Open needs to recognise go-diskqueue's stale copies.
+//
+// Open replays the journal: a message with a PARK and no FIN comes back,
+// once: a deferred one on the deferred heap with its due time; one that
+// was in flight ready again at once, Attempts kept (the delivery cut short
+// counts: if it was the MaxAttempts-th, the message is dead-lettered); one
+// handed back ready with its due time. Open then rewrites the journal
+// (and keeps a damaged one as <journal>.bad). Because go-diskqueue persists
+// its read position only when it syncs, after a crash it hands out again
+// records that were read before; and a journaled message may also have a
+// copy in the backend from a requeue. Open therefore writes a marker to
+// the backend, and until Get reads it, a backend record whose ID the
+// journal knew (restored or finished) is a stale copy and is dropped
+// (Stats.Duplicates). Records after the marker were written since Open
+// and are never dropped. If the backend skips damaged data before the
+// marker, the check stops: a stale copy may then be delivered twice rather
+// than a live one dropped.
+//
+// Damage in the journal (a torn tail, a bad checksum, garbage) is logged
+// at error level with the journal's path, counted in Stats.JournalCorrupt,
+// and skipped: replay resumes at the next whole record, so the records
+// around the damage are restored. A message whose PARK was damaged is
+// lost unless the backend still has it; one whose FIN was damaged comes
+// back.
+//
+// Open also repairs go-diskqueue's metadata after a crash (diskmeta.go):
+// without it, go-diskqueue v1.1.0 loses every message of a new or emptied
+// queue killed before its first sync, overwrites what a second run wrote
+// after a crash if that run is killed before it syncs, and keeps a stale
+// depth.
+//
 // # Durability
 //
-// What survives depends on DataPath, MemQueueSize and SyncEvery:
+// What survives depends on DataPath, MemQueueSize and SyncEvery (and
+// SyncTimeout):
 //
 //   - DataPath "": memory only, like an nsqd #ephemeral channel. Nothing
 //     survives Close or a crash (Close logs how many messages it discards).
@@ -63,36 +129,51 @@
 //     is open: overflow goes to an unbounded in-memory FIFO.
 //
 //   - Clean Close with a DataPath: everything not finished survives. Close
-//     writes the memory chan, the in-flight messages (ready again, Attempts
-//     kept) and the deferred ones (due time kept) to go-diskqueue, which
-//     syncs on Close; Open on the same DataPath restores them. A message
-//     that cannot be written is logged with its ID and Close returns an
-//     error.
+//     writes the memory chan and the in-flight messages the journal does
+//     not hold (ready again, Attempts kept) to the backend, syncs it, and
+//     fsyncs the journal, which holds the rest; Open restores all of them.
+//     A message that cannot be written is logged with its ID and Close
+//     returns an error.
 //
-//   - Process crash (kill -9, panic, OOM) with a DataPath: a ready message
-//     survives if its Put (or the redelivery that put it back) wrote it to
-//     the backend, which is every message when MemQueueSize is 0, whatever
-//     SyncEvery is: go-diskqueue has written the record with write(2)
-//     before Put returns and the kernel keeps it. On Open go-diskqueue finds
-//     its metadata behind the data file, starts a new file for writes and
-//     reads the old one to its end; records consumed just before the crash
-//     may be delivered again (at-least-once; a duplicate of a message in
-//     flight is dropped), and Depth may be off until the queue drains.
-//     Messages then in the memory chan, in flight, or deferred are lost:
-//     they live in memory, and go-diskqueue's reads are destructive, so a
-//     message taken from disk by Get is no longer on disk. Callers that
-//     must not lose an in-flight or deferred message across a crash need
-//     their own record (for group: do not commit past it until Finish).
+//   - Process crash (kill -9, panic, OOM killer) with a DataPath, whatever
+//     SyncEvery is: a message whose Put (or PutDeferred) returned survives
+//     until Finish returns for it, whether it is ready, in flight or
+//     deferred at the crash, and comes back exactly once, except while it
+//     is memory-only: with MemQueueSize above 0, a message Put into the
+//     memory chan is memory-only there and in flight after a Get took it
+//     from there, until it is deferred or requeued for later (then it is
+//     journaled). A message that comes back after the restart had its
+//     Finish under way, or (logged and counted) a journal write that
+//     failed; nothing finished comes back otherwise, as long as SyncEvery
+//     is at most 65536. One narrow window remains: a Get that has received
+//     a record from go-diskqueue but not yet stored its PARK (a few hundred
+//     nanoseconds of work, no I/O wait) loses that message if the process
+//     dies right then and go-diskqueue has already persisted its read
+//     position past the record (it does so when it syncs, and when it
+//     finishes a data file, which it deletes); otherwise go-diskqueue
+//     hands the record out again after the restart. A message being
+//     dead-lettered at the crash may be both in the dead-letter queue and
+//     back here.
 //
-//   - Machine crash or power loss: only what was fsynced survives. With
-//     SyncEvery 1 each Put returns after its record and go-diskqueue's
-//     metadata were fsynced (Put waits for the sync that go-diskqueue does
-//     after every write; a failing fsync is logged by go-diskqueue, it
-//     cannot reach Put). With SyncEvery N the last N-1 backend operations
-//     (reads and writes count) or the last SyncTimeout of them may be lost;
-//     go-diskqueue always syncs when it starts a new file.
+//   - Machine crash or power loss: only what was fsynced survives. The
+//     backend and the journal are fsynced separately, each on SyncEvery
+//     and SyncTimeout. With SyncEvery 1 each Put returns after its record
+//     and go-diskqueue's metadata were fsynced, and each journaled
+//     operation (Get from the backend, PutDeferred, Requeue, Finish of a
+//     journaled message, a timeout) after its journal record was fsynced
+//     (fdatasync on Linux); the window of the Get above is then as long as
+//     that fsync, as go-diskqueue syncs its read position right after the
+//     read. With SyncEvery N above 1, the last N-1 backend operations
+//     (reads and writes count) or the last SyncTimeout of them may be lost
+//     (go-diskqueue always syncs when it starts a new file), and the
+//     journal is fsynced in the background after every N PARK and MOVE
+//     records or SyncTimeout after the first record not yet fsynced, so a
+//     power loss can lose the journal records since the start of the last
+//     fsync that completed: at most about 2N PARK and MOVE records (and
+//     the FINs among them), or SyncTimeout plus one fsync. A lost PARK or
+//     MOVE loses that message or brings it back in its older state; a lost
+//     FIN brings a finished message back.
 //
-// So MemQueueSize 0 with SyncEvery 1 is the setting for "a message whose Put
-// returned is on disk": it survives kill -9 and power loss until it is
-// delivered.
+// So MemQueueSize 0 is the setting for "a message whose Put returned
+// survives kill -9 until it is finished", and SyncEvery 1 adds power loss.
 package localqueue

@@ -42,15 +42,19 @@ func appendEnvelope(dst []byte, m *Message) []byte {
 	dst = append(dst, envelopeVersion)
 	dst = append(dst, m.ID[:]...)
 	dst = binary.BigEndian.AppendUint64(dst, uint64(m.Timestamp.UnixNano()))
-	attempts := uint32(math.MaxUint32)
-	if m.Attempts >= 0 && uint64(m.Attempts) < math.MaxUint32 {
-		attempts = uint32(m.Attempts)
-	}
-	dst = binary.BigEndian.AppendUint32(dst, attempts)
+	dst = binary.BigEndian.AppendUint32(dst, clampAttempts(m.Attempts))
 	dst = binary.BigEndian.AppendUint64(dst, uint64(m.Due.UnixNano()))
 	dst = binary.BigEndian.AppendUint32(dst, uint32(len(m.Body)))
 	dst = append(dst, m.Body...)
 	return binary.BigEndian.AppendUint32(dst, crc32.Checksum(dst[start:], castagnoli))
+}
+
+// clampAttempts fits a delivery count into the 4 bytes the formats give it.
+func clampAttempts(n int) uint32 {
+	if n >= 0 && uint64(n) < math.MaxUint32 {
+		return uint32(n)
+	}
+	return math.MaxUint32
 }
 
 // decodeEnvelope parses b into m. m.Body aliases b (backends hand over a

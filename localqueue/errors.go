@@ -37,6 +37,15 @@ var (
 	// checksum). Get never returns it: corrupt records are counted in
 	// Stats.DecodeErrors, logged with the data file, and skipped.
 	ErrCorrupt = errors.New("localqueue: corrupt envelope")
+	// ErrCorruptJournal wraps journal decode errors (bad header, length,
+	// checksum, version or kind, or a truncated record). Open never
+	// returns it: it restores the good records, logs the damage with the
+	// journal's path, counts it in Stats.JournalCorrupt and keeps a copy of
+	// the damaged file as <path>.bad.
+	ErrCorruptJournal = errors.New("localqueue: corrupt journal")
+	// errTruncated marks a journal record cut short by the end of the file
+	// (a torn write), as opposed to damage in the middle.
+	errTruncated = fmt.Errorf("%w: truncated record", ErrCorruptJournal)
 )
 
 // ID identifies a message. It is assigned by Put, stays the same on every

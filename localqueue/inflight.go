@@ -10,12 +10,24 @@ import (
 // Finish acknowledges the delivery of id: the message is done and leaves
 // the queue. It returns ErrNotInFlight (or ErrTimedOut, which wraps it)
 // when id is not in flight, so a late Finish after a timeout is rejected.
+//
+// With a DataPath, Finish of a journaled message appends its FIN record
+// before it returns. If that write fails, the error is logged and counted
+// (Stats.JournalErrors) but Finish still succeeds: the message is done,
+// and a crash may bring it back once (at-least-once).
 func (q *Queue) Finish(id ID) error {
-	if _, err := q.popInFlight(id); err != nil {
+	if _, err := q.popInFlight(id, true); err != nil {
 		return err
 	}
 	q.stats.finished.Add(1)
 	return nil
+}
+
+// unpark appends the FIN of a journaled message that is done here.
+func (q *Queue) unpark(r *record) {
+	if err := q.journal.fin(r.m.ID); err != nil {
+		q.log.Error("journal write failed; a crash may bring this finished message back", zap.Stringer("id", r.m.ID), zap.Int("attempts", r.m.Attempts), zap.Error(err))
+	}
 }
 
 // Requeue hands the delivery of id back: ready again now (delay 0) or
@@ -28,12 +40,13 @@ func (q *Queue) Requeue(id ID, delay time.Duration) error {
 	}
 	q.putMu.RLock()
 	defer q.putMu.RUnlock()
-	r, err := q.popInFlight(id)
+	r, err := q.popInFlight(id, false)
 	if err != nil {
 		return err
 	}
 	q.stats.requeued.Add(1)
-	q.retire(r, q.now().Add(delay))
+	now := q.now()
+	q.retire(r, now.Add(delay), now)
 	return nil
 }
 
@@ -63,50 +76,70 @@ func (q *Queue) Touch(id ID) error {
 	return nil
 }
 
-// popInFlight removes id from the in-flight set. It needs no putMu/getMu:
-// Close sets closed before it takes inFlightMu to flush, so a pop either
-// happens before the flush or sees closed.
-func (q *Queue) popInFlight(id ID) (*record, error) {
+// popInFlight removes id from the in-flight set; with finish set, it also
+// appends the FIN of a journaled message, under the same lock. It needs no
+// putMu/getMu: Close sets closed before it takes inFlightMu to flush and
+// then closes the journal, so a pop (and its FIN) either happens before
+// the flush or sees closed.
+func (q *Queue) popInFlight(id ID, finish bool) (*record, error) {
 	now := q.now()
 	q.inFlightMu.Lock()
 	defer q.inFlightMu.Unlock()
 	if q.closed.Load() {
 		return nil, ErrClosed
 	}
-	r, err := q.lookupInFlight(id, now)
-	if err != nil {
+	// Remove first (one probe): a delivery that timed out, the rare case,
+	// goes back for the scanner to redeliver.
+	r := q.inFlight.remove(id)
+	if r == nil {
+		return nil, fmt.Errorf("%w: %s", ErrNotInFlight, id)
+	}
+	if err := timedOut(r, now); err != nil {
+		q.inFlight.put(r)
 		return nil, err
 	}
-	delete(q.inFlight, id)
 	q.inFlightPQ.Remove(r.e.Index())
+	if finish && r.parked {
+		q.unpark(r)
+	}
 	return r, nil
 }
 
 // lookupInFlight finds id's live delivery. The caller holds inFlightMu.
 func (q *Queue) lookupInFlight(id ID, now time.Time) (*record, error) {
-	r, ok := q.inFlight[id]
-	if !ok {
+	r := q.inFlight.get(id)
+	if r == nil {
 		return nil, fmt.Errorf("%w: %s", ErrNotInFlight, id)
 	}
+	return r, timedOut(r, now)
+}
+
+// timedOut reports ErrTimedOut if r's deadline is at or before now.
+func timedOut(r *record, now time.Time) error {
 	if !now.Before(r.e.Deadline) {
-		return nil, fmt.Errorf("%w: %s at %s", ErrTimedOut, id, r.e.Deadline.Format(time.RFC3339Nano))
+		return fmt.Errorf("%w: %s at %s", ErrTimedOut, r.m.ID, r.e.Deadline.Format(time.RFC3339Nano))
 	}
-	return r, nil
+	return nil
 }
 
 // retire ends a delivery that was not finished: the message is ready again
-// at due, or dead-lettered once it has had MaxAttempts deliveries. The
-// caller holds putMu.
-func (q *Queue) retire(r *record, due time.Time) {
+// at due, or dead-lettered once it has had MaxAttempts deliveries. A
+// journaled message stays journaled: a MOVE records its new state (a
+// deferred one from the memory chan gets a PARK). The caller holds putMu.
+func (q *Queue) retire(r *record, due, now time.Time) {
 	if q.opts.MaxAttempts > 0 && r.m.Attempts >= q.opts.MaxAttempts {
 		q.dead(r)
 		return
 	}
 	n := newRecord(r.m)
+	n.parked = r.parked
 	n.m.Due, n.m.Deadline = due, time.Time{}
-	if due.After(q.now()) {
-		q.pushDeferred(n)
+	if due.After(now) {
+		q.deferRecord(n)
 		return
+	}
+	if n.parked {
+		q.park(n, stateReady)
 	}
 	q.putReady(n)
 }
@@ -120,10 +153,17 @@ func (q *Queue) dead(r *record) {
 		if err := dl.putDead(m); err != nil {
 			log.Error("dead-letter queue refused the message; redelivering it", zap.String("dead_letter", dl.Name()), zap.Error(err))
 			n := newRecord(m)
+			n.parked = r.parked
 			n.m.Due = q.now()
+			if n.parked {
+				q.park(n, stateReady)
+			}
 			q.putReady(n)
 			return
 		}
+	}
+	if r.parked {
+		q.unpark(r)
 	}
 	q.stats.dead.Add(1)
 	log.Warn("message dead-lettered")
@@ -183,12 +223,12 @@ func (q *Queue) processInFlight(now time.Time) bool {
 			return dirty
 		}
 		r := e.Value
-		delete(q.inFlight, r.m.ID)
+		q.inFlight.remove(r.m.ID)
 		q.inFlightMu.Unlock()
 		dirty = true
 		q.stats.timedOut.Add(1)
 		q.log.Debug("delivery timed out", zap.Stringer("id", r.m.ID), zap.Int("attempts", r.m.Attempts))
-		q.retire(r, now)
+		q.retire(r, now, now)
 	}
 }
 

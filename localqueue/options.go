@@ -27,11 +27,15 @@ const (
 // Open validates the result in one place and names the first bad field.
 type Options struct {
 	// Name identifies the queue in logs and names its files
-	// (<Name>.diskqueue.*.dat). Required: 1-64 characters of [A-Za-z0-9._-].
+	// (<Name>.diskqueue.*.dat, <Name>.journal, <Name>.lock). Required: 1-64
+	// characters of [A-Za-z0-9._-].
 	Name string
-	// DataPath is the directory for the queue's files, created if missing.
-	// "" means memory only (like an nsqd #ephemeral channel): nothing
-	// touches disk and Close discards what is left.
+	// DataPath is the directory for the queue's files, created if missing:
+	// go-diskqueue's data and metadata files, and the journal that keeps
+	// in-flight and deferred messages across a crash (see the package
+	// documentation; it cannot be turned off). "" means memory only (like
+	// an nsqd #ephemeral channel): nothing touches disk and Close discards
+	// what is left.
 	DataPath string
 	// MemQueueSize is the capacity of the memory chan that ready messages
 	// take before they overflow to the backend. 0 (the zero value) means
@@ -42,11 +46,13 @@ type Options struct {
 	// MaxBytesPerFile is the size at which go-diskqueue starts a new data
 	// file. Default 100 MiB. Must hold at least one maximal envelope.
 	MaxBytesPerFile int64
-	// SyncEvery is how many backend writes and reads go between fsyncs.
-	// Default 2500. 1 makes Put wait for the fsync of its own write.
+	// SyncEvery is how many backend writes and reads go between fsyncs of
+	// go-diskqueue, and how many journal records go between fsyncs of the
+	// journal. Default 2500. 1 makes Put wait for the fsync of its own
+	// write, and every journaled operation for the fsync of its record.
 	SyncEvery int64
-	// SyncTimeout is the longest a written record waits for an fsync when
-	// the queue is active. Default 2s.
+	// SyncTimeout is the longest a written record (backend or journal)
+	// waits for an fsync when the queue is active. Default 2s.
 	SyncTimeout time.Duration
 	// MaxMsgSize is the largest body Put accepts. Default 1 MiB.
 	MaxMsgSize int
@@ -83,8 +89,20 @@ type Options struct {
 	// attempts fields. Default zap.NewNop().
 	Logger *zap.Logger
 
+	// journalCompactBytes is the journal size below which it is never
+	// compacted. Default DefaultJournalCompactBytes; tests make it small.
+	journalCompactBytes int64
+	// journalNoMap makes the journal append with pwrite(2) rather than
+	// through a memory mapping, as on systems without one (tests).
+	journalNoMap bool
+	// noJournal leaves the journal out, as before it existed: in-flight
+	// and deferred messages are then lost by a crash. Only the throughput
+	// measurements set it, to report what the journal costs; it is not an
+	// option users can set.
+	noJournal bool
 	// now is the clock; tests inject one. Default: the wall clock at Open
-	// advanced by the monotonic clock (one cheap clock read per call).
+	// advanced by the monotonic clock: one clock read per call, and times
+	// without a monotonic reading, which are cheaper to add and compare.
 	now func() time.Time
 }
 
@@ -114,9 +132,13 @@ func (o Options) withDefaults() Options {
 	if o.Logger == nil {
 		o.Logger = zap.NewNop()
 	}
+	if o.journalCompactBytes == 0 {
+		o.journalCompactBytes = DefaultJournalCompactBytes
+	}
 	if o.now == nil {
 		epoch := time.Now()
-		o.now = func() time.Time { return epoch.Add(time.Since(epoch)) }
+		wall := epoch.UnixNano()
+		o.now = func() time.Time { return time.Unix(0, wall+int64(time.Since(epoch))) }
 	}
 	return o
 }

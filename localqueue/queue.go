@@ -3,7 +3,6 @@ package localqueue
 import (
 	"context"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -14,54 +13,6 @@ import (
 	"github.com/orderly-go/orderly/internal/pqueue"
 	"go.uber.org/zap"
 )
-
-// Message is one delivery of a message. Treat it as read-only: the queue
-// never changes a Message after handing it out, and Body may be shared with
-// a later delivery of the same message.
-type Message struct {
-	// ID is assigned by Put and stays the same on every delivery.
-	ID ID
-	// Body is the payload given to Put.
-	Body []byte
-	// Timestamp is when Put accepted the message.
-	Timestamp time.Time
-	// Attempts counts deliveries, this one included: 1 on the first Get.
-	// It survives Close/Open.
-	Attempts int
-	// Due is when the message became ready for delivery: the Put time, or
-	// the end of the delay of PutDeferred or Requeue, or the moment a
-	// timed-out delivery was handed back.
-	Due time.Time
-	// Deadline is when this delivery times out unless it is finished,
-	// requeued or touched (a Touch moves the queue's deadline, not this
-	// field).
-	Deadline time.Time
-}
-
-// record is the queue's handle on a message: the Message it hands out and
-// its place in the in-flight or deferred heap. A record handed out by Get is
-// never reused; a redelivery gets a new record.
-type record struct {
-	m Message // m.Deadline minus MsgTimeout is when Get handed it out
-	e pqueue.Entry[*record]
-}
-
-func newRecord(m Message) *record {
-	r := &record{m: m}
-	r.e.Value = r
-	return r
-}
-
-// newReady is newRecord for a fresh message, built in place.
-func newReady(id ID, body []byte, now, due time.Time) *record {
-	r := new(record)
-	r.m.ID = id
-	r.m.Body = append([]byte(nil), body...)
-	r.m.Timestamp = now
-	r.m.Due = due
-	r.e.Value = r
-	return r
-}
 
 // Queue is a local at-least-once work queue: an nsqd channel with an
 // acknowledgement layer. See the package documentation for the data flow
@@ -74,6 +25,7 @@ type Queue struct {
 	backend  backend
 	readChan <-chan []byte
 	lock     *os.File // the DataPath lock, nil in memory mode
+	journal  *journal // the record of parked messages, nil in memory mode
 	idPrefix uint64
 	idSeq    atomic.Uint64
 	bufPool  sync.Pool // *[]byte envelope buffers
@@ -83,13 +35,22 @@ type Queue struct {
 	// count that is off (after a crash or a corrupt file) only costs that
 	// shortcut or delays an uncounted record until the chan is empty.
 	onBackend atomic.Int64
+	// markers counts the dedup marker this Open wrote to the backend (with
+	// markerNonce) while Get has not read it; Depth leaves it out.
+	markers     atomic.Int64
+	markerNonce uint64
+	// backendErrs is the backend's error count when dedup began: if it
+	// grows, the marker may be gone with a corrupt file, so dedup ends.
+	backendErrs uint64
 
 	// putMu is held shared by everything that adds to the memory chan or
 	// the backend (Put, Requeue, the scanner), getMu by Get, which takes
 	// from them; Close holds both exclusively, so when it flushes no
 	// message is on its way in or between the backend and the in-flight
 	// map. Two locks on their own cache lines keep producers and consumers
-	// from contending.
+	// from contending. In memory mode (no DataPath) Close flushes nothing,
+	// so Put and Get skip them: one that overlaps Close finds ErrClosed or
+	// leaves its message to be discarded with the rest.
 	putMu    sync.RWMutex
 	_        [64]byte
 	getMu    sync.RWMutex
@@ -99,7 +60,7 @@ type Queue struct {
 	exitChan chan struct{} // closed when Close begins; wakes blocked Gets
 
 	inFlightMu sync.Mutex
-	inFlight   map[ID]*record         // guarded by inFlightMu
+	inFlight   *idTable               // guarded by inFlightMu
 	inFlightPQ *pqueue.Queue[*record] // guarded by inFlightMu; by deadline
 
 	deferredMu sync.Mutex
@@ -132,13 +93,14 @@ func Open(opts Options) (*Queue, error) {
 		now:        o.now,
 		idPrefix:   rand.Uint64(),
 		exitChan:   make(chan struct{}),
-		inFlight:   make(map[ID]*record),
+		inFlight:   newIDTable(),
 		inFlightPQ: pqueue.New[*record](0),
 		deferredPQ: pqueue.New[*record](0),
 	}
 	if o.MemQueueSize > 0 {
 		q.memChan = make(chan *record, o.MemQueueSize)
 	}
+	var restore []restoreEntry
 	if o.DataPath != "" {
 		if err := os.MkdirAll(o.DataPath, 0o755); err != nil {
 			return nil, fmt.Errorf("localqueue %s: create DataPath: %w", o.Name, err)
@@ -148,7 +110,19 @@ func Open(opts Options) (*Queue, error) {
 			return nil, err
 		}
 		q.lock = lock
-		q.backend = newDiskBackend(&o, log)
+		if !o.noJournal {
+			if q.journal, restore, err = openJournal(&o, log); err != nil {
+				lock.Close()
+				return nil, err
+			}
+		}
+		if q.backend, err = newDiskBackend(&o, log); err != nil {
+			if q.journal != nil {
+				q.journal.close()
+			}
+			lock.Close()
+			return nil, err
+		}
 	} else {
 		q.backend = newMemBackend()
 	}
@@ -168,13 +142,23 @@ func Open(opts Options) (*Queue, error) {
 		q.abort()
 		return nil, fmt.Errorf("localqueue %s: scanner: %w", o.Name, err)
 	}
-	log.Info("queue opened", zap.Int64("depth", q.backend.Depth()))
+	if q.journal != nil {
+		if err := q.recover(restore); err != nil {
+			q.scanner.unregister(q)
+			q.abort()
+			return nil, err
+		}
+	}
+	log.Info("queue opened", zap.Int64("depth", q.Depth()))
 	return q, nil
 }
 
 // abort undoes a partly done Open.
 func (q *Queue) abort() {
 	q.backend.Close()
+	if q.journal != nil {
+		q.journal.close()
+	}
 	if q.lock != nil {
 		q.lock.Close()
 	}
@@ -196,19 +180,35 @@ func (q *Queue) newID() ID {
 // Put adds a message that is ready now and returns its ID. body is copied.
 // When Put returns nil the message is in the memory chan or written to the
 // backend; see the package documentation for what survives a crash.
-func (q *Queue) Put(body []byte) (ID, error) { return q.PutDeferred(body, 0) }
+func (q *Queue) Put(body []byte) (ID, error) { return q.put(body, 0, false) }
+
+// PutOwned is Put without the copy: the queue takes body over, and the
+// caller must not change it afterwards (Messages handed out by Get share
+// it, as they share the copy Put makes). It saves the copy, and for a body
+// of more than 848 bytes its allocation (Put gives smaller copies a place
+// in the record's own allocation). A message that goes to the backend is
+// encoded, that is copied, either way.
+func (q *Queue) PutOwned(body []byte) (ID, error) { return q.put(body, 0, true) }
 
 // PutDeferred adds a message that becomes ready after delay (0 is Put).
-// The delay must be in [0, MaxReqTimeout].
+// The delay must be in [0, MaxReqTimeout]. body is copied. With a DataPath
+// the message is journaled before PutDeferred returns (see Durability in
+// the package documentation).
 func (q *Queue) PutDeferred(body []byte, delay time.Duration) (ID, error) {
+	return q.put(body, delay, false)
+}
+
+func (q *Queue) put(body []byte, delay time.Duration, owned bool) (ID, error) {
 	if len(body) > q.opts.MaxMsgSize {
 		return ID{}, fmt.Errorf("%w: %d bytes, MaxMsgSize is %d", ErrTooLarge, len(body), q.opts.MaxMsgSize)
 	}
 	if err := q.checkDelay(delay); err != nil {
 		return ID{}, err
 	}
-	q.putMu.RLock()
-	defer q.putMu.RUnlock()
+	if q.lock != nil { // see putMu: memory mode flushes nothing at Close
+		q.putMu.RLock()
+		defer q.putMu.RUnlock()
+	}
 	if q.closed.Load() {
 		return ID{}, ErrClosed
 	}
@@ -216,9 +216,16 @@ func (q *Queue) PutDeferred(body []byte, delay time.Duration) (ID, error) {
 	id := q.newID()
 	switch {
 	case delay > 0:
-		q.pushDeferred(newReady(id, body, now, now.Add(delay)))
+		r := newReady(id, body, owned, now, now.Add(delay))
+		if q.journal != nil {
+			if _, err := q.journal.park(&r.m, stateDeferred, 0); err != nil {
+				return ID{}, fmt.Errorf("localqueue %s: park message %s: %w", q.opts.Name, id, err)
+			}
+			r.parked = true
+		}
+		q.pushDeferred(r)
 	case q.memChan != nil:
-		r := newReady(id, body, now, now)
+		r := newReady(id, body, owned, now, now)
 		select {
 		case q.memChan <- r:
 		default:
@@ -260,17 +267,25 @@ func (q *Queue) writeBackend(m *Message) error {
 		return fmt.Errorf("localqueue %s: write message %s: %w", q.opts.Name, m.ID, err)
 	}
 	q.onBackend.Add(1)
+	if q.journal != nil {
+		q.journal.backendOps.Add(1)
+	}
 	return nil
 }
 
-// readBackend accounts for a record received from the backend.
-func (q *Queue) readBackend() {
+// readBackend accounts for a record received from the backend. It
+// returns the record's backend operation number with a DataPath, else 0.
+func (q *Queue) readBackend() uint64 {
 	for {
 		v := q.onBackend.Load()
 		if v <= 0 || q.onBackend.CompareAndSwap(v, v-1) {
-			return
+			break
 		}
 	}
+	if q.journal == nil {
+		return 0
+	}
+	return q.journal.backendOps.Add(1)
 }
 
 // Get waits for a ready message, puts it in flight with a deadline of now
@@ -278,79 +293,151 @@ func (q *Queue) readBackend() {
 // ErrClosed when the queue closes. Call Finish, Requeue or Touch with its
 // ID before the deadline.
 func (q *Queue) Get(ctx context.Context) (*Message, error) {
-	q.getMu.RLock()
-	defer q.getMu.RUnlock()
+	if q.lock != nil { // see getMu: memory mode flushes nothing at Close
+		q.getMu.RLock()
+		defer q.getMu.RUnlock()
+	}
 	for {
 		if q.closed.Load() {
 			return nil, ErrClosed
 		}
-		if q.onBackend.Load() == 0 {
-			// Nothing of ours in the backend: the memory chan alone, without
-			// a full select.
+		// First try the one place a message can be without a full select:
+		// the memory chan while nothing of ours is in the backend, or the
+		// backend when there is no memory chan.
+		var r *record
+		got, backend := false, false
+		switch {
+		case q.onBackend.Load() == 0:
 			select {
-			case r := <-q.memChan:
-				if q.startInFlight(r, q.now()) {
-					return &r.m, nil
-				}
-				continue
+			case r = <-q.memChan:
+				got = true
+			default:
+			}
+		case q.memChan == nil:
+			select {
+			case b := <-q.readChan:
+				r, got, backend = q.fromBackend(b, q.readBackend()), true, true
 			default:
 			}
 		}
-		var r *record
-		select {
-		case r = <-q.memChan:
-		case b := <-q.readChan:
-			q.readBackend()
-			r = q.fromBackend(b)
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-q.exitChan:
-			return nil, ErrClosed
+		if !got {
+			select {
+			case r = <-q.memChan:
+			case b := <-q.readChan:
+				r, backend = q.fromBackend(b, q.readBackend()), true
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			case <-q.exitChan:
+				return nil, ErrClosed
+			}
 		}
-		if r != nil && q.startInFlight(r, q.now()) {
+		if r != nil && q.startInFlight(r, q.now(), backend) {
 			return &r.m, nil
 		}
 	}
 }
 
 // fromBackend decodes a record read from the backend. A record that does
-// not decode is counted, logged with its data file and dropped; one that
-// is not due yet goes to the deferred heap. Either way it returns nil.
-func (q *Queue) fromBackend(b []byte) *record {
+// not decode is counted, logged with its data file and dropped; so is a
+// stale copy of a journaled message (see dedup in journal_replay.go) and
+// the dedup marker. One that is not due yet goes to the deferred heap.
+// In all those cases it returns nil.
+func (q *Queue) fromBackend(b []byte, op uint64) *record {
+	j := q.journal
+	if nonce, ok := decodeMarker(b); ok {
+		if nonce == q.markerNonce {
+			q.markers.Add(-1)
+		}
+		if j != nil && j.endDedup(nonce) {
+			q.log.Debug("dedup marker read: backend records from before the last Open are behind us")
+		}
+		return nil // a marker of an earlier Open: nothing to do
+	}
 	r := new(record)
 	if err := decodeEnvelope(b, &r.m); err != nil {
 		q.stats.decodeErrors.Add(1)
 		q.log.Error("dropping a record that does not decode", zap.String("file", q.backend.where()), zap.Int("bytes", len(b)), zap.Error(err))
+		q.stopDedup("a backend record did not decode")
 		return nil
 	}
 	r.e.Value = r
+	if j != nil {
+		if j.dedupOn.Load() {
+			if q.backend.errorCount() != q.backendErrs {
+				q.stopDedup("the backend skipped damaged data")
+			} else if j.stale(r.m.ID) {
+				q.stats.duplicates.Add(1)
+				q.log.Debug("dropping a stale backend copy of a journaled message", zap.Stringer("id", r.m.ID), zap.Int("attempts", r.m.Attempts))
+				return nil
+			}
+		}
+		r.parked, r.readOp = true, op // it left the backend: the journal must have it
+	}
 	if r.m.Due.After(r.m.Timestamp) && r.m.Due.After(q.now()) { // only deferred records need the clock
-		q.pushDeferred(r)
+		q.deferRecord(r)
 		return nil
 	}
 	return r
 }
 
-// startInFlight records r as in flight. It reports false for a duplicate:
-// a record whose ID is already in flight (go-diskqueue can replay records
-// after a crash), which is dropped because the delivery in flight covers it.
-func (q *Queue) startInFlight(r *record, now time.Time) bool {
+// stopDedup ends the stale-copy check when the backend may have lost the
+// marker with damaged data: from then on a stale copy is delivered again
+// (a duplicate) rather than a live one dropped.
+func (q *Queue) stopDedup(why string) {
+	if q.journal != nil && q.journal.dedupOn.Load() && q.journal.endDedup(0) {
+		q.log.Warn("stale-copy check stopped; backend copies of journaled messages may be delivered twice", zap.String("reason", why))
+	}
+}
+
+// startInFlight records r as in flight. With checkDup (a record from the
+// backend) it reports false for a duplicate: a record whose ID is already
+// in flight (go-diskqueue can hand out records again after a crash),
+// which is dropped because the delivery in flight covers it. A record
+// from the memory chan cannot be one: a message is in one place at a time.
+// A parked record is journaled first, so that it is on record before any
+// other goroutine can see it in flight.
+func (q *Queue) startInFlight(r *record, now time.Time, checkDup bool) bool {
 	r.m.Attempts++
 	r.m.Deadline = now.Add(q.opts.MsgTimeout)
 	r.e.Deadline = r.m.Deadline
+	if r.parked {
+		q.park(r, stateInFlight)
+	}
 	q.inFlightMu.Lock()
-	if _, dup := q.inFlight[r.m.ID]; dup {
+	if checkDup && q.inFlight.get(r.m.ID) != nil {
 		q.inFlightMu.Unlock()
 		q.stats.duplicates.Add(1)
 		q.log.Debug("dropping a duplicate of a message in flight", zap.Stringer("id", r.m.ID))
 		return false
 	}
-	q.inFlight[r.m.ID] = r
+	q.inFlight.put(r)
 	q.inFlightPQ.Push(&r.e)
 	q.inFlightMu.Unlock()
 	q.scanner.activate(q)
 	q.stats.delivered.Add(1)
 	return true
+}
+
+// park journals r in state and sets r.parked to whether the journal holds
+// it. A failure is logged and counted, not returned: the message is in
+// memory and goes on (Close writes it to the backend if the journal does
+// not hold it), but a crash before then can lose it, or, if the journal
+// held it already, bring it back in its older state.
+func (q *Queue) park(r *record, state byte) {
+	held, err := q.journal.park(&r.m, state, r.readOp)
+	r.parked = held
+	if err != nil {
+		q.log.Error("journal write failed; a crash now can lose this message", zap.Stringer("id", r.m.ID), zap.Int("attempts", r.m.Attempts), zap.Error(err))
+	}
+}
+
+// deferRecord journals r as deferred (with a DataPath) and pushes it onto
+// the deferred heap.
+func (q *Queue) deferRecord(r *record) {
+	if q.journal != nil {
+		q.park(r, stateDeferred)
+	}
+	q.pushDeferred(r)
 }
 
 func (q *Queue) pushDeferred(r *record) {
@@ -372,7 +459,7 @@ func (q *Queue) putReady(r *record) {
 	if err := q.writeBackend(&r.m); err != nil {
 		q.log.Error("requeue failed, retrying later", zap.Stringer("id", r.m.ID), zap.Int("attempts", r.m.Attempts), zap.Error(err))
 		r.m.Due = q.now().Add(retryDelay)
-		q.pushDeferred(r)
+		q.deferRecord(r)
 	}
 }
 
@@ -383,137 +470,5 @@ const retryDelay = time.Second
 // backend. In-flight and deferred messages are not counted (see Stats).
 // After a crash go-diskqueue's count can be off until the queue drains.
 func (q *Queue) Depth() int64 {
-	return int64(len(q.memChan)) + q.backend.Depth()
-}
-
-// Empty drops every message: ready, in flight and deferred.
-func (q *Queue) Empty() error {
-	q.putMu.RLock()
-	defer q.putMu.RUnlock()
-	if q.closed.Load() {
-		return ErrClosed
-	}
-drain:
-	for range cap(q.memChan) { // bounded: Puts may go on meanwhile
-		select {
-		case <-q.memChan:
-		default:
-			break drain
-		}
-	}
-	q.inFlightMu.Lock()
-	clear(q.inFlight)
-	q.inFlightPQ = pqueue.New[*record](0)
-	q.inFlightMu.Unlock()
-	q.deferredMu.Lock()
-	q.deferredPQ = pqueue.New[*record](0)
-	q.deferredMu.Unlock()
-	if err := q.backend.Empty(); err != nil {
-		return fmt.Errorf("localqueue %s: empty backend: %w", q.opts.Name, err)
-	}
-	q.onBackend.Store(0)
-	q.log.Info("queue emptied")
-	return nil
-}
-
-// Close stops the queue. With a DataPath it first writes the memory chan,
-// the in-flight messages (as ready, attempts kept) and the deferred
-// messages (due time kept) to disk and syncs, so that Open restores all of
-// them. In memory mode what is left is discarded (and counted in the log).
-// Blocked Gets return ErrClosed. A second Close returns ErrClosed.
-func (q *Queue) Close() error { return q.shutdown(false) }
-
-// Delete stops the queue and removes its messages and files (data files
-// that go-diskqueue renamed to .bad are kept for inspection).
-func (q *Queue) Delete() error { return q.shutdown(true) }
-
-func (q *Queue) shutdown(deleting bool) error {
-	if !q.closing.CompareAndSwap(false, true) {
-		return ErrClosed
-	}
-	close(q.exitChan)
-	q.getMu.Lock()
-	q.putMu.Lock()
-	q.closed.Store(true)
-	q.putMu.Unlock()
-	q.getMu.Unlock()
-	q.scanner.unregister(q)
-
-	var errs []error
-	switch {
-	case deleting:
-		if err := q.backend.Empty(); err != nil {
-			errs = append(errs, fmt.Errorf("empty backend: %w", err))
-		}
-		if err := q.backend.Delete(); err != nil {
-			errs = append(errs, fmt.Errorf("delete backend: %w", err))
-		}
-		if q.lock != nil {
-			os.Remove(q.lock.Name())
-		}
-		q.log.Info("queue deleted")
-	case q.opts.DataPath == "":
-		left := len(q.memChan) + q.inFlightLen() + q.deferredLen() + int(q.backend.Depth())
-		if left > 0 {
-			q.log.Warn("memory-only queue closed with messages left; they are discarded", zap.Int("messages", left))
-		}
-		errs = append(errs, q.backend.Close())
-	default:
-		if err := q.flush(); err != nil {
-			errs = append(errs, err)
-		}
-		if err := q.backend.Close(); err != nil {
-			errs = append(errs, fmt.Errorf("close backend: %w", err))
-		}
-		q.log.Info("queue closed")
-	}
-	if q.lock != nil {
-		q.lock.Close()
-	}
-	if q.ownScanner {
-		q.scanner.Close()
-	}
-	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("localqueue %s: %w", q.opts.Name, err)
-	}
-	return nil
-}
-
-// flush writes everything held in memory to the backend. Only Close calls
-// it, after closed is set, so nothing else touches the queue's state.
-func (q *Queue) flush() error {
-	now := q.now()
-	var failed int
-	write := func(m *Message) {
-		if err := q.writeBackend(m); err != nil {
-			failed++
-			q.log.Error("message lost at close", zap.Stringer("id", m.ID), zap.Int("attempts", m.Attempts), zap.Error(err))
-		}
-	}
-	var mem, inFlight, deferred int
-	for len(q.memChan) > 0 {
-		r := <-q.memChan
-		write(&r.m)
-		mem++
-	}
-	q.inFlightMu.Lock()
-	for e := q.inFlightPQ.Pop(); e != nil; e = q.inFlightPQ.Pop() {
-		m := e.Value.m
-		m.Due, m.Deadline = now, time.Time{}
-		write(&m)
-		inFlight++
-	}
-	clear(q.inFlight)
-	q.inFlightMu.Unlock()
-	q.deferredMu.Lock()
-	for e := q.deferredPQ.Pop(); e != nil; e = q.deferredPQ.Pop() {
-		write(&e.Value.m)
-		deferred++
-	}
-	q.deferredMu.Unlock()
-	q.log.Debug("flushed to disk", zap.Int("memory", mem), zap.Int("in_flight", inFlight), zap.Int("deferred", deferred))
-	if failed > 0 {
-		return fmt.Errorf("%d messages could not be written at close", failed)
-	}
-	return nil
+	return int64(len(q.memChan)) + max(q.backend.Depth()-q.markers.Load(), 0)
 }

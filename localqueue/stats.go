@@ -23,9 +23,11 @@ type Stats struct {
 	Touched   uint64
 	TimedOut  uint64 // deliveries whose deadline passed
 	Dead      uint64 // messages that used up MaxAttempts
-	// Duplicates counts records read while a delivery with the same ID was
-	// in flight (go-diskqueue replays records after a crash); they are
-	// dropped.
+	// Duplicates counts backend records dropped as copies of a message
+	// the queue has elsewhere: go-diskqueue hands out records again after
+	// a crash (it persists its read position only when it syncs), and a
+	// copy of a message in flight, or of one the journal restored or
+	// finished, is dropped.
 	Duplicates uint64
 	// DecodeErrors counts backend records that did not decode (bad
 	// version, length or checksum); they are logged with the file and
@@ -37,6 +39,20 @@ type Stats struct {
 	// WriteErrors counts failed backend writes. Put returns them; a
 	// redelivery that fails is retried a second later.
 	WriteErrors uint64
+
+	// The journal of parked messages (with a DataPath; zero otherwise).
+	// JournalParked is the number of messages it holds: in flight after a
+	// Get from the backend, deferred, or handed back after either and not
+	// yet finished. JournalBytes is its file size.
+	JournalParked int
+	JournalBytes  int64
+	// JournalCorrupt counts damaged regions Open found in the journal
+	// (logged with its path; the records around them were restored).
+	JournalCorrupt uint64
+	// JournalErrors counts failed journal writes, fsyncs and compactions
+	// (each logged with the message ID or the path).
+	JournalErrors      uint64
+	JournalCompactions uint64
 }
 
 // counters are grouped by who bumps them, each group on its own cache
@@ -54,8 +70,8 @@ type counters struct {
 // atomically together.
 func (q *Queue) Stats() Stats {
 	mem := int64(len(q.memChan))
-	be := q.backend.Depth()
-	return Stats{
+	be := max(q.backend.Depth()-q.markers.Load(), 0)
+	st := Stats{
 		Name:          q.opts.Name,
 		Depth:         mem + be,
 		MemDepth:      mem,
@@ -74,4 +90,11 @@ func (q *Queue) Stats() Stats {
 		BackendErrors: q.backend.errorCount(),
 		WriteErrors:   q.stats.writeErrors.Load(),
 	}
+	if j := q.journal; j != nil {
+		st.JournalBytes, st.JournalParked = j.stats()
+		st.JournalCorrupt = j.counters.corrupt.Load()
+		st.JournalErrors = j.counters.errors.Load()
+		st.JournalCompactions = j.counters.compactions.Load()
+	}
+	return st
 }

@@ -1,0 +1,76 @@
+package localqueue
+
+import (
+	"errors"
+	"fmt"
+	"os"
+)
+
+// appendFile is the journal file opened for appending records. On Linux
+// it appends through a shared memory mapping of the file (see
+// appendfile_linux.go): the copy into the mapping is in the kernel's page
+// cache the moment it completes, so a record survives the death of the
+// process (kill -9, a panic, the OOM killer) exactly as a write(2) would,
+// without a system call per record. The space behind the mapping is
+// reserved ahead by writing zeros, so a full disk is an error from append,
+// never a SIGBUS. Elsewhere, or when the file cannot be mapped, it appends
+// with one pwrite(2) per record.
+//
+// The file's length can run ahead of size (reserved, zero-filled space);
+// replay stops at a zero-filled tail, and close cuts it off.
+type appendFile struct {
+	f     *os.File
+	size  int64  // where the next record goes
+	m     []byte // the mapping (len is the reserved length), nil if none
+	noMap bool   // append with pwrite(2)
+}
+
+// errNoMap reports that the file cannot be mapped; append falls back to
+// pwrite(2).
+var errNoMap = errors.New("journal file cannot be memory-mapped")
+
+func newAppendFile(f *os.File, size int64, noMap bool) *appendFile {
+	return &appendFile{f: f, size: size, noMap: noMap || !canMap}
+}
+
+// append adds rec at the end. When it returns nil, rec survives a crash of
+// the process (not of the machine: see sync).
+func (a *appendFile) append(rec []byte) error {
+	end := a.size + int64(len(rec))
+	if !a.noMap && end > int64(len(a.m)) {
+		if err := a.grow(end); err != nil && !errors.Is(err, errNoMap) {
+			return err
+		}
+	}
+	if !a.noMap {
+		copy(a.m[a.size:end], rec)
+		a.size = end
+		return nil
+	}
+	if _, err := a.f.WriteAt(rec, a.size); err != nil {
+		return err // a partial record is overwritten by the next one
+	}
+	a.size = end
+	return nil
+}
+
+// close unmaps the file, cuts off the reserved tail, fsyncs and closes it.
+// (sync, per platform, makes the records appended so far survive power
+// loss; on Linux it is fdatasync, which writes back the pages dirtied
+// through the mapping too.)
+func (a *appendFile) close() error {
+	err := a.unmap()
+	if terr := a.f.Truncate(a.size); terr != nil {
+		err = errors.Join(err, fmt.Errorf("truncate %s: %w", a.f.Name(), terr))
+	}
+	if serr := a.f.Sync(); serr != nil {
+		err = errors.Join(err, fmt.Errorf("fsync %s: %w", a.f.Name(), serr))
+	}
+	return errors.Join(err, a.f.Close())
+}
+
+// discard unmaps and closes a file that was replaced (renamed over).
+func (a *appendFile) discard() {
+	a.unmap()
+	a.f.Close()
+}

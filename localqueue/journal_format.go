@@ -1,0 +1,236 @@
+package localqueue
+
+import (
+	"encoding/binary"
+	"fmt"
+	"hash/crc32"
+	"time"
+)
+
+// The journal (<Name>.journal in DataPath) records the messages the backend
+// no longer holds: in flight after a Get took them from go-diskqueue,
+// deferred, or handed back to the memory chan or the backend after either.
+// It starts with a 16-byte header and is a sequence of records; all
+// integers are big-endian:
+//
+//	header: "LQJOURNL" | version u32 (journalVersion) | CRC-32C of the first 12 bytes u32
+//	record: length n u32 | CRC-32C of (length, payload) u32 | payload (n bytes)
+//	payload: version u8 (journalVersion) | kind u8 | fields of the kind
+//
+//	kind        fields                                      meaning
+//	1 PARK      state u8 | envelope (see envelope.go)        the message is parked here, with its body
+//	2 MOVE      state u8 | ID | attempts u32 | due i64 ns     a parked message changed state
+//	3 FIN       ID                                          finished or dead-lettered: no longer parked
+//	4 GEN       nonce u64                                   the dedup generation of the HIST records
+//	5 HIST      ID                                          backend copies of ID read before the GEN's marker are stale
+//
+// state is stateInFlight, stateDeferred or stateReady (handed back to the
+// memory chan or the backend by a requeue or timeout, due at due). The CRC
+// covers the length, so a
+// damaged length is caught too; a record that fails any check is corrupt,
+// and replay looks for the next good record after it (see replay).
+const (
+	journalMagic      = "LQJOURNL"
+	journalVersion    = 1
+	journalHeaderSize = 16
+	recordHeaderSize  = 8 // length, CRC
+
+	kindPark = 1
+	kindMove = 2
+	kindFin  = 3
+	kindGen  = 4
+	kindHist = 5
+
+	stateInFlight = 1
+	stateDeferred = 2
+	stateReady    = 3
+
+	parkFixed = 3                // version, kind, state
+	moveSize  = 3 + 16 + 4 + 8   // version, kind, state, ID, attempts, due
+	finSize   = 2 + 16           // version, kind, ID
+	genSize   = 2 + 8            // version, kind, nonce
+	histSize  = finSize          // version, kind, ID
+	maxRecord = 1<<30 + 64 + 512 // above any PARK of a MaxMsgSize (at most 1 GiB) body
+)
+
+// jrec is one decoded journal record. For a PARK, m holds the message and
+// m.Body aliases the decoded bytes.
+type jrec struct {
+	kind     byte
+	state    byte
+	id       ID
+	attempts int
+	due      time.Time
+	nonce    uint64
+	m        Message
+}
+
+// journalHeader returns the 16-byte file header.
+func journalHeader() []byte {
+	b := append([]byte(journalMagic), 0, 0, 0, journalVersion)
+	return binary.BigEndian.AppendUint32(b, crc32.Checksum(b, castagnoli))
+}
+
+// checkJournalHeader reports whether b starts with a valid header.
+func checkJournalHeader(b []byte) error {
+	if len(b) < journalHeaderSize {
+		return fmt.Errorf("%w: header of %d bytes, want %d", ErrCorruptJournal, len(b), journalHeaderSize)
+	}
+	if string(b[:8]) != journalMagic {
+		return fmt.Errorf("%w: magic %q, want %q", ErrCorruptJournal, b[:8], journalMagic)
+	}
+	if got, want := crc32.Checksum(b[:12], castagnoli), binary.BigEndian.Uint32(b[12:16]); got != want {
+		return fmt.Errorf("%w: header checksum %08x, want %08x", ErrCorruptJournal, got, want)
+	}
+	if v := binary.BigEndian.Uint32(b[8:12]); v != journalVersion {
+		return fmt.Errorf("%w: format version %d, want %d", ErrCorruptJournal, v, journalVersion)
+	}
+	return nil
+}
+
+// beginRecord appends a record header placeholder and the payload's
+// version and kind; endRecord fills in the length and checksum.
+func beginRecord(dst []byte, kind byte) ([]byte, int) {
+	start := len(dst)
+	dst = append(dst, 0, 0, 0, 0, 0, 0, 0, 0, journalVersion, kind)
+	return dst, start
+}
+
+func endRecord(dst []byte, start int) []byte {
+	binary.BigEndian.PutUint32(dst[start:], uint32(len(dst)-start-recordHeaderSize))
+	crc := crc32.Update(crc32.Checksum(dst[start:start+4], castagnoli), castagnoli, dst[start+recordHeaderSize:])
+	binary.BigEndian.PutUint32(dst[start+4:], crc)
+	return dst
+}
+
+// appendPark appends a PARK record of m in state.
+func appendPark(dst []byte, state byte, m *Message) []byte {
+	dst, start := beginRecord(dst, kindPark)
+	dst = append(dst, state)
+	dst = appendEnvelope(dst, m)
+	return endRecord(dst, start)
+}
+
+// parkSize is the encoded size of a PARK record of a body of n bytes.
+func parkSize(n int) int { return recordHeaderSize + parkFixed + envelopeSize(n) }
+
+func appendMove(dst []byte, state byte, id ID, attempts int, due time.Time) []byte {
+	dst, start := beginRecord(dst, kindMove)
+	dst = append(dst, state)
+	dst = append(dst, id[:]...)
+	dst = binary.BigEndian.AppendUint32(dst, clampAttempts(attempts))
+	dst = binary.BigEndian.AppendUint64(dst, uint64(due.UnixNano()))
+	return endRecord(dst, start)
+}
+
+func appendFin(dst []byte, id ID) []byte { return appendIDRecord(dst, kindFin, id) }
+
+func appendHist(dst []byte, id ID) []byte { return appendIDRecord(dst, kindHist, id) }
+
+func appendIDRecord(dst []byte, kind byte, id ID) []byte {
+	dst, start := beginRecord(dst, kind)
+	dst = append(dst, id[:]...)
+	return endRecord(dst, start)
+}
+
+func appendGen(dst []byte, nonce uint64) []byte {
+	dst, start := beginRecord(dst, kindGen)
+	dst = binary.BigEndian.AppendUint64(dst, nonce)
+	return endRecord(dst, start)
+}
+
+// decodeJournalRecord decodes the record at the start of b into r and
+// returns its encoded size. It never reads past b. Errors wrap
+// ErrCorruptJournal; a record cut short by the end of b wraps errTruncated
+// too, so that replay can tell a torn tail from damage in the middle.
+func decodeJournalRecord(b []byte, r *jrec) (int, error) {
+	if len(b) < recordHeaderSize {
+		return 0, fmt.Errorf("%w: %d bytes left, want a %d-byte record header", errTruncated, len(b), recordHeaderSize)
+	}
+	n := binary.BigEndian.Uint32(b)
+	if n < 2 || n > maxRecord {
+		return 0, fmt.Errorf("%w: record length %d", ErrCorruptJournal, n)
+	}
+	size := recordHeaderSize + int(n)
+	if len(b) < size {
+		return 0, fmt.Errorf("%w: record of %d bytes, %d left", errTruncated, size, len(b))
+	}
+	p := b[recordHeaderSize:size]
+	crc := crc32.Update(crc32.Checksum(b[:4], castagnoli), castagnoli, p)
+	if want := binary.BigEndian.Uint32(b[4:8]); crc != want {
+		return 0, fmt.Errorf("%w: record checksum %08x, want %08x", ErrCorruptJournal, crc, want)
+	}
+	if p[0] != journalVersion {
+		return 0, fmt.Errorf("%w: record version %d, want %d", ErrCorruptJournal, p[0], journalVersion)
+	}
+	*r = jrec{kind: p[1]}
+	bad := func(want int) error {
+		return fmt.Errorf("%w: kind %d record of %d bytes, want %d", ErrCorruptJournal, r.kind, len(p), want)
+	}
+	switch r.kind {
+	case kindPark:
+		if len(p) < parkFixed+envelopeOverhead {
+			return 0, bad(parkFixed + envelopeOverhead)
+		}
+		r.state = p[2]
+		if err := decodeEnvelope(p[parkFixed:], &r.m); err != nil {
+			return 0, fmt.Errorf("%w: PARK envelope: %w", ErrCorruptJournal, err)
+		}
+		r.id, r.attempts, r.due = r.m.ID, r.m.Attempts, r.m.Due
+	case kindMove:
+		if len(p) != moveSize {
+			return 0, bad(moveSize)
+		}
+		r.state = p[2]
+		copy(r.id[:], p[3:19])
+		r.attempts = int(binary.BigEndian.Uint32(p[19:23]))
+		r.due = time.Unix(0, int64(binary.BigEndian.Uint64(p[23:31])))
+	case kindFin, kindHist:
+		if len(p) != finSize {
+			return 0, bad(finSize)
+		}
+		copy(r.id[:], p[2:18])
+	case kindGen:
+		if len(p) != genSize {
+			return 0, bad(genSize)
+		}
+		r.nonce = binary.BigEndian.Uint64(p[2:10])
+	default:
+		return 0, fmt.Errorf("%w: unknown record kind %d", ErrCorruptJournal, r.kind)
+	}
+	if (r.kind == kindPark || r.kind == kindMove) && (r.state < stateInFlight || r.state > stateReady) {
+		return 0, fmt.Errorf("%w: unknown state %d", ErrCorruptJournal, r.state)
+	}
+	return size, nil
+}
+
+// The backend marker is a record Open writes to the backend when backend
+// records older than it may be stale copies of journaled messages (see
+// dedup in journal_replay.go): markerVersion | nonce u64 | zero padding |
+// CRC-32C u32, padded to envelopeOverhead because go-diskqueue rejects
+// shorter records. Envelopes start with envelopeVersion, so the first byte
+// tells the two apart.
+const (
+	markerVersion = 0xA5
+	markerSize    = envelopeOverhead
+)
+
+func appendMarker(dst []byte, nonce uint64) []byte {
+	start := len(dst)
+	dst = append(dst, markerVersion)
+	dst = binary.BigEndian.AppendUint64(dst, nonce)
+	dst = append(dst, make([]byte, markerSize-4-9)...)
+	return binary.BigEndian.AppendUint32(dst, crc32.Checksum(dst[start:], castagnoli))
+}
+
+// decodeMarker reports the nonce of a backend marker, and false for
+// anything else.
+func decodeMarker(b []byte) (uint64, bool) {
+	if len(b) != markerSize || b[0] != markerVersion {
+		return 0, false
+	}
+	if crc32.Checksum(b[:markerSize-4], castagnoli) != binary.BigEndian.Uint32(b[markerSize-4:]) {
+		return 0, false
+	}
+	return binary.BigEndian.Uint64(b[1:9]), true
+}

@@ -1,0 +1,72 @@
+package localqueue
+
+import (
+	"fmt"
+
+	"go.uber.org/zap"
+)
+
+// writeMarker appends the dedup marker of the journal's generation to the
+// backend: backend records before it were written before this Open.
+func (q *Queue) writeMarker() error {
+	if err := q.backend.Put(appendMarker(nil, q.journal.gen)); err != nil {
+		return fmt.Errorf("localqueue %s: write the dedup marker: %w", q.opts.Name, err)
+	}
+	q.onBackend.Add(1)
+	q.journal.backendOps.Add(1)
+	q.markerNonce = q.journal.gen
+	q.markers.Add(1)
+	q.backendErrs = q.backend.errorCount()
+	return nil
+}
+
+// recover puts the messages the journal restored back in place: deferred
+// ones whose due time is still ahead on the deferred heap; in-flight ones
+// ready again now, with their attempts (dead-lettered instead if they had
+// used up MaxAttempts: a delivery cut short by a crash counts as failed);
+// the rest (requeued, or deferred and due) ready again with their due time. They stay parked in the
+// journal until they are finished. The dedup marker goes to the backend
+// first, so that the copies written here are not taken for stale ones.
+func (q *Queue) recover(restore []restoreEntry) error {
+	j := q.journal
+	if j.dedupOn.Load() {
+		if err := q.writeMarker(); err != nil {
+			return err
+		}
+	}
+	if len(restore) == 0 {
+		return nil
+	}
+	now := q.now()
+	var ready, inFlight, deferred, dead, failed int
+	for _, re := range restore {
+		m, err := j.load(re)
+		if err != nil {
+			// It stays in the journal: the next Open tries again.
+			failed++
+			j.counters.errors.Add(1)
+			q.log.Error("cannot read a parked message back from the journal", zap.Stringer("id", re.id), zap.Error(err))
+			continue
+		}
+		r := newRecord(m)
+		r.parked = true
+		switch {
+		case re.e.state == stateDeferred && m.Due.After(now):
+			q.pushDeferred(r)
+			deferred++
+		case re.e.state == stateInFlight && q.opts.MaxAttempts > 0 && m.Attempts >= q.opts.MaxAttempts:
+			q.dead(r)
+			dead++
+		case re.e.state == stateInFlight:
+			r.m.Due = now
+			q.putReady(r)
+			inFlight++
+		default:
+			q.putReady(r)
+			ready++
+		}
+	}
+	q.log.Info("restored parked messages from the journal", zap.Int("in_flight", inFlight), zap.Int("deferred", deferred),
+		zap.Int("due", ready), zap.Int("dead", dead), zap.Int("unreadable", failed))
+	return nil
+}

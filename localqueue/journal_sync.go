@@ -1,0 +1,163 @@
+package localqueue
+
+import (
+	"path/filepath"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// The journal's fsync policy follows SyncEvery and SyncTimeout:
+//
+//   - SyncEvery 1: every record is fsynced (fdatasync on Linux) before the
+//     operation that appended it returns, under the journal's lock.
+//   - SyncEvery N > 1: after every N PARK and MOVE records, or SyncTimeout
+//     after the first record appended since the last fsync began, the
+//     syncer goroutine fsyncs the journal while the queue goes on (an
+//     fsync takes milliseconds; holding every journaled operation for it
+//     cost more than the rest of the journal together). FIN records do
+//     not count toward N: losing one can only bring a finished message
+//     back (at-least-once), so it rides along with the next fsync, within
+//     SyncTimeout. A power loss can lose the records appended since the
+//     start of the last fsync that completed: at most about 2N PARK and
+//     MOVE records with the FINs among them, or SyncTimeout plus the
+//     duration of one fsync.
+//
+// The rename of a compaction counts as a record: the directory is
+// fsynced with the next fsync of the journal.
+
+// startSyncer starts the syncer goroutine (SyncEvery > 1).
+func (j *journal) startSyncer() {
+	if j.syncEvery <= 1 {
+		return
+	}
+	j.syncReq = make(chan struct{}, 1)
+	j.dirty = make(chan struct{}, 1)
+	j.stop = make(chan struct{})
+	j.wg.Add(1)
+	go j.syncLoop()
+}
+
+// stopSyncer stops the syncer and waits for it (and its fsync).
+func (j *journal) stopSyncer() {
+	if j.stop == nil {
+		return
+	}
+	select {
+	case <-j.stop:
+	default:
+		close(j.stop)
+	}
+	j.wg.Wait()
+}
+
+func (j *journal) syncLoop() {
+	defer j.wg.Done()
+	timer := time.NewTimer(j.syncTimeout)
+	timer.Stop()
+	armed := false
+	for {
+		select {
+		case <-j.dirty:
+			if !armed {
+				timer.Reset(j.syncTimeout)
+				armed = true
+			}
+			continue
+		case <-timer.C:
+			armed = false
+		case <-j.syncReq:
+			if armed {
+				timer.Stop()
+				armed = false
+			}
+		case <-j.stop:
+			timer.Stop()
+			return
+		}
+		j.backgroundSync()
+	}
+}
+
+// backgroundSync fsyncs the current file without holding mu.
+func (j *journal) backgroundSync() {
+	j.mu.Lock()
+	a := j.out
+	if a == nil {
+		j.mu.Unlock()
+		return
+	}
+	j.unsynced = 0
+	dir := j.dirDirty
+	j.dirDirty = false
+	j.syncing = a
+	j.mu.Unlock()
+
+	err := a.sync()
+	var derr error
+	if dir {
+		derr = syncDir(filepath.Dir(j.path))
+	}
+
+	j.mu.Lock()
+	j.syncing = nil
+	if j.retired == a {
+		j.retired = nil
+		a.discard()
+	}
+	j.mu.Unlock()
+	if err != nil || derr != nil {
+		j.counters.errors.Add(1)
+		j.log.Error("journal fsync failed", zap.String("file", j.path), zap.NamedError("file_error", err), zap.NamedError("dir_error", derr))
+	}
+}
+
+// afterWriteLocked applies the compaction trigger and the fsync policy.
+// counts is false for a FIN: with SyncEvery above 1 it does not count
+// toward the next fsync (losing one to a power loss can only bring a
+// finished message back, never lose one), it just rides along with it.
+func (j *journal) afterWriteLocked(counts bool) {
+	if counts || j.syncEvery <= 1 {
+		j.unsynced++
+	}
+	if size := j.out.size; size >= j.compactMin && size >= j.noCompact && size > 2*j.liveBytes+journalHeaderSize {
+		if err := j.compactLocked(); err != nil {
+			j.counters.errors.Add(1)
+			j.noCompact = 2 * size
+			j.log.Error("journal compaction failed; appending to the old file", zap.String("file", j.path), zap.Error(err))
+		}
+	}
+	switch {
+	case j.syncEvery <= 1:
+		j.syncLocked()
+	case j.unsynced >= j.syncEvery:
+		j.unsynced = 0
+		signal(j.syncReq)
+	case j.unsynced <= 1:
+		signal(j.dirty)
+	}
+}
+
+// syncLocked fsyncs under mu (SyncEvery 1).
+func (j *journal) syncLocked() {
+	j.unsynced = 0
+	if err := j.out.sync(); err != nil {
+		j.counters.errors.Add(1)
+		j.log.Error("journal fsync failed", zap.String("file", j.path), zap.Error(err))
+	}
+	if j.dirDirty {
+		j.dirDirty = false
+		if err := syncDir(filepath.Dir(j.path)); err != nil {
+			j.counters.errors.Add(1)
+			j.log.Error("journal: fsync of the directory failed", zap.String("file", j.path), zap.Error(err))
+		}
+	}
+}
+
+// signal sends on a cap-1 channel without blocking.
+func signal(c chan struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
+	}
+}
