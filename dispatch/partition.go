@@ -228,7 +228,7 @@ func (p *Partition[M, T]) finished(n int64, wake bool) {
 	case !wake:
 	case p.s.wakeDelay <= 0:
 		signal(p.wake)
-	case !p.wakePending.Swap(true):
+	case !p.wakePending.Load() && !p.wakePending.Swap(true): // load first: usually already pending
 		p.s.deferWake(p)
 	}
 }

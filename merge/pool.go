@@ -76,6 +76,8 @@ type worker[M, T any] struct {
 	retries *pqueue.Queue[*dispatch.Batch[M, T]]
 	spare   []*dispatch.Batch[M, T]
 	timer   *time.Timer
+
+	batches, handled int64 // not yet published to Stats
 }
 
 func (p *Pool[M, T]) work(ctx context.Context, id int) {
@@ -89,6 +91,7 @@ func (p *Pool[M, T]) work(ctx context.Context, id int) {
 	wk.b = p.s.NewBatch(wk.w)
 	var done *dispatch.Batch[M, T] // succeeded, released by the next Next
 	defer func() {
+		p.publish(wk)
 		wk.timer.Stop()
 		if done != nil {
 			p.s.Release(done)
@@ -164,9 +167,23 @@ func (p *Pool[M, T]) work(ctx context.Context, id int) {
 	}
 }
 
+// publishEvery is how many successful batches a worker counts locally
+// before adding them to the pool's Stats.
+const publishEvery = 16
+
+func (p *Pool[M, T]) publish(wk *worker[M, T]) {
+	if wk.batches == 0 {
+		return
+	}
+	p.stats.Batches.Add(wk.batches)
+	p.stats.Handled.Add(wk.handled)
+	wk.batches, wk.handled = 0, 0
+}
+
 // wait blocks until the worker is woken, d passes (d < 0: no deadline), or
 // the pool stops; it reports whether the pool stopped.
 func (p *Pool[M, T]) wait(wk *worker[M, T], d time.Duration) bool {
+	p.publish(wk)
 	var timeout <-chan time.Time
 	if d >= 0 {
 		wk.timer.Reset(d)
@@ -188,8 +205,14 @@ func (p *Pool[M, T]) wait(wk *worker[M, T], d time.Duration) bool {
 // caller releases b); otherwise b is parked for a retry.
 func (p *Pool[M, T]) run(ctx context.Context, wk *worker[M, T], b *dispatch.Batch[M, T]) bool {
 	if err := p.handle(ctx, wk.id, b); err == nil {
-		p.stats.Batches.Add(1)
-		p.stats.Handled.Add(int64(len(b.Items)))
+		// Counted locally and published every few batches and whenever
+		// the worker waits: two shared atomics per Do call showed up with
+		// Size=1.
+		wk.batches++
+		wk.handled += int64(len(b.Items))
+		if wk.batches >= publishEvery {
+			p.publish(wk)
+		}
 		return true
 	}
 	p.stats.Failures.Add(1)
