@@ -34,7 +34,7 @@ func benchMain(ctx context.Context, args []string, out, progress io.Writer) erro
 		maxInFlight = fs.Int("max-inflight", bench.DefaultMaxInFlight, "orderly MaxInFlight")
 		duration    = fs.Duration("duration", bench.DefaultStallDuration, "stall scenario: how long memory is sampled once MaxInFlight is reached")
 		timeout     = fs.Duration("timeout", bench.DefaultRunTimeout, "longest a single run may take")
-		outDir      = fs.String("out", "", "directory to write "+bench.ResultsFile+" and "+bench.ChartFile+" to")
+		outDir      = fs.String("out", "", "directory to write "+bench.ResultsFile+", "+bench.TableFile+" and "+bench.ChartFile+" to")
 		quiet       = fs.Bool("quiet", false, "no progress lines")
 	)
 	if err := fs.Parse(args); err != nil {

@@ -108,6 +108,9 @@ func TestHarnessEndToEnd(t *testing.T) {
 	if err := json.Unmarshal(data, &back); err != nil || len(back.Rows) != len(rep.Rows) {
 		t.Fatalf("results.json: %v, %d rows", err, len(back.Rows))
 	}
+	if md, err := os.ReadFile(filepath.Join(dir, TableFile)); err != nil || !bytes.Contains(md, []byte("| scenario |")) {
+		t.Errorf("%s: %v, want the Markdown table", TableFile, err)
+	}
 	if png, err := os.ReadFile(filepath.Join(dir, ChartFile)); err != nil || !bytes.HasPrefix(png, []byte("\x89PNG")) {
 		t.Fatalf("chart.png: %v", err)
 	}

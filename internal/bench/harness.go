@@ -305,8 +305,9 @@ func processCPU() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-// WriteFiles writes results.json and, when the io scenario ran, chart.png
-// into dir, and returns the paths written.
+// WriteFiles writes results.json, table.md (the Markdown table printed on
+// stdout) and, when the io scenario ran, chart.png into dir, and returns
+// the paths written.
 func (r *Report) WriteFiles(dir string) ([]string, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("bench: %w", err)
@@ -315,10 +316,22 @@ func (r *Report) WriteFiles(dir string) ([]string, error) {
 	if err := r.writeJSON(results); err != nil {
 		return nil, err
 	}
+	table := filepath.Join(dir, TableFile)
+	f, err := os.Create(table)
+	if err != nil {
+		return []string{results}, fmt.Errorf("bench: %w", err)
+	}
+	err = r.WriteMarkdown(f)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return []string{results}, fmt.Errorf("bench: write %s: %w", table, err)
+	}
 	chart := filepath.Join(dir, ChartFile)
 	drawn, err := r.writeChart(chart)
 	if err != nil || !drawn {
-		return []string{results}, err
+		return []string{results, table}, err
 	}
-	return []string{results, chart}, nil
+	return []string{results, table, chart}, nil
 }

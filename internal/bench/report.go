@@ -15,6 +15,7 @@ import (
 // Output file names under Options.Out.
 const (
 	ResultsFile = "results.json"
+	TableFile   = "table.md"
 	ChartFile   = "chart.png"
 )
 
