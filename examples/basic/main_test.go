@@ -24,23 +24,10 @@ func TestBasic(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	runCtx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- run(runCtx, []string{"--brokers", b.Addrs()[0], "--topic", "events"}) }()
-	for {
-		if b.CaughtUp("example-basic", "events") {
-			break
-		}
-		select {
-		case err := <-done:
-			t.Fatalf("run returned early: %v", err)
-		case <-time.After(20 * time.Millisecond):
-		case <-ctx.Done():
-			t.Fatalf("committed %v, want the high watermarks %v", b.Committed("example-basic", "events"), b.HighWatermarks("events"))
-		}
-	}
-	stop()
-	if err := <-done; err != nil {
-		t.Fatalf("run: got %v, want nil after a clean shutdown", err)
+	err = b.WaitCaughtUp(ctx, "example-basic", "events", func(ctx context.Context) error {
+		return run(ctx, []string{"--brokers", b.Addrs()[0], "--topic", "events"})
+	})
+	if err != nil {
+		t.Fatalf("run: got %v, want nil after catching up and a clean shutdown", err)
 	}
 }

@@ -27,23 +27,10 @@ func TestTyped(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	runCtx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- run(runCtx, []string{"--brokers", b.Addrs()[0], "--topic", "orders"}) }()
-	for {
-		if b.CaughtUp("example-typed", "orders") {
-			break
-		}
-		select {
-		case err := <-done:
-			t.Fatalf("run returned early: %v", err)
-		case <-time.After(20 * time.Millisecond):
-		case <-ctx.Done():
-			t.Fatalf("committed %v, want the high watermarks %v", b.Committed("example-typed", "orders"), b.HighWatermarks("orders"))
-		}
-	}
-	stop()
-	if err := <-done; err != nil {
-		t.Fatalf("run: got %v, want nil after a clean shutdown", err)
+	err = b.WaitCaughtUp(ctx, "example-typed", "orders", func(ctx context.Context) error {
+		return run(ctx, []string{"--brokers", b.Addrs()[0], "--topic", "orders"})
+	})
+	if err != nil {
+		t.Fatalf("run: got %v, want nil after catching up and a clean shutdown", err)
 	}
 }

@@ -4,10 +4,12 @@
 package broker
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
 	"strconv"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -152,4 +154,33 @@ func (b *Broker) CaughtUp(group, topic string) bool {
 		}
 	}
 	return true
+}
+
+// ErrNotCaughtUp: WaitCaughtUp gave up.
+var ErrNotCaughtUp = errors.New("broker: committed offsets did not reach the high watermarks")
+
+// WaitCaughtUp runs fn (a consumer of topic as group) until the group's
+// committed offsets equal the high watermarks, then cancels fn's context
+// and returns fn's error. If fn returns first, or ctx ends first, it
+// returns an error saying so.
+func (b *Broker) WaitCaughtUp(ctx context.Context, group, topic string, fn func(context.Context) error) error {
+	runCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	done := make(chan error, 1)
+	go func() { done <- fn(runCtx) }()
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for !b.CaughtUp(group, topic) {
+		select {
+		case err := <-done:
+			return fmt.Errorf("consumer returned before catching up: %v", err)
+		case <-tick.C:
+		case <-ctx.Done():
+			stop()
+			<-done
+			return fmt.Errorf("%w: committed %v, high watermarks %v", ErrNotCaughtUp, b.Committed(group, topic), b.HighWatermarks(topic))
+		}
+	}
+	stop()
+	return <-done
 }
