@@ -17,7 +17,14 @@ type budget struct {
 
 	waiting atomic.Int32 // len(waiters), read without the lock on release
 	mu      sync.Mutex
-	waiters []chan<- struct{}
+	waiters []waiter
+}
+
+// waiter is a paused partition: its wake channel, and the flag that keeps
+// it from registering twice before it is woken.
+type waiter struct {
+	wake       chan<- struct{}
+	registered *atomic.Bool
 }
 
 // tryAcquire takes up to n credits and returns how many it got.
@@ -35,11 +42,17 @@ func (b *budget) tryAcquire(n int64) int64 {
 	}
 }
 
-// wait registers wake to be signalled when credit is released. The caller
-// must try to acquire again after registering, so no release is missed.
-func (b *budget) wait(wake chan<- struct{}) {
+// wait registers wake to be signalled when credit is released, unless it
+// is registered already (registered is set until the wake is sent: a
+// partition woken for other reasons while paused would otherwise add
+// itself again and again). The caller must try to acquire again after
+// registering, so no release is missed.
+func (b *budget) wait(wake chan<- struct{}, registered *atomic.Bool) {
+	if registered.Swap(true) {
+		return
+	}
 	b.mu.Lock()
-	b.waiters = append(b.waiters, wake)
+	b.waiters = append(b.waiters, waiter{wake, registered})
 	b.waiting.Store(int32(len(b.waiters)))
 	b.mu.Unlock()
 }
@@ -54,11 +67,12 @@ func (b *budget) release(n int64) {
 	}
 	b.mu.Lock()
 	for i, w := range b.waiters {
+		w.registered.Store(false)
 		select {
-		case w <- struct{}{}:
+		case w.wake <- struct{}{}:
 		default:
 		}
-		b.waiters[i] = nil
+		b.waiters[i] = waiter{}
 	}
 	b.waiters = b.waiters[:0]
 	b.waiting.Store(0)

@@ -42,6 +42,8 @@ type Partition[M, T any] struct {
 	// wakePending: a head completion is waiting in the scheduler's waker
 	// (see Options.WakeDelay).
 	wakePending atomicBool
+	// budgetWait: registered to be woken when in-flight budget frees up.
+	budgetWait atomicBool
 }
 
 // NewPartition starts the pipeline state of one claim. chanSize is the most
@@ -135,7 +137,7 @@ func (p *Partition[M, T]) Room() bool {
 	if p.s.budget.used.Load() < p.s.budget.max {
 		return true
 	}
-	p.s.budget.wait(p.wake)
+	p.s.budget.wait(p.wake, &p.budgetWait.Bool)
 	if p.s.budget.used.Load() < p.s.budget.max {
 		return true
 	}

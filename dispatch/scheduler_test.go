@@ -276,3 +276,39 @@ func TestIdleLanesSwept(t *testing.T) {
 		t.Fatalf("lane map: got %d lanes after 30000 distinct keys, want at most %d (idle lanes swept)", n, 4*minLaneSweep)
 	}
 }
+
+// TestPausedPartitionRegistersOnce: a partition paused on the budget and
+// woken for other reasons (its head finishing) checks Room again and again;
+// it must stay registered once, not pile up in the waiter list.
+func TestPausedPartitionRegistersOnce(t *testing.T) {
+	s := New[msg, int](Options[msg, int]{Size: 8, MaxInFlight: 4})
+	p := s.NewPartition(16)
+	var off int64
+	feed(t, p, &off, 1, 2, 3, 4)
+	for range 1000 {
+		if p.Room() {
+			t.Fatal("Room: got true with the budget spent, want false")
+		}
+	}
+	s.budget.mu.Lock()
+	n := len(s.budget.waiters)
+	s.budget.mu.Unlock()
+	if n != 1 {
+		t.Fatalf("waiters: got %d registrations, want 1", n)
+	}
+	b := s.NewBatch(s.NewWorker())
+	if st := s.Next(b, true, nil); st != Run {
+		t.Fatalf("Next: got %v, want Run", st)
+	}
+	s.Release(b)
+	p.Advance() // frees all 4: the waiter is woken and unregistered
+	if !p.Room() {
+		t.Fatal("Room after the budget was released: got false, want true")
+	}
+	s.budget.mu.Lock()
+	n = len(s.budget.waiters)
+	s.budget.mu.Unlock()
+	if n != 0 {
+		t.Fatalf("waiters after release: got %d, want 0", n)
+	}
+}

@@ -148,6 +148,9 @@ func New[T any](cfg Config, h Handler[T]) (*Group[T], error) {
 // wrapping ErrConnect when the brokers cannot be reached at start.
 // Consumer errors while running (a broker going away, a failed commit) are
 // logged, counted in Stats.Errors and retried; they do not end Run.
+// Run returns only after every Do call has returned: Do's ctx is cancelled
+// once the partitions are drained, and a Do that ignores it keeps Run from
+// returning.
 func (g *Group[T]) Run(ctx context.Context) error {
 	if !g.started.CompareAndSwap(false, true) {
 		return ErrRunTwice
