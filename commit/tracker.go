@@ -171,6 +171,3 @@ func (t *Tracker[E]) Fence() int {
 	t.head = t.tail
 	return n
 }
-
-// Fenced reports whether Fence was called.
-func (t *Tracker[E]) Fenced() bool { return t.fenced }

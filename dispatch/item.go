@@ -31,6 +31,3 @@ func (it *Item[M, T]) Offset() int64 { return it.offset }
 
 // Finished reports whether the item is finished: handled, or skipped past.
 func (it *Item[M, T]) Finished() bool { return atomic.LoadUint32(&it.done) == 1 }
-
-// Partition is the item's partition.
-func (it *Item[M, T]) Partition() *Partition[M, T] { return it.part }

@@ -3,7 +3,6 @@ package dispatch
 // lane is the FIFO of one ordering lane's queued items. Every field is
 // guarded by the scheduler's mutex.
 type lane[M, T any] struct {
-	key        uint64
 	part       *Partition[M, T]
 	head, tail *Item[M, T]
 	n          int

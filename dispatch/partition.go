@@ -287,7 +287,7 @@ func (p *Partition[M, T]) laneFor(key uint64) *lane[M, T] {
 		} else {
 			l = new(lane[M, T])
 		}
-		l.key, l.part = key, p
+		l.part = p
 		p.lanes[key] = l
 	}
 	l.pending++

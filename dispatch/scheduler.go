@@ -373,28 +373,17 @@ func finish[M, T any](items []*Item[M, T]) {
 	}
 }
 
-func (s *Scheduler[M, T]) unholdLocked(b *Batch[M, T]) {
-	for i, l := range b.lanes {
-		b.lanes[i] = nil
-		l.holder = nil
-		if l.part.revoked {
-			continue
-		}
-		if l.n > 0 && !l.inReady {
-			s.requeue(l)
-		}
-	}
-	b.lanes = b.lanes[:0]
-}
+// unholdLocked lets go of b's lanes, requeueing those with items queued.
+func (s *Scheduler[M, T]) unholdLocked(b *Batch[M, T]) { s.continueLocked(b, nil) }
 
 // continueLocked releases done's lanes, handing those with more items
-// queued straight to b when b may take: the worker carries on with the
+// queued straight to b (when not nil) if b may take: the worker carries on with the
 // lanes it just finished. Under skew this keeps the hot lane, the one that
 // bounds throughput, running back to back instead of waiting for its turn
 // in the ready queue; it does not break oldest-first in practice, since a
 // lane with a backlog holds old items.
 func (s *Scheduler[M, T]) continueLocked(done, b *Batch[M, T]) {
-	canTake := s.filler == nil || s.filler == b
+	canTake := b != nil && (s.filler == nil || s.filler == b)
 	for i, l := range done.lanes {
 		done.lanes[i] = nil
 		l.holder = nil

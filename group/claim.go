@@ -37,7 +37,7 @@ type claimState struct {
 	claim     sarama.ConsumerGroupClaim
 	fetched   atomic.Int64
 	committed atomic.Int64
-	next      atomic.Int64 // next offset to consume as far as commits go; -1 unknown
+	next      atomic.Int64 // offset last marked for commit (the claim's initial offset at first); -1 unknown
 }
 
 func (c *claimState) lag() int64 {
@@ -61,8 +61,7 @@ type claimLoop[T any] struct {
 	part   int32
 	resume commit.Done // offsets a previous owner finished (commit metadata)
 
-	marked int64  // offset last marked for commit
-	meta   string // metadata last marked
+	meta   string // metadata last marked (the offset is st.next)
 	metaAt time.Time
 	ranges []commit.Range // scratch for mark
 }
@@ -77,12 +76,7 @@ func (g *Group[T]) consume(sess sarama.ConsumerGroupSession, claim sarama.Consum
 		part:  claim.Partition(),
 	}
 	c.log = g.log.With(zap.String("topic", c.topic), zap.Int32("partition", c.part), zap.Int32("generation", sess.GenerationID()))
-	c.st.next.Store(-1)
-	c.marked = -1
-	if off := claim.InitialOffset(); off >= 0 {
-		c.st.next.Store(off)
-		c.marked = off
-	}
+	c.st.next.Store(max(claim.InitialOffset(), -1)) // OffsetOldest/Newest (< 0): unknown
 	c.metaAt = time.Now()
 	c.resume = c.resumeFrom(claim.InitialOffset())
 	g.ctr.claims.Add(1)

@@ -38,9 +38,7 @@ type Config struct {
 	GroupID string
 	// Sarama is an optional base client config (TLS, SASL, version,
 	// rebalance strategy, ...). It is copied, never modified. nil means
-	// Orderly's defaults: Kafka version 3.0.0 (accepted by Kafka 3.x and
-	// kfake), Consumer.Offsets.Initial = OffsetOldest, the cooperative-sticky
-	// rebalance strategy. Orderly always sets Consumer.Return.Errors (errors
+	// DefaultSarama(). Orderly always sets Consumer.Return.Errors (errors
 	// are logged and counted) and ChannelBufferSize = Chan.
 	Sarama *sarama.Config
 
@@ -92,6 +90,19 @@ type Retry struct {
 	MaxBackoff time.Duration
 }
 
+// DefaultSarama returns the client config Orderly uses when Config.Sarama
+// is nil: Kafka version 3.0.0 (accepted by Kafka 3.x and kfake),
+// Consumer.Offsets.Initial = OffsetOldest, the cooperative-sticky rebalance
+// strategy, and sarama's defaults otherwise. Start from it to change a
+// few settings.
+func DefaultSarama() *sarama.Config {
+	sc := sarama.NewConfig()
+	sc.Version = sarama.V3_0_0_0
+	sc.Consumer.Offsets.Initial = sarama.OffsetOldest
+	sc.Consumer.Group.Rebalance.GroupStrategies = []sarama.BalanceStrategy{sarama.NewBalanceStrategyCooperativeSticky()}
+	return sc
+}
+
 // withDefaults returns a copy of c with zero fields set and the sarama
 // config built.
 func (c Config) withDefaults() Config {
@@ -124,10 +135,7 @@ func (c Config) withDefaults() Config {
 	}
 	var sc *sarama.Config
 	if c.Sarama == nil {
-		sc = sarama.NewConfig()
-		sc.Version = sarama.V3_0_0_0
-		sc.Consumer.Offsets.Initial = sarama.OffsetOldest
-		sc.Consumer.Group.Rebalance.GroupStrategies = []sarama.BalanceStrategy{sarama.NewBalanceStrategyCooperativeSticky()}
+		sc = DefaultSarama()
 	} else {
 		copied := *c.Sarama
 		sc = &copied

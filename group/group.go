@@ -91,7 +91,7 @@ type Group[T any] struct {
 
 	client  sarama.Client // set by Run; nil in pipeline benchmarks
 	started atomic.Bool
-	pool    merge.Stats
+	pool    *merge.Stats
 	ctr     counters
 
 	claimsMu sync.Mutex
@@ -133,6 +133,7 @@ func New[T any](cfg Config, h Handler[T]) (*Group[T], error) {
 			Reset: resetFunc(h),
 		}),
 		bufs:   make([][]T, cfg.Num),
+		pool:   merge.NewStats(cfg.Num),
 		claims: make(map[*claimState]struct{}),
 	}
 	for i := range g.bufs {
@@ -177,25 +178,23 @@ func (g *Group[T]) Run(ctx context.Context) error {
 	b := &binding[T]{g: g}
 	wait := g.cfg.Retry.Backoff
 	for ctx.Err() == nil {
-		err := cg.Consume(ctx, g.cfg.Topics, b)
-		switch {
-		case err == nil || ctx.Err() != nil:
+		err := cg.Consume(ctx, g.cfg.Topics, b) // returns at each eager rebalance
+		if err == nil || ctx.Err() != nil {
 			wait = g.cfg.Retry.Backoff
 			continue
-		case errors.Is(err, sarama.ErrClosedConsumerGroup):
-		default:
-			g.ctr.errors.Add(1)
-			g.log.Error("consume failed; retrying", zap.Strings("topics", g.cfg.Topics), zap.Duration("backoff", wait), zap.Error(err))
-			t := time.NewTimer(wait)
-			select {
-			case <-ctx.Done():
-			case <-t.C:
-			}
-			t.Stop()
-			wait = min(2*wait, g.cfg.Retry.MaxBackoff)
-			continue
 		}
-		break
+		if errors.Is(err, sarama.ErrClosedConsumerGroup) {
+			break
+		}
+		g.ctr.errors.Add(1)
+		g.log.Error("consume failed; retrying", zap.Strings("topics", g.cfg.Topics), zap.Duration("backoff", wait), zap.Error(err))
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+		case <-t.C:
+		}
+		t.Stop()
+		wait = min(2*wait, g.cfg.Retry.MaxBackoff)
 	}
 	if err := cg.Close(); err != nil {
 		g.ctr.errors.Add(1)
@@ -216,7 +215,7 @@ func (g *Group[T]) startWorkers(ctx context.Context) (stop func()) {
 		Ticker:     g.cfg.Ticker,
 		Backoff:    g.cfg.Retry.Backoff,
 		MaxBackoff: g.cfg.Retry.MaxBackoff,
-	}, g.handle, &g.pool)
+	}, g.handle, g.pool)
 	return func() {
 		cancelWork()
 		pool.Stop()
@@ -310,8 +309,8 @@ func (g *Group[T]) decodeUser(m *Message) (v T, lane uint64, err error) {
 // goroutine, at any time.
 func (g *Group[T]) Stats() Stats {
 	s := Stats{
-		Handled:      g.pool.Handled.Load(),
-		Batches:      g.pool.Batches.Load(),
+		Handled:      g.pool.Handled(),
+		Batches:      g.pool.Batches(),
 		Failures:     g.pool.Failures.Load(),
 		Retries:      g.pool.Retries.Load(),
 		DecodeErrors: g.ctr.decodeErrors.Load(),

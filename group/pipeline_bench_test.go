@@ -12,26 +12,44 @@ import (
 )
 
 // memSession and memClaim stand in for sarama's session and claim so that
-// the in-memory pipeline (dispatch + merge + commit) can be measured
-// without a broker. Kafka-facing tests use the real thing over kfake.
+// the in-memory pipeline (dispatch + merge + commit) can be measured, and
+// its commit marks watched, without a broker. Kafka-facing tests use the
+// real thing over kfake. Marks follow sarama's partition offset manager:
+// MarkOffset only moves forward, ResetOffset only back (or in place).
 type memSession struct {
 	ctx    context.Context
 	mu     sync.Mutex
 	marked map[int32]int64
+	meta   map[int32]string
+	marks  int // MarkOffset and ResetOffset calls that changed something
 }
 
 func (s *memSession) Claims() map[string][]int32 { return nil }
 func (s *memSession) MemberID() string           { return "mem" }
 func (s *memSession) GenerationID() int32        { return 1 }
-func (s *memSession) MarkOffset(_ string, p int32, off int64, _ string) {
+func (s *memSession) MarkOffset(_ string, p int32, off int64, md string) {
 	s.mu.Lock()
 	if off > s.marked[p] {
-		s.marked[p] = off
+		s.set(p, off, md)
 	}
 	s.mu.Unlock()
 }
-func (s *memSession) Commit()                                  {}
-func (s *memSession) ResetOffset(string, int32, int64, string) {}
+func (s *memSession) ResetOffset(_ string, p int32, off int64, md string) {
+	s.mu.Lock()
+	if off <= s.marked[p] {
+		s.set(p, off, md)
+	}
+	s.mu.Unlock()
+}
+func (s *memSession) set(p int32, off int64, md string) {
+	s.marked[p] = off
+	if s.meta == nil {
+		s.meta = map[int32]string{}
+	}
+	s.meta[p] = md
+	s.marks++
+}
+func (s *memSession) Commit() {}
 func (s *memSession) MarkMessage(m *sarama.ConsumerMessage, md string) {
 	s.MarkOffset(m.Topic, m.Partition, m.Offset+1, md)
 }

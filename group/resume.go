@@ -102,13 +102,14 @@ func (c *claimLoop[T]) mark(withMeta bool) {
 			return
 		}
 	}
-	if next > c.marked {
+	switch marked := c.st.next.Load(); {
+	case next > marked:
 		c.sess.MarkOffset(c.topic, c.part, next, meta)
-	} else if next == c.marked && meta != c.meta {
+	case next == marked && meta != c.meta:
 		c.sess.ResetOffset(c.topic, c.part, next, meta)
-	} else {
+	default:
 		return
 	}
-	c.marked, c.meta = next, meta
+	c.meta = meta
 	c.st.next.Store(next)
 }

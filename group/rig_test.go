@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/IBM/sarama"
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
@@ -185,14 +184,11 @@ func (r *rig) config(groupID string) Config {
 
 // fastConfig is a Config with fast group timings for tests.
 func fastConfig(t *testing.T, brokers []string, topic, groupID string) Config {
-	sc := sarama.NewConfig()
-	sc.Version = sarama.V3_0_0_0
-	sc.Consumer.Offsets.Initial = sarama.OffsetOldest
+	sc := DefaultSarama()
 	sc.Consumer.Offsets.AutoCommit.Interval = 100 * time.Millisecond
 	sc.Consumer.Group.Heartbeat.Interval = 100 * time.Millisecond
 	sc.Consumer.Group.Session.Timeout = 6 * time.Second
 	sc.Consumer.Group.Rebalance.Timeout = 10 * time.Second
-	sc.Consumer.Group.Rebalance.GroupStrategies = []sarama.BalanceStrategy{sarama.NewBalanceStrategyCooperativeSticky()}
 	return Config{
 		Brokers: brokers,
 		Topics:  []string{topic},

@@ -28,12 +28,41 @@ type Config struct {
 // per-worker scratch space). A nil error finishes the batch.
 type Handle[M, T any] func(ctx context.Context, worker int, b *dispatch.Batch[M, T]) error
 
-// Stats are the pool's counters.
+// Stats are the pool's counters. Successful calls are counted per worker,
+// each on its own cache line (a shared atomic per Do call showed up with
+// Size=1), and summed when read.
 type Stats struct {
-	Batches  atomic.Int64 // successful Do calls
-	Handled  atomic.Int64 // messages in successful Do calls
 	Failures atomic.Int64 // failed Do calls
 	Retries  atomic.Int64 // Do calls that were retries
+	workers  []workerCount
+}
+
+type workerCount struct {
+	_       [56]byte
+	batches atomic.Int64 // successful Do calls
+	handled atomic.Int64 // messages in successful Do calls
+	_       [48]byte
+}
+
+// NewStats returns counters for a pool of num workers.
+func NewStats(num int) *Stats { return &Stats{workers: make([]workerCount, num)} }
+
+// Batches is the number of successful Do calls.
+func (s *Stats) Batches() int64 {
+	var n int64
+	for i := range s.workers {
+		n += s.workers[i].batches.Load()
+	}
+	return n
+}
+
+// Handled is the number of messages in successful Do calls.
+func (s *Stats) Handled() int64 {
+	var n int64
+	for i := range s.workers {
+		n += s.workers[i].handled.Load()
+	}
+	return n
 }
 
 // Pool is a set of workers on one scheduler.
@@ -48,7 +77,8 @@ type Pool[M, T any] struct {
 }
 
 // Start starts cfg.Num workers. ctx is passed to every Do call; cancel it to
-// make in-flight calls give up (Stop does not).
+// make in-flight calls give up (Stop does not). st must come from
+// NewStats(cfg.Num).
 func Start[M, T any](ctx context.Context, s *dispatch.Scheduler[M, T], cfg Config, h Handle[M, T], st *Stats) *Pool[M, T] {
 	p := &Pool[M, T]{s: s, cfg: cfg, handle: h, stats: st, stop: make(chan struct{})}
 	for i := range cfg.Num {
@@ -76,8 +106,7 @@ type worker[M, T any] struct {
 	retries *pqueue.Queue[*dispatch.Batch[M, T]]
 	spare   []*dispatch.Batch[M, T]
 	timer   *time.Timer
-
-	batches, handled int64 // not yet published to Stats
+	count   *workerCount
 }
 
 func (p *Pool[M, T]) work(ctx context.Context, id int) {
@@ -86,12 +115,12 @@ func (p *Pool[M, T]) work(ctx context.Context, id int) {
 		w:       p.s.NewWorker(),
 		retries: pqueue.New[*dispatch.Batch[M, T]](0),
 		timer:   time.NewTimer(time.Hour),
+		count:   &p.stats.workers[id],
 	}
 	wk.timer.Stop()
 	wk.b = p.s.NewBatch(wk.w)
 	var done *dispatch.Batch[M, T] // succeeded, released by the next Next
 	defer func() {
-		p.publish(wk)
 		wk.timer.Stop()
 		if done != nil {
 			p.s.Release(done)
@@ -167,23 +196,9 @@ func (p *Pool[M, T]) work(ctx context.Context, id int) {
 	}
 }
 
-// publishEvery is how many successful batches a worker counts locally
-// before adding them to the pool's Stats.
-const publishEvery = 16
-
-func (p *Pool[M, T]) publish(wk *worker[M, T]) {
-	if wk.batches == 0 {
-		return
-	}
-	p.stats.Batches.Add(wk.batches)
-	p.stats.Handled.Add(wk.handled)
-	wk.batches, wk.handled = 0, 0
-}
-
 // wait blocks until the worker is woken, d passes (d < 0: no deadline), or
 // the pool stops; it reports whether the pool stopped.
 func (p *Pool[M, T]) wait(wk *worker[M, T], d time.Duration) bool {
-	p.publish(wk)
 	var timeout <-chan time.Time
 	if d >= 0 {
 		wk.timer.Reset(d)
@@ -205,14 +220,8 @@ func (p *Pool[M, T]) wait(wk *worker[M, T], d time.Duration) bool {
 // caller releases b); otherwise b is parked for a retry.
 func (p *Pool[M, T]) run(ctx context.Context, wk *worker[M, T], b *dispatch.Batch[M, T]) bool {
 	if err := p.handle(ctx, wk.id, b); err == nil {
-		// Counted locally and published every few batches and whenever
-		// the worker waits: two shared atomics per Do call showed up with
-		// Size=1.
-		wk.batches++
-		wk.handled += int64(len(b.Items))
-		if wk.batches >= publishEvery {
-			p.publish(wk)
-		}
+		wk.count.batches.Add(1)
+		wk.count.handled.Add(int64(len(b.Items)))
 		return true
 	}
 	p.stats.Failures.Add(1)

@@ -34,8 +34,7 @@ func newRig(t *testing.T, size int, cfg Config, h func(b *dispatch.Batch[msg, in
 	t.Helper()
 	r := &rig{s: dispatch.New[msg, int](dispatch.Options[msg, int]{Size: size, MaxInFlight: 1 << 20})}
 	r.p = r.s.NewPartition(64)
-	var st Stats
-	r.pool = Start(context.Background(), r.s, cfg, func(_ context.Context, _ int, b *dispatch.Batch[msg, int]) error { return h(b) }, &st)
+	r.pool = Start(context.Background(), r.s, cfg, func(_ context.Context, _ int, b *dispatch.Batch[msg, int]) error { return h(b) }, NewStats(cfg.Num))
 	t.Cleanup(r.pool.Stop)
 	return r
 }

@@ -1,0 +1,86 @@
+package group
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/IBM/sarama"
+
+	"github.com/orderly-go/orderly/commit"
+)
+
+// TestLateCompletionIsNotCommitted: a batch still inside Do when its
+// partition's DrainTimeout runs out is let go; the claim commits the
+// frontier below it (with the finished offsets above as metadata) and
+// returns, and when the batch finally finishes nothing more is marked for
+// that claim (invariant 5: completions after the revoke are never
+// committed).
+func TestLateCompletionIsNotCommitted(t *testing.T) {
+	const stuckAt = 2
+	release, stuck := make(chan struct{}), make(chan struct{})
+	g, err := New(Config{
+		Brokers: []string{"mem:0"}, Topics: []string{"mem"}, GroupID: "mem",
+		Size: 1, Num: 2, Ticker: -1, DrainTimeout: 100 * time.Millisecond,
+	}, Handler[*Message]{Do: func(_ context.Context, batch []*Message) error {
+		if batch[0].Offset == stuckAt {
+			close(stuck)
+			<-release
+		}
+		return nil
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stopWorkers := g.startWorkers(context.Background())
+	var releaseOnce sync.Once
+	unstick := func() { releaseOnce.Do(func() { close(release) }) }
+	defer stopWorkers()
+	defer unstick() // before stopWorkers, even when the test fails early
+	sess := &memSession{ctx: context.Background(), marked: map[int32]int64{}}
+	claim := &memClaim{p: 0, msgs: make(chan *sarama.ConsumerMessage, 16)}
+	consumed := make(chan error, 1)
+	go func() { consumed <- g.consume(sess, claim) }()
+	for off := range int64(10) { // ten lanes: nothing waits behind the stuck one
+		claim.msgs <- &sarama.ConsumerMessage{Topic: "mem", Offset: off, Key: fmt.Appendf(nil, "k%d", off)}
+	}
+	<-stuck
+	waitFor(t, 5*time.Second, "offsets 0 and 1 to be marked", func() bool {
+		sess.mu.Lock()
+		defer sess.mu.Unlock()
+		return sess.marked[0] == stuckAt
+	})
+	waitFor(t, 5*time.Second, "offsets 0, 1 and 3..9 to finish", func() bool { return g.Stats().Handled == 9 })
+	close(claim.msgs) // revoke
+	select {
+	case <-consumed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the claim did not let go after DrainTimeout")
+	}
+	sess.mu.Lock()
+	atRevoke, marksAtRevoke, meta := sess.marked[0], sess.marks, sess.meta[0]
+	sess.mu.Unlock()
+	if atRevoke != stuckAt {
+		t.Fatalf("committed at revoke: got %d, want %d (the stuck message)", atRevoke, stuckAt)
+	}
+	done, err := commit.DecodeMeta(meta)
+	if err != nil || done.Base != stuckAt || !slices.Equal(done.Ranges, []commit.Range{{Start: stuckAt + 1, End: 10}}) {
+		t.Fatalf("metadata at revoke: got %+v (%v), want base %d and [%d, 10) finished", done, err, stuckAt, stuckAt+1)
+	}
+
+	unstick() // the late completion
+	waitFor(t, 5*time.Second, "the stuck batch to finish", func() bool { return g.Stats().Handled == 10 })
+	time.Sleep(2 * wakeDelay) // let any (wrong) wake reach the old claim
+	sess.mu.Lock()
+	defer sess.mu.Unlock()
+	if sess.marked[0] != atRevoke || sess.marks != marksAtRevoke {
+		t.Fatalf("after the late completion: marked %d in %d calls, want %d in %d (nothing more for a revoked claim)",
+			sess.marked[0], sess.marks, atRevoke, marksAtRevoke)
+	}
+	if got := g.Stats().Abandoned; got != 1 {
+		t.Fatalf("Stats.Abandoned: got %d, want 1 (the batch left running at the timeout)", got)
+	}
+}
