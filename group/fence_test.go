@@ -84,3 +84,70 @@ func TestLateCompletionIsNotCommitted(t *testing.T) {
 		t.Fatalf("Stats.Abandoned: got %d, want 1 (the batch left running at the timeout)", got)
 	}
 }
+
+// TestSlowPartitionDoesNotHoldBackOthers (invariant 3): while a message of
+// one partition is stuck in Do, every other partition's messages finish and
+// are marked for commit.
+func TestSlowPartitionDoesNotHoldBackOthers(t *testing.T) {
+	release, stuck := make(chan struct{}), make(chan struct{})
+	g, err := New(Config{
+		Brokers: []string{"mem:0"}, Topics: []string{"mem"}, GroupID: "mem",
+		Size: 4, Num: 4, Ticker: -1,
+	}, Handler[*Message]{Do: func(_ context.Context, batch []*Message) error {
+		for _, m := range batch {
+			if m.Partition == 0 && m.Offset == 0 {
+				close(stuck)
+				<-release
+			}
+		}
+		return nil
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stopWorkers := g.startWorkers(context.Background())
+	var releaseOnce sync.Once
+	unstick := func() { releaseOnce.Do(func() { close(release) }) }
+	defer stopWorkers()
+	defer unstick()
+	sess := &memSession{ctx: context.Background(), marked: map[int32]int64{}}
+	const parts, per = 4, 200
+	claims := make([]*memClaim, parts)
+	var loops sync.WaitGroup
+	for p := range parts {
+		claims[p] = &memClaim{p: int32(p), msgs: make(chan *sarama.ConsumerMessage, per)}
+		loops.Go(func() { _ = g.consume(sess, claims[p]) })
+	}
+	for p := range parts {
+		for off := range int64(per) {
+			claims[p].msgs <- &sarama.ConsumerMessage{Topic: "mem", Partition: int32(p), Offset: off, Key: fmt.Appendf(nil, "k%d", off%7)}
+		}
+	}
+	<-stuck
+	waitFor(t, 10*time.Second, "partitions 1-3 to be marked to their end while partition 0 is stuck", func() bool {
+		sess.mu.Lock()
+		defer sess.mu.Unlock()
+		for p := int32(1); p < parts; p++ {
+			if sess.marked[p] != per {
+				return false
+			}
+		}
+		return true
+	})
+	sess.mu.Lock()
+	stuckMark := sess.marked[0]
+	sess.mu.Unlock()
+	if stuckMark != 0 {
+		t.Fatalf("partition 0 marked %d while its offset 0 is unfinished, want 0", stuckMark)
+	}
+	unstick()
+	waitFor(t, 10*time.Second, "partition 0 to be marked to its end", func() bool {
+		sess.mu.Lock()
+		defer sess.mu.Unlock()
+		return sess.marked[0] == per
+	})
+	for _, c := range claims {
+		close(c.msgs)
+	}
+	loops.Wait()
+}

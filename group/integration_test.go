@@ -42,3 +42,41 @@ func TestConsumeAllInOrder(t *testing.T) {
 	}
 	t.Logf("handled %d, %d Do failures retried, %d batches", rep.Distinct, w.failures(), st.Batches)
 }
+
+// TestMaxInFlightBoundsFetching: with a handler slower than fetching, the
+// messages fetched but not yet behind a commit frontier never exceed
+// MaxInFlight (plus the one message per claimed partition that a claim loop
+// may read after finding room), and the bound is actually reached, so
+// fetching really paused.
+func TestMaxInFlightBoundsFetching(t *testing.T) {
+	const partitions, n, keys, bound = 4, 20_000, 500, 2000
+	r := newRig(t, "bounded", partitions, n, keys)
+	w := r.work(time.Millisecond, 0)
+	cfg := r.config("bounded")
+	cfg.Size, cfg.Num, cfg.MaxInFlight = 16, 8, bound
+	g, err := New(cfg, Handler[*Message]{Do: w.Do})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := run(t, g)
+	var peak int64
+	deadline := time.Now().Add(2 * time.Minute)
+	for !r.b.CaughtUp(cfg.GroupID, r.topic) {
+		if time.Now().After(deadline) {
+			t.Fatal("timed out waiting for the group to catch up")
+		}
+		peak = max(peak, g.Stats().InFlight)
+		time.Sleep(200 * time.Microsecond)
+	}
+	if err := stop(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	r.check(false)
+	if peak > bound+partitions {
+		t.Fatalf("in flight peaked at %d, want at most MaxInFlight %d + %d partitions", peak, bound, partitions)
+	}
+	if peak < bound*3/4 {
+		t.Fatalf("in flight peaked at %d, want near MaxInFlight %d: the bound was never reached, the test proves nothing", peak, bound)
+	}
+	t.Logf("in flight peaked at %d of %d", peak, bound)
+}
