@@ -399,11 +399,45 @@ func (s *Scheduler[M, T]) continueLocked(done, b *Batch[M, T]) {
 }
 
 // Park keeps a failed batch's lanes held while it waits to be retried;
-// later items of those lanes wait, other lanes flow.
+// later items of those lanes wait, other lanes flow. Items whose partition
+// was revoked while the call ran are abandoned here, not kept for a retry:
+// a retry is a new start, and a revoked partition's messages must not
+// start again (its drain would otherwise wait for them until DrainTimeout).
 func (s *Scheduler[M, T]) Park(b *Batch[M, T]) {
 	s.mu.Lock()
 	b.parked = true
+	kept := b.Items[:0]
+	var gone []*Item[M, T]
+	for _, it := range b.Items {
+		if it.part.revoked {
+			gone = append(gone, it)
+		} else {
+			kept = append(kept, it)
+		}
+	}
+	clear(b.Items[len(kept):])
+	b.Items = kept
 	s.mu.Unlock()
+	abandon(gone)
+}
+
+// abandon counts items that will never finish out of their partitions'
+// outstanding work (waking draining ones). Nothing is committed past them.
+func abandon[M, T any](items []*Item[M, T]) {
+	var last *Partition[M, T]
+	n := int64(0)
+	for _, it := range items {
+		if it.part != last {
+			if last != nil {
+				last.abandoned(n)
+			}
+			last, n = it.part, 0
+		}
+		n++
+	}
+	if last != nil {
+		last.abandoned(n)
+	}
 }
 
 // Restart takes a parked batch back for its retry. It reports false when
@@ -428,20 +462,7 @@ func (s *Scheduler[M, T]) Discard(b *Batch[M, T]) {
 	s.mu.Lock()
 	s.unholdLocked(b)
 	s.mu.Unlock()
-	var last *Partition[M, T]
-	n := int64(0)
-	for _, it := range b.Items {
-		if it.part != last {
-			if last != nil {
-				last.abandoned(n)
-			}
-			last, n = it.part, 0
-		}
-		n++
-	}
-	if last != nil {
-		last.abandoned(n)
-	}
+	abandon(b.Items)
 	clear(b.Items)
 	b.Items = b.Items[:0]
 }

@@ -312,3 +312,36 @@ func TestPausedPartitionRegistersOnce(t *testing.T) {
 		t.Fatalf("waiters after release: got %d, want 0", n)
 	}
 }
+
+// TestFailureAfterRevokeIsAbandoned: a batch that was inside Do when its
+// partition was revoked, and then failed, is not kept for a retry (that
+// would start a revoked partition's messages again, and keep its drain
+// waiting): its items are abandoned at once.
+func TestFailureAfterRevokeIsAbandoned(t *testing.T) {
+	s := New[msg, int](Options[msg, int]{Size: 4, MaxInFlight: 100})
+	p, other := s.NewPartition(16), s.NewPartition(16)
+	var off, otherOff int64
+	feed(t, p, &off, 1, 2)
+	feed(t, other, &otherOff, 3)
+	b := s.NewBatch(s.NewWorker())
+	if st := s.Next(b, true, nil); st != Run || len(b.Items) != 3 {
+		t.Fatalf("Next: got %v with %d items, want Run with 3", st, len(b.Items))
+	}
+	p.Revoke() // while the batch runs
+	p.Drain()
+	s.Park(b) // and then fails
+	if got := p.Outstanding(); got != 0 {
+		t.Fatalf("revoked partition's outstanding after the failure: got %d, want 0", got)
+	}
+	select {
+	case <-p.Wake():
+	default:
+		t.Fatal("draining partition not woken when its items were abandoned")
+	}
+	if len(b.Items) != 1 || b.Items[0].part != other {
+		t.Fatalf("parked batch: got %d items, want only the other partition's one", len(b.Items))
+	}
+	if !s.Restart(b) {
+		t.Fatal("Restart: got false, want true (the other partition's item is retried)")
+	}
+}
