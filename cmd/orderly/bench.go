@@ -22,18 +22,20 @@ func runBench(ctx context.Context, args []string, out io.Writer) error {
 func benchMain(ctx context.Context, args []string, out, progress io.Writer) error {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(progress)
+	// Zero values mean bench's defaults: bench.Options applies them and
+	// validates everything, naming the flag.
 	var (
 		scenarios   = fs.String("scenario", "all", "scenarios, comma-separated: all|"+strings.Join(bench.ScenarioNames, "|"))
 		contenders  = fs.String("contenders", "", "contenders, comma-separated, from "+strings.Join(bench.ContenderNames, ",")+" (default: each scenario's set)")
-		messages    = fs.Int("messages", 0, "messages per data set (default: 1M for noop, 30k for io/batch/skew/fail, 10 x max-inflight for stall)")
-		partitions  = fs.Int("partitions", bench.DefaultPartitions, "partitions per topic")
-		keys        = fs.Int("keys", bench.DefaultKeys, "distinct message keys")
-		rounds      = fs.Int("rounds", bench.DefaultRounds, "alternating rounds; the table shows medians")
-		nums        = fs.String("num", joinInts(bench.DefaultNums), "Num values of the io scenario, comma-separated")
-		chanSize    = fs.Int("chan", bench.DefaultChan, "sarama ChannelBufferSize for every contender; databus per-worker chan capacity")
-		maxInFlight = fs.Int("max-inflight", bench.DefaultMaxInFlight, "orderly MaxInFlight")
-		duration    = fs.Duration("duration", bench.DefaultStallDuration, "stall scenario: how long memory is sampled once MaxInFlight is reached")
-		timeout     = fs.Duration("timeout", bench.DefaultRunTimeout, "longest a single run may take")
+		messages    = fs.Int("messages", 0, "messages per data set (0: 1M for noop, 30k for io/batch/skew/fail, 10 x max-inflight for stall)")
+		partitions  = fs.Int("partitions", 0, fmt.Sprintf("partitions per topic (0: %d)", bench.DefaultPartitions))
+		keys        = fs.Int("keys", 0, fmt.Sprintf("distinct message keys (0: %d)", bench.DefaultKeys))
+		rounds      = fs.Int("rounds", 0, fmt.Sprintf("alternating rounds; the table shows medians (0: %d)", bench.DefaultRounds))
+		nums        = fs.String("num", "", "Num values of the io scenario, comma-separated (default "+joinInts(bench.DefaultNums)+")")
+		chanSize    = fs.Int("chan", 0, fmt.Sprintf("sarama ChannelBufferSize for every contender; databus per-worker chan capacity (0: %d)", bench.DefaultChan))
+		maxInFlight = fs.Int("max-inflight", 0, fmt.Sprintf("orderly MaxInFlight (0: %d)", bench.DefaultMaxInFlight))
+		duration    = fs.Duration("duration", 0, fmt.Sprintf("stall scenario: how long memory is sampled once MaxInFlight is reached (0: %v)", bench.DefaultStallDuration))
+		timeout     = fs.Duration("timeout", 0, fmt.Sprintf("longest a single run may take (0: %v)", bench.DefaultRunTimeout))
 		outDir      = fs.String("out", "", "directory to write "+bench.ResultsFile+", "+bench.TableFile+" and "+bench.ChartFile+" to")
 		quiet       = fs.Bool("quiet", false, "no progress lines")
 	)
@@ -46,13 +48,21 @@ func benchMain(ctx context.Context, args []string, out, progress io.Writer) erro
 	if fs.NArg() > 0 {
 		return fmt.Errorf("%w: bench: unexpected arguments %q", errUsage, fs.Args())
 	}
-	numList, err := parseInts(*nums)
+	scenarioList, err := splitList("scenario", *scenarios)
 	if err != nil {
-		return fmt.Errorf("%w: bench: -num: %w", errUsage, err)
+		return err
+	}
+	contenderList, err := splitList("contenders", *contenders)
+	if err != nil {
+		return err
+	}
+	numList, err := parseInts("num", *nums)
+	if err != nil {
+		return err
 	}
 	opts := bench.Options{
-		Scenarios:     splitList(*scenarios),
-		Contenders:    splitList(*contenders),
+		Scenarios:     scenarioList,
+		Contenders:    contenderList,
 		Messages:      *messages,
 		Partitions:    *partitions,
 		Keys:          *keys,
@@ -81,24 +91,18 @@ func benchMain(ctx context.Context, args []string, out, progress io.Writer) erro
 	return err
 }
 
-func splitList(s string) []string {
-	var out []string
-	for f := range strings.SplitSeq(s, ",") {
-		if f = strings.TrimSpace(f); f != "" {
-			out = append(out, f)
-		}
+// parseInts parses the comma-separated integers of --flag; bench.Options
+// checks their range.
+func parseInts(flag, s string) ([]int, error) {
+	fields, err := splitList(flag, s)
+	if err != nil {
+		return nil, err
 	}
-	return out
-}
-
-func parseInts(s string) ([]int, error) {
-	var out []int
-	for _, f := range splitList(s) {
-		n, err := strconv.Atoi(f)
-		if err != nil || n <= 0 {
-			return nil, fmt.Errorf("%q is not a positive integer", f)
+	out := make([]int, len(fields))
+	for i, f := range fields {
+		if out[i], err = strconv.Atoi(f); err != nil {
+			return nil, fmt.Errorf("%w: --%s %q: %q is not an integer", errUsage, flag, s, f)
 		}
-		out = append(out, n)
 	}
 	return out, nil
 }

@@ -20,6 +20,12 @@ func TestBenchFlags(t *testing.T) {
 		{"--contenders", "raw,kafka-streams"},
 		{"--no-such-flag"},
 		{"extra"},
+		{"--scenario", "noop,"},
+		{"--partitions", "-1"},
+		{"--chan", "-2"},
+		{"--rounds", "-1"},
+		{"--timeout", "-1s"},
+		{"--duration", "-5s"},
 	} {
 		var out, progress bytes.Buffer
 		err := benchMain(context.Background(), args, &out, &progress)
@@ -64,9 +70,12 @@ func TestBenchCommand(t *testing.T) {
 	if !strings.Contains(progress.String(), "round 1/1 raw") {
 		t.Errorf("no progress:\n%s", progress.String())
 	}
-	for _, f := range []string{"results.json", "chart.png"} {
+	for _, f := range []string{"results.json", "table.md", "chart.png"} {
 		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
 			t.Error(err)
 		}
+	}
+	if table, err := os.ReadFile(filepath.Join(dir, "table.md")); err != nil || string(table) != out.String() {
+		t.Errorf("table.md: got %q (err %v), want the table printed on stdout:\n%s", table, err, out.String())
 	}
 }

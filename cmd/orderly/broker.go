@@ -6,8 +6,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net"
-	"strconv"
 	"strings"
 
 	"github.com/orderly-go/orderly/internal/broker"
@@ -40,26 +38,12 @@ func parseBrokerFlags(args []string, out io.Writer) (*brokerOpts, error) {
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("%w: broker: unexpected argument %q", errUsage, fs.Arg(0))
 	}
-	host, port, err := net.SplitHostPort(o.addr)
-	if err != nil {
-		return nil, fmt.Errorf("%w: --addr %q: %w", errUsage, o.addr, err)
-	}
-	if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
-		return nil, fmt.Errorf("%w: --addr %q: port %q must be a number in 0-65535", errUsage, o.addr, port)
-	}
-	if host == "" {
-		return nil, fmt.Errorf("%w: --addr %q: give a host, e.g. 127.0.0.1%s", errUsage, o.addr, o.addr)
-	}
 	if o.partitions < 1 || o.partitions > 1<<16 {
 		return nil, fmt.Errorf("%w: --partitions %d: must be positive (at most 65536)", errUsage, o.partitions)
 	}
-	if *topics != "" {
-		for t := range strings.SplitSeq(*topics, ",") {
-			if t = strings.TrimSpace(t); t == "" {
-				return nil, fmt.Errorf("%w: --topics %q: empty topic name", errUsage, *topics)
-			}
-			o.topics = append(o.topics, t)
-		}
+	var err error
+	if o.topics, err = splitList("topics", *topics); err != nil {
+		return nil, err
 	}
 	if o.sync && o.data == "" {
 		return nil, fmt.Errorf("%w: --sync: needs --data", errUsage)
@@ -83,6 +67,9 @@ func runBroker(ctx context.Context, args []string, out io.Writer) error {
 		Topics:     o.topics,
 		Partitions: int32(o.partitions),
 	})
+	if errors.Is(err, broker.ErrBadAddr) { // broker.Start checks --addr
+		return fmt.Errorf("%w: --addr %q: %w", errUsage, o.addr, err)
+	}
 	if err != nil {
 		return fmt.Errorf("--addr %q --data %q: %w", o.addr, o.data, err)
 	}

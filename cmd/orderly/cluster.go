@@ -115,12 +115,9 @@ func (r *remote) ensureTopic(topic string, partitions int32) (int32, error) {
 	if err != nil && !errors.Is(err, sarama.ErrTopicAlreadyExists) {
 		return 0, fmt.Errorf("create topic %q with %d partitions: %w", topic, partitions, err)
 	}
-	if err := r.client.RefreshMetadata(topic); err != nil {
-		return 0, fmt.Errorf("metadata for topic %q: %w", topic, err)
-	}
-	ps, err := r.client.Partitions(topic)
+	ps, err := r.partitions(topic)
 	if err != nil {
-		return 0, fmt.Errorf("partitions of topic %q: %w", topic, err)
+		return 0, err
 	}
 	return int32(len(ps)), nil
 }
@@ -161,19 +158,28 @@ func (r *remote) committed(group, topic string) (map[int32]int64, error) {
 	if err != nil {
 		return nil, fmt.Errorf("committed offsets of group %q: %w", group, err)
 	}
+	return committedOffsets(resp, group, topic, ps)
+}
+
+// committedOffsets reads topic's partitions ps out of group's
+// OffsetFetch response: a partition without a commit (offset -1) is
+// absent; an error, whether or not it comes with offset -1, is returned.
+func committedOffsets(resp *sarama.OffsetFetchResponse, group, topic string, ps []int32) (map[int32]int64, error) {
 	if resp.Err != sarama.ErrNoError {
 		return nil, fmt.Errorf("committed offsets of group %q: %w", group, resp.Err)
 	}
 	out := make(map[int32]int64, len(ps))
 	for _, p := range ps {
 		b := resp.GetBlock(topic, p)
-		if b == nil || b.Offset < 0 {
+		if b == nil {
 			continue
 		}
 		if b.Err != sarama.ErrNoError {
 			return nil, fmt.Errorf("committed offset of group %q at %s/%d: %w", group, topic, p, b.Err)
 		}
-		out[p] = b.Offset
+		if b.Offset >= 0 {
+			out[p] = b.Offset
+		}
 	}
 	return out, nil
 }

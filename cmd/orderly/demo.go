@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/orderly-go/orderly/group"
+	"github.com/orderly-go/orderly/internal/broker"
 	"github.com/orderly-go/orderly/internal/loadgen"
 )
 
@@ -88,13 +89,9 @@ func parseDemoFlags(args []string, out io.Writer) (*demoOpts, error) {
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("%w: demo: unexpected argument %q", errUsage, fs.Arg(0))
 	}
-	if *brokers != "" {
-		for b := range strings.SplitSeq(*brokers, ",") {
-			if b = strings.TrimSpace(b); b == "" {
-				return nil, fmt.Errorf("%w: --brokers %q: empty address", errUsage, *brokers)
-			}
-			o.brokers = append(o.brokers, b)
-		}
+	var err error
+	if o.brokers, err = splitList("brokers", *brokers); err != nil {
+		return nil, err
 	}
 	return o, o.validate()
 }
@@ -226,11 +223,6 @@ func runDemo(ctx context.Context, args []string, out io.Writer) error {
 	}
 
 	total := int64(len(p.recs))
-	runCtx, stopRun := context.WithCancel(ctx)
-	defer stopRun()
-	runDone := make(chan error, 1)
-	go func() { runDone <- g.Run(runCtx) }()
-
 	prodCtx, stopProd := context.WithCancel(ctx)
 	defer stopProd()
 	prodDone := make(chan error, 1)
@@ -247,13 +239,7 @@ func runDemo(ctx context.Context, args []string, out io.Writer) error {
 	}()
 
 	prog := startProgress(o.progress, out, start, total, p.sent.Load, g.Stats)
-	waitErr := waitDone(ctx, g, total, prodDone, runDone)
-	stopProd()
-	stopRun()
-	if err := <-runDone; err != nil && waitErr == nil {
-		waitErr = fmt.Errorf("group run: %w", err)
-	}
-	<-prodDone // its error, if any, is waitErr already
+	waitErr := runUntilCommitted(ctx, g, total, prodDone, stopProd)
 	prog.close()
 
 	r := &demoReport{
@@ -303,36 +289,37 @@ func paced(ctx context.Context, rate float64, gen loadgen.Gen) loadgen.Gen {
 	}
 }
 
-// waitDone waits until every produced record is behind the group's commit
-// frontier. It fails if producing fails, Run returns early, or ctx ends.
-// Whatever it receives from the 1-buffered prodDone and runDone it puts
-// back, for the caller to collect once it has stopped both.
-func waitDone(ctx context.Context, g *group.Group[Transfer], total int64, prodDone, runDone chan error) error {
-	produced := false
-	t := time.NewTicker(20 * time.Millisecond)
-	defer t.Stop()
-	for {
-		select {
-		case err := <-prodDone:
-			prodDone <- err
-			if err != nil {
-				return fmt.Errorf("produce: %w", err)
-			}
-			produced = true
-			prodDone = nil
-		case err := <-runDone:
-			runDone <- err
-			if err != nil {
-				return fmt.Errorf("group run: %w", err)
-			}
-			return errors.New("group run returned before everything was committed")
-		case <-ctx.Done():
-			s := g.Stats()
-			return fmt.Errorf("%w with %d of %d records committed", context.Cause(ctx), s.Committed, total)
-		case <-t.C:
-			if produced && g.Stats().Committed >= total {
-				return nil
+// runUntilCommitted runs g until all total records are produced (the
+// producer sends its result on prodDone) and behind the commit frontier,
+// then stops it. It fails if producing fails, Run returns early, or ctx
+// ends; in every case it stops the producer (stopProd) and waits for it.
+func runUntilCommitted(ctx context.Context, g *group.Group[Transfer], total int64, prodDone <-chan error, stopProd func()) error {
+	var (
+		prodErr  error
+		produced bool
+	)
+	err := broker.WaitUntil(ctx, func() bool {
+		if !produced {
+			select {
+			case prodErr = <-prodDone:
+				produced = true
+			default:
+				return false
 			}
 		}
+		return prodErr != nil || g.Stats().Committed >= total
+	}, g.Run)
+	stopProd()
+	if !produced {
+		prodErr = <-prodDone
 	}
+	switch {
+	case errors.Is(err, broker.ErrNotCaughtUp), prodErr != nil && ctx.Err() != nil:
+		return fmt.Errorf("%w with %d of %d records committed", context.Cause(ctx), g.Stats().Committed, total)
+	case prodErr != nil:
+		return errors.Join(fmt.Errorf("produce: %w", prodErr), err)
+	case err != nil:
+		return fmt.Errorf("group run: %w", err)
+	}
+	return nil
 }

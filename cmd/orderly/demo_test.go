@@ -151,7 +151,7 @@ func TestVerdict(t *testing.T) {
 	good := func() *demoReport {
 		return &demoReport{
 			Produced: 100,
-			Ledger:   ledger.Report{Produced: 100, Seen: 100, Distinct: 100},
+			Ledger:   ledger.Report{Produced: 100, Distinct: 100},
 			Start:    map[int32]int64{0: 0, 1: 10},
 			HW:       map[int32]int64{0: 60, 1: 60},
 			Committed: map[int32]int64{

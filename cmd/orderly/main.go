@@ -13,12 +13,29 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 )
 
 // errUsage marks a command-line mistake: the message is printed with the
 // usage and the exit code is 2.
 var errUsage = errors.New("usage")
+
+// splitList splits the comma-separated value s of --flag, trimming spaces:
+// "" is no entries, an empty entry ("a,,b", "a,") is a usage error.
+func splitList(flag, s string) ([]string, error) {
+	if strings.TrimSpace(s) == "" {
+		return nil, nil
+	}
+	var out []string
+	for f := range strings.SplitSeq(s, ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			return nil, fmt.Errorf("%w: --%s %q: empty entry", errUsage, flag, s)
+		}
+		out = append(out, f)
+	}
+	return out, nil
+}
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/orderly-go/orderly/group"
+	"github.com/orderly-go/orderly/internal/bench"
 )
 
 // progress shows the run's live state: on a terminal one line redrawn with
@@ -74,12 +75,12 @@ func (p *progress) loop() {
 
 func (p *progress) line(now time.Time, s group.Stats, rate float64) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%6.1fs  %s/s  handled %s", now.Sub(p.start).Seconds(), si(rate), si(float64(s.Handled)))
+	fmt.Fprintf(&b, "%6.1fs  %s/s  handled %s", now.Sub(p.start).Seconds(), bench.FormatCount(rate), bench.FormatCount(float64(s.Handled)))
 	if n := p.produced(); n < p.total {
-		fmt.Fprintf(&b, " of %s produced", si(float64(n)))
+		fmt.Fprintf(&b, " of %s produced", bench.FormatCount(float64(n)))
 	}
 	fmt.Fprintf(&b, "  committed %s  lag %s  retries %d  in flight %s",
-		si(float64(s.Committed)), si(float64(s.Lag)), s.Retries, si(float64(s.InFlight)))
+		bench.FormatCount(float64(s.Committed)), bench.FormatCount(float64(s.Lag)), s.Retries, bench.FormatCount(float64(s.InFlight)))
 	return b.String()
 }
 
@@ -113,21 +114,5 @@ func (p *progress) close() {
 		s := p.stats()
 		p.show(p.line(now, s, float64(s.Handled)/now.Sub(p.start).Seconds()))
 		fmt.Fprintln(p.out)
-	}
-}
-
-// si formats n in at most 5 characters, with a k or M suffix.
-func si(n float64) string {
-	switch {
-	case n >= 9995e3:
-		return fmt.Sprintf("%.1fM", n/1e6)
-	case n >= 1e6:
-		return fmt.Sprintf("%.2fM", n/1e6)
-	case n >= 99950:
-		return fmt.Sprintf("%.0fk", n/1e3)
-	case n >= 1e4:
-		return fmt.Sprintf("%.1fk", n/1e3)
-	default:
-		return fmt.Sprintf("%.0f", n)
 	}
 }

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/orderly-go/orderly/group"
+	"github.com/orderly-go/orderly/internal/bench"
+	"github.com/orderly-go/orderly/internal/broker"
 	"github.com/orderly-go/orderly/internal/ledger"
 )
 
@@ -37,25 +39,13 @@ type demoReport struct {
 }
 
 // committedOK reports whether every partition's committed offset equals its
-// high watermark.
+// high watermark; a partition without a commit counts as committed at its
+// start offset (fine only if nothing was written to it).
 func (r *demoReport) committedOK() bool {
-	if len(r.HW) == 0 {
-		return false
-	}
-	for p, hw := range r.HW {
-		c, ok := r.Committed[p]
-		if !ok {
-			c = r.Start[p] // no commit: fine only if nothing was written
-			if c != hw {
-				return false
-			}
-			continue
-		}
-		if c != hw {
-			return false
-		}
-	}
-	return true
+	c := make(map[int32]int64, len(r.HW))
+	maps.Copy(c, r.Start)
+	maps.Copy(c, r.Committed)
+	return broker.CaughtUpTo(c, r.HW)
 }
 
 // committedCount is how many of this run's records are behind the
@@ -109,9 +99,9 @@ func (r *demoReport) write(w io.Writer) {
 	line("retries", "%d", r.Stats.Retries)
 	line("mean batch", "%.1f", float64(r.Stats.Handled)/float64(max(r.Stats.Batches, 1)))
 	line("throughput", "%.0f msg/s", r.throughput())
-	line("latency p50", "%v", roundDur(r.Ledger.P50))
-	line("latency p99", "%v", roundDur(r.Ledger.P99))
-	line("latency max", "%v", roundDur(r.Ledger.Max))
+	line("latency p50", "%v", bench.RoundDuration(r.Ledger.P50))
+	line("latency p99", "%v", bench.RoundDuration(r.Ledger.P99))
+	line("latency max", "%v", bench.RoundDuration(r.Ledger.Max))
 	line("committed", "%d", r.committedCount())
 	ok := r.committedOK()
 	line("committed == high watermark", "%s", yes(ok))
@@ -147,20 +137,6 @@ func (r *demoReport) verdict() error {
 // errDemoFailed is wrapped by the error runDemo returns when the check
 // fails.
 var errDemoFailed = errors.New("demo check failed")
-
-// roundDur keeps about four significant digits.
-func roundDur(d time.Duration) time.Duration {
-	switch {
-	case d >= 10*time.Second:
-		return d.Round(10 * time.Millisecond)
-	case d >= time.Second:
-		return d.Round(time.Millisecond)
-	case d >= time.Millisecond:
-		return d.Round(10 * time.Microsecond)
-	default:
-		return d.Round(time.Microsecond)
-	}
-}
 
 // offsets formats per-partition offsets as "0:123 1:456".
 func offsets(m map[int32]int64) string {

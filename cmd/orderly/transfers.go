@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -87,11 +89,7 @@ func newPlan(messages, keys, poison int, zipf float64, seed uint64) *plan {
 		p.expect[from] -= cents
 		p.expect[to] += cents
 	}
-	var most uint32
-	for _, c := range p.counts {
-		most = max(most, c)
-	}
-	p.hot = float64(most) / float64(messages)
+	p.hot = float64(slices.Max(p.counts)) / float64(messages)
 	return p
 }
 
@@ -168,9 +166,11 @@ type bank struct {
 	fail     float64       // fraction of calls that fail
 	seed     uint64
 
-	calls    atomic.Uint64 // numbers the calls, for the failure PRNG
-	firstDo  atomic.Int64  // unix nanos of the first call's start
-	lastDone atomic.Int64  // unix nanos of the last successful call's end
+	mu       sync.Mutex
+	attempts map[[2]int64]int // by (partition, offset) of a failed batch's first transfer
+
+	firstDo  atomic.Int64 // unix nanos of the first call's start
+	lastDone atomic.Int64 // unix nanos of the last successful call's end
 }
 
 func newBank(p *plan, io, ioItem time.Duration, fail float64, seed uint64) *bank {
@@ -181,19 +181,24 @@ func newBank(p *plan, io, ioItem time.Duration, fail float64, seed uint64) *bank
 		ioItem:   ioItem,
 		fail:     fail,
 		seed:     seed,
+		attempts: make(map[[2]int64]int),
 	}
 }
 
-// do is the Handler's Do. Whether a call fails is decided up front from a
-// deterministic sequence (call number n → splitmix64(seed+n)); a failing
-// call pays its I/O cost and books nothing, so a retried batch is never
-// booked twice. A successful call books every transfer and records it in
-// the ledger, after the decision to succeed.
+// do is the Handler's Do. Whether a call fails is decided up front by
+// loadgen.Fails from --seed and the partition, offset and attempt of the
+// batch's first transfer, so the same batches fail the same way whatever
+// the scheduling; a failing call pays its I/O cost and books nothing, so a
+// retried batch is never booked twice. A successful call books every
+// transfer and records it in the ledger, after the decision to succeed.
 func (b *bank) do(ctx context.Context, batch []Transfer) error {
+	if len(batch) == 0 {
+		return nil
+	}
 	start := time.Now().UnixNano()
 	b.firstDo.CompareAndSwap(0, start)
-	n := b.calls.Add(1)
-	failing := b.fail > 0 && float64(splitmix64(b.seed+n)>>11)/(1<<53) < b.fail
+	first := batch[0]
+	failing := loadgen.Fails(b.fail, b.seed, first.Partition, first.Offset, b.attempt(first))
 	if cost := b.io + time.Duration(len(batch))*b.ioItem; cost > 0 {
 		t := time.NewTimer(cost)
 		select {
@@ -206,13 +211,37 @@ func (b *bank) do(ctx context.Context, batch []Transfer) error {
 	if failing {
 		return errSimulated
 	}
+	b.succeeded(first)
 	for _, t := range batch {
 		b.balances[t.From].Add(-t.Cents)
 		b.balances[t.To].Add(t.Cents)
 		b.ledger.Record(t.From, t.Seq, t.ProducedAt)
 	}
-	b.lastDone.Store(time.Now().UnixNano())
+	storeMax(&b.lastDone, time.Now().UnixNano())
 	return nil
+}
+
+// attempt numbers the calls on the batch that starts at first: 1, then +1
+// on each retry. (A typed Do does not see group.Message.Attempt.)
+func (b *bank) attempt(first Transfer) int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	k := [2]int64{int64(first.Partition), first.Offset}
+	b.attempts[k]++
+	return b.attempts[k]
+}
+
+// succeeded forgets the attempts of the batch that starts at first.
+func (b *bank) succeeded(first Transfer) {
+	b.mu.Lock()
+	delete(b.attempts, [2]int64{int64(first.Partition), first.Offset})
+	b.mu.Unlock()
+}
+
+// storeMax sets a to v unless it already holds more.
+func storeMax(a *atomic.Int64, v int64) {
+	for old := a.Load(); v > old && !a.CompareAndSwap(old, v); old = a.Load() {
+	}
 }
 
 // mismatched counts accounts whose balance is not what the plan expects.
@@ -224,11 +253,4 @@ func (b *bank) mismatched(p *plan) int {
 		}
 	}
 	return n
-}
-
-func splitmix64(x uint64) uint64 {
-	x += 0x9e3779b97f4a7c15
-	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9
-	x = (x ^ (x >> 27)) * 0x94d049bb133111eb
-	return x ^ (x >> 31)
 }

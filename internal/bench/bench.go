@@ -1,8 +1,9 @@
 // Package bench is the side-by-side benchmark harness behind `orderly bench`
 // and the package's go test benchmarks. It starts one in-process kfake
 // broker, produces each data set once, and runs contenders on it in
-// alternating rounds (A B C A B C ...), each run with a fresh consumer group
-// that reads the topic from offset 0:
+// alternating rounds, the order rotated every round (A B C, B C A, C A B,
+// ...), each run after a runtime.GC() and with a fresh consumer group that
+// reads the topic from offset 0:
 //
 //   - raw: a plain sarama ConsumerGroup loop, one goroutine per partition,
 //     MarkMessage per message;
@@ -34,10 +35,9 @@ type Contender interface {
 
 // RunSpec is everything a contender needs for one run.
 type RunSpec struct {
-	Addrs      []string
-	Topic      string
-	Partitions int
-	GroupID    string
+	Addrs   []string
+	Topic   string
+	GroupID string
 	// Expected is how many messages the topic holds; the run ends when as
 	// many have been handled.
 	Expected int
@@ -79,12 +79,4 @@ func (r Result) Rate() float64 {
 		return 0
 	}
 	return float64(r.Handled) / r.Elapsed.Seconds()
-}
-
-// TotalRate is the throughput including the group join.
-func (r Result) TotalRate() float64 {
-	if r.Total <= 0 {
-		return 0
-	}
-	return float64(r.Handled) / r.Total.Seconds()
 }

@@ -23,7 +23,7 @@ var (
 //
 //	go test ./internal/bench -run '^$' -bench Scenarios/io
 func BenchmarkScenarios(b *testing.B) {
-	br, err := broker.Start(broker.Config{Partitions: DefaultPartitions})
+	br, err := broker.Start(broker.Config{})
 	if err != nil {
 		b.Fatal(err)
 	}

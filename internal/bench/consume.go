@@ -8,20 +8,20 @@ import (
 	"time"
 
 	"github.com/IBM/sarama"
+
+	"github.com/orderly-go/orderly/group"
 )
 
 // SaramaConfig is the base client config every Kafka contender uses, so
-// that they fetch the same way: Kafka 3.0.0, OffsetOldest, the
-// cooperative-sticky rebalance strategy (Orderly's default), errors
-// returned, ChannelBufferSize = chan, and sarama's default fetch sizes.
-// Orderly receives it as group.Config.Sarama (it sets the same
-// ChannelBufferSize and Return.Errors; only its ClientID differs).
+// that they fetch the same way: group.DefaultSarama() (Kafka 3.0.0,
+// OffsetOldest, the cooperative-sticky rebalance strategy: what Orderly
+// uses when Config.Sarama is nil) with errors returned, ChannelBufferSize
+// = chanSize (when positive) and sarama's default fetch sizes. Orderly
+// receives it as group.Config.Sarama (it sets the same ChannelBufferSize
+// and Return.Errors itself).
 func SaramaConfig(chanSize int) *sarama.Config {
-	cfg := sarama.NewConfig()
-	cfg.Version = sarama.V3_0_0_0
+	cfg := group.DefaultSarama()
 	cfg.ClientID = "orderly-bench"
-	cfg.Consumer.Offsets.Initial = sarama.OffsetOldest
-	cfg.Consumer.Group.Rebalance.GroupStrategies = []sarama.BalanceStrategy{sarama.NewBalanceStrategyCooperativeSticky()}
 	cfg.Consumer.Return.Errors = true
 	if chanSize > 0 {
 		cfg.ChannelBufferSize = chanSize
@@ -29,19 +29,15 @@ func SaramaConfig(chanSize int) *sarama.Config {
 	return cfg
 }
 
-// consumeUntil runs a sarama consumer group with handler h on spec's topic
-// until stop is closed or ctx ends, then closes the group (which commits
-// what was marked) and waits for everything it started. It returns the
-// first consumer error seen, which matters only if the run did not
-// complete.
-func consumeUntil(ctx context.Context, spec RunSpec, h sarama.ConsumerGroupHandler, stop <-chan struct{}) error {
+// consume runs a sarama consumer group with handler h on spec's topic until
+// ctx ends, then closes the group (which commits what was marked) and
+// waits for everything it started. It returns the first consumer error
+// seen, which matters only if the run did not complete.
+func consume(ctx context.Context, spec RunSpec, h sarama.ConsumerGroupHandler) error {
 	cg, err := sarama.NewConsumerGroup(spec.Addrs, spec.GroupID, SaramaConfig(spec.Chan))
 	if err != nil {
 		return fmt.Errorf("connect group %s to %v: %w", spec.GroupID, spec.Addrs, err)
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-
 	var (
 		wg       sync.WaitGroup
 		mu       sync.Mutex
@@ -59,13 +55,6 @@ func consumeUntil(ctx context.Context, spec RunSpec, h sarama.ConsumerGroupHandl
 			keep(err)
 		}
 	})
-	wg.Go(func() {
-		select {
-		case <-stop:
-			cancel()
-		case <-ctx.Done():
-		}
-	})
 	for ctx.Err() == nil {
 		if err := cg.Consume(ctx, []string{spec.Topic}, h); err != nil {
 			if errors.Is(err, sarama.ErrClosedConsumerGroup) || ctx.Err() != nil {
@@ -78,7 +67,6 @@ func consumeUntil(ctx context.Context, spec RunSpec, h sarama.ConsumerGroupHandl
 			}
 		}
 	}
-	cancel()
 	cerr := cg.Close() // closes Errors(), ending the drain goroutine
 	wg.Wait()
 	if firstErr == nil {

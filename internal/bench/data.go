@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/orderly-go/orderly/internal/broker"
@@ -84,11 +85,8 @@ func produce(ctx context.Context, b *broker.Broker, spec dataSpec) (*dataset, er
 		return nil, fmt.Errorf("produce %d messages to %s: %w", spec.Messages, ds.Topic, err)
 	}
 	ds.Produced = time.Since(start)
-	for k, c := range counts {
-		if c > ds.HotCount {
-			ds.HotKey, ds.HotCount = string(keyBytes(k)), c
-		}
-	}
+	ds.HotCount = slices.Max(counts)
+	ds.HotKey = string(keyBytes(slices.Index(counts, ds.HotCount)))
 	var total int64
 	for _, hw := range b.HighWatermarks(ds.Topic) {
 		total += hw

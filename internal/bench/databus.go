@@ -246,7 +246,7 @@ func (Databus) Name() string { return "databus" }
 
 // Run implements Contender.
 func (d Databus) Run(ctx context.Context, spec RunSpec) (Result, error) {
-	t := newTracker(spec.Expected)
+	t := newTracker(spec.Expected, nil)
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 
@@ -269,7 +269,8 @@ func (d Databus) Run(ctx context.Context, spec RunSpec) (Result, error) {
 
 	// Once everything is handled, let commitproc catch up so the final
 	// commits include every message, then stop the consumer group.
-	settled := make(chan struct{})
+	consumeCtx, stopConsume := context.WithCancel(runCtx)
+	defer stopConsume()
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		select {
@@ -286,9 +287,9 @@ func (d Databus) Run(ctx context.Context, spec RunSpec) (Result, error) {
 				return
 			}
 		}
-		close(settled)
+		stopConsume()
 	})
-	err := consumeUntil(runCtx, spec, &dbFeeder{in: in}, settled)
+	err := consume(consumeCtx, spec, &dbFeeder{in: in})
 	cancel()
 	g.Close()
 	g.Wait()

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -99,6 +100,20 @@ func TestHarnessEndToEnd(t *testing.T) {
 	}
 	if !strings.Contains(progress.String(), "round 2/2 databus") {
 		t.Errorf("no progress lines:\n%s", progress.String())
+	}
+	// Each round runs the contenders in an order rotated by one.
+	for round, want := range []string{"raw databus", "databus raw"} {
+		var got []string
+		prefix := fmt.Sprintf("bench: noop Size=1024 Num=8 round %d/2 ", round+1)
+		for line := range strings.Lines(progress.String()) {
+			if rest, ok := strings.CutPrefix(line, prefix); ok {
+				name, _, _ := strings.Cut(rest, ":")
+				got = append(got, name)
+			}
+		}
+		if strings.Join(got, " ") != want {
+			t.Errorf("noop round %d ran %v, want %s", round+1, got, want)
+		}
 	}
 	data, err := os.ReadFile(filepath.Join(dir, ResultsFile))
 	if err != nil {

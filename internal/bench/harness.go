@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"sync/atomic"
 	"syscall"
@@ -15,22 +16,24 @@ import (
 	"github.com/orderly-go/orderly/internal/broker"
 )
 
-// Options configure a benchmark run. Zero fields take the defaults.
+// Options configure a benchmark run. Zero fields take the defaults; each
+// field's comment names its `orderly bench` flag, and so do the errors
+// about it.
 type Options struct {
-	Scenarios  []string // names from ScenarioNames; empty or "all": every one
-	Messages   int      // messages per data set; 0: each scenario's default
-	Partitions int      // default DefaultPartitions
-	Keys       int      // distinct keys; default DefaultKeys
-	Rounds     int      // alternating rounds; default DefaultRounds
-	Nums       []int    // the io scenario's Num values; default DefaultNums
-	Chan       int      // ChannelBufferSize / databus Chan; default DefaultChan
-	Contenders []string // empty: each scenario's default set
+	Scenarios  []string // --scenario: names from ScenarioNames; empty or "all": every one
+	Messages   int      // --messages per data set; 0: each scenario's default
+	Partitions int      // --partitions per topic; 0: DefaultPartitions
+	Keys       int      // --keys: distinct keys; 0: DefaultKeys
+	Rounds     int      // --rounds: alternating rounds; 0: DefaultRounds
+	Nums       []int    // --num: the io scenario's Num values; empty: DefaultNums
+	Chan       int      // --chan: ChannelBufferSize / databus Chan; 0: DefaultChan
+	Contenders []string // --contenders; empty: each scenario's default set
 
-	MaxInFlight   int           // stall scenario; default DefaultMaxInFlight
-	StallDuration time.Duration // stall sampling after MaxInFlight is reached; default DefaultStallDuration
-	RunTimeout    time.Duration // per run; default DefaultRunTimeout
+	MaxInFlight   int           // --max-inflight: stall scenario; 0: DefaultMaxInFlight
+	StallDuration time.Duration // --duration: stall sampling after MaxInFlight is reached; 0: DefaultStallDuration
+	RunTimeout    time.Duration // --timeout per run; 0: DefaultRunTimeout
 
-	Out      string    // directory for results.json and chart.png; "": none
+	Out      string    // --out: directory for results.json, table.md and chart.png; "": none
 	Progress io.Writer // progress lines; nil: discarded
 	Command  string    // the command line, recorded in the report
 }
@@ -38,7 +41,35 @@ type Options struct {
 // ErrOptions is wrapped by Run's errors about invalid Options.
 var ErrOptions = errors.New("bench: invalid options")
 
+// setDefaults validates the options, naming the flag of the first problem,
+// and sets the zero fields to their defaults.
 func (o *Options) setDefaults() error {
+	for _, c := range []struct {
+		flag     string
+		v        any
+		negative bool
+	}{
+		{"messages", o.Messages, o.Messages < 0},
+		{"partitions", o.Partitions, o.Partitions < 0},
+		{"keys", o.Keys, o.Keys < 0},
+		{"rounds", o.Rounds, o.Rounds < 0},
+		{"chan", o.Chan, o.Chan < 0},
+		{"max-inflight", o.MaxInFlight, o.MaxInFlight < 0},
+		{"duration", o.StallDuration, o.StallDuration < 0},
+		{"timeout", o.RunTimeout, o.RunTimeout < 0},
+	} {
+		if c.negative {
+			return fmt.Errorf("%w: --%s %v: must not be negative (0: the default)", ErrOptions, c.flag, c.v)
+		}
+	}
+	if slices.ContainsFunc(o.Nums, func(n int) bool { return n <= 0 }) {
+		return fmt.Errorf("%w: --num %v: every value must be positive", ErrOptions, o.Nums)
+	}
+	for _, c := range o.Contenders {
+		if _, err := newContender(c); err != nil {
+			return fmt.Errorf("%w: --contenders: %w", ErrOptions, err)
+		}
+	}
 	if o.Partitions == 0 {
 		o.Partitions = DefaultPartitions
 	}
@@ -69,33 +100,22 @@ func (o *Options) setDefaults() error {
 	if len(o.Scenarios) == 0 || slices.Contains(o.Scenarios, "all") {
 		o.Scenarios = ScenarioNames
 	}
-	switch {
-	case o.Messages < 0, o.Partitions < 0, o.Keys < 0, o.Rounds < 0, o.Chan < 0, o.MaxInFlight < 0:
-		return fmt.Errorf("%w: sizes must be positive", ErrOptions)
-	case slices.ContainsFunc(o.Nums, func(n int) bool { return n <= 0 }):
-		return fmt.Errorf("%w: Num values %v must be positive", ErrOptions, o.Nums)
-	}
-	for _, c := range o.Contenders {
-		if _, err := newContender(c); err != nil {
-			return fmt.Errorf("%w: %w", ErrOptions, err)
-		}
-	}
 	for _, s := range o.Scenarios {
 		if _, err := o.scenario(s); err != nil {
-			return fmt.Errorf("%w: %w", ErrOptions, err)
+			return fmt.Errorf("%w: --scenario: %w", ErrOptions, err)
 		}
 	}
 	return nil
 }
 
 // Run starts a broker, runs the scenarios and returns the report; with
-// opts.Out it also writes results.json and chart.png there. Results of the
+// opts.Out it also writes results.json, table.md and chart.png there. Results of the
 // scenarios that finished are returned with the first error.
 func Run(ctx context.Context, opts Options) (*Report, error) {
 	if err := opts.setDefaults(); err != nil {
 		return nil, err
 	}
-	b, err := broker.Start(broker.Config{Partitions: int32(opts.Partitions)})
+	b, err := broker.Start(broker.Config{})
 	if err != nil {
 		return nil, fmt.Errorf("bench: %w", err)
 	}
@@ -136,7 +156,7 @@ func (h *harness) restartBroker() error {
 	h.b.Close()
 	h.b = nil
 	h.data = map[dataSpec]*dataset{}
-	b, err := broker.Start(broker.Config{Partitions: int32(h.opts.Partitions)})
+	b, err := broker.Start(broker.Config{})
 	if err != nil {
 		return fmt.Errorf("restart broker: %w", err)
 	}
@@ -220,12 +240,14 @@ func (h *harness) addCapRows(s scenario, c caseSpec, ds *dataset) {
 	r.Median = ds.KeyOrderCap(measured)
 	r.Note = fmt.Sprintf("key-order cap with the measured cost of one %v call: %v", cost, measured.Round(time.Microsecond))
 	h.logf("%s: hottest key %d of %d messages: cap %s msg/s at %v per message, %s msg/s at the measured %v", s.Name,
-		ds.HotCount, ds.Messages, fmtRate(ds.KeyOrderCap(cost)), cost, fmtRate(r.Median), measured.Round(time.Microsecond))
+		ds.HotCount, ds.Messages, FormatCount(ds.KeyOrderCap(cost)), cost, FormatCount(r.Median), measured.Round(time.Microsecond))
 }
 
-// runRound runs every case with every contender once, in order.
+// runRound runs every case with every contender once, in the round's
+// order (roundOrder).
 func (h *harness) runRound(ctx context.Context, s scenario, ds *dataset, names []string, rows map[[2]string]*Row, round int) error {
 	reuse := map[string]Result{} // numIndependent results of this round
+	names = roundOrder(names, round)
 	for _, c := range s.Cases {
 		for _, name := range names {
 			row := rows[[2]string{c.Label, name}]
@@ -246,7 +268,7 @@ func (h *harness) runRound(ctx context.Context, s scenario, ds *dataset, names [
 				return fmt.Errorf("case %s round %d: %w", c.Label, round, err)
 			}
 			h.logf("%s %d msgs in %v = %s msg/s (incl. join %v; CPU %v/msg)", progress, r.Handled,
-				r.Elapsed.Round(time.Millisecond), fmtRate(r.Rate()), r.Total.Round(time.Millisecond), r.CPUPerMsg())
+				r.Elapsed.Round(time.Millisecond), FormatCount(r.Rate()), r.Total.Round(time.Millisecond), r.CPUPerMsg())
 			reuse[key] = r
 			row.add(r)
 		}
@@ -254,11 +276,22 @@ func (h *harness) runRound(ctx context.Context, s scenario, ds *dataset, names [
 	return nil
 }
 
+// roundOrder is the order contenders run in round (from 1): names rotated
+// by round-1 (A B C, B C A, C A B, ...; A B, B A, ... for two), so that
+// over len(names) rounds each runs in each position once: no contender is
+// always the one that runs first, or last, right after the same other.
+func roundOrder(names []string, round int) []string {
+	if len(names) == 0 {
+		return nil
+	}
+	k := (round - 1) % len(names)
+	return append(slices.Clone(names[k:]), names[:k]...)
+}
+
 func (h *harness) spec(s scenario, c caseSpec, ds *dataset) RunSpec {
 	return RunSpec{
 		Addrs:       h.b.Addrs(),
 		Topic:       ds.Topic,
-		Partitions:  ds.Partitions,
 		GroupID:     fmt.Sprintf("bench-%s-%d", s.Name, groupSeq.Add(1)),
 		Expected:    ds.Messages,
 		Num:         c.Num,
@@ -285,10 +318,13 @@ func measureCost(w Work, size, n int) time.Duration {
 	return time.Since(start) / time.Duration(n)
 }
 
-// runOne runs a contender once under the run timeout.
+// runOne runs a contender once under the run timeout, after a garbage
+// collection, so that the garbage of earlier runs is not collected (and
+// its CPU not counted) inside this one's timed window.
 func (h *harness) runOne(ctx context.Context, con Contender, spec RunSpec) (Result, error) {
 	rctx, cancel := context.WithTimeout(ctx, h.opts.RunTimeout)
 	defer cancel()
+	runtime.GC()
 	cpu := processCPU()
 	r, err := con.Run(rctx, spec)
 	r.CPU = processCPU() - cpu

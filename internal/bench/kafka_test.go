@@ -2,7 +2,6 @@ package bench
 
 import (
 	"context"
-	"maps"
 	"strings"
 	"sync"
 	"testing"
@@ -14,7 +13,7 @@ import (
 // testData starts a broker and produces spec's data set on it.
 func testData(t *testing.T, spec dataSpec) (*broker.Broker, *dataset) {
 	t.Helper()
-	b, err := broker.Start(broker.Config{Partitions: int32(spec.Partitions)})
+	b, err := broker.Start(broker.Config{})
 	if err != nil {
 		t.Fatalf("start broker: %v", err)
 	}
@@ -30,7 +29,7 @@ func testData(t *testing.T, spec dataSpec) (*broker.Broker, *dataset) {
 
 func testSpec(b *broker.Broker, ds *dataset, group string) RunSpec {
 	return RunSpec{
-		Addrs: b.Addrs(), Topic: ds.Topic, Partitions: ds.Partitions, GroupID: group,
+		Addrs: b.Addrs(), Topic: ds.Topic, GroupID: group,
 		Expected: ds.Messages, Num: 4, Size: 16, Chan: 64, Ticker: -1,
 	}
 }
@@ -58,17 +57,10 @@ func runContender(t *testing.T, c Contender, spec RunSpec) Result {
 // high watermark.
 func checkCommitted(t *testing.T, b *broker.Broker, group, topic string) {
 	t.Helper()
-	hw := b.HighWatermarks(topic)
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		got := b.Committed(group, topic)
-		if maps.Equal(got, hw) {
-			return
-		}
+	for deadline := time.Now().Add(5 * time.Second); !b.CaughtUp(group, topic); time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {
-			t.Fatalf("group %s committed %v, want the high watermarks %v", group, got, hw)
+			t.Fatalf("group %s committed %v, want the high watermarks %v", group, b.Committed(group, topic), b.HighWatermarks(topic))
 		}
-		time.Sleep(10 * time.Millisecond)
 	}
 }
 

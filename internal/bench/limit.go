@@ -17,7 +17,7 @@ func (Limit) Name() string { return "limit" }
 
 // Run implements Contender.
 func (Limit) Run(ctx context.Context, spec RunSpec) (Result, error) {
-	t := newTracker(spec.Expected)
+	t := newTracker(spec.Expected, nil)
 	num, size := max(spec.Num, 1), max(spec.Size, 1)
 	var wg sync.WaitGroup
 	for w := range num {

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -114,7 +115,8 @@ func TestWorkCost(t *testing.T) {
 }
 
 func TestTracker(t *testing.T) {
-	tr := newTracker(100)
+	var dones atomic.Int32
+	tr := newTracker(100, func() { dones.Add(1) })
 	time.Sleep(20 * time.Millisecond) // the "join"
 	var wg sync.WaitGroup
 	for range 10 {
@@ -129,6 +131,9 @@ func TestTracker(t *testing.T) {
 	wg.Wait()
 	if !tr.complete() {
 		t.Fatal("tracker not complete after 100 of 100")
+	}
+	if got := dones.Load(); got != 1 {
+		t.Errorf("onDone called %d times, want once", got)
 	}
 	r := tr.result()
 	if r.Handled != 100 {
@@ -190,8 +195,12 @@ func TestReportRatiosAndMarkdown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(files) != 2 {
-		t.Fatalf("wrote %v, want results.json and chart.png", files)
+	if len(files) != 3 {
+		t.Fatalf("wrote %v, want results.json, table.md and chart.png", files)
+	}
+	table, err := os.ReadFile(filepath.Join(dir, TableFile))
+	if err != nil || string(table) != buf.String() {
+		t.Errorf("table.md: got %q (err %v), want what WriteMarkdown writes:\n%s", table, err, buf.String())
 	}
 	png, err := os.ReadFile(filepath.Join(dir, ChartFile))
 	if err != nil || !bytes.HasPrefix(png, []byte("\x89PNG")) {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -33,9 +32,9 @@ func (o *Orderly) InFlight() (int64, bool) {
 
 // Run implements Contender.
 func (o *Orderly) Run(ctx context.Context, spec RunSpec) (Result, error) {
-	t := newTracker(spec.Expected)
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	t := newTracker(spec.Expected, cancel) // everything handled: stop
 	g, err := group.New(group.Config{
 		Brokers:     spec.Addrs,
 		Topics:      []string{spec.Topic},
@@ -72,18 +71,7 @@ func (o *Orderly) Run(ctx context.Context, spec RunSpec) (Result, error) {
 	o.cur.Store(g)
 	defer o.cur.Store(nil)
 
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		select {
-		case <-t.done:
-			cancel()
-		case <-runCtx.Done():
-		}
-	})
-	runErr := g.Run(runCtx)
-	cancel()
-	wg.Wait()
-	r, err := finish(ctx, spec, t, runErr)
+	r, err := finish(ctx, spec, t, g.Run(runCtx))
 	if err != nil {
 		return r, fmt.Errorf("orderly: %w", err)
 	}

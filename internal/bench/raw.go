@@ -23,8 +23,10 @@ func (Raw) IgnoresNum() bool { return true }
 
 // Run implements Contender.
 func (Raw) Run(ctx context.Context, spec RunSpec) (Result, error) {
-	t := newTracker(spec.Expected)
-	err := consumeUntil(ctx, spec, &rawHandler{work: spec.Work, t: t}, t.done)
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	t := newTracker(spec.Expected, cancel) // everything handled: stop
+	err := consume(runCtx, spec, &rawHandler{work: spec.Work, t: t})
 	r, err := finish(ctx, spec, t, err)
 	if err != nil {
 		return r, fmt.Errorf("raw: %w", err)

@@ -87,6 +87,9 @@ type Seconds float64
 
 func secs(d time.Duration) Seconds { return Seconds(d.Seconds()) }
 
+// Duration is s as a time.Duration.
+func (s Seconds) Duration() time.Duration { return time.Duration(float64(s) * float64(time.Second)) }
+
 func newReport(opts Options) *Report {
 	return &Report{
 		Command: opts.Command,
@@ -96,7 +99,8 @@ func newReport(opts Options) *Report {
 		index:   map[[3]string]*Row{},
 		Notes: []string{
 			"Throughput is timed from the start of the first handler call to the end of the last; 'total' includes the group join.",
-			"Ratios are medians of per-round ratios (each round runs every contender back to back). CPU/msg is the whole process's user+system CPU over the run (join, shutdown and the in-process broker included) per message: less sensitive than msg/s to other load on the machine.",
+			"Each round runs every contender back to back, in an order rotated by one every round (A B C, B C A, C A B, ...), and every timed run starts after a runtime.GC(), so that no contender always runs in the same place or pays for collecting the previous run's garbage.",
+			"Ratios are medians of per-round ratios. CPU/msg is the whole process's user+system CPU over the run (join, shutdown and the in-process broker included) per message: less sensitive than msg/s to other load on the machine.",
 			"Every Kafka contender uses the same sarama config: V3_0_0_0, OffsetOldest, cooperative-sticky, ChannelBufferSize=Chan, default fetch sizes.",
 			"raw and databus have no retry concept: a failing call is repeated inline at once; orderly retries it after Retry.Backoff = 1 ms (doubling, at most 10 ms) while other lanes go on.",
 			fmt.Sprintf("databus has no 'never wait': where a case says none, its Ticker is %v (Size > 1) or the seed's 5s (Size = 1, every message is a full batch).", DatabusTicker),
@@ -220,16 +224,36 @@ func Ratio(a, b float64) float64 {
 	return a / b
 }
 
-func fmtRate(r float64) string {
+// FormatCount formats a count or a rate in at most 5 characters, with 3 or
+// 4 significant digits: 950, 1234, 12.3k, 123k, 1.23M, 12.3M, 123M.
+func FormatCount(n float64) string {
 	switch {
-	case r >= 1e6:
-		return fmt.Sprintf("%.2fM", r/1e6)
-	case r >= 1e4:
-		return fmt.Sprintf("%.1fk", r/1e3)
-	case r >= 1e3:
-		return fmt.Sprintf("%.2fk", r/1e3)
+	case n >= 99.95e6:
+		return fmt.Sprintf("%.0fM", n/1e6)
+	case n >= 9.995e6:
+		return fmt.Sprintf("%.1fM", n/1e6)
+	case n >= 999.5e3:
+		return fmt.Sprintf("%.2fM", n/1e6)
+	case n >= 99.95e3:
+		return fmt.Sprintf("%.0fk", n/1e3)
+	case n >= 1e4:
+		return fmt.Sprintf("%.1fk", n/1e3)
 	}
-	return fmt.Sprintf("%.0f", r)
+	return fmt.Sprintf("%.0f", n)
+}
+
+// RoundDuration rounds d to about four significant digits: 1.234s,
+// 12.35ms, 987µs.
+func RoundDuration(d time.Duration) time.Duration {
+	switch {
+	case d >= 10*time.Second:
+		return d.Round(10 * time.Millisecond)
+	case d >= time.Second:
+		return d.Round(time.Millisecond)
+	case d >= time.Millisecond:
+		return d.Round(10 * time.Microsecond)
+	}
+	return d.Round(time.Microsecond)
 }
 
 // WriteMarkdown writes the results as Markdown tables.
@@ -255,7 +279,7 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 				total = fmtDur(row.MedianTo)
 				cpu = fmtMicros(row.MedCPU)
 			}
-			median := fmtRate(row.Median)
+			median := FormatCount(row.Median)
 			if strings.HasPrefix(row.Contender, "cap") {
 				median += " (computed)"
 			}
@@ -297,14 +321,9 @@ func (r *Report) writeMeasuredCap(w io.Writer) {
 		if capRow.Contender != CapMeasured || capRow.Median <= 0 {
 			continue
 		}
-		var parts []string
-		for _, row := range r.Rows {
-			if row.Scenario == capRow.Scenario && row.Case == capRow.Case && !strings.HasPrefix(row.Contender, "cap") && row.Median > 0 {
-				parts = append(parts, fmt.Sprintf("%s %.2fx", row.Contender, Ratio(row.Median, capRow.Median)))
-			}
-		}
+		parts := r.ratiosTo(capRow, capRow.Median, "")
 		fmt.Fprintf(w, "- %s %s against the cap with the measured call cost (%s msg/s; %s): %s.\n",
-			capRow.Scenario, capRow.Case, fmtRate(capRow.Median), capRow.Note, strings.Join(parts, ", "))
+			capRow.Scenario, capRow.Case, FormatCount(capRow.Median), capRow.Note, strings.Join(parts, ", "))
 	}
 }
 
@@ -318,33 +337,31 @@ func (r *Report) writeConcurrentCap(w io.Writer) {
 		if capRow.Contender != "cap" {
 			continue
 		}
-		var limit *Row
-		for _, row := range r.Rows {
-			if row.Scenario == capRow.Scenario && row.Case == capRow.Case && row.Contender == "limit" && row.Median > 0 {
-				limit = row
-			}
-		}
-		var info *ScenarioInfo
-		for i := range r.Scenarios {
-			if r.Scenarios[i].Name == capRow.Scenario {
-				info = &r.Scenarios[i]
-			}
-		}
-		if limit == nil || info == nil || info.HotCount == 0 || limit.Num == 0 {
+		limit := r.index[[3]string{capRow.Scenario, capRow.Case, "limit"}]
+		i := slices.IndexFunc(r.Scenarios, func(s ScenarioInfo) bool { return s.Name == capRow.Scenario })
+		if limit == nil || limit.Median <= 0 || limit.Num == 0 || i < 0 || r.Scenarios[i].HotCount == 0 {
 			continue
 		}
+		info := r.Scenarios[i]
 		perCall := float64(limit.Num) / limit.Median // seconds per call under Num-way concurrency
 		capConc := float64(info.Messages) / (float64(info.HotCount) * perCall)
-		var parts []string
-		for _, row := range r.Rows {
-			if row.Scenario == capRow.Scenario && row.Case == capRow.Case && row.Median > 0 &&
-				!strings.HasPrefix(row.Contender, "cap") && row.Contender != "limit" {
-				parts = append(parts, fmt.Sprintf("%s %.2fx", row.Contender, Ratio(row.Median, capConc)))
-			}
-		}
+		parts := r.ratiosTo(capRow, capConc, "limit")
 		fmt.Fprintf(w, "- %s %s against the cap with the call cost measured under the same concurrency (%s msg/s: limit's %d goroutines take %.3f ms per call): %s.\n",
-			capRow.Scenario, capRow.Case, fmtRate(capConc), limit.Num, perCall*1000, strings.Join(parts, ", "))
+			capRow.Scenario, capRow.Case, FormatCount(capConc), limit.Num, perCall*1000, strings.Join(parts, ", "))
 	}
+}
+
+// ratiosTo formats "<contender> <ratio>x" for each measured contender of
+// row's case but skip, compared with rate.
+func (r *Report) ratiosTo(row *Row, rate float64, skip string) []string {
+	var parts []string
+	for _, name := range ContenderNames {
+		c := r.index[[3]string{row.Scenario, row.Case, name}]
+		if name != skip && c != nil && c.Median > 0 {
+			parts = append(parts, fmt.Sprintf("%s %.2fx", name, Ratio(c.Median, rate)))
+		}
+	}
+	return parts
 }
 
 func fmtMicros(us float64) string {
@@ -354,16 +371,7 @@ func fmtMicros(us float64) string {
 	return fmt.Sprintf("%.2f µs", us)
 }
 
-func fmtDur(s Seconds) string {
-	d := time.Duration(float64(s) * float64(time.Second))
-	switch {
-	case d >= 10*time.Second:
-		return d.Round(100 * time.Millisecond).String()
-	case d >= time.Second:
-		return d.Round(10 * time.Millisecond).String()
-	}
-	return d.Round(time.Millisecond).String()
-}
+func fmtDur(s Seconds) string { return RoundDuration(s.Duration()).String() }
 
 func (r *Report) writeJSON(path string) error {
 	data, err := json.MarshalIndent(r, "", "  ")

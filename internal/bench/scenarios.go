@@ -9,7 +9,8 @@ import (
 // Scenario names, in the order "all" runs them.
 var ScenarioNames = []string{"noop", "io", "batch", "skew", "fail", "stall"}
 
-// ContenderNames are the known contenders, in run order within a round.
+// ContenderNames are the known contenders, in run order within the first
+// round (see roundOrder).
 var ContenderNames = []string{"raw", "databus", "limit", "orderly"}
 
 // newContender returns the named contender.

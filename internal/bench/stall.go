@@ -76,42 +76,46 @@ func (h *harness) runStall(ctx context.Context, s scenario, ds *dataset, names [
 		}
 		h.logf("stall %s: heap %s -> %s (peak %s), RSS %s -> %s (peak %s) over %v: flat=%v",
 			name, mib(res.HeapFirst), mib(res.HeapLast), mib(res.HeapPeak), mib(res.RSSFirst), mib(res.RSSLast),
-			mib(res.RSSPeak), time.Duration(float64(res.Duration)*float64(time.Second)).Round(time.Second), res.Flat)
+			mib(res.RSSPeak), res.Duration.Duration().Round(time.Second), res.Flat)
 		h.rep.Stall = append(h.rep.Stall, res)
 	}
 	return nil
 }
 
-type runOutcome struct {
-	r   Result
-	err error
-}
+// errEndedEarly: a contender's run ended before the stall was sampled.
+var errEndedEarly = errors.New("the run ended early")
 
+// stallOne runs con until the stall has been sampled, then cancels it and
+// returns the samples, or the sampling's and the run's errors.
 func (h *harness) stallOne(ctx context.Context, con Contender, spec RunSpec) (*StallResult, error) {
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	done := make(chan runOutcome, 1)
+	var runErr error
+	ended := make(chan struct{}) // closed once Run has returned and set runErr
 	start := time.Now()
 	go func() {
-		r, err := con.Run(rctx, spec)
-		done <- runOutcome{r, err}
+		defer close(ended)
+		_, runErr = con.Run(rctx, spec)
 	}()
-	res, serr := h.sampleStall(rctx, con, spec, start, done)
+	res, serr := h.sampleStall(rctx, con, spec, start, ended)
 	cancel()
-	out := <-done
-	if serr != nil {
-		return nil, errors.Join(serr, out.err)
-	}
-	if out.err != nil {
-		return nil, out.err
+	<-ended
+	switch {
+	case serr != nil && runErr != nil:
+		return nil, fmt.Errorf("%w: %w", serr, runErr)
+	case serr != nil:
+		return nil, serr
+	case runErr != nil:
+		return nil, runErr
 	}
 	return res, nil
 }
 
 // sampleStall waits until the contender's in-flight count reaches
 // MaxInFlight (or stops changing), then samples memory every interval for
-// Options.StallDuration.
-func (h *harness) sampleStall(ctx context.Context, con Contender, spec RunSpec, start time.Time, done <-chan runOutcome) (*StallResult, error) {
+// Options.StallDuration. It gives up with errEndedEarly once ended is
+// closed.
+func (h *harness) sampleStall(ctx context.Context, con Contender, spec RunSpec, start time.Time, ended <-chan struct{}) (*StallResult, error) {
 	res := &StallResult{Contender: con.Name(), MaxInFlight: spec.MaxInFlight, InFlight: -1}
 	inf, reports := con.(inFlighter)
 	if !reports {
@@ -139,8 +143,8 @@ func (h *harness) sampleStall(ctx context.Context, con Contender, spec RunSpec, 
 		select {
 		case <-ctx.Done():
 			return nil, ctx.Err()
-		case out := <-done:
-			return nil, fmt.Errorf("ended before the stall was reached: %w", out.err)
+		case <-ended:
+			return nil, fmt.Errorf("%w, before MaxInFlight was reached", errEndedEarly)
 		case now := <-tick.C:
 			s := read()
 			switch {
@@ -165,14 +169,14 @@ func (h *harness) sampleStall(ctx context.Context, con Contender, spec RunSpec, 
 	res.Samples = append(res.Samples, read())
 	res.InFlight = res.Samples[0].InFlight
 	h.logf("stall %s: full after %v (in flight %d); sampling every %v for %v", res.Contender,
-		time.Duration(float64(res.FullAfter)*float64(time.Second)).Round(time.Millisecond), res.InFlight, interval, h.opts.StallDuration)
+		res.FullAfter.Duration().Round(time.Millisecond), res.InFlight, interval, h.opts.StallDuration)
 	every := max(int(h.opts.StallDuration/interval)/stallMaxSamples, 1)
 	for time.Since(first) < h.opts.StallDuration {
 		select {
 		case <-ctx.Done():
 			return nil, ctx.Err()
-		case out := <-done:
-			return nil, fmt.Errorf("ended during the stall: %w", out.err)
+		case <-ended:
+			return nil, fmt.Errorf("%w, during the memory sampling", errEndedEarly)
 		case <-tick.C:
 			s := read()
 			res.Samples = append(res.Samples, s)

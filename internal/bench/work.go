@@ -5,6 +5,8 @@ import (
 	"errors"
 	"sync/atomic"
 	"time"
+
+	"github.com/orderly-go/orderly/internal/loadgen"
 )
 
 // Work is the simulated handler every contender runs: a call handling n
@@ -27,13 +29,9 @@ var errSimulated = errors.New("bench: simulated handler failure")
 func (w Work) Cost(n int) time.Duration { return w.PerCall + time.Duration(n)*w.PerItem }
 
 // Fails reports whether the attempt-th call whose first message is
-// partition/offset fails.
+// partition/offset fails (loadgen.Fails with seed 0).
 func (w Work) Fails(partition int32, offset int64, attempt int) bool {
-	if w.FailRate <= 0 {
-		return false
-	}
-	h := splitmix64(uint64(partition)<<48 ^ uint64(offset) ^ uint64(attempt)<<40)
-	return float64(h>>11)/(1<<53) < w.FailRate
+	return loadgen.Fails(w.FailRate, 0, partition, offset, attempt)
 }
 
 // Do simulates one call on n messages: it sleeps the cost, or blocks until
@@ -80,14 +78,6 @@ func (w Work) doInlineUncounted(ctx context.Context, t *tracker, partition int32
 	}
 }
 
-// splitmix64 is a fast, well-mixed 64-bit hash (Steele et al.).
-func splitmix64(x uint64) uint64 {
-	x += 0x9e3779b97f4a7c15
-	x = (x ^ x>>30) * 0xbf58476d1ce4e5b9
-	x = (x ^ x>>27) * 0x94d049bb133111eb
-	return x ^ x>>31
-}
-
 // tracker times one run: the start of the first call, the end of the call
 // that brings the count to expected, and the total since the run began.
 type tracker struct {
@@ -98,10 +88,14 @@ type tracker struct {
 	first    atomic.Int64 // ns since base, +1 so that 0 means unset
 	last     atomic.Int64
 	done     chan struct{}
+	onDone   func()
 }
 
-func newTracker(expected int) *tracker {
-	return &tracker{base: time.Now(), expected: int64(expected), done: make(chan struct{})}
+// newTracker starts timing a run of expected messages; onDone (if not nil)
+// is called once, by the call that handles the last of them, typically to
+// cancel the run's context.
+func newTracker(expected int, onDone func()) *tracker {
+	return &tracker{base: time.Now(), expected: int64(expected), done: make(chan struct{}), onDone: onDone}
 }
 
 // begin marks the start of a handler call.
@@ -112,12 +106,15 @@ func (t *tracker) begin() {
 }
 
 // finish counts n handled messages; the call that reaches expected closes
-// done.
+// done and calls onDone.
 func (t *tracker) finish(n int) {
 	v := t.handled.Add(int64(n))
 	if v >= t.expected && v-int64(n) < t.expected {
 		t.last.Store(int64(time.Since(t.base)) + 1)
 		close(t.done)
+		if t.onDone != nil {
+			t.onDone()
+		}
 	}
 }
 

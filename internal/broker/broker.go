@@ -17,8 +17,8 @@ import (
 
 // Config describes the broker to start.
 type Config struct {
-	// Addr is the host:port to listen on. Default "": a random free port on
-	// 127.0.0.1.
+	// Addr is the host:port to listen on (port 0: a free port). Default "":
+	// a random free port on 127.0.0.1.
 	Addr string
 	// DataDir makes the broker persist its logs, offsets and groups there
 	// and reload them on start (kfake's DataDir). Default "": memory only.
@@ -56,7 +56,10 @@ func Start(cfg Config) (*Broker, error) {
 		}
 		port, err := strconv.Atoi(portStr)
 		if err != nil || port < 0 || port > 65535 {
-			return nil, fmt.Errorf("%w %q: port must be 0-65535", ErrBadAddr, cfg.Addr)
+			return nil, fmt.Errorf("%w %q: port %q must be a number in 0-65535", ErrBadAddr, cfg.Addr, portStr)
+		}
+		if host == "" { // the address printed for clients must be dialable
+			return nil, fmt.Errorf("%w %q: give a host, e.g. 127.0.0.1%s", ErrBadAddr, cfg.Addr, cfg.Addr)
 		}
 		opts = append(opts, kfake.Ports(port), kfake.ListenFn(func(network, _ string) (net.Listener, error) {
 			return net.Listen(network, net.JoinHostPort(host, strconv.Itoa(port)))
@@ -84,10 +87,6 @@ func Start(cfg Config) (*Broker, error) {
 
 // Addrs are the bootstrap addresses to give a client.
 func (b *Broker) Addrs() []string { return b.c.ListenAddrs() }
-
-// Cluster exposes the kfake cluster, for tests that observe or intercept
-// requests (Control, GroupInfo).
-func (b *Broker) Cluster() *kfake.Cluster { return b.c }
 
 // Close stops the broker; with a DataDir it flushes state to disk first.
 func (b *Broker) Close() { b.c.Close() }
@@ -145,41 +144,78 @@ func (b *Broker) ObserveCommits(fn func(*kmsg.OffsetCommitRequest)) {
 }
 
 // CaughtUp reports whether group's committed offsets on topic equal the
-// high watermarks of every partition.
+// high watermarks of every partition. A topic with no partitions (not
+// created, or misspelt) is never caught up.
 func (b *Broker) CaughtUp(group, topic string) bool {
-	c := b.Committed(group, topic)
-	for p, h := range b.HighWatermarks(topic) {
-		if c[p] != h {
+	return CaughtUpTo(b.Committed(group, topic), b.HighWatermarks(topic))
+}
+
+// CaughtUpTo reports whether hw has partitions and committed holds each at
+// its high watermark (a partition absent from committed counts as 0).
+func CaughtUpTo(committed, hw map[int32]int64) bool {
+	if len(hw) == 0 {
+		return false
+	}
+	for p, h := range hw {
+		if committed[p] != h {
 			return false
 		}
 	}
 	return true
 }
 
-// ErrNotCaughtUp: WaitCaughtUp gave up.
-var ErrNotCaughtUp = errors.New("broker: committed offsets did not reach the high watermarks")
+var (
+	// ErrNotCaughtUp: WaitUntil or WaitCaughtUp gave up when its context
+	// ended.
+	ErrNotCaughtUp = errors.New("broker: gave up waiting for the consumer to catch up")
+	// ErrEndedEarly: the consumer WaitUntil or WaitCaughtUp runs returned
+	// before it caught up.
+	ErrEndedEarly = errors.New("broker: the consumer returned before catching up")
+)
 
 // WaitCaughtUp runs fn (a consumer of topic as group) until the group's
-// committed offsets equal the high watermarks, then cancels fn's context
-// and returns fn's error. If fn returns first, or ctx ends first, it
-// returns an error saying so.
+// committed offsets equal the high watermarks (CaughtUp), then cancels
+// fn's context and returns fn's error. See WaitUntil for when fn returns
+// first or ctx ends first; then the error also shows the committed offsets
+// and the high watermarks.
 func (b *Broker) WaitCaughtUp(ctx context.Context, group, topic string, fn func(context.Context) error) error {
+	err := WaitUntil(ctx, func() bool { return b.CaughtUp(group, topic) }, fn)
+	if errors.Is(err, ErrNotCaughtUp) || errors.Is(err, ErrEndedEarly) {
+		return fmt.Errorf("group %s on %s: committed %v, high watermarks %v: %w",
+			group, topic, b.Committed(group, topic), b.HighWatermarks(topic), err)
+	}
+	return err
+}
+
+// WaitUntil runs fn (a consumer) until caughtUp, polled every 20ms on the
+// calling goroutine, reports true; then it cancels fn's context and
+// returns fn's error. If fn returns first, it returns ErrEndedEarly
+// wrapping fn's error. If ctx ends first, it cancels fn and returns
+// ErrNotCaughtUp wrapping context.Cause(ctx), joined with fn's error.
+func WaitUntil(ctx context.Context, caughtUp func() bool, fn func(context.Context) error) error {
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
 	done := make(chan error, 1)
 	go func() { done <- fn(runCtx) }()
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
-	for !b.CaughtUp(group, topic) {
+	for !caughtUp() {
+		var err error
 		select {
-		case err := <-done:
-			return fmt.Errorf("consumer returned before catching up: %v", err)
 		case <-tick.C:
+			continue
+		case err = <-done:
 		case <-ctx.Done():
 			stop()
-			<-done
-			return fmt.Errorf("%w: committed %v, high watermarks %v", ErrNotCaughtUp, b.Committed(group, topic), b.HighWatermarks(topic))
+			err = <-done
 		}
+		switch {
+		case ctx.Err() != nil: // fn may have returned because ctx ended
+			return errors.Join(fmt.Errorf("%w: %w", ErrNotCaughtUp, context.Cause(ctx)), err)
+		case err == nil:
+			return ErrEndedEarly
+		}
+		return fmt.Errorf("%w: %w", ErrEndedEarly, err)
 	}
 	stop()
 	return <-done

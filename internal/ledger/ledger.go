@@ -8,6 +8,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math/bits"
 	"slices"
 	"sync"
 	"time"
@@ -56,9 +57,8 @@ type shard struct {
 	latencies []time.Duration
 	dups      int
 	order     int
-	seen      int
 	unknown   int
-	_         [40]byte
+	_         [48]byte
 }
 
 type keyState struct {
@@ -77,8 +77,9 @@ func New(counts []uint32) *Ledger {
 }
 
 // Record notes that Do saw (key, seq), produced at producedAt (zero: no
-// latency sample). It reports whether this was a duplicate or out of order.
-func (l *Ledger) Record(key, seq uint32, producedAt time.Time) (dup, outOfOrder bool) {
+// latency sample): a duplicate, out of per-key order, or unknown (never
+// produced) sighting counts as such in the Report.
+func (l *Ledger) Record(key, seq uint32, producedAt time.Time) {
 	var lat time.Duration
 	if !producedAt.IsZero() {
 		lat = time.Since(producedAt)
@@ -86,13 +87,12 @@ func (l *Ledger) Record(key, seq uint32, producedAt time.Time) (dup, outOfOrder 
 	s := &l.shards[key%uint32(len(l.shards))]
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.seen++
 	if lat > 0 {
 		s.latencies = append(s.latencies, lat)
 	}
 	if int(key) >= len(l.counts) || seq >= l.counts[key] {
 		s.unknown++
-		return false, true
+		return
 	}
 	ks := s.keys[key]
 	if ks == nil {
@@ -102,23 +102,20 @@ func (l *Ledger) Record(key, seq uint32, producedAt time.Time) (dup, outOfOrder 
 	word, bit := seq/64, uint64(1)<<(seq%64)
 	if ks.seen[word]&bit != 0 {
 		s.dups++
-		return true, false
+		return
 	}
 	ks.seen[word] |= bit
 	if seq != ks.next {
 		// Either a later seq came before this one (seq < next), or earlier
 		// ones were skipped (seq > next): both break per-key order.
 		s.order++
-		outOfOrder = true
 	}
 	ks.next = max(ks.next, seq+1)
-	return false, outOfOrder
 }
 
 // Report is the ledger's verdict.
 type Report struct {
 	Produced        int           // messages the ledger expects
-	Seen            int           // Record calls
 	Distinct        int           // distinct messages seen
 	Lost            int           // produced, never seen
 	Duplicates      int           // seen more than once (extra sightings)
@@ -137,13 +134,12 @@ func (l *Ledger) Report() Report {
 	for i := range l.shards {
 		s := &l.shards[i]
 		s.mu.Lock()
-		r.Seen += s.seen
 		r.Duplicates += s.dups
 		r.OrderViolations += s.order
 		r.Unknown += s.unknown
 		for _, ks := range s.keys {
 			for _, w := range ks.seen {
-				r.Distinct += popcount(w)
+				r.Distinct += bits.OnesCount64(w)
 			}
 		}
 		lats = append(lats, s.latencies...)
@@ -157,18 +153,4 @@ func (l *Ledger) Report() Report {
 		r.Max = lats[len(lats)-1]
 	}
 	return r
-}
-
-// OK reports whether nothing was lost, repeated, reordered or unknown.
-func (r Report) OK() bool {
-	return r.Lost == 0 && r.Duplicates == 0 && r.OrderViolations == 0 && r.Unknown == 0
-}
-
-func popcount(w uint64) int {
-	n := 0
-	for w != 0 {
-		w &= w - 1
-		n++
-	}
-	return n
 }

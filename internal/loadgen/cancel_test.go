@@ -3,6 +3,7 @@ package loadgen
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -25,5 +26,30 @@ func TestProduceCancelled(t *testing.T) {
 	})
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Produce cancelled: %v, want DeadlineExceeded", err)
+	}
+}
+
+// TestProduceCancelledKeepsEarlierErrors: a record that failed before the
+// cancellation is reported with the context's error, not dropped.
+func TestProduceCancelledKeepsEarlierErrors(t *testing.T) {
+	b, err := broker.Start(broker.Config{Topics: []string{"t"}, Partitions: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	err = Produce(ctx, b.Addrs(), "t", 1000, func(i int) Record {
+		if i == 0 { // larger than the producer's MaxMessageBytes: rejected
+			return Record{Value: make([]byte, 5<<20)}
+		}
+		cancel()
+		return Record{Value: []byte("v")}
+	})
+	if !errors.Is(err, context.Canceled) {
+		t.Errorf("got %v, want it to wrap context.Canceled", err)
+	}
+	if err == nil || !strings.Contains(err.Error(), "MaxMessageBytes") {
+		t.Errorf("got %v, want it to report the oversized record too", err)
 	}
 }

@@ -1,5 +1,6 @@
 // Package loadgen produces test and demo traffic to a Kafka cluster through
-// sarama, and generates key distributions (uniform, Zipf) for it.
+// sarama, generates key distributions (uniform, Zipf) for it, and decides
+// which simulated handler calls fail (Fails).
 package loadgen
 
 import (
@@ -84,8 +85,9 @@ func Produce(ctx context.Context, addrs []string, topic string, n int, gen Gen) 
 	}
 	if sendErr != nil {
 		p.AsyncClose()
-		<-acked // drains both channels until the producer closes them
-		return fmt.Errorf("loadgen: produce to %s: %w", topic, sendErr)
+		// acked drains both channels until the producer closes them; a
+		// record that failed before the cancellation is reported too.
+		return errors.Join(fmt.Errorf("loadgen: produce to %s: %w", topic, sendErr), <-acked)
 	}
 	err = <-acked
 	return errors.Join(err, p.Close())
@@ -147,5 +149,22 @@ func (z *Zipf) Next() int {
 	return lo
 }
 
-// HotShare is the fraction of draws that land on the hottest key.
-func (z *Zipf) HotShare() float64 { return z.cdf[0] }
+// Fails decides which calls of a simulated handler fail: the attempt-th
+// call whose first message is partition/offset fails with probability
+// rate. The draw is a hash of seed, partition, offset and attempt, so the
+// same calls fail whatever the scheduling, and a retry is a fresh draw.
+func Fails(rate float64, seed uint64, partition int32, offset int64, attempt int) bool {
+	if rate <= 0 {
+		return false
+	}
+	h := splitmix64(uint64(partition)<<48 ^ uint64(offset) ^ uint64(attempt)<<40 ^ splitmix64(seed))
+	return float64(h>>11)/(1<<53) < rate
+}
+
+// splitmix64 is a fast, well-mixed 64-bit hash (Steele et al.).
+func splitmix64(x uint64) uint64 {
+	x += 0x9e3779b97f4a7c15
+	x = (x ^ x>>30) * 0xbf58476d1ce4e5b9
+	x = (x ^ x>>27) * 0x94d049bb133111eb
+	return x ^ x>>31
+}

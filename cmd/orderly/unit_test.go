@@ -1,0 +1,160 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"maps"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/IBM/sarama"
+
+	"github.com/orderly-go/orderly/internal/loadgen"
+)
+
+func TestSplitList(t *testing.T) {
+	tests := []struct {
+		in      string
+		want    []string
+		wantErr bool
+	}{
+		{"", nil, false},
+		{"  ", nil, false},
+		{"a", []string{"a"}, false},
+		{"a, b ,c", []string{"a", "b", "c"}, false},
+		{"a,,b", nil, true},
+		{"a,", nil, true},
+		{",a", nil, true},
+		{"a, ,b", nil, true},
+	}
+	for _, tt := range tests {
+		got, err := splitList("things", tt.in)
+		if tt.wantErr {
+			if !errors.Is(err, errUsage) || !strings.Contains(err.Error(), "--things "+`"`+tt.in+`"`) {
+				t.Errorf("splitList(%q): got %v, %v, want a usage error naming --things", tt.in, got, err)
+			}
+			continue
+		}
+		if err != nil || !slices.Equal(got, tt.want) {
+			t.Errorf("splitList(%q) = %q, %v, want %q, nil", tt.in, got, err, tt.want)
+		}
+	}
+}
+
+func TestCommittedOffsets(t *testing.T) {
+	block := func(off int64, kerr sarama.KError) *sarama.OffsetFetchResponseBlock {
+		return &sarama.OffsetFetchResponseBlock{Offset: off, LeaderEpoch: -1, Err: kerr}
+	}
+	tests := []struct {
+		name    string
+		blocks  map[int32]*sarama.OffsetFetchResponseBlock
+		want    map[int32]int64
+		wantErr error
+	}{
+		{"committed", map[int32]*sarama.OffsetFetchResponseBlock{0: block(5, 0), 1: block(7, 0)}, map[int32]int64{0: 5, 1: 7}, nil},
+		{"no commit", map[int32]*sarama.OffsetFetchResponseBlock{0: block(5, 0), 1: block(-1, 0)}, map[int32]int64{0: 5}, nil},
+		{"no block", map[int32]*sarama.OffsetFetchResponseBlock{0: block(5, 0)}, map[int32]int64{0: 5}, nil},
+		// Sarama reports a failed partition with offset -1: the error must
+		// not be mistaken for "no commit".
+		{"error with offset -1", map[int32]*sarama.OffsetFetchResponseBlock{0: block(5, 0), 1: block(-1, sarama.ErrNotCoordinatorForConsumer)}, nil, sarama.ErrNotCoordinatorForConsumer},
+		{"error with an offset", map[int32]*sarama.OffsetFetchResponseBlock{0: block(5, sarama.ErrUnknownTopicOrPartition)}, nil, sarama.ErrUnknownTopicOrPartition},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			resp := &sarama.OffsetFetchResponse{}
+			for p, b := range tt.blocks {
+				resp.AddBlock("t", p, b)
+			}
+			got, err := committedOffsets(resp, "g", "t", []int32{0, 1})
+			if tt.wantErr != nil {
+				if !errors.Is(err, tt.wantErr) {
+					t.Fatalf("got %v, %v, want an error wrapping %v", got, err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil || !maps.Equal(got, tt.want) {
+				t.Fatalf("got %v, %v, want %v, nil", got, err, tt.want)
+			}
+		})
+	}
+}
+
+func TestStoreMax(t *testing.T) {
+	tests := []struct {
+		have, store, want int64
+	}{
+		{0, 5, 5},
+		{5, 9, 9},
+		{9, 5, 9}, // a call that ended earlier but stored later
+		{7, 7, 7},
+	}
+	for _, tt := range tests {
+		var a atomic.Int64
+		a.Store(tt.have)
+		storeMax(&a, tt.store)
+		if got := a.Load(); got != tt.want {
+			t.Errorf("storeMax(%d, %d): got %d, want %d", tt.have, tt.store, got, tt.want)
+		}
+	}
+}
+
+// TestBankFailuresRepeatable: whether a call fails depends on --seed and
+// the partition, offset and attempt of its batch's first transfer, not on
+// the order calls arrive in, so the same batches fail the same way in
+// every run.
+func TestBankFailuresRepeatable(t *testing.T) {
+	const seed, rate, batches = 3, 0.3, 64
+	p := newPlan(10, 2, 0, 0, seed)
+	batch := func(i int) []Transfer {
+		return []Transfer{{From: 0, To: 1, Cents: 1, Partition: int32(i % 4), Offset: int64(i)}}
+	}
+	type call struct {
+		partition int32
+		offset    int64
+		attempt   int
+	}
+	// run retries every batch until it succeeds, in an order set by
+	// interleave: each batch's calls back to back, or one call of each
+	// pending batch per pass. It returns which calls failed.
+	run := func(interleave bool) map[call]bool {
+		b := newBank(p, 0, 0, rate, seed)
+		failed := map[call]bool{}
+		attempts := make([]int, batches)
+		pending := batches
+		for pending > 0 {
+			for i := range batches {
+				for attempts[i] >= 0 {
+					attempts[i]++
+					err := b.do(context.Background(), batch(i))
+					failed[call{int32(i % 4), int64(i), attempts[i]}] = err != nil
+					if err == nil {
+						attempts[i] = -1
+						pending--
+					}
+					if interleave {
+						break
+					}
+				}
+			}
+		}
+		return failed
+	}
+	inOrder, interleaved := run(false), run(true)
+	if !maps.Equal(inOrder, interleaved) {
+		t.Fatalf("failures depend on the call order:\nbatch by batch %v\ninterleaved    %v", inOrder, interleaved)
+	}
+	n := 0
+	for c, failed := range inOrder {
+		if want := loadgen.Fails(rate, seed, c.partition, c.offset, c.attempt); failed != want {
+			t.Errorf("call %+v failed: got %v, want %v (loadgen.Fails)", c, failed, want)
+		}
+		if failed {
+			n++
+		}
+	}
+	if n == 0 {
+		t.Errorf("no call failed at rate %v", rate)
+	}
+}
