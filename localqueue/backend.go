@@ -11,10 +11,12 @@ import (
 	"go.uber.org/zap"
 )
 
-// backend is where ready messages go when the memory chan is full: a FIFO
-// of encoded envelopes with go-diskqueue's shape (diskqueue.Interface),
-// plus where() for log lines. Reads are destructive: a record that has left
-// ReadChan is gone from the backend, so the Queue owns it from then on.
+// backend is where ready messages of a queue with a DataPath go when the
+// memory chan is full: a FIFO of encoded envelopes with go-diskqueue's
+// shape (diskqueue.Interface), plus where() for log lines. Reads are
+// destructive: a record that has left ReadChan is gone from the backend,
+// so the Queue owns it from then on. (A memory-only queue keeps its
+// overflow as records, in a memFIFO: nothing to encode.)
 type backend interface {
 	// Put appends data. data is not retained after Put returns.
 	Put(data []byte) error
@@ -36,10 +38,7 @@ type backend interface {
 	errorCount() uint64
 }
 
-var (
-	_ backend = (*diskBackend)(nil)
-	_ backend = (*memBackend)(nil)
-)
+var _ backend = (*diskBackend)(nil)
 
 // diskBackend is go-diskqueue v1.1.0 with its log lines routed to zap, the
 // data file being read tracked for error messages, and, when SyncEvery is
@@ -121,139 +120,4 @@ func (b *diskBackend) where() string {
 		return b.pattern
 	}
 	return b.reading
-}
-
-// memBackend is the backend of a memory-only queue (DataPath ""): an
-// unbounded FIFO owned by one goroutine, which starts on the first Put so
-// that an idle queue costs no goroutine. Unlike nsqd's ephemeral channels
-// it never drops a message while the queue is open.
-type memBackend struct {
-	readChan  chan []byte
-	writeChan chan []byte
-	depthChan chan int64
-	emptyChan chan chan struct{}
-	exitChan  chan struct{}
-	wg        sync.WaitGroup
-
-	stateMu sync.Mutex
-	started bool // guarded by stateMu
-	stopped bool // guarded by stateMu
-}
-
-func newMemBackend() *memBackend {
-	return &memBackend{
-		readChan:  make(chan []byte),
-		writeChan: make(chan []byte),
-		depthChan: make(chan int64),
-		emptyChan: make(chan chan struct{}),
-		exitChan:  make(chan struct{}),
-	}
-}
-
-// running reports whether the loop is running, starting it if start is set.
-func (b *memBackend) running(start bool) (bool, error) {
-	b.stateMu.Lock()
-	defer b.stateMu.Unlock()
-	if b.stopped {
-		return false, ErrClosed
-	}
-	if !b.started && start {
-		b.started = true
-		b.wg.Add(1)
-		go b.loop()
-	}
-	return b.started, nil
-}
-
-func (b *memBackend) Put(data []byte) error {
-	if _, err := b.running(true); err != nil {
-		return err
-	}
-	own := append([]byte(nil), data...)
-	select {
-	case b.writeChan <- own:
-		return nil
-	case <-b.exitChan:
-		return ErrClosed
-	}
-}
-
-func (b *memBackend) ReadChan() <-chan []byte { return b.readChan }
-
-func (b *memBackend) Depth() int64 {
-	if ok, _ := b.running(false); !ok {
-		return 0
-	}
-	select {
-	case d := <-b.depthChan:
-		return d
-	case <-b.exitChan:
-		return 0
-	}
-}
-
-func (b *memBackend) Empty() error {
-	ok, err := b.running(false)
-	if !ok {
-		return err
-	}
-	done := make(chan struct{})
-	select {
-	case b.emptyChan <- done:
-		<-done
-		return nil
-	case <-b.exitChan:
-		return ErrClosed
-	}
-}
-
-func (b *memBackend) Close() error {
-	b.stateMu.Lock()
-	if b.stopped {
-		b.stateMu.Unlock()
-		return ErrClosed
-	}
-	b.stopped = true
-	b.stateMu.Unlock()
-	close(b.exitChan)
-	b.wg.Wait()
-	return nil
-}
-
-func (b *memBackend) Delete() error      { return b.Close() }
-func (b *memBackend) where() string      { return "memory" }
-func (b *memBackend) errorCount() uint64 { return 0 }
-
-func (b *memBackend) loop() {
-	defer b.wg.Done()
-	var items [][]byte
-	head := 0
-	for {
-		var out chan []byte // nil (never ready) while there is nothing to read
-		var next []byte
-		if head < len(items) {
-			out, next = b.readChan, items[head]
-		}
-		select {
-		case out <- next:
-			items[head] = nil
-			head++
-			switch {
-			case head == len(items):
-				items, head = items[:0], 0
-			case head >= 1024 && head*2 >= len(items):
-				n := copy(items, items[head:])
-				clear(items[n:])
-				items, head = items[:n], 0
-			}
-		case data := <-b.writeChan:
-			items = append(items, data)
-		case b.depthChan <- int64(len(items) - head):
-		case done := <-b.emptyChan:
-			items, head = nil, 0
-			close(done)
-		case <-b.exitChan:
-			return
-		}
-	}
 }

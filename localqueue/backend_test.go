@@ -1,6 +1,7 @@
 package localqueue
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -16,7 +17,6 @@ func TestBackends(t *testing.T) {
 		name string
 		open func(t *testing.T) backend
 	}{
-		{"memory", func(t *testing.T) backend { return newMemBackend() }},
 		{"disk", func(t *testing.T) backend {
 			o := Options{Name: "b", DataPath: t.TempDir(), MaxBytesPerFile: 4096}.withDefaults()
 			o.MaxMsgSize = 100
@@ -33,7 +33,7 @@ func TestBackends(t *testing.T) {
 			if d := b.Depth(); d != 0 {
 				t.Fatalf("Depth of a new backend: got %d, want 0", d)
 			}
-			const n = 2500 // past memBackend's compaction point
+			const n = 2500
 			rec := func(i int) []byte { return []byte(fmt.Sprintf("%-50d", i)) }
 			next := 0
 			read := func(k int) {
@@ -81,6 +81,65 @@ func TestBackends(t *testing.T) {
 				t.Fatalf("Put after Close: got nil error, want one")
 			}
 		})
+	}
+}
+
+// TestMemFIFO runs the memory-only overflow through the same pattern as
+// TestBackends (pushes with a pop after every third, past several ring
+// growths and wrap-arounds, then the rest), and checks its wake-up tokens.
+func TestMemFIFO(t *testing.T) {
+	f := newMemFIFO()
+	if r := f.pop(); r != nil || f.len() != 0 {
+		t.Fatalf("new FIFO: got pop %v, len %d, want nil, 0", r, f.len())
+	}
+	const n = 2500
+	next := 0
+	read := func(k int) {
+		t.Helper()
+		for range k {
+			r := f.pop()
+			if r == nil || r.m.Attempts != next {
+				t.Fatalf("record %d: got %+v, want the one pushed %d-th", next, r, next)
+			}
+			next++
+		}
+	}
+	for i := range n {
+		if err := f.push(newRecord(Message{Attempts: i})); err != nil {
+			t.Fatalf("push: %v", err)
+		}
+		select {
+		case <-f.ready:
+		default:
+			t.Fatalf("after push %d: got no wake-up token, want one", i)
+		}
+		if i%3 == 2 {
+			read(1)
+		}
+	}
+	if got, want := f.len(), int64(n-next); got != want {
+		t.Fatalf("len: got %d, want %d", got, want)
+	}
+	read(1)
+	select {
+	case <-f.ready: // records remain: the next waiting Get must wake
+	default:
+		t.Fatalf("after a pop that left records: got no wake-up token, want one")
+	}
+	read(n - next)
+	if r := f.pop(); r != nil || f.len() != 0 {
+		t.Fatalf("drained FIFO: got pop %v, len %d, want nil, 0", r, f.len())
+	}
+	if err := f.push(newRecord(Message{})); err != nil {
+		t.Fatalf("push: %v", err)
+	}
+	f.empty(false)
+	if r := f.pop(); r != nil || f.len() != 0 {
+		t.Fatalf("after empty: got pop %v, len %d, want nil, 0", r, f.len())
+	}
+	f.empty(true)
+	if err := f.push(newRecord(Message{})); !errors.Is(err, ErrClosed) {
+		t.Fatalf("push after close: got %v, want ErrClosed", err)
 	}
 }
 

@@ -17,74 +17,91 @@ import (
 // that take several seconds: ORDERLY_BENCH=1 go test -run Measure ./localqueue/
 const benchEnv = "ORDERLY_BENCH"
 
-func benchScanner(b *testing.B) *Scanner {
-	b.Helper()
-	s, err := NewScanner(ScannerOptions{})
-	if err != nil {
-		b.Fatalf("NewScanner: %v", err)
+// putFunc is Put or PutOwned, as a method expression.
+type putFunc func(q *Queue, body []byte) (ID, error)
+
+// cycle puts, gets and finishes n messages, one at a time.
+func cycle(tb testing.TB, q *Queue, put putFunc, body []byte, n int) {
+	ctx := context.Background()
+	for range n {
+		if _, err := put(q, body); err != nil {
+			tb.Fatalf("Put: %v", err)
+		}
+		m, err := q.Get(ctx)
+		if err != nil {
+			tb.Fatalf("Get: %v", err)
+		}
+		if err := q.Finish(m.ID); err != nil {
+			tb.Fatalf("Finish: %v", err)
+		}
 	}
-	b.Cleanup(func() { s.Close() })
-	return s
 }
 
-func benchQueue(b *testing.B, o Options) *Queue {
-	b.Helper()
-	o.Name = "bench"
-	o.Scanner = benchScanner(b)
-	q, err := Open(o)
-	if err != nil {
-		b.Fatalf("Open: %v", err)
+// pipeline puts n messages while another goroutine gets and finishes them.
+func pipeline(tb testing.TB, q *Queue, body []byte, n int) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		ctx := context.Background()
+		for range n {
+			m, err := q.Get(ctx)
+			if err != nil {
+				tb.Errorf("Get: %v", err)
+				return
+			}
+			if err := q.Finish(m.ID); err != nil {
+				tb.Errorf("Finish: %v", err)
+				return
+			}
+		}
+	}()
+	for range n {
+		if _, err := q.Put(body); err != nil {
+			tb.Errorf("Put: %v", err)
+			break
+		}
 	}
-	b.Cleanup(func() { q.Close() })
-	return q
+	<-done
+}
+
+// benchCycle times one message's cycle (put, Get, Finish) through q.
+func benchCycle(b *testing.B, q *Queue, put putFunc, body []byte) {
+	b.ReportAllocs()
+	for b.Loop() {
+		cycle(b, q, put, body, 1)
+	}
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msg/s")
 }
 
 // BenchmarkMemoryPutGetFinish is one message's full cycle through the
 // memory chan on one goroutine.
 func BenchmarkMemoryPutGetFinish(b *testing.B) {
-	q := benchQueue(b, Options{MemQueueSize: DefaultMemQueueSize})
-	body := make([]byte, 100)
-	ctx := context.Background()
-	b.ReportAllocs()
-	for b.Loop() {
-		putGetFinish(b, q, ctx, body)
-	}
-	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msg/s")
+	benchCycle(b, openQueue(b, Options{MemQueueSize: DefaultMemQueueSize}), (*Queue).Put, make([]byte, 100))
 }
 
 // BenchmarkMemoryPutOwnedGetFinish is the cycle with PutOwned: the queue
 // keeps the caller's body instead of a copy.
 func BenchmarkMemoryPutOwnedGetFinish(b *testing.B) {
-	q := benchQueue(b, Options{MemQueueSize: DefaultMemQueueSize})
-	body := make([]byte, 100)
-	ctx := context.Background()
-	b.ReportAllocs()
-	for b.Loop() {
-		if _, err := q.PutOwned(body); err != nil {
-			b.Fatalf("PutOwned: %v", err)
-		}
-		m, err := q.Get(ctx)
-		if err != nil {
-			b.Fatalf("Get: %v", err)
-		}
-		if err := q.Finish(m.ID); err != nil {
-			b.Fatalf("Finish: %v", err)
-		}
-	}
-	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msg/s")
+	benchCycle(b, openQueue(b, Options{MemQueueSize: DefaultMemQueueSize}), (*Queue).PutOwned, make([]byte, 100))
+}
+
+// BenchmarkMemoryFIFOPutGetFinish is the cycle of a memory-only queue
+// without a memory chan (DataPath "", MemQueueSize 0): through the memory
+// FIFO.
+func BenchmarkMemoryFIFOPutGetFinish(b *testing.B) {
+	benchCycle(b, openQueue(b, Options{}), (*Queue).Put, make([]byte, 100))
 }
 
 // BenchmarkMemoryPutGetFinishParallel runs the cycle on GOMAXPROCS
 // goroutines sharing one queue.
 func BenchmarkMemoryPutGetFinishParallel(b *testing.B) {
-	q := benchQueue(b, Options{MemQueueSize: DefaultMemQueueSize})
+	q := openQueue(b, Options{MemQueueSize: DefaultMemQueueSize})
 	body := make([]byte, 100)
 	b.ReportAllocs()
 	start := time.Now()
 	b.RunParallel(func(pb *testing.PB) {
-		ctx := context.Background()
 		for pb.Next() {
-			putGetFinish(b, q, ctx, body)
+			cycle(b, q, (*Queue).Put, body, 1)
 		}
 	})
 	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "msg/s")
@@ -93,49 +110,12 @@ func BenchmarkMemoryPutGetFinishParallel(b *testing.B) {
 // BenchmarkMemoryPipeline is the usual shape: one goroutine puts, another
 // gets and finishes, on a queue with nsqd's default memory chan.
 func BenchmarkMemoryPipeline(b *testing.B) {
-	q := benchQueue(b, Options{MemQueueSize: DefaultMemQueueSize})
-	body := make([]byte, 100)
+	q := openQueue(b, Options{MemQueueSize: DefaultMemQueueSize})
 	b.ReportAllocs()
 	b.ResetTimer()
 	start := time.Now()
-	done := make(chan error, 1)
-	go func() {
-		ctx := context.Background()
-		for range b.N {
-			m, err := q.Get(ctx)
-			if err != nil {
-				done <- err
-				return
-			}
-			if err := q.Finish(m.ID); err != nil {
-				done <- err
-				return
-			}
-		}
-		done <- nil
-	}()
-	for range b.N {
-		if _, err := q.Put(body); err != nil {
-			b.Fatalf("Put: %v", err)
-		}
-	}
-	if err := <-done; err != nil {
-		b.Fatalf("consumer: %v", err)
-	}
+	pipeline(b, q, make([]byte, 100), b.N)
 	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "msg/s")
-}
-
-func putGetFinish(b *testing.B, q *Queue, ctx context.Context, body []byte) {
-	if _, err := q.Put(body); err != nil {
-		b.Fatalf("Put: %v", err)
-	}
-	m, err := q.Get(ctx)
-	if err != nil {
-		b.Fatalf("Get: %v", err)
-	}
-	if err := q.Finish(m.ID); err != nil {
-		b.Fatalf("Finish: %v", err)
-	}
 }
 
 const diskBody = 1 << 10
@@ -152,29 +132,54 @@ func BenchmarkDisk(b *testing.B) {
 	b.Run("no-journal", func(b *testing.B) { benchLocalqueueDisk(b, true) })
 }
 
-func benchRawDiskqueue(b *testing.B) {
-	dq := diskqueue.New("raw", b.TempDir(), DefaultMaxBytesPerFile, 0, 1<<20, DefaultSyncEvery, DefaultSyncTimeout,
+// rawDiskqueue opens go-diskqueue on the settings of the disk cycle.
+func rawDiskqueue(tb testing.TB) diskqueue.Interface {
+	return diskqueue.New("raw", tb.TempDir(), DefaultMaxBytesPerFile, 0, 1<<20, DefaultSyncEvery, DefaultSyncTimeout,
 		func(diskqueue.LogLevel, string, ...any) {})
-	defer dq.Close()
-	body := make([]byte, diskBody)
-	b.SetBytes(diskBody)
-	b.ReportAllocs()
-	for b.Loop() {
+}
+
+// rawCycle puts n messages into dq one at a time, reading each back.
+func rawCycle(tb testing.TB, dq diskqueue.Interface, body []byte, n int) {
+	for range n {
 		if err := dq.Put(body); err != nil {
-			b.Fatalf("Put: %v", err)
+			tb.Fatalf("Put: %v", err)
 		}
 		<-dq.ReadChan()
 	}
 }
 
-func benchLocalqueueDisk(b *testing.B, noJournal bool) {
-	q := benchQueue(b, Options{DataPath: b.TempDir(), SyncEvery: DefaultSyncEvery, noJournal: noJournal})
+// diskQueue opens a queue on the settings of the disk cycle.
+func diskQueue(tb testing.TB, noJournal bool) *Queue {
+	return openQueue(tb, Options{DataPath: tb.TempDir(), SyncEvery: DefaultSyncEvery, noJournal: noJournal})
+}
+
+func benchRawDiskqueue(b *testing.B) {
+	dq := rawDiskqueue(b)
+	defer dq.Close()
 	body := make([]byte, diskBody)
-	ctx := context.Background()
 	b.SetBytes(diskBody)
 	b.ReportAllocs()
 	for b.Loop() {
-		putGetFinish(b, q, ctx, body)
+		rawCycle(b, dq, body, 1)
+	}
+}
+
+func benchLocalqueueDisk(b *testing.B, noJournal bool) {
+	b.SetBytes(diskBody)
+	benchCycle(b, diskQueue(b, noJournal), (*Queue).Put, make([]byte, diskBody))
+}
+
+// BenchmarkDiskPutMemChanFull is Put into a disk queue whose memory chan
+// is full: straight to go-diskqueue, without building a record.
+func BenchmarkDiskPutMemChanFull(b *testing.B) {
+	q := openQueue(b, Options{DataPath: b.TempDir(), MemQueueSize: 1})
+	body := make([]byte, 100)
+	mustPut(b, q, string(body))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := q.Put(body); err != nil {
+			b.Fatalf("Put: %v", err)
+		}
 	}
 }
 
@@ -221,58 +226,6 @@ func (fs figures) String() string {
 		fs.median(func(f figure) float64 { return f.allocs }))
 }
 
-func openForMeasure(t *testing.T, o Options) *Queue {
-	t.Helper()
-	o.Name = "measure"
-	q, err := Open(o)
-	if err != nil {
-		t.Fatalf("Open: %v", err)
-	}
-	return q
-}
-
-func loopPutGetFinish(t *testing.T, q *Queue, put func([]byte) (ID, error), body []byte, n int) {
-	ctx := context.Background()
-	for range n {
-		if _, err := put(body); err != nil {
-			t.Fatalf("Put: %v", err)
-		}
-		m, err := q.Get(ctx)
-		if err != nil {
-			t.Fatalf("Get: %v", err)
-		}
-		if err := q.Finish(m.ID); err != nil {
-			t.Fatalf("Finish: %v", err)
-		}
-	}
-}
-
-func loopPipeline(t *testing.T, q *Queue, body []byte, n int) {
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		ctx := context.Background()
-		for range n {
-			m, err := q.Get(ctx)
-			if err != nil {
-				t.Errorf("Get: %v", err)
-				return
-			}
-			if err := q.Finish(m.ID); err != nil {
-				t.Errorf("Finish: %v", err)
-				return
-			}
-		}
-	}()
-	for range n {
-		if _, err := q.Put(body); err != nil {
-			t.Errorf("Put: %v", err)
-			break
-		}
-	}
-	<-done
-}
-
 // TestMeasureThroughput reports, side by side in one run, the memory
 // cycle (Put, Get, Finish on one goroutine; with PutOwned; and a producer
 // with a consumer goroutine) and the disk cycle against raw go-diskqueue,
@@ -294,38 +247,27 @@ func TestMeasureThroughput(t *testing.T) {
 	small, big := make([]byte, 100), make([]byte, diskBody)
 	var one, owned, pipe figures
 	for round := range memRounds {
-		q := openForMeasure(t, Options{MemQueueSize: DefaultMemQueueSize})
-		loopPutGetFinish(t, q, q.Put, small, memN/10) // warm up
-		one = append(one, run(t, memN, func(n int) { loopPutGetFinish(t, q, q.Put, small, n) }))
-		owned = append(owned, run(t, memN, func(n int) { loopPutGetFinish(t, q, q.PutOwned, small, n) }))
-		pipe = append(pipe, run(t, memN, func(n int) { loopPipeline(t, q, small, n) }))
+		q := openQueue(t, Options{MemQueueSize: DefaultMemQueueSize})
+		cycle(t, q, (*Queue).Put, small, memN/10) // warm up
+		one = append(one, run(t, memN, func(n int) { cycle(t, q, (*Queue).Put, small, n) }))
+		owned = append(owned, run(t, memN, func(n int) { cycle(t, q, (*Queue).PutOwned, small, n) }))
+		pipe = append(pipe, run(t, memN, func(n int) { pipeline(t, q, small, n) }))
 		q.Close()
 		t.Logf("memory round %d: one goroutine %.2fM msg/s (%.0f CPU-ns), PutOwned %.2fM msg/s (%.0f CPU-ns), producer+consumer %.2fM msg/s (%.0f CPU-ns)",
 			round, one[round].rate/1e6, one[round].cpuNs, owned[round].rate/1e6, owned[round].cpuNs, pipe[round].rate/1e6, pipe[round].cpuNs)
 	}
 
 	raw := func() figure {
-		dq := diskqueue.New("raw", t.TempDir(), DefaultMaxBytesPerFile, 0, 1<<20, DefaultSyncEvery, DefaultSyncTimeout,
-			func(diskqueue.LogLevel, string, ...any) {})
+		dq := rawDiskqueue(t)
 		defer dq.Close()
-		for range diskN / 10 { // warm up
-			dq.Put(big)
-			<-dq.ReadChan()
-		}
-		return run(t, diskN, func(n int) {
-			for range n {
-				if err := dq.Put(big); err != nil {
-					t.Fatalf("Put: %v", err)
-				}
-				<-dq.ReadChan()
-			}
-		})
+		rawCycle(t, dq, big, diskN/10) // warm up
+		return run(t, diskN, func(n int) { rawCycle(t, dq, big, n) })
 	}
 	local := func(noJournal bool) figure {
-		q := openForMeasure(t, Options{DataPath: t.TempDir(), SyncEvery: DefaultSyncEvery, noJournal: noJournal})
+		q := diskQueue(t, noJournal)
 		defer q.Close()
-		loopPutGetFinish(t, q, q.Put, big, diskN/10) // warm up
-		return run(t, diskN, func(n int) { loopPutGetFinish(t, q, q.Put, big, n) })
+		cycle(t, q, (*Queue).Put, big, diskN/10) // warm up
+		return run(t, diskN, func(n int) { cycle(t, q, (*Queue).Put, big, n) })
 	}
 	var raws, ons, offs figures
 	var onRatio, offRatio, onCPU, offCPU []float64
@@ -357,6 +299,16 @@ func cpuTime(t *testing.T) time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
+// idleCPU reports the process CPU, in percent of one core, over a few
+// seconds, after letting Open's allocations settle.
+func idleCPU(t *testing.T) float64 {
+	t.Helper()
+	time.Sleep(500 * time.Millisecond)
+	c0, w0 := cpuTime(t), time.Now()
+	time.Sleep(3 * time.Second)
+	return 100 * float64(cpuTime(t)-c0) / float64(time.Since(w0))
+}
+
 // TestMeasureScannerIdleCPU prints the process CPU used by a default
 // scanner over 10k queues, idle and with a not-yet-due message in flight
 // in each, beside the design's target of under 1% of one core (reported,
@@ -365,18 +317,11 @@ func TestMeasureScannerIdleCPU(t *testing.T) {
 	if os.Getenv(benchEnv) == "" {
 		t.Skip("set " + benchEnv + "=1 to measure")
 	}
-	const n, window = 10_000, 3 * time.Second
-	s, err := NewScanner(ScannerOptions{})
-	if err != nil {
-		t.Fatalf("NewScanner: %v", err)
-	}
-	defer s.Close()
+	const n = 10_000
+	s := startScanner(t, ScannerOptions{})
 	qs := openMany(t, s, "idle", n, Options{MemQueueSize: 1, MsgTimeout: time.Hour})
 	measure := func(what string) {
-		time.Sleep(500 * time.Millisecond) // let Open's allocations settle
-		c0, w0 := cpuTime(t), time.Now()
-		time.Sleep(window)
-		pct := 100 * float64(cpuTime(t)-c0) / float64(time.Since(w0))
+		pct := idleCPU(t)
 		active, _ := s.counts()
 		t.Logf("%s: %d queues (%d active), %.3f%% of one core (target: under 1%%)", what, n, active, pct)
 	}
@@ -396,17 +341,7 @@ func TestMeasureIdleDiskQueuesCPU(t *testing.T) {
 	if os.Getenv(benchEnv) == "" {
 		t.Skip("set " + benchEnv + "=1 to measure")
 	}
-	const n, window = 10_000, 3 * time.Second
-	s, err := NewScanner(ScannerOptions{})
-	if err != nil {
-		t.Fatalf("NewScanner: %v", err)
-	}
-	defer s.Close()
-	dir := t.TempDir()
-	openMany(t, s, "disk", n, Options{DataPath: dir})
-	time.Sleep(500 * time.Millisecond)
-	c0, w0 := cpuTime(t), time.Now()
-	time.Sleep(window)
-	pct := 100 * float64(cpuTime(t)-c0) / float64(time.Since(w0))
-	t.Logf("%d idle disk queues (SyncTimeout %v): %.3f%% of one core", n, DefaultSyncTimeout, pct)
+	const n = 10_000
+	openMany(t, startScanner(t, ScannerOptions{}), "disk", n, Options{DataPath: t.TempDir()})
+	t.Logf("%d idle disk queues (SyncTimeout %v): %.3f%% of one core", n, DefaultSyncTimeout, idleCPU(t))
 }

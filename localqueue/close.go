@@ -33,11 +33,13 @@ drain:
 	q.deferredMu.Lock()
 	q.deferredPQ = pqueue.New[*record](0)
 	q.deferredMu.Unlock()
-	if err := q.backend.Empty(); err != nil {
+	if q.mem != nil {
+		q.mem.empty(false)
+	} else if err := q.backend.Empty(); err != nil {
 		return fmt.Errorf("localqueue %s: empty backend: %w", q.opts.Name, err)
 	}
 	q.onBackend.Store(0)
-	q.markers.Store(0)
+	q.marker.Store(false)
 	if q.journal != nil {
 		if err := q.journal.reset(); err != nil {
 			return fmt.Errorf("localqueue %s: empty journal: %w", q.opts.Name, err)
@@ -75,6 +77,15 @@ func (q *Queue) shutdown(deleting bool) error {
 
 	var errs []error
 	switch {
+	case q.mem != nil:
+		left := int64(len(q.memChan)+q.inFlightLen()+q.deferredLen()) + q.mem.len()
+		q.mem.empty(true)
+		switch {
+		case deleting:
+			q.log.Info("queue deleted")
+		case left > 0:
+			q.log.Warn("memory-only queue closed with messages left; they are discarded", zap.Int64("messages", left))
+		}
 	case deleting:
 		if err := q.backend.Empty(); err != nil {
 			errs = append(errs, fmt.Errorf("empty backend: %w", err))
@@ -91,12 +102,6 @@ func (q *Queue) shutdown(deleting bool) error {
 			os.Remove(q.lock.Name())
 		}
 		q.log.Info("queue deleted")
-	case q.opts.DataPath == "":
-		left := len(q.memChan) + q.inFlightLen() + q.deferredLen() + int(q.backend.Depth())
-		if left > 0 {
-			q.log.Warn("memory-only queue closed with messages left; they are discarded", zap.Int("messages", left))
-		}
-		errs = append(errs, q.backend.Close())
 	default:
 		if err := q.flush(); err != nil {
 			errs = append(errs, err)

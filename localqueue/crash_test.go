@@ -316,11 +316,7 @@ func TestCrashBusy(t *testing.T) {
 			}
 		})
 	}
-	s, err := NewScanner(ScannerOptions{ScanInterval: 5 * time.Millisecond})
-	if err != nil {
-		t.Fatalf("NewScanner: %v", err)
-	}
-	t.Cleanup(func() { s.Close() })
+	s := startScanner(t, ScannerOptions{ScanInterval: 5 * time.Millisecond})
 	q := openQueue(t, Options{Name: "crash", DataPath: dir, Scanner: s})
 	got, unacked := map[ID]bool{}, 0
 	deadline := time.Now().Add(20 * time.Second)

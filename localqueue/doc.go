@@ -14,9 +14,11 @@
 //	                              (due-time heap)
 //
 // Put stores a new message with a fresh ID. Ready messages go to the memory
-// chan while it has room, otherwise to the backend as an envelope (version,
-// ID, timestamp, attempts, due time, body length, body, CRC-32C; see
-// envelope.go). Get takes the next ready message from either, counts the
+// chan while it has room, otherwise to the backend: with a DataPath to
+// go-diskqueue as an envelope (version, ID, timestamp, attempts, due time,
+// body length, body, CRC-32C; see envelope.go), in memory mode to a FIFO of
+// records (memfifo.go; while it holds messages new ones queue behind them,
+// so the memory chan does not overtake them). Get takes the next ready message from either, counts the
 // delivery in Attempts, and puts it in flight with a deadline of now plus
 // MsgTimeout. Finish ends it; Requeue hands it back now or after a delay;
 // Touch moves its deadline (at most MaxMsgTimeout past the Get). Backend
@@ -35,26 +37,32 @@
 // so idle queues cost nothing: no goroutine of their own in memory mode, no
 // scanner work (go-diskqueue does run one goroutine and a SyncTimeout
 // ticker per queue with a DataPath; the journal opens its file and starts
-// its syncer only when it first holds a message).
+// its background goroutine only when it first holds a message).
 //
 // # Who owns what
 //
 //   - The memory chan and the backend are FIFOs owned by their channels and
-//     by go-diskqueue's ioLoop (or memBackend's loop); Put, Requeue and the
-//     scanner add to them, Get takes from them.
+//     by go-diskqueue's ioLoop (the memory FIFO by its mutex); Put, Requeue
+//     and the scanner add to them, Get takes from them.
 //   - The in-flight table and deadline heap are guarded by inFlightMu, the
 //     deferred heap by deferredMu: Get, Finish, Requeue and Touch come from
 //     any number of goroutines, so a mutex is simpler than a goroutine.
 //   - Each record handed out by Get belongs to that delivery and is never
 //     changed or reused; a redelivery is a new record.
-//   - putMu (shared by Put, Requeue, the scanner) and getMu (shared by Get)
-//     are held exclusively only by Close, so that when Close flushes, no
-//     message is half way in, and none has left go-diskqueue's ReadChan (at
-//     which point go-diskqueue counts it consumed) without being in flight.
-//     Memory-only queues flush nothing, so their Put and Get skip them.
-//   - The journal (with a DataPath) is guarded by its mu; its syncer
-//     goroutine (SyncEvery above 1) does the fsyncs SyncEvery and
-//     SyncTimeout call for, and Close stops it and waits for it.
+//   - putMu (shared by Put, Requeue, the scanner) and getMu (shared by Get,
+//     and by Finish with a DataPath) are held exclusively only by Close, so
+//     that when Close flushes, no message is half way in, none has left
+//     go-diskqueue's ReadChan (at which point go-diskqueue counts it
+//     consumed) without being in flight, and no FIN is on its way to the
+//     journal. Memory-only queues flush nothing, so their Put and Get skip
+//     them.
+//   - Journal writes (PARK, MOVE, FIN) are made without inFlightMu: the
+//     record leaves (or enters) the in-flight table under it, the journal
+//     call comes after (or before), so an fsync never holds up the
+//     in-flight table.
+//   - The journal (with a DataPath) is guarded by its mu; its background
+//     goroutine does the fsyncs SyncEvery and SyncTimeout call for and the
+//     compactions, and Close stops it and waits for it.
 //   - The scanner's loop goroutine owns the worker pool; its active set is
 //     guarded by activeMu.
 //
@@ -81,9 +89,11 @@
 // death of the process. Its fsyncs follow SyncEvery and SyncTimeout (see
 // journal_sync.go and below).
 //
-// When the file has grown past 32 MiB and is more than half dead, it is
-// compacted: the live records are rewritten to <journal>.tmp, which is
-// fsynced and renamed over the journal. A crash before the rename leaves
+// When the file has grown past 32 MiB and is more than half dead, the
+// journal's background goroutine compacts it while the queue goes on: the
+// live records are rewritten to <journal>.tmp, the records appended
+// meanwhile are copied after them, and the file is fsynced and renamed
+// over the journal (journal_compact.go). A crash before the rename leaves
 // the old journal, after it the new one; each holds every live record, so
 // a crash at any step loses nothing. Compaction keeps the FINs of messages
 // read from the backend in the last SyncEvery backend operations (up to

@@ -16,8 +16,19 @@ import (
 // (Stats.JournalErrors) but Finish still succeeds: the message is done,
 // and a crash may bring it back once (at-least-once).
 func (q *Queue) Finish(id ID) error {
-	if _, err := q.popInFlight(id, true); err != nil {
+	if q.journal != nil {
+		// The FIN is appended after inFlightMu is released (see
+		// popInFlight); getMu keeps Close from closing the journal before
+		// it is.
+		q.getMu.RLock()
+		defer q.getMu.RUnlock()
+	}
+	r, err := q.popInFlight(id)
+	if err != nil {
 		return err
+	}
+	if r.parked {
+		q.unpark(r)
 	}
 	q.stats.finished.Add(1)
 	return nil
@@ -40,7 +51,7 @@ func (q *Queue) Requeue(id ID, delay time.Duration) error {
 	}
 	q.putMu.RLock()
 	defer q.putMu.RUnlock()
-	r, err := q.popInFlight(id, false)
+	r, err := q.popInFlight(id)
 	if err != nil {
 		return err
 	}
@@ -76,12 +87,14 @@ func (q *Queue) Touch(id ID) error {
 	return nil
 }
 
-// popInFlight removes id from the in-flight set; with finish set, it also
-// appends the FIN of a journaled message, under the same lock. It needs no
-// putMu/getMu: Close sets closed before it takes inFlightMu to flush and
-// then closes the journal, so a pop (and its FIN) either happens before
-// the flush or sees closed.
-func (q *Queue) popInFlight(id ID, finish bool) (*record, error) {
+// popInFlight removes id from the in-flight set. The caller then owns the
+// record and does its journal write (a FIN, a MOVE) without inFlightMu,
+// which Get, Finish, Requeue, Touch and the scanner all take: that write
+// can wait for an fsync (SyncEvery 1). A crash before the write brings the
+// message back from the journal (at-least-once). With a journal the caller
+// holds putMu or getMu shared, so that Close does not close the journal
+// before the write.
+func (q *Queue) popInFlight(id ID) (*record, error) {
 	now := q.now()
 	q.inFlightMu.Lock()
 	defer q.inFlightMu.Unlock()
@@ -99,9 +112,6 @@ func (q *Queue) popInFlight(id ID, finish bool) (*record, error) {
 		return nil, err
 	}
 	q.inFlightPQ.Remove(r.e.Index())
-	if finish && r.parked {
-		q.unpark(r)
-	}
 	return r, nil
 }
 
@@ -123,43 +133,41 @@ func timedOut(r *record, now time.Time) error {
 }
 
 // retire ends a delivery that was not finished: the message is ready again
-// at due, or dead-lettered once it has had MaxAttempts deliveries. A
-// journaled message stays journaled: a MOVE records its new state (a
-// deferred one from the memory chan gets a PARK). The caller holds putMu.
-func (q *Queue) retire(r *record, due, now time.Time) {
+// at due, or dead-lettered once it has had MaxAttempts deliveries (it
+// reports whether it was). A journaled message stays journaled: a MOVE
+// records its new state (a deferred one from the memory chan gets a PARK).
+// The caller holds putMu (or is Open, restoring the journal).
+func (q *Queue) retire(r *record, due, now time.Time) (dead bool) {
 	if q.opts.MaxAttempts > 0 && r.m.Attempts >= q.opts.MaxAttempts {
-		q.dead(r)
-		return
+		if q.dead(r) {
+			return true
+		}
+		due = now // the dead-letter queue refused it: redeliver it now
 	}
 	n := newRecord(r.m)
 	n.parked = r.parked
 	n.m.Due, n.m.Deadline = due, time.Time{}
 	if due.After(now) {
 		q.deferRecord(n)
-		return
+		return false
 	}
 	if n.parked {
 		q.park(n, stateReady)
 	}
 	q.putReady(n)
+	return false
 }
 
 // dead hands a message that used up its attempts to DeadLetter and OnDead.
-func (q *Queue) dead(r *record) {
+// It reports false, and does nothing else, when DeadLetter refuses it.
+func (q *Queue) dead(r *record) bool {
 	m := r.m
 	m.Deadline = time.Time{}
 	log := q.log.With(zap.Stringer("id", m.ID), zap.Int("attempts", m.Attempts))
 	if dl := q.opts.DeadLetter; dl != nil {
 		if err := dl.putDead(m); err != nil {
 			log.Error("dead-letter queue refused the message; redelivering it", zap.String("dead_letter", dl.Name()), zap.Error(err))
-			n := newRecord(m)
-			n.parked = r.parked
-			n.m.Due = q.now()
-			if n.parked {
-				q.park(n, stateReady)
-			}
-			q.putReady(n)
-			return
+			return false
 		}
 	}
 	if r.parked {
@@ -170,6 +178,7 @@ func (q *Queue) dead(r *record) {
 	if q.opts.OnDead != nil {
 		q.opts.OnDead(&m)
 	}
+	return true
 }
 
 // putDead adds a dead message from another queue, keeping its ID,
@@ -184,13 +193,14 @@ func (q *Queue) putDead(m Message) error {
 		return ErrClosed
 	}
 	m.Due = q.now()
-	r := newRecord(m)
-	select {
-	case q.memChan <- r:
-	default:
-		if err := q.writeBackend(&r.m); err != nil {
-			return err
-		}
+	var err error
+	if q.recordless() {
+		err = q.writeBackend(&m)
+	} else {
+		err = q.enqueue(newRecord(m))
+	}
+	if err != nil {
+		return err
 	}
 	q.stats.puts.Add(1)
 	return nil

@@ -275,11 +275,7 @@ func TestDeadLetterRefusedRedelivers(t *testing.T) {
 }
 
 func TestScannerRedeliversForReal(t *testing.T) {
-	s, err := NewScanner(ScannerOptions{ScanInterval: 5 * time.Millisecond})
-	if err != nil {
-		t.Fatalf("NewScanner: %v", err)
-	}
-	defer s.Close()
+	s := startScanner(t, ScannerOptions{ScanInterval: 5 * time.Millisecond})
 	q := openQueue(t, Options{MemQueueSize: 10, MsgTimeout: 20 * time.Millisecond, Scanner: s})
 	id := mustPut(t, q, "x")
 	if _, err := q.PutDeferred([]byte("d"), 30*time.Millisecond); err != nil {
@@ -323,7 +319,7 @@ func TestBackendWriteFailure(t *testing.T) {
 	q := openQueue(t, Options{MemQueueSize: 0, now: clock.Now})
 	mustPut(t, q, "x")
 	m := mustGet(t, q)
-	q.backend.Close() // every later write fails
+	q.mem.empty(true) // every later write fails
 
 	if _, err := q.Put([]byte("y")); err == nil || !strings.Contains(err.Error(), "write message") {
 		t.Fatalf("Put with a failing backend: got %v, want a write error", err)

@@ -19,13 +19,14 @@ const DefaultJournalCompactBytes = 32 << 20
 // journal is the crash-safe record of parked messages (see
 // journal_format.go for the file layout and doc.go for the guarantees).
 // Every method that changes it appends one record (see appendFile) before
-// it returns, fsyncs on the SyncEvery/SyncTimeout policy, and compacts the
-// file when it is at least compactMin bytes and more than half dead.
+// it returns and fsyncs on the SyncEvery/SyncTimeout policy; its
+// background goroutine compacts the file when it is at least compactMin
+// bytes and more than half dead (journal_compact.go).
 //
 // All fields below mu are guarded by it: Get, Finish, Requeue, PutDeferred
 // and the scanner call in from many goroutines, and each call is one short
-// critical section around a write(2), so a mutex is simpler than a
-// goroutine.
+// critical section around a copy into the file's mapping (or a write(2)),
+// so a mutex is simpler than a goroutine.
 type journal struct {
 	path        string
 	log         *zap.Logger
@@ -42,15 +43,20 @@ type journal struct {
 	// persisted read position once SyncEvery more operations were served.
 	backendOps atomic.Uint64
 
+	// compactMu is held by a compaction from its snapshot to its end;
+	// taken before mu.
+	compactMu sync.Mutex
+
 	mu        sync.Mutex
 	out       *appendFile // nil until the first record (see openLocked) and once closed
 	closed    bool
 	live      map[ID]jentry   // parked messages: where their PARK is, their state now
-	liveBytes int64           // bytes the live records take when rewritten
+	liveBytes int64           // the live messages' PARK records' bytes
+	keepBytes int64           // what the last rewrite wrote besides PARKs (header, HIST, FIN)
 	gen       uint64          // nonce of the backend marker that ends hist; 0: none
 	hist      map[ID]struct{} // IDs whose backend copies before the marker are stale
 	buf       []byte          // encode buffer
-	scratch   []byte          // read buffer for readPark
+	scratch   []byte          // read buffer for load
 	unsynced  int64           // records appended since the last fsync began
 	dirDirty  bool            // a compaction's rename is not fsynced yet
 	syncing   *appendFile     // the file the syncer is fsyncing, nil if none
@@ -63,12 +69,13 @@ type journal struct {
 	recent     []recentFin
 	recentNext int
 
-	// The syncer goroutine (SyncEvery > 1; see journal_sync.go).
-	syncReq  chan struct{} // cap 1: SyncEvery records appended
-	dirty    chan struct{} // cap 1: the first record after an fsync began
-	stop     chan struct{}
-	wg       sync.WaitGroup
-	counters journalCounters
+	// The background goroutine (see journal_sync.go).
+	syncReq    chan struct{} // cap 1: SyncEvery records appended
+	dirty      chan struct{} // cap 1: the first record after an fsync began
+	compactReq chan struct{} // cap 1: the file is due for compaction
+	stop       chan struct{}
+	wg         sync.WaitGroup
+	counters   journalCounters
 }
 
 // jentry is where a parked message's PARK record is and what state it is
@@ -122,14 +129,16 @@ func (j *journal) park(m *Message, state byte, readOp uint64) (held bool, err er
 	if err := j.openLocked(); err != nil {
 		return known, err
 	}
+	kind := "MOVE"
 	if known {
 		j.buf = appendMove(j.buf[:0], state, m.ID, m.Attempts, m.Due)
 	} else {
+		kind = "PARK"
 		j.buf = appendPark(j.buf[:0], state, m)
 		e = jentry{off: j.out.size, size: int32(len(j.buf))}
 	}
 	if err := j.writeLocked(j.buf); err != nil {
-		return known, fmt.Errorf("journal %s of %s: %w", kindName(j.buf), m.ID, err)
+		return known, fmt.Errorf("journal %s of %s: %w", kind, m.ID, err)
 	}
 	if !known {
 		j.liveBytes += int64(e.size)
@@ -214,20 +223,6 @@ func (j *journal) endDedup(nonce uint64) bool {
 	return true
 }
 
-func kindName(rec []byte) string {
-	if len(rec) > recordHeaderSize+1 {
-		switch rec[recordHeaderSize+1] {
-		case kindPark:
-			return "PARK"
-		case kindMove:
-			return "MOVE"
-		case kindFin:
-			return "FIN"
-		}
-	}
-	return "record"
-}
-
 // writeLocked appends rec. After a failure the next record goes where rec
 // was to go, over any part of it that was written.
 func (j *journal) writeLocked(rec []byte) error {
@@ -245,7 +240,8 @@ func (j *journal) load(re restoreEntry) (Message, error) {
 	if err := j.openLocked(); err != nil {
 		return Message{}, err
 	}
-	m, err := j.readPark(j.out.f, re.e)
+	m, buf, err := readPark(j.out.f, re.e, j.scratch)
+	j.scratch = buf
 	if err != nil {
 		return Message{}, err
 	}
@@ -256,6 +252,8 @@ func (j *journal) load(re restoreEntry) (Message, error) {
 
 // reset drops every parked message and the dedup history (Empty).
 func (j *journal) reset() error {
+	j.compactMu.Lock()
+	defer j.compactMu.Unlock()
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	if j.closed {
@@ -271,16 +269,17 @@ func (j *journal) reset() error {
 	return j.compactLocked()
 }
 
-// close stops the syncer, compacts the journal if it holds dead records
-// (so that a clean restart replays only what is parked), fsyncs and closes
-// it. The queue calls it after the backend's Close.
+// close stops the background goroutine (waiting for a compaction under
+// way), compacts the journal if it holds dead records (so that a clean
+// restart replays only what is parked), fsyncs and closes it. The queue
+// calls it after the backend's Close.
 func (j *journal) close() error {
 	j.mu.Lock()
 	if j.closed {
 		j.mu.Unlock()
 		return ErrClosed
 	}
-	j.closed = true // no more records, so no syncer starts from now on
+	j.closed = true // no more records, so no goroutine starts from now on
 	j.mu.Unlock()
 	j.stopSyncer()
 	j.mu.Lock()
@@ -339,8 +338,8 @@ func (j *journal) stats() (size int64, live int) {
 	return size, len(j.live)
 }
 
-// openLocked opens the journal file for appending, and starts the syncer,
-// if that has not happened yet: a queue whose journal holds nothing keeps
+// openLocked opens the journal file for appending, and starts its
+// background goroutine, if that has not happened yet: a queue whose journal holds nothing keeps
 // neither a file descriptor nor a goroutine for it until it needs one, so
 // that idle disk queues cost nothing (ten thousand of them would otherwise
 // use ten thousand descriptors more).

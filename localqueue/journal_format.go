@@ -21,8 +21,8 @@ import (
 //	1 PARK      state u8 | envelope (see envelope.go)        the message is parked here, with its body
 //	2 MOVE      state u8 | ID | attempts u32 | due i64 ns     a parked message changed state
 //	3 FIN       ID                                          finished or dead-lettered: no longer parked
-//	4 GEN       nonce u64                                   the dedup generation of the HIST records
-//	5 HIST      ID                                          backend copies of ID read before the GEN's marker are stale
+//	4 GEN       nonce u64                                   written by earlier versions; read and ignored
+//	5 HIST      ID                                          backend copies of ID read before the next Open's marker are stale
 //
 // state is stateInFlight, stateDeferred or stateReady (handed back to the
 // memory chan or the backend by a requeue or timeout, due at due). The CRC
@@ -130,12 +130,6 @@ func appendHist(dst []byte, id ID) []byte { return appendIDRecord(dst, kindHist,
 func appendIDRecord(dst []byte, kind byte, id ID) []byte {
 	dst, start := beginRecord(dst, kind)
 	dst = append(dst, id[:]...)
-	return endRecord(dst, start)
-}
-
-func appendGen(dst []byte, nonce uint64) []byte {
-	dst, start := beginRecord(dst, kindGen)
-	dst = binary.BigEndian.AppendUint64(dst, nonce)
 	return endRecord(dst, start)
 }
 

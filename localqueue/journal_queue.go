@@ -15,18 +15,19 @@ func (q *Queue) writeMarker() error {
 	q.onBackend.Add(1)
 	q.journal.backendOps.Add(1)
 	q.markerNonce = q.journal.gen
-	q.markers.Add(1)
+	q.marker.Store(true)
 	q.backendErrs = q.backend.errorCount()
 	return nil
 }
 
 // recover puts the messages the journal restored back in place: deferred
 // ones whose due time is still ahead on the deferred heap; in-flight ones
-// ready again now, with their attempts (dead-lettered instead if they had
-// used up MaxAttempts: a delivery cut short by a crash counts as failed);
-// the rest (requeued, or deferred and due) ready again with their due time. They stay parked in the
-// journal until they are finished. The dedup marker goes to the backend
-// first, so that the copies written here are not taken for stale ones.
+// through retire, as a delivery that failed (a delivery cut short by a
+// crash counts): ready again now with their attempts, or dead-lettered if
+// they had used up MaxAttempts; the rest (requeued, or deferred and due)
+// ready again with their due time. They stay parked in the journal until
+// they are finished. The dedup marker goes to the backend first, so that
+// the copies written here are not taken for stale ones.
 func (q *Queue) recover(restore []restoreEntry) error {
 	j := q.journal
 	if j.dedupOn.Load() {
@@ -54,13 +55,12 @@ func (q *Queue) recover(restore []restoreEntry) error {
 		case re.e.state == stateDeferred && m.Due.After(now):
 			q.pushDeferred(r)
 			deferred++
-		case re.e.state == stateInFlight && q.opts.MaxAttempts > 0 && m.Attempts >= q.opts.MaxAttempts:
-			q.dead(r)
-			dead++
 		case re.e.state == stateInFlight:
-			r.m.Due = now
-			q.putReady(r)
-			inFlight++
+			if q.retire(r, now, now) {
+				dead++
+			} else {
+				inFlight++
+			}
 		default:
 			q.putReady(r)
 			ready++

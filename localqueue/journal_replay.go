@@ -28,11 +28,12 @@ import (
 // the backend that go-diskqueue hands out again after a crash (it persists
 // its read position only every SyncEvery operations), or that were written
 // there by a requeue while the journal kept it. Open therefore rewrites
-// the journal with a new generation nonce and the history of those IDs,
-// then writes a marker with the nonce to the backend; until Get reads that
-// marker, a backend record whose ID is in the history is a stale copy and
-// is dropped. Every record before the marker was written before this
-// Open, so no copy written from now on is dropped.
+// the journal with the history of those IDs (HIST records), draws a new
+// generation nonce (kept in memory only) and writes a marker with it to
+// the backend; until Get reads that marker, a backend record whose ID is
+// in the history is a stale copy and is dropped. Every record before the
+// marker was written before this Open, so no copy written from now on is
+// dropped.
 //
 // Whenever the file holds more than a header, Open rewrites it (as
 // compaction does), so a damaged tail is never appended to; the damaged
@@ -47,6 +48,7 @@ func openJournal(o *Options, log *zap.Logger) (*journal, []restoreEntry, error) 
 		compactMin:  o.journalCompactBytes,
 		noMap:       o.journalNoMap,
 		live:        map[ID]jentry{},
+		keepBytes:   journalHeaderSize,
 	}
 	// A compaction that did not finish: the journal itself is whole.
 	if err := os.Remove(path + ".tmp"); err != nil && !errors.Is(err, os.ErrNotExist) {
@@ -97,15 +99,17 @@ func openJournal(o *Options, log *zap.Logger) (*journal, []restoreEntry, error) 
 		return j, nil, nil
 	}
 
-	nf, size, live, err := j.rewrite(f, rp.live, j.gen, j.hist, nil)
+	s := &snapshot{live: sortedLive(rp.live), end: rp.end}
+	if j.gen != 0 {
+		s.hist = j.hist
+	}
+	rw, err := j.rewrite(f, s)
 	if err == nil && rp.corrupt > 0 {
 		keepBad(path, log)
 	}
 	if err == nil {
-		err = os.Rename(nf.Name(), path)
-		if err != nil {
-			nf.Close()
-			os.Remove(nf.Name())
+		if err = os.Rename(rw.f.Name(), path); err != nil {
+			rw.discard()
 		}
 	}
 	if err != nil {
@@ -123,10 +127,10 @@ func openJournal(o *Options, log *zap.Logger) (*journal, []restoreEntry, error) 
 		log.Warn("journal: fsync of the directory failed", zap.String("file", path), zap.Error(err))
 	}
 	f.Close()
-	j.out, j.live = newAppendFile(nf, size, j.noMap), live
-	j.liveBytes = size - journalHeaderSize - j.histBytes()
+	j.out, j.live = newAppendFile(rw.f, rw.size, j.noMap), rw.moved
+	j.liveBytes, j.keepBytes = rw.parkBytes, rw.keepBytes
 	j.startSyncer()
-	return j, sortedLive(live), nil
+	return j, sortedLive(rw.moved), nil
 }
 
 func initJournal(f *os.File) error {
@@ -274,8 +278,9 @@ func (rp *replayed) apply(off int64, n int, r *jrec) {
 	case kindHist:
 		rp.hist[r.id] = struct{}{}
 	case kindGen:
-		// The earlier generation's marker no longer ends anything: its
-		// history joins the new generation's.
+		// Written by earlier versions, which ended each generation's
+		// history with it; its marker no longer ends anything: the history
+		// joins the new generation's.
 	}
 }
 

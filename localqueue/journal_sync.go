@@ -25,29 +25,28 @@ import (
 //
 // The rename of a compaction counts as a record: the directory is
 // fsynced with the next fsync of the journal.
+//
+// The journal's background goroutine (the syncer) does those fsyncs and
+// the compactions (see journal_compact.go). It runs from the journal's
+// first record (see openLocked) until close.
 
-// startSyncer starts the syncer goroutine (SyncEvery > 1).
+// startSyncer starts the background goroutine.
 func (j *journal) startSyncer() {
-	if j.syncEvery <= 1 {
-		return
-	}
 	j.syncReq = make(chan struct{}, 1)
 	j.dirty = make(chan struct{}, 1)
+	j.compactReq = make(chan struct{}, 1)
 	j.stop = make(chan struct{})
 	j.wg.Add(1)
 	go j.syncLoop()
 }
 
-// stopSyncer stops the syncer and waits for it (and its fsync).
+// stopSyncer stops the background goroutine and waits for it (and for the
+// fsync or compaction it is doing). Only close calls it, once.
 func (j *journal) stopSyncer() {
 	if j.stop == nil {
-		return
+		return // never started
 	}
-	select {
-	case <-j.stop:
-	default:
-		close(j.stop)
-	}
+	close(j.stop)
 	j.wg.Wait()
 }
 
@@ -71,6 +70,9 @@ func (j *journal) syncLoop() {
 				timer.Stop()
 				armed = false
 			}
+		case <-j.compactReq:
+			j.compactBackground()
+			continue
 		case <-j.stop:
 			timer.Stop()
 			return
@@ -112,20 +114,17 @@ func (j *journal) backgroundSync() {
 	}
 }
 
-// afterWriteLocked applies the compaction trigger and the fsync policy.
-// counts is false for a FIN: with SyncEvery above 1 it does not count
-// toward the next fsync (losing one to a power loss can only bring a
-// finished message back, never lose one), it just rides along with it.
+// afterWriteLocked applies the compaction trigger (the background
+// goroutine compacts) and the fsync policy. counts is false for a FIN:
+// with SyncEvery above 1 it does not count toward the next fsync (losing
+// one to a power loss can only bring a finished message back, never lose
+// one), it just rides along with it.
 func (j *journal) afterWriteLocked(counts bool) {
 	if counts || j.syncEvery <= 1 {
 		j.unsynced++
 	}
-	if size := j.out.size; size >= j.compactMin && size >= j.noCompact && size > 2*j.liveBytes+journalHeaderSize {
-		if err := j.compactLocked(); err != nil {
-			j.counters.errors.Add(1)
-			j.noCompact = 2 * size
-			j.log.Error("journal compaction failed; appending to the old file", zap.String("file", j.path), zap.Error(err))
-		}
+	if j.wantCompactLocked() {
+		signal(j.compactReq)
 	}
 	switch {
 	case j.syncEvery <= 1:
@@ -151,13 +150,5 @@ func (j *journal) syncLocked() {
 			j.counters.errors.Add(1)
 			j.log.Error("journal: fsync of the directory failed", zap.String("file", j.path), zap.Error(err))
 		}
-	}
-}
-
-// signal sends on a cap-1 channel without blocking.
-func signal(c chan struct{}) {
-	select {
-	case c <- struct{}{}:
-	default:
 	}
 }

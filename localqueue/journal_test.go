@@ -1,6 +1,7 @@
 package localqueue
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
@@ -221,11 +222,6 @@ func TestJournalCrashTwice(t *testing.T) {
 	clock.Add(time.Second)
 	o.DataPath = crashCopy(t, q2)
 	q3 := openQueue(t, o)
-	for id, w := range wants {
-		if w.due.IsZero() {
-			wants[id] = want{w.body, w.attempts, time.Time{}}
-		}
-	}
 	expectExactly(t, q3, clock, wants, time.Minute)
 }
 
@@ -388,6 +384,14 @@ func journalRecords(t *testing.T, path string) (offs []int64, kinds []byte, end 
 		off += n
 	}
 	return offs, kinds, int64(off)
+}
+
+// appendGen encodes a GEN record, as earlier versions wrote them: replay
+// must still read (and ignore) them.
+func appendGen(dst []byte, nonce uint64) []byte {
+	dst, start := beginRecord(dst, kindGen)
+	dst = binary.BigEndian.AppendUint64(dst, nonce)
+	return endRecord(dst, start)
 }
 
 func allZero(b []byte) bool {

@@ -3,14 +3,16 @@ package localqueue
 import (
 	"context"
 	"errors"
+	"runtime"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
+	"github.com/orderly-go/orderly/internal/leakcheck"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { leakcheck.Main(m) }
 
 // fakeClock is an injected clock that moves only when a test says so.
 type fakeClock struct {
@@ -33,11 +35,11 @@ func (c *fakeClock) Add(d time.Duration) time.Time {
 	return c.t
 }
 
-// idleScanner is a scanner that never ticks during a test: tests with a
-// fake clock drive Queue.scan themselves.
-func idleScanner(t *testing.T) *Scanner {
+// startScanner starts a scanner with o and closes it at cleanup (after
+// the queues opened later, whose cleanups run first).
+func startScanner(t testing.TB, o ScannerOptions) *Scanner {
 	t.Helper()
-	s, err := NewScanner(ScannerOptions{ScanInterval: time.Hour})
+	s, err := NewScanner(o)
 	if err != nil {
 		t.Fatalf("NewScanner: %v", err)
 	}
@@ -45,9 +47,16 @@ func idleScanner(t *testing.T) *Scanner {
 	return s
 }
 
+// idleScanner is a scanner that never ticks during a test: tests with a
+// fake clock drive Queue.scan themselves.
+func idleScanner(t testing.TB) *Scanner {
+	t.Helper()
+	return startScanner(t, ScannerOptions{ScanInterval: time.Hour})
+}
+
 // openQueue opens a queue with test defaults (name "q", an idle scanner)
 // and closes it at cleanup unless the test did.
-func openQueue(t *testing.T, o Options) *Queue {
+func openQueue(t testing.TB, o Options) *Queue {
 	t.Helper()
 	if o.Name == "" {
 		o.Name = "q"
@@ -68,7 +77,7 @@ func openQueue(t *testing.T, o Options) *Queue {
 }
 
 // mustGet returns the next message, failing after a generous 10s.
-func mustGet(t *testing.T, q *Queue) *Message {
+func mustGet(t testing.TB, q *Queue) *Message {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -117,7 +126,7 @@ func drain(t *testing.T, q *Queue) []*Message {
 	}
 }
 
-func mustPut(t *testing.T, q *Queue, body string) ID {
+func mustPut(t testing.TB, q *Queue, body string) ID {
 	t.Helper()
 	id, err := q.Put([]byte(body))
 	if err != nil {
@@ -126,7 +135,7 @@ func mustPut(t *testing.T, q *Queue, body string) ID {
 	return id
 }
 
-func mustFinish(t *testing.T, q *Queue, id ID) {
+func mustFinish(t testing.TB, q *Queue, id ID) {
 	t.Helper()
 	if err := q.Finish(id); err != nil {
 		t.Fatalf("Finish(%s): %v", id, err)
@@ -143,4 +152,33 @@ func eventually(t *testing.T, what string, cond func() bool) {
 		}
 		time.Sleep(2 * time.Millisecond)
 	}
+}
+
+// waitForGoroutine waits until one goroutine's stack, as runtime.Stack
+// prints it, contains every one of parts: a goroutine blocked at a known
+// place, which a test cannot observe otherwise.
+func waitForGoroutine(t *testing.T, what string, parts ...string) {
+	t.Helper()
+	buf := make([]byte, 1<<20)
+	eventually(t, what, func() bool {
+		for {
+			n := runtime.Stack(buf, true)
+			if n < len(buf) {
+				buf = buf[:n]
+				break
+			}
+			buf = make([]byte, 2*len(buf))
+		}
+		for _, g := range strings.Split(string(buf), "\n\n") {
+			found := true
+			for _, p := range parts {
+				found = found && strings.Contains(g, p)
+			}
+			if found {
+				return true
+			}
+		}
+		buf = buf[:cap(buf)]
+		return false
+	})
 }

@@ -145,34 +145,37 @@ func (o Options) withDefaults() Options {
 
 // validate reports the first invalid field of a defaulted Options.
 func (o Options) validate() error {
-	bad := func(field, format string, args ...any) error {
-		return fmt.Errorf("%w: %s %s", ErrOptions, field, fmt.Sprintf(format, args...))
-	}
 	switch {
 	case !validName(o.Name):
-		return bad("Name", "%q: want 1-%d characters of [A-Za-z0-9._-]", o.Name, maxNameLen)
+		return optionError("Name", "%q: want 1-%d characters of [A-Za-z0-9._-]", o.Name, maxNameLen)
 	case o.MemQueueSize < 0:
-		return bad("MemQueueSize", "is %d: want 0 or more", o.MemQueueSize)
+		return optionError("MemQueueSize", "is %d: want 0 or more", o.MemQueueSize)
 	case o.SyncEvery < 0:
-		return bad("SyncEvery", "is %d: want 1 or more (0 for the default)", o.SyncEvery)
+		return optionError("SyncEvery", "is %d: want 1 or more (0 for the default)", o.SyncEvery)
 	case o.SyncTimeout < 0:
-		return bad("SyncTimeout", "is %v: want a positive duration", o.SyncTimeout)
+		return optionError("SyncTimeout", "is %v: want a positive duration", o.SyncTimeout)
 	case o.MaxMsgSize < 0 || o.MaxMsgSize > 1<<30:
-		return bad("MaxMsgSize", "is %d: want 1 byte to 1 GiB", o.MaxMsgSize)
+		return optionError("MaxMsgSize", "is %d: want 1 byte to 1 GiB", o.MaxMsgSize)
 	case o.MaxBytesPerFile < int64(envelopeSize(o.MaxMsgSize))+4:
-		return bad("MaxBytesPerFile", "is %d: want at least %d to hold one MaxMsgSize message", o.MaxBytesPerFile, envelopeSize(o.MaxMsgSize)+4)
+		return optionError("MaxBytesPerFile", "is %d: want at least %d to hold one MaxMsgSize message", o.MaxBytesPerFile, envelopeSize(o.MaxMsgSize)+4)
 	case o.MsgTimeout < 0:
-		return bad("MsgTimeout", "is %v: want a positive duration", o.MsgTimeout)
+		return optionError("MsgTimeout", "is %v: want a positive duration", o.MsgTimeout)
 	case o.MaxMsgTimeout < o.MsgTimeout:
-		return bad("MaxMsgTimeout", "is %v: want at least MsgTimeout (%v)", o.MaxMsgTimeout, o.MsgTimeout)
+		return optionError("MaxMsgTimeout", "is %v: want at least MsgTimeout (%v)", o.MaxMsgTimeout, o.MsgTimeout)
 	case o.MaxReqTimeout < 0:
-		return bad("MaxReqTimeout", "is %v: want a positive duration", o.MaxReqTimeout)
+		return optionError("MaxReqTimeout", "is %v: want a positive duration", o.MaxReqTimeout)
 	case o.MaxAttempts < 0:
-		return bad("MaxAttempts", "is %d: want 0 (unlimited) or more", o.MaxAttempts)
+		return optionError("MaxAttempts", "is %d: want 0 (unlimited) or more", o.MaxAttempts)
 	case o.MaxAttempts > 0 && o.OnDead == nil && o.DeadLetter == nil:
-		return bad("MaxAttempts", "is %d but neither OnDead nor DeadLetter is set: dead messages would be dropped", o.MaxAttempts)
+		return optionError("MaxAttempts", "is %d but neither OnDead nor DeadLetter is set: dead messages would be dropped", o.MaxAttempts)
 	}
 	return nil
+}
+
+// optionError is the error for an invalid option: ErrOptions, the field,
+// and what is wrong with it.
+func optionError(field, format string, args ...any) error {
+	return fmt.Errorf("%w: %s %s", ErrOptions, field, fmt.Sprintf(format, args...))
 }
 
 func validName(s string) bool {

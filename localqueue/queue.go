@@ -22,7 +22,8 @@ type Queue struct {
 	log      *zap.Logger
 	now      func() time.Time
 	memChan  chan *record // nil when MemQueueSize is 0
-	backend  backend
+	mem      *memFIFO     // the overflow of a memory-only queue; nil with a DataPath
+	backend  backend      // go-diskqueue, with a DataPath; nil in memory mode
 	readChan <-chan []byte
 	lock     *os.File // the DataPath lock, nil in memory mode
 	journal  *journal // the record of parked messages, nil in memory mode
@@ -35,9 +36,9 @@ type Queue struct {
 	// count that is off (after a crash or a corrupt file) only costs that
 	// shortcut or delays an uncounted record until the chan is empty.
 	onBackend atomic.Int64
-	// markers counts the dedup marker this Open wrote to the backend (with
-	// markerNonce) while Get has not read it; Depth leaves it out.
-	markers     atomic.Int64
+	// marker is set while the dedup marker this Open wrote to the backend
+	// (with markerNonce) has not been read by Get; Depth leaves it out.
+	marker      atomic.Bool
 	markerNonce uint64
 	// backendErrs is the backend's error count when dedup began: if it
 	// grows, the marker may be gone with a corrupt file, so dedup ends.
@@ -45,12 +46,14 @@ type Queue struct {
 
 	// putMu is held shared by everything that adds to the memory chan or
 	// the backend (Put, Requeue, the scanner), getMu by Get, which takes
-	// from them; Close holds both exclusively, so when it flushes no
-	// message is on its way in or between the backend and the in-flight
-	// map. Two locks on their own cache lines keep producers and consumers
-	// from contending. In memory mode (no DataPath) Close flushes nothing,
-	// so Put and Get skip them: one that overlaps Close finds ErrClosed or
-	// leaves its message to be discarded with the rest.
+	// from them, and by Finish of a journaled message, which appends its
+	// FIN; Close holds both exclusively, so when it flushes no message is
+	// on its way in or between the backend and the in-flight map, and no
+	// FIN is on its way to the journal it closes. Two locks on their own
+	// cache lines keep producers and consumers from contending. In memory
+	// mode (no DataPath) Close flushes nothing, so Put and Get skip them:
+	// one that overlaps Close finds ErrClosed or leaves its message to be
+	// discarded with the rest.
 	putMu    sync.RWMutex
 	_        [64]byte
 	getMu    sync.RWMutex
@@ -62,6 +65,10 @@ type Queue struct {
 	inFlightMu sync.Mutex
 	inFlight   *idTable               // guarded by inFlightMu
 	inFlightPQ *pqueue.Queue[*record] // guarded by inFlightMu; by deadline
+	// startMu serializes the deliveries of parked records from the check
+	// that the ID is not in flight already to its insertion, across the
+	// journal write in between (see startInFlight).
+	startMu sync.Mutex
 
 	deferredMu sync.Mutex
 	deferredPQ *pqueue.Queue[*record] // guarded by deferredMu; by due time
@@ -123,11 +130,11 @@ func Open(opts Options) (*Queue, error) {
 			lock.Close()
 			return nil, err
 		}
+		q.readChan = q.backend.ReadChan()
+		q.onBackend.Store(q.backend.Depth())
 	} else {
-		q.backend = newMemBackend()
+		q.mem = newMemFIFO()
 	}
-	q.readChan = q.backend.ReadChan()
-	q.onBackend.Store(q.backend.Depth())
 
 	q.scanner = o.Scanner
 	if q.scanner == nil {
@@ -155,7 +162,9 @@ func Open(opts Options) (*Queue, error) {
 
 // abort undoes a partly done Open.
 func (q *Queue) abort() {
-	q.backend.Close()
+	if q.backend != nil {
+		q.backend.Close()
+	}
 	if q.journal != nil {
 		q.journal.close()
 	}
@@ -224,18 +233,13 @@ func (q *Queue) put(body []byte, delay time.Duration, owned bool) (ID, error) {
 			r.parked = true
 		}
 		q.pushDeferred(r)
-	case q.memChan != nil:
-		r := newReady(id, body, owned, now, now)
-		select {
-		case q.memChan <- r:
-		default:
-			if err := q.writeBackend(&r.m); err != nil {
-				return ID{}, err
-			}
-		}
-	default:
+	case q.recordless():
 		m := Message{ID: id, Body: body, Timestamp: now, Due: now} // encoded, not retained
 		if err := q.writeBackend(&m); err != nil {
+			return ID{}, err
+		}
+	default:
+		if err := q.enqueue(newReady(id, body, owned, now, now)); err != nil {
 			return ID{}, err
 		}
 	}
@@ -248,6 +252,41 @@ func (q *Queue) checkDelay(delay time.Duration) error {
 		return fmt.Errorf("%w: %v, want 0 to MaxReqTimeout (%v)", ErrInvalidDelay, delay, q.opts.MaxReqTimeout)
 	}
 	return nil
+}
+
+// recordless reports that a ready message would go straight to
+// go-diskqueue (a DataPath, and no room in the memory chan): it is then
+// encoded from a Message and no record is allocated for it. A memory chan
+// that fills up between this check and the send only costs that record.
+func (q *Queue) recordless() bool {
+	return q.mem == nil && len(q.memChan) == cap(q.memChan)
+}
+
+// enqueue hands a ready record to the memory chan while it has room, else
+// to the backend (encoded) or, in memory mode, to the memory FIFO. In
+// memory mode the chan is skipped while the FIFO holds records, so that
+// those go first and cannot be starved by a chan that Get prefers.
+func (q *Queue) enqueue(r *record) error {
+	if q.memChan != nil && (q.mem == nil || q.mem.len() == 0) {
+		select {
+		case q.memChan <- r:
+			return nil
+		default:
+		}
+	}
+	if q.mem == nil {
+		return q.writeBackend(&r.m)
+	}
+	if err := q.mem.push(r); err != nil {
+		return q.writeFailed(r.m.ID, err)
+	}
+	return nil
+}
+
+// writeFailed counts a failed write of a ready message and wraps err.
+func (q *Queue) writeFailed(id ID, err error) error {
+	q.stats.writeErrors.Add(1)
+	return fmt.Errorf("localqueue %s: write message %s: %w", q.opts.Name, id, err)
 }
 
 // writeBackend encodes m and appends it to the backend.
@@ -263,8 +302,7 @@ func (q *Queue) writeBackend(m *Message) error {
 		q.bufPool.Put(bp)
 	}
 	if err != nil {
-		q.stats.writeErrors.Add(1)
-		return fmt.Errorf("localqueue %s: write message %s: %w", q.opts.Name, m.ID, err)
+		return q.writeFailed(m.ID, err)
 	}
 	q.onBackend.Add(1)
 	if q.journal != nil {
@@ -301,39 +339,68 @@ func (q *Queue) Get(ctx context.Context) (*Message, error) {
 		if q.closed.Load() {
 			return nil, ErrClosed
 		}
-		// First try the one place a message can be without a full select:
-		// the memory chan while nothing of ours is in the backend, or the
-		// backend when there is no memory chan.
-		var r *record
-		got, backend := false, false
-		switch {
-		case q.onBackend.Load() == 0:
-			select {
-			case r = <-q.memChan:
-				got = true
-			default:
-			}
-		case q.memChan == nil:
-			select {
-			case b := <-q.readChan:
-				r, got, backend = q.fromBackend(b, q.readBackend()), true, true
-			default:
-			}
+		r, err := q.next(ctx)
+		if err != nil {
+			return nil, err
 		}
-		if !got {
-			select {
-			case r = <-q.memChan:
-			case b := <-q.readChan:
-				r, backend = q.fromBackend(b, q.readBackend()), true
-			case <-ctx.Done():
-				return nil, ctx.Err()
-			case <-q.exitChan:
-				return nil, ErrClosed
-			}
-		}
-		if r != nil && q.startInFlight(r, q.now(), backend) {
+		if r != nil && q.startInFlight(r, q.now()) {
 			return &r.m, nil
 		}
+	}
+}
+
+// next waits for a ready record and takes it. It returns nil, and no
+// error, when it woke up without one: a backend record that was dropped or
+// deferred, or a stale wake-up of the memory FIFO; Get then tries again.
+func (q *Queue) next(ctx context.Context) (*record, error) {
+	if f := q.mem; f != nil {
+		// Memory only: the chan first (enqueue skips it while the FIFO
+		// holds records, so these are the older ones), then the FIFO.
+		select {
+		case r := <-q.memChan:
+			return r, nil
+		default:
+		}
+		if r := f.pop(); r != nil {
+			return r, nil
+		}
+		select {
+		case r := <-q.memChan:
+			return r, nil
+		case <-f.ready:
+			return nil, nil
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-q.exitChan:
+			return nil, ErrClosed
+		}
+	}
+	// First try the one place a message can be without a full select: the
+	// memory chan while nothing of ours is in the backend, or the backend
+	// when there is no memory chan.
+	switch {
+	case q.onBackend.Load() == 0:
+		select {
+		case r := <-q.memChan:
+			return r, nil
+		default:
+		}
+	case q.memChan == nil:
+		select {
+		case b := <-q.readChan:
+			return q.fromBackend(b, q.readBackend()), nil
+		default:
+		}
+	}
+	select {
+	case r := <-q.memChan:
+		return r, nil
+	case b := <-q.readChan:
+		return q.fromBackend(b, q.readBackend()), nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-q.exitChan:
+		return nil, ErrClosed
 	}
 }
 
@@ -346,7 +413,7 @@ func (q *Queue) fromBackend(b []byte, op uint64) *record {
 	j := q.journal
 	if nonce, ok := decodeMarker(b); ok {
 		if nonce == q.markerNonce {
-			q.markers.Add(-1)
+			q.marker.Store(false)
 		}
 		if j != nil && j.endDedup(nonce) {
 			q.log.Debug("dedup marker read: backend records from before the last Open are behind us")
@@ -389,27 +456,34 @@ func (q *Queue) stopDedup(why string) {
 	}
 }
 
-// startInFlight records r as in flight. With checkDup (a record from the
-// backend) it reports false for a duplicate: a record whose ID is already
-// in flight (go-diskqueue can hand out records again after a crash),
-// which is dropped because the delivery in flight covers it. A record
-// from the memory chan cannot be one: a message is in one place at a time.
-// A parked record is journaled first, so that it is on record before any
-// other goroutine can see it in flight.
-func (q *Queue) startInFlight(r *record, now time.Time, checkDup bool) bool {
+// startInFlight records r as in flight. A parked record is journaled
+// first, so that it is on record before any other goroutine can see it in
+// flight (and Finish it). It reports false, and drops r, when r is a
+// duplicate: a parked record whose ID is in flight already (go-diskqueue
+// hands out records again after a crash, and the journal restores the
+// same messages), which the delivery in flight covers. That check comes
+// before the journal write, which would otherwise overwrite the live
+// delivery's state (its attempts) with the copy's; startMu keeps a second
+// copy from slipping in between. Records that are not parked (fresh Puts
+// and their redeliveries from memory) are the only copy of their message.
+func (q *Queue) startInFlight(r *record, now time.Time) bool {
 	r.m.Attempts++
 	r.m.Deadline = now.Add(q.opts.MsgTimeout)
 	r.e.Deadline = r.m.Deadline
 	if r.parked {
+		q.startMu.Lock()
+		defer q.startMu.Unlock()
+		q.inFlightMu.Lock()
+		dup := q.inFlight.get(r.m.ID) != nil
+		q.inFlightMu.Unlock()
+		if dup {
+			q.stats.duplicates.Add(1)
+			q.log.Debug("dropping a duplicate of a message in flight", zap.Stringer("id", r.m.ID), zap.Int("attempts", r.m.Attempts-1))
+			return false
+		}
 		q.park(r, stateInFlight)
 	}
 	q.inFlightMu.Lock()
-	if checkDup && q.inFlight.get(r.m.ID) != nil {
-		q.inFlightMu.Unlock()
-		q.stats.duplicates.Add(1)
-		q.log.Debug("dropping a duplicate of a message in flight", zap.Stringer("id", r.m.ID))
-		return false
-	}
 	q.inFlight.put(r)
 	q.inFlightPQ.Push(&r.e)
 	q.inFlightMu.Unlock()
@@ -451,12 +525,7 @@ func (q *Queue) pushDeferred(r *record) {
 // putReady hands r to the memory chan or the backend. It never loses r: if
 // the backend write fails, r is deferred for retryDelay and tried again.
 func (q *Queue) putReady(r *record) {
-	select {
-	case q.memChan <- r:
-		return
-	default:
-	}
-	if err := q.writeBackend(&r.m); err != nil {
+	if err := q.enqueue(r); err != nil {
 		q.log.Error("requeue failed, retrying later", zap.Stringer("id", r.m.ID), zap.Int("attempts", r.m.Attempts), zap.Error(err))
 		r.m.Due = q.now().Add(retryDelay)
 		q.deferRecord(r)
@@ -470,5 +539,27 @@ const retryDelay = time.Second
 // backend. In-flight and deferred messages are not counted (see Stats).
 // After a crash go-diskqueue's count can be off until the queue drains.
 func (q *Queue) Depth() int64 {
-	return int64(len(q.memChan)) + max(q.backend.Depth()-q.markers.Load(), 0)
+	return int64(len(q.memChan)) + q.backendDepth()
+}
+
+// backendDepth is the number of ready messages beyond the memory chan: in
+// the backend (less the dedup marker) or the memory FIFO.
+func (q *Queue) backendDepth() int64 {
+	if q.mem != nil {
+		return q.mem.len()
+	}
+	d := q.backend.Depth()
+	if q.marker.Load() {
+		d--
+	}
+	return max(d, 0)
+}
+
+// signal sends on a cap-1 channel without blocking: a token that says
+// "look again", which one token already says.
+func signal(c chan struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
+	}
 }

@@ -245,36 +245,63 @@ func TestClosedQueueErrors(t *testing.T) {
 	}
 }
 
+// TestGetWaitsAndStops: a Get ends with its context; one blocked on an
+// empty queue takes the message a later Put brings, and one blocked when
+// Close begins returns ErrClosed (with a DataPath a missed wake-up would
+// also deadlock Close, which waits for getMu).
 func TestGetWaitsAndStops(t *testing.T) {
-	q := openQueue(t, Options{MemQueueSize: 10})
+	for _, tt := range modes(t) {
+		t.Run(tt.name, func(t *testing.T) {
+			q := openQueue(t, tt.opts)
+			blocked := func() {
+				t.Helper()
+				waitForGoroutine(t, "Get blocked", "[select", "localqueue.(*Queue).Get(")
+			}
 
-	ctx, cancel := context.WithCancel(context.Background())
-	errc := make(chan error, 1)
-	go func() { _, err := q.Get(ctx); errc <- err }()
-	cancel()
-	if err := <-errc; !errors.Is(err, context.Canceled) {
-		t.Fatalf("Get with a cancelled context: got %v, want context.Canceled", err)
-	}
+			ctx, cancel := context.WithCancel(context.Background())
+			errc := make(chan error, 1)
+			go func() { _, err := q.Get(ctx); errc <- err }()
+			blocked()
+			cancel()
+			if err := <-errc; !errors.Is(err, context.Canceled) {
+				t.Fatalf("Get with a cancelled context: got %v, want context.Canceled", err)
+			}
 
-	got := make(chan *Message, 1)
-	go func() {
-		m, err := q.Get(context.Background())
-		if err != nil {
-			t.Errorf("blocked Get: %v", err)
-		}
-		got <- m
-	}()
-	id := mustPut(t, q, "late")
-	if m := <-got; m == nil || m.ID != id {
-		t.Fatalf("blocked Get: got %v, want the message put after it started", m)
-	}
+			got := make(chan *Message, 1)
+			go func() {
+				m, err := q.Get(context.Background())
+				if err != nil {
+					t.Errorf("blocked Get: %v", err)
+				}
+				got <- m
+			}()
+			blocked()
+			id := mustPut(t, q, "late")
+			if m := <-got; m == nil || m.ID != id {
+				t.Fatalf("blocked Get: got %v, want the message put after it started", m)
+			}
 
-	go func() { _, err := q.Get(context.Background()); errc <- err }()
-	if err := q.Close(); err != nil {
-		t.Fatalf("Close: %v", err)
-	}
-	if err := <-errc; !errors.Is(err, ErrClosed) {
-		t.Fatalf("Get blocked across Close: got %v, want ErrClosed", err)
+			go func() { _, err := q.Get(context.Background()); errc <- err }()
+			blocked()
+			closed := make(chan error, 1)
+			go func() { closed <- q.Close() }()
+			for range 2 {
+				select {
+				case err := <-errc:
+					if !errors.Is(err, ErrClosed) {
+						t.Fatalf("Get blocked across Close: got %v, want ErrClosed", err)
+					}
+					errc = nil
+				case err := <-closed:
+					if err != nil {
+						t.Fatalf("Close: %v", err)
+					}
+					closed = nil
+				case <-time.After(10 * time.Second):
+					t.Fatalf("after 10s: Get returned: %v, Close returned: %v; want both (Close must wake a blocked Get)", errc == nil, closed == nil)
+				}
+			}
+		})
 	}
 }
 

@@ -26,12 +26,7 @@ func testRestart(t *testing.T, memQueueSize int) {
 	q := openQueue(t, o)
 	start := clock.Now()
 
-	type want struct {
-		body     string
-		attempts int       // on the first Get after Open
-		due      time.Time // Message.Due
-	}
-	wants := map[ID]want{}
+	wants := map[ID]want{} // attempts: on the first Get after Open
 	for i := range 30 {
 		body := fmt.Sprintf("ready-%02d", i)
 		wants[mustPut(t, q, body)] = want{body, 1, start}
@@ -76,39 +71,7 @@ func testRestart(t *testing.T, memQueueSize int) {
 	if st := q.Stats(); st.Depth != int64(len(wants)-11) || st.Deferred != 11 {
 		t.Fatalf("after Open: got depth %d and %d deferred, want %d ready and 11 deferred (everything not finished)", st.Depth, st.Deferred, len(wants)-11)
 	}
-	seen := map[ID]bool{}
-	check := func(m *Message) {
-		t.Helper()
-		w, ok := wants[m.ID]
-		switch {
-		case !ok:
-			t.Fatalf("after Open: got %s %q, which was finished or never put", m.ID, m.Body)
-		case seen[m.ID]:
-			t.Fatalf("after Open: got %s %q twice, want once", m.ID, m.Body)
-		case string(m.Body) != w.body || m.Attempts != w.attempts || !m.Due.Equal(w.due):
-			t.Fatalf("after Open: got %q attempts %d due %v, want %q attempts %d due %v", m.Body, m.Attempts, m.Due, w.body, w.attempts, w.due)
-		case m.Due.After(clock.Now()):
-			t.Fatalf("after Open: got %q at %v, before its due time %v", m.Body, clock.Now(), m.Due)
-		}
-		seen[m.ID] = true
-		mustFinish(t, q, m.ID)
-	}
-	for _, m := range drain(t, q) {
-		check(m)
-	}
-	if got := q.Stats().Deferred; got != 11 {
-		t.Fatalf("deferred after draining the ready ones: got %d, want 11 (10 deferred, 1 requeued for later)", got)
-	}
-	for range 25 {
-		clock.Add(time.Second)
-		q.scan()
-		for _, m := range drain(t, q) {
-			check(m)
-		}
-	}
-	if len(seen) != len(wants) {
-		t.Fatalf("after Open: got %d distinct messages, want %d", len(seen), len(wants))
-	}
+	expectExactly(t, q, clock, wants, 25*time.Second)
 
 	// A second restart with nothing left brings nothing back.
 	if err := q.Close(); err != nil {

@@ -1,7 +1,6 @@
 package localqueue
 
 import (
-	"fmt"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -35,6 +34,10 @@ type ScannerOptions struct {
 	WorkerPoolMax int
 	// Logger receives lifecycle events. Default zap.NewNop().
 	Logger *zap.Logger
+
+	// afterIdleScan, when set (tests), runs on the worker between a scan
+	// that found q idle and deactivate.
+	afterIdleScan func(q *Queue)
 }
 
 func (o ScannerOptions) withDefaults() ScannerOptions {
@@ -57,18 +60,15 @@ func (o ScannerOptions) withDefaults() ScannerOptions {
 }
 
 func (o ScannerOptions) validate() error {
-	bad := func(field, format string, args ...any) error {
-		return fmt.Errorf("%w: %s %s", ErrOptions, field, fmt.Sprintf(format, args...))
-	}
 	switch {
 	case o.ScanInterval < 0:
-		return bad("ScanInterval", "is %v: want a positive duration", o.ScanInterval)
+		return optionError("ScanInterval", "is %v: want a positive duration", o.ScanInterval)
 	case o.SelectionCount < 0:
-		return bad("SelectionCount", "is %d: want 1 or more", o.SelectionCount)
+		return optionError("SelectionCount", "is %d: want 1 or more", o.SelectionCount)
 	case !(o.DirtyPercent > 0 && o.DirtyPercent <= 1):
-		return bad("DirtyPercent", "is %v: want a fraction in (0, 1]", o.DirtyPercent)
+		return optionError("DirtyPercent", "is %v: want a fraction in (0, 1]", o.DirtyPercent)
 	case o.WorkerPoolMax < 0:
-		return bad("WorkerPoolMax", "is %d: want 1 or more", o.WorkerPoolMax)
+		return optionError("WorkerPoolMax", "is %d: want 1 or more", o.WorkerPoolMax)
 	}
 	return nil
 }
@@ -144,13 +144,6 @@ func (s *Scanner) Close() error {
 	return nil
 }
 
-func (s *Scanner) signal() {
-	select {
-	case s.kick <- struct{}{}:
-	default:
-	}
-}
-
 func (s *Scanner) register(q *Queue) error {
 	s.activeMu.Lock()
 	defer s.activeMu.Unlock()
@@ -159,7 +152,7 @@ func (s *Scanner) register(q *Queue) error {
 	}
 	s.registered++
 	q.scanRegistered = true
-	s.signal()
+	signal(s.kick)
 	return nil
 }
 
@@ -172,7 +165,7 @@ func (s *Scanner) unregister(q *Queue) {
 	s.removeLocked(q)
 	s.registered--
 	q.scanRegistered = false
-	s.signal()
+	signal(s.kick)
 }
 
 // activate adds q to the active set. Queues call it after every push to
@@ -192,7 +185,7 @@ func (s *Scanner) activate(q *Queue) {
 	first := len(s.active) == 1
 	s.activeMu.Unlock()
 	if first {
-		s.signal()
+		signal(s.kick)
 	}
 }
 
@@ -333,6 +326,9 @@ func (s *Scanner) worker() {
 		case q := <-s.workCh:
 			dirty, idle := q.scan()
 			if idle {
+				if s.opts.afterIdleScan != nil {
+					s.opts.afterIdleScan(q)
+				}
 				s.deactivate(q)
 			}
 			s.respCh <- dirty

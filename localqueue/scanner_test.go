@@ -78,11 +78,7 @@ func openMany(t testing.TB, s *Scanner, prefix string, n int, o Options) []*Queu
 // ones still get their timeouts processed, the idle ones never enter the
 // active set, and the pool follows the registered count.
 func TestScannerIdleAndBusy(t *testing.T) {
-	s, err := NewScanner(ScannerOptions{ScanInterval: 5 * time.Millisecond})
-	if err != nil {
-		t.Fatalf("NewScanner: %v", err)
-	}
-	defer s.Close()
+	s := startScanner(t, ScannerOptions{ScanInterval: 5 * time.Millisecond})
 	idle := openMany(t, s, "idle", 10_000, Options{MemQueueSize: 1})
 	busy := openMany(t, s, "busy", 3, Options{MemQueueSize: 10, MsgTimeout: 20 * time.Millisecond})
 	eventually(t, "pool grows to WorkerPoolMax", func() bool { return s.workers.Load() == DefaultWorkerPoolMax })
@@ -114,11 +110,7 @@ func TestScannerIdleAndBusy(t *testing.T) {
 // the run ends only if the scanner handled every single timeout while
 // queues kept joining and leaving the active set.
 func TestScannerNoLostWakeup(t *testing.T) {
-	s, err := NewScanner(ScannerOptions{ScanInterval: time.Millisecond, SelectionCount: 2, WorkerPoolMax: 2})
-	if err != nil {
-		t.Fatalf("NewScanner: %v", err)
-	}
-	defer s.Close()
+	s := startScanner(t, ScannerOptions{ScanInterval: time.Millisecond, SelectionCount: 2, WorkerPoolMax: 2})
 	qs := openMany(t, s, "q", 8, Options{MemQueueSize: 64, MsgTimeout: 2 * time.Millisecond})
 	const perQueue = 200
 	var finished atomic.Int64

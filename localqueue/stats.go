@@ -69,26 +69,27 @@ type counters struct {
 // Stats returns a snapshot; the fields are read one at a time, not
 // atomically together.
 func (q *Queue) Stats() Stats {
-	mem := int64(len(q.memChan))
-	be := max(q.backend.Depth()-q.markers.Load(), 0)
+	mem, be := int64(len(q.memChan)), q.backendDepth()
 	st := Stats{
-		Name:          q.opts.Name,
-		Depth:         mem + be,
-		MemDepth:      mem,
-		BackendDepth:  be,
-		InFlight:      q.inFlightLen(),
-		Deferred:      q.deferredLen(),
-		Puts:          q.stats.puts.Load(),
-		Delivered:     q.stats.delivered.Load(),
-		Finished:      q.stats.finished.Load(),
-		Requeued:      q.stats.requeued.Load(),
-		Touched:       q.stats.touched.Load(),
-		TimedOut:      q.stats.timedOut.Load(),
-		Dead:          q.stats.dead.Load(),
-		Duplicates:    q.stats.duplicates.Load(),
-		DecodeErrors:  q.stats.decodeErrors.Load(),
-		BackendErrors: q.backend.errorCount(),
-		WriteErrors:   q.stats.writeErrors.Load(),
+		Name:         q.opts.Name,
+		Depth:        mem + be,
+		MemDepth:     mem,
+		BackendDepth: be,
+		InFlight:     q.inFlightLen(),
+		Deferred:     q.deferredLen(),
+		Puts:         q.stats.puts.Load(),
+		Delivered:    q.stats.delivered.Load(),
+		Finished:     q.stats.finished.Load(),
+		Requeued:     q.stats.requeued.Load(),
+		Touched:      q.stats.touched.Load(),
+		TimedOut:     q.stats.timedOut.Load(),
+		Dead:         q.stats.dead.Load(),
+		Duplicates:   q.stats.duplicates.Load(),
+		DecodeErrors: q.stats.decodeErrors.Load(),
+		WriteErrors:  q.stats.writeErrors.Load(),
+	}
+	if q.backend != nil {
+		st.BackendErrors = q.backend.errorCount()
 	}
 	if j := q.journal; j != nil {
 		st.JournalBytes, st.JournalParked = j.stats()

@@ -1,0 +1,384 @@
+package localqueue
+
+import (
+	"errors"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// TestDuplicateKeepsLiveJournalState: a backend copy of a message in
+// flight (go-diskqueue replays after a crash) is dropped without touching
+// the journal's record of the live delivery, so that a crash afterwards
+// restores the live delivery's attempts, not the copy's.
+func TestDuplicateKeepsLiveJournalState(t *testing.T) {
+	clock := newFakeClock()
+	o := Options{
+		DataPath: t.TempDir(), SyncTimeout: time.Hour, MaxAttempts: 3, now: clock.Now,
+		OnDead: func(m *Message) {
+			t.Errorf("dead-lettered %q after %d attempts, want it redelivered", m.Body, m.Attempts)
+		},
+	}
+	q := openQueue(t, o)
+	id := mustPut(t, q, "x")
+	live := mustGet(t, q)
+	dup := *live
+	dup.Attempts, dup.Deadline = 5, time.Time{}
+	if err := q.writeBackend(&dup); err != nil {
+		t.Fatalf("writeBackend: %v", err)
+	}
+	other := mustPut(t, q, "y")
+	if got := mustGet(t, q); got.ID != other {
+		t.Fatalf("Get with a duplicate of %s queued: got %s, want %s", id, got.ID, other)
+	}
+	if got := q.Stats().Duplicates; got != 1 {
+		t.Fatalf("Duplicates: got %d, want 1", got)
+	}
+	q.journal.mu.Lock()
+	e := q.journal.live[id]
+	q.journal.mu.Unlock()
+	if e.state != stateInFlight || e.attempts != 1 {
+		t.Fatalf("journal entry of the live delivery: got state %d attempts %d, want in flight (%d), 1", e.state, e.attempts, stateInFlight)
+	}
+
+	o.DataPath = crashCopy(t, q)
+	q2 := openQueue(t, o)
+	expectExactly(t, q2, clock, map[ID]want{
+		id:    {"x", 2, clock.Now()},
+		other: {"y", 2, clock.Now()},
+	}, 0)
+}
+
+// TestRestartDeadLettersSpentDelivery: a message in flight on its
+// MaxAttempts-th delivery when the queue stops is dead-lettered by the
+// next Open (the delivery cut short counts), after a clean Close as after
+// a crash.
+func TestRestartDeadLettersSpentDelivery(t *testing.T) {
+	for _, crash := range []bool{false, true} {
+		t.Run(fmt.Sprintf("crash=%v", crash), func(t *testing.T) {
+			clock := newFakeClock()
+			var mu sync.Mutex
+			var dead []Message
+			o := Options{
+				DataPath: t.TempDir(), SyncTimeout: time.Hour, MaxAttempts: 1, now: clock.Now,
+				OnDead: func(m *Message) { mu.Lock(); dead = append(dead, *m); mu.Unlock() },
+			}
+			q := openQueue(t, o)
+			spent := mustPut(t, q, "spent")
+			kept := mustPut(t, q, "kept")
+			if m := mustGet(t, q); m.ID != spent {
+				t.Fatalf("Get: got %q, want %q", m.Body, "spent")
+			}
+			if crash {
+				o.DataPath = crashCopy(t, q)
+			} else if err := q.Close(); err != nil {
+				t.Fatalf("Close: %v", err)
+			}
+
+			q2 := openQueue(t, o)
+			mu.Lock()
+			got := dead
+			mu.Unlock()
+			if len(got) != 1 || got[0].ID != spent || got[0].Attempts != 1 || string(got[0].Body) != "spent" {
+				t.Fatalf("OnDead at Open: got %+v, want one call with %s, attempts 1", got, spent)
+			}
+			if st := q2.Stats(); st.Dead != 1 || st.JournalParked != 0 {
+				t.Fatalf("Stats after Open: got dead %d, parked %d, want 1, 0", st.Dead, st.JournalParked)
+			}
+			expectExactly(t, q2, clock, map[ID]want{kept: {"kept", 1, clock.Now()}}, 0)
+		})
+	}
+}
+
+// TestStaleCheckStopsAfterDamage: when the backend loses data before the
+// dedup marker, the stale-copy check stops, so that a stale copy may be
+// delivered twice but no live message is dropped.
+//
+// Before the crash: m0..m5 put, m0..m2 delivered (journaled, in flight), d
+// deferred for 10s. go-diskqueue never synced its read position, so it
+// hands out m0..m5 (data file 0) again; Open writes its marker and the
+// restored copies of m0..m2 to data file 1, and d when it is due.
+func TestStaleCheckStopsAfterDamage(t *testing.T) {
+	const record = 4 + envelopeOverhead + 2 // go-diskqueue's length, envelope of a 2-byte body
+	tests := []struct {
+		name string
+		// damage is written to data file file at off: file 0 before Open,
+		// file 1 (not read yet) after it
+		file   int
+		off    int64
+		damage []byte
+		want   map[string]int // deliveries per body, each finished at once
+		decode uint64
+		// back after a clean restart: journaled messages whose backend
+		// copies went with the damage
+		back []string
+	}{
+		{
+			name: "a record that does not decode", file: 0, off: record + 4 + envelopeHeader, damage: []byte("zz"),
+			// m0's stale copy is dropped; m1's does not decode, which
+			// stops the check, so m2's stale copy is delivered besides
+			// its restored copy.
+			want:   map[string]int{"m0": 1, "m1": 1, "m2": 2, "m3": 1, "m4": 1, "m5": 1, "d": 1},
+			decode: 1,
+		},
+		{
+			name: "the marker's file is skipped", file: 1, off: 0, damage: []byte{0xff, 0xff, 0xff, 0xff},
+			// The stale copies of m0..m2 are dropped; go-diskqueue skips
+			// file 1 (the marker, the restored copies); d, due later and
+			// written to file 2, must not be taken for a stale copy.
+			want: map[string]int{"m3": 1, "m4": 1, "m5": 1, "d": 1},
+			back: []string{"m0", "m1", "m2"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			clock := newFakeClock()
+			o := Options{DataPath: t.TempDir(), SyncTimeout: time.Hour, now: clock.Now}
+			q := openQueue(t, o)
+			for i := range 6 {
+				mustPut(t, q, fmt.Sprintf("m%d", i))
+			}
+			if _, err := q.PutDeferred([]byte("d"), 10*time.Second); err != nil {
+				t.Fatalf("PutDeferred: %v", err)
+			}
+			for range 3 {
+				mustGet(t, q)
+			}
+			o.DataPath = crashCopy(t, q)
+			damage := func() {
+				writeAt(t, filepath.Join(o.DataPath, fmt.Sprintf("q.diskqueue.%06d.dat", tt.file)), tt.off, tt.damage)
+			}
+			if tt.file == 0 {
+				damage()
+			}
+			q2 := openQueue(t, o)
+			if tt.file != 0 {
+				damage()
+			}
+			got := map[string]int{}
+			deliver := func() {
+				for {
+					m := tryGet(t, q2, 200*time.Millisecond)
+					if m == nil {
+						return
+					}
+					got[string(m.Body)]++
+					mustFinish(t, q2, m.ID)
+				}
+			}
+			deliver()
+			clock.Add(10 * time.Second)
+			q2.scan()
+			deliver()
+			if fmt.Sprint(got) != fmt.Sprint(tt.want) {
+				t.Fatalf("deliveries: got %v, want %v", got, tt.want)
+			}
+			if st := q2.Stats(); st.DecodeErrors != tt.decode {
+				t.Fatalf("DecodeErrors: got %d, want %d", st.DecodeErrors, tt.decode)
+			}
+
+			if err := q2.Close(); err != nil {
+				t.Fatalf("Close: %v", err)
+			}
+			q3 := openQueue(t, o)
+			var back []string
+			for _, m := range drain(t, q3) {
+				back = append(back, string(m.Body))
+			}
+			slices.Sort(back)
+			if fmt.Sprint(back) != fmt.Sprint(tt.back) {
+				t.Fatalf("after a clean restart: got %v, want %v", back, tt.back)
+			}
+		})
+	}
+}
+
+// TestScannerDeactivateRechecks: a timer pushed while a worker is about to
+// take its queue out of the active set (the push sees the queue still
+// active and does not activate it) is not stranded: deactivate checks
+// again and puts the queue back.
+func TestScannerDeactivateRechecks(t *testing.T) {
+	clock := newFakeClock()
+	var once atomic.Bool
+	pushed := make(chan error, 1)
+	var q *Queue
+	s := startScanner(t, ScannerOptions{ScanInterval: time.Millisecond, afterIdleScan: func(sq *Queue) {
+		if sq == q && once.CompareAndSwap(false, true) {
+			_, err := q.PutDeferred([]byte("late"), time.Second)
+			pushed <- err
+		}
+	}})
+	q = openQueue(t, Options{MemQueueSize: 10, Scanner: s, now: clock.Now})
+	if _, err := q.PutDeferred([]byte("first"), time.Second); err != nil {
+		t.Fatalf("PutDeferred: %v", err)
+	}
+	clock.Add(time.Second) // the scanner releases "first" and finds q idle
+	if err := <-pushed; err != nil {
+		t.Fatalf("PutDeferred while q was leaving the active set: %v", err)
+	}
+	clock.Add(time.Second)
+	eventually(t, `the scanner releases "late"`, func() bool { return q.Depth() == 2 })
+	for _, body := range []string{"first", "late"} {
+		if m := mustGet(t, q); string(m.Body) != body {
+			t.Fatalf("Get: got %q, want %q", m.Body, body)
+		}
+	}
+}
+
+// TestJournalLiveBytes: the journal counts as live only the PARK records of
+// live messages, not the FINs a compaction keeps, and compaction does not
+// rewrite those FINs over and over.
+func TestJournalLiveBytes(t *testing.T) {
+	const cycles = 300
+	q := openQueue(t, Options{DataPath: t.TempDir(), SyncTimeout: time.Hour, journalCompactBytes: 4 << 10})
+	j := q.journal
+	check := func(when string) {
+		t.Helper()
+		j.mu.Lock()
+		var parks int64
+		for _, e := range j.live {
+			parks += int64(e.size)
+		}
+		got := j.liveBytes
+		j.mu.Unlock()
+		if got != parks {
+			t.Fatalf("%s: liveBytes: got %d, want %d (the live PARK records)", when, got, parks)
+		}
+	}
+	var held []ID
+	for i := range cycles {
+		mustPut(t, q, fmt.Sprintf("m%03d", i))
+		m := mustGet(t, q)
+		if i%50 == 0 {
+			held = append(held, m.ID)
+		} else {
+			mustFinish(t, q, m.ID)
+		}
+		settleCompaction(t, q)
+	}
+	st := q.Stats()
+	if st.JournalCompactions == 0 || st.JournalCompactions > cycles/10 {
+		t.Fatalf("compactions: got %d in %d cycles, want 1 to %d", st.JournalCompactions, cycles, cycles/10)
+	}
+	t.Logf("%d cycles: %d compactions", cycles, st.JournalCompactions)
+	check(fmt.Sprintf("%d in flight", len(held)))
+	for _, id := range held {
+		mustFinish(t, q, id)
+	}
+	check("nothing live")
+}
+
+// TestFinishWritesFINOutsideInFlightLock: a Finish waiting for the journal
+// (an fsync, with SyncEvery 1) does not hold the in-flight lock that Get,
+// Touch, Requeue and the scanner need.
+func TestFinishWritesFINOutsideInFlightLock(t *testing.T) {
+	q := openQueue(t, Options{DataPath: t.TempDir(), SyncEvery: 1})
+	mustPut(t, q, "a")
+	mustPut(t, q, "b")
+	a, b := mustGet(t, q), mustGet(t, q)
+
+	q.journal.mu.Lock() // the journal is busy
+	finished := make(chan error, 1)
+	go func() { finished <- q.Finish(a.ID) }()
+	waitForGoroutine(t, "Finish waiting for the journal", "localqueue.(*journal).fin(")
+	touched := make(chan error, 1)
+	go func() { touched <- q.Touch(b.ID) }()
+	select {
+	case err := <-touched:
+		q.journal.mu.Unlock()
+		if err != nil {
+			t.Fatalf("Touch: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		q.journal.mu.Unlock()
+		<-touched
+		t.Fatalf("Touch of another message: still blocked after 10s while a Finish waited for the journal, want it done")
+	}
+	if err := <-finished; err != nil {
+		t.Fatalf("Finish: %v", err)
+	}
+}
+
+// TestCompactionKeepsTail: records appended while the background
+// compaction rewrites the journal (a FIN, a MOVE, a new PARK) are carried
+// over to the new file, and a crash right after it restores exactly what
+// is live.
+func TestCompactionKeepsTail(t *testing.T) {
+	clock := newFakeClock()
+	start := clock.Now()
+	o := Options{DataPath: t.TempDir(), SyncTimeout: time.Hour, now: clock.Now}
+	q := openQueue(t, o)
+	j := q.journal
+	var ids [4]ID
+	for i := range ids {
+		ids[i] = mustPut(t, q, fmt.Sprintf("m%d", i))
+	}
+	for range 3 {
+		mustGet(t, q)
+	}
+
+	j.compactMu.Lock()
+	j.mu.Lock()
+	old, s := j.out, j.snapshotLocked()
+	j.mu.Unlock()
+	mustFinish(t, q, ids[0])                               // FIN in the tail
+	if err := q.Requeue(ids[1], time.Minute); err != nil { // MOVE in the tail
+		t.Fatalf("Requeue: %v", err)
+	}
+	if m := mustGet(t, q); m.ID != ids[3] { // PARK in the tail
+		t.Fatalf("Get: got %q, want m3", m.Body)
+	}
+	rw, err := j.rewrite(old.f, s)
+	if err != nil {
+		t.Fatalf("rewrite: %v", err)
+	}
+	j.mu.Lock()
+	tail := old.size - s.end
+	err = j.installLocked(old, rw, s.end)
+	for id, e := range j.live {
+		if m, _, rerr := readPark(j.out.f, e, nil); rerr != nil || m.ID != id {
+			err = errors.Join(err, fmt.Errorf("live %s at %d: got %s, %v, want its PARK", id, e.off, m.ID, rerr))
+		}
+	}
+	j.mu.Unlock()
+	j.compactMu.Unlock()
+	if err != nil {
+		t.Fatalf("install: %v", err)
+	}
+	if tail == 0 {
+		t.Fatalf("tail: got 0 bytes appended during the rewrite, want the FIN, MOVE and PARK")
+	}
+
+	clock.Add(time.Second)
+	o.DataPath = crashCopy(t, q)
+	q2 := openQueue(t, o)
+	expectExactly(t, q2, clock, map[ID]want{
+		ids[1]: {"m1", 2, start.Add(time.Minute)},
+		ids[2]: {"m2", 2, clock.Now()},
+		ids[3]: {"m3", 2, clock.Now()},
+	}, 2*time.Minute)
+}
+
+// TestMemoryOverflowOrder: in memory mode, while the FIFO behind the
+// memory chan holds messages, new ones queue behind them instead of
+// taking the chan's free room, so none is overtaken (or starved).
+func TestMemoryOverflowOrder(t *testing.T) {
+	q := openQueue(t, Options{MemQueueSize: 2})
+	for _, b := range []string{"a", "b", "c", "d"} { // a, b in the chan; c, d in the FIFO
+		mustPut(t, q, b)
+	}
+	var got []string
+	m := mustGet(t, q)
+	got = append(got, string(m.Body))
+	mustPut(t, q, "e") // the chan has room, but c and d are older
+	for range 4 {
+		got = append(got, string(mustGet(t, q).Body))
+	}
+	if want := "[a b c d e]"; fmt.Sprint(got) != want {
+		t.Fatalf("delivery order: got %v, want %s", got, want)
+	}
+}
