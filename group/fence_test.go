@@ -21,25 +21,8 @@ import (
 // committed).
 func TestLateCompletionIsNotCommitted(t *testing.T) {
 	const stuckAt = 2
-	release, stuck := make(chan struct{}), make(chan struct{})
-	g, err := New(Config{
-		Brokers: []string{"mem:0"}, Topics: []string{"mem"}, GroupID: "mem",
-		Size: 1, Num: 2, Ticker: -1, DrainTimeout: 100 * time.Millisecond,
-	}, Handler[*Message]{Do: func(_ context.Context, batch []*Message) error {
-		if batch[0].Offset == stuckAt {
-			close(stuck)
-			<-release
-		}
-		return nil
-	}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	stopWorkers := g.startWorkers(context.Background())
-	var releaseOnce sync.Once
-	unstick := func() { releaseOnce.Do(func() { close(release) }) }
-	defer stopWorkers()
-	defer unstick() // before stopWorkers, even when the test fails early
+	g, stuck, unstick := stuckGroup(t, Config{Size: 1, Num: 2, DrainTimeout: 100 * time.Millisecond},
+		func(m *Message) bool { return m.Offset == stuckAt })
 	sess := &memSession{ctx: context.Background(), marked: map[int32]int64{}}
 	claim := &memClaim{p: 0, msgs: make(chan *sarama.ConsumerMessage, 16)}
 	consumed := make(chan error, 1)
@@ -89,27 +72,8 @@ func TestLateCompletionIsNotCommitted(t *testing.T) {
 // one partition is stuck in Do, every other partition's messages finish and
 // are marked for commit.
 func TestSlowPartitionDoesNotHoldBackOthers(t *testing.T) {
-	release, stuck := make(chan struct{}), make(chan struct{})
-	g, err := New(Config{
-		Brokers: []string{"mem:0"}, Topics: []string{"mem"}, GroupID: "mem",
-		Size: 4, Num: 4, Ticker: -1,
-	}, Handler[*Message]{Do: func(_ context.Context, batch []*Message) error {
-		for _, m := range batch {
-			if m.Partition == 0 && m.Offset == 0 {
-				close(stuck)
-				<-release
-			}
-		}
-		return nil
-	}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	stopWorkers := g.startWorkers(context.Background())
-	var releaseOnce sync.Once
-	unstick := func() { releaseOnce.Do(func() { close(release) }) }
-	defer stopWorkers()
-	defer unstick()
+	g, stuck, unstick := stuckGroup(t, Config{Size: 4, Num: 4},
+		func(m *Message) bool { return m.Partition == 0 && m.Offset == 0 })
 	sess := &memSession{ctx: context.Background(), marked: map[int32]int64{}}
 	const parts, per = 4, 200
 	claims := make([]*memClaim, parts)
@@ -150,4 +114,32 @@ func TestSlowPartitionDoesNotHoldBackOthers(t *testing.T) {
 		close(c.msgs)
 	}
 	loops.Wait()
+}
+
+// stuckGroup is a group on the in-memory session whose Do blocks on the
+// first message for which isStuck is true: stuck is closed when it does,
+// and unstick lets it return. Its workers run until the test ends
+// (unstick first, so a failing test does not hang on them).
+func stuckGroup(t *testing.T, cfg Config, isStuck func(*Message) bool) (g *Group[*Message], stuck <-chan struct{}, unstick func()) {
+	t.Helper()
+	release, stuckCh := make(chan struct{}), make(chan struct{})
+	var stuckOnce, releaseOnce sync.Once
+	cfg.Brokers, cfg.Topics, cfg.GroupID, cfg.Ticker = []string{"mem:0"}, []string{"mem"}, "mem", -1
+	g, err := New(cfg, Handler[*Message]{Do: func(_ context.Context, batch []*Message) error {
+		for _, m := range batch {
+			if isStuck(m) {
+				stuckOnce.Do(func() { close(stuckCh) })
+				<-release
+			}
+		}
+		return nil
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stopWorkers := g.startWorkers(context.Background())
+	unstick = func() { releaseOnce.Do(func() { close(release) }) }
+	t.Cleanup(stopWorkers)
+	t.Cleanup(unstick) // cleanups run last-in first-out: this one first
+	return g, stuckCh, unstick
 }
