@@ -8,6 +8,7 @@ package merge
 
 import (
 	"context"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -152,6 +153,7 @@ func (p *Pool[M, T]) work(ctx context.Context, id int) {
 				continue
 			}
 		}
+		justRan := done != nil
 		st := p.s.Next(wk.b, flush, done)
 		if done != nil {
 			wk.spare, done = append(wk.spare, done), nil
@@ -185,6 +187,17 @@ func (p *Pool[M, T]) work(ctx context.Context, id int) {
 			flush = flush || !time.Now().Before(deadline)
 		case dispatch.Empty:
 			fillStart = time.Time{}
+			if justRan {
+				// Yield once before parking: the claim loops are likely
+				// mid-intake, and a worker that parks after every short
+				// Do call is woken again for the next message, a futex
+				// round trip per message. A wake that arrives meanwhile
+				// stays in the channel and costs one spare Next. With
+				// Size=1 and a no-op Do at Num=64 this took the
+				// in-memory pipeline from ~2.7 to ~1.1 µs/msg.
+				runtime.Gosched()
+				continue
+			}
 			var d time.Duration = -1
 			if r := wk.retries.Peek(); r != nil {
 				d = max(time.Until(r.Deadline), 0)
