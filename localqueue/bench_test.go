@@ -6,11 +6,12 @@ import (
 	"os"
 	"runtime"
 	"slices"
-	"syscall"
 	"testing"
 	"time"
 
 	diskqueue "github.com/nsqio/go-diskqueue"
+
+	"github.com/orderly-go/orderly/internal/cputime"
 )
 
 // benchEnv gates the side-by-side measurements (ratios and CPU figures)
@@ -292,11 +293,11 @@ func TestMeasureThroughput(t *testing.T) {
 
 func cpuTime(t *testing.T) time.Duration {
 	t.Helper()
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		t.Fatalf("getrusage: %v", err)
+	d, ok := cputime.Process()
+	if !ok {
+		t.Skip("this platform does not report process CPU time")
 	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	return d
 }
 
 // idleCPU reports the process CPU, in percent of one core, over a few

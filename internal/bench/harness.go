@@ -10,10 +10,10 @@ import (
 	"runtime"
 	"slices"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/orderly-go/orderly/internal/broker"
+	"github.com/orderly-go/orderly/internal/cputime"
 )
 
 // Options configure a benchmark run. Zero fields take the defaults; each
@@ -332,13 +332,10 @@ func (h *harness) runOne(ctx context.Context, con Contender, spec RunSpec) (Resu
 }
 
 // processCPU is the user+system CPU time the process has used; 0 where
-// getrusage is not available.
+// the platform does not report it.
 func processCPU() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	d, _ := cputime.Process()
+	return d
 }
 
 // WriteFiles writes results.json, table.md (the Markdown table printed on
