@@ -61,6 +61,10 @@ type claimLoop[T any] struct {
 	part   int32
 	resume commit.Done // offsets a previous owner finished (commit metadata)
 
+	held   held        // read while the budget was exhausted (see held.go)
+	pauser fetchPauser // nil if the claim cannot pause fetching
+	paused bool        // fetching paused through pauser
+
 	meta   string // metadata last marked (the offset is st.next)
 	metaAt time.Time
 	ranges []commit.Range // scratch for mark
@@ -94,15 +98,31 @@ func (g *Group[T]) consume(sess sarama.ConsumerGroupSession, claim sarama.Consum
 
 	msgs := claim.Messages()
 	sessDone := sess.Context().Done()
+	c.pauser, _ = claim.(fetchPauser)
 	for {
-		var in <-chan *sarama.ConsumerMessage
-		if c.p.Room() {
-			in = msgs
+		room := c.p.Room()
+		if room && c.held.len() > 0 {
+			c.intakeHeld()
+			continue
+		}
+		in := msgs
+		switch {
+		case room:
+			c.pauseFetch(false)
+		case c.pauser != nil:
+			c.pauseFetch(true) // and read on into held, to see a revoke at once
+		default:
+			in = nil // fetching cannot be paused: stop reading until credit returns
 		}
 		select {
 		case m, ok := <-in:
 			if !ok {
 				return c.revoke("claim revoked")
+			}
+			if !room {
+				c.held.push(m)
+				c.st.fetched.Add(1)
+				continue
 			}
 			if closed := c.intakeBurst(m, msgs); closed {
 				return c.revoke("claim revoked")
@@ -113,6 +133,31 @@ func (g *Group[T]) consume(sess sarama.ConsumerGroupSession, claim sarama.Consum
 			return c.revoke("session ended")
 		}
 	}
+}
+
+// pauseFetch pauses or resumes sarama's fetching of the partition (see
+// held), if the claim supports it.
+func (c *claimLoop[T]) pauseFetch(pause bool) {
+	if c.pauser == nil || c.paused == pause {
+		return
+	}
+	c.paused = pause
+	if pause {
+		c.pauser.Pause()
+	} else {
+		c.pauser.Resume()
+	}
+}
+
+// intakeHeld dispatches held messages, oldest first, as far as credit
+// (and one burst of Chan) goes. They were counted as fetched when held.
+func (c *claimLoop[T]) intakeHeld() {
+	more := c.p.Acquire(min(c.held.len(), c.g.cfg.Chan) - 1)
+	c.intake(c.held.pop())
+	for ; more > 0; more-- {
+		c.intake(c.held.pop())
+	}
+	c.endBurst()
 }
 
 // intakeBurst takes m and whatever else is already buffered, up to Chan and
@@ -136,11 +181,16 @@ drain:
 			break drain
 		}
 	}
+	c.st.fetched.Add(n)
+	c.endBurst()
+	return closed
+}
+
+// endBurst hands a burst of intake to the scheduler.
+func (c *claimLoop[T]) endBurst() {
 	c.p.Unused()
 	c.p.Flush()
-	c.st.fetched.Add(n)
 	c.advance() // skipped (undecodable) messages may be at the head
-	return closed
 }
 
 // intake turns one sarama message into an item: decoded, assigned a lane,
@@ -203,6 +253,7 @@ func (c *claimLoop[T]) advance() {
 // completions cannot be committed.
 func (c *claimLoop[T]) revoke(reason string) error {
 	dropped, abandoned := c.p.Revoke()
+	dropped += c.held.drop()
 	c.p.Drain()
 	late := int64(0)
 	if c.p.Outstanding() > 0 {
