@@ -71,3 +71,49 @@ func TestRebalanceHandoff(t *testing.T) {
 		})
 	}
 }
+
+// TestRevokeWhileBudgetSpent: a cooperative rebalance takes partitions
+// from a member whose in-flight budget is spent and whose sarama buffers
+// are full (1024 per partition). Its claims must see the revoke and return
+// within Rebalance.Timeout; a claim loop that stopped reading would not
+// (sarama then reports ErrRebalanceTimedOut and drops the member while it
+// is still consuming). The handoff is graceful: nothing handled twice.
+func TestRevokeWhileBudgetSpent(t *testing.T) {
+	const partitions, n, keys = 4, 12_000, 200
+	r := newRig(t, "budget-revoke", partitions, n, keys)
+	cfg := r.config("budget-revoke")
+	cfg.Sarama.Consumer.Group.Rebalance.GroupStrategies = []sarama.BalanceStrategy{sarama.NewBalanceStrategyCooperativeSticky()}
+	cfg.Sarama.Consumer.Group.Rebalance.Timeout = 3 * time.Second
+	slow := cfg
+	// About 400 msg/s: 1024 buffered messages take seconds to drain.
+	slow.Size, slow.Num, slow.Ticker, slow.Chan, slow.MaxInFlight = 1, 2, -1, 1024, 64
+	wa, wb := r.work(5*time.Millisecond, 0), r.work(0, 0)
+	wa.tag, wb.tag = "A", "B"
+	a, err := New(slow, Handler[*Message]{Do: wa.Do})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := New(cfg, Handler[*Message]{Do: wb.Do})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stopA := run(t, a)
+	waitFor(t, 30*time.Second, "the first member to spend its in-flight budget", func() bool {
+		return a.Stats().InFlight >= int64(slow.MaxInFlight)
+	})
+	stopB := run(t, b)
+	waitFor(t, 30*time.Second, "the second member to get partitions", func() bool { return b.Stats().Partitions > 0 })
+	if sa := a.Stats(); sa.Revokes == 0 || sa.Errors != 0 {
+		t.Errorf("first member after the rebalance: %d revokes, %d consumer errors; want revokes and no errors (ErrRebalanceTimedOut)",
+			sa.Revokes, sa.Errors)
+	}
+	if err := stopA(); err != nil {
+		t.Fatalf("first member Run: %v", err)
+	}
+	r.waitAllCommitted(cfg.GroupID, 90*time.Second)
+	if err := stopB(); err != nil {
+		t.Fatalf("second member Run: %v", err)
+	}
+	r.check(false)
+	r.checkFinalCommits(cfg.GroupID)
+}
