@@ -130,12 +130,17 @@ func (p *Partition[M, T]) Flush() {
 }
 
 // Room reports whether the in-flight budget has room; when it has not, the
-// partition is registered to be woken when it may, and should stop reading.
-// A partition that reads after Room said yes may overshoot MaxInFlight by
-// the one message it reads before Acquire.
+// partition is registered to be woken when it may, and should not dispatch
+// more. A partition that reads after Room said yes may overshoot
+// MaxInFlight by the one message it reads before Acquire. Asking again
+// while registered (a claim loop holding messages asks once per message)
+// costs one atomic load: the filler was kicked when it registered.
 func (p *Partition[M, T]) Room() bool {
 	if p.s.budget.used.Load() < p.s.budget.max {
 		return true
+	}
+	if p.budgetWait.Load() {
+		return false // registered, not woken yet
 	}
 	p.s.budget.wait(p.wake, &p.budgetWait.Bool)
 	if p.s.budget.used.Load() < p.s.budget.max {

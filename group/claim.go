@@ -99,6 +99,8 @@ func (g *Group[T]) consume(sess sarama.ConsumerGroupSession, claim sarama.Consum
 	msgs := claim.Messages()
 	sessDone := sess.Context().Done()
 	c.pauser, _ = claim.(fetchPauser)
+	hold := newHoldTimer()
+	defer hold.stop()
 	for {
 		room := c.p.Room()
 		if room && c.held.len() > 0 {
@@ -108,11 +110,15 @@ func (g *Group[T]) consume(sess sarama.ConsumerGroupSession, claim sarama.Consum
 		in := msgs
 		switch {
 		case room:
+			hold.stop()
 			c.pauseFetch(false)
-		case c.pauser != nil:
-			c.pauseFetch(true) // and read on into held, to see a revoke at once
+		case c.paused:
+			// read on into held, to see a revoke at once
 		default:
-			in = nil // fetching cannot be paused: stop reading until credit returns
+			in = nil // stop reading until credit returns, or holdAfter passes
+			if c.pauser != nil {
+				hold.arm()
+			}
 		}
 		select {
 		case m, ok := <-in:
@@ -120,19 +126,41 @@ func (g *Group[T]) consume(sess sarama.ConsumerGroupSession, claim sarama.Consum
 				return c.revoke("claim revoked")
 			}
 			if !room {
-				c.held.push(m)
-				c.st.fetched.Add(1)
+				c.holdBurst(m, msgs)
 				continue
 			}
 			if closed := c.intakeBurst(m, msgs); closed {
 				return c.revoke("claim revoked")
 			}
+		case <-hold.c:
+			hold.fired()
+			c.pauseFetch(true)
 		case <-c.p.Wake():
 			c.advance()
 		case <-sessDone:
 			return c.revoke("session ended")
 		}
 	}
+}
+
+// holdBurst holds m and whatever else is buffered, up to Chan. A closed
+// msgs is left for the loop to find.
+func (c *claimLoop[T]) holdBurst(m *sarama.ConsumerMessage, msgs <-chan *sarama.ConsumerMessage) {
+	c.held.push(m)
+	n := int64(1)
+drain:
+	for ; n < int64(c.g.cfg.Chan); n++ {
+		select {
+		case m, ok := <-msgs:
+			if !ok {
+				break drain
+			}
+			c.held.push(m)
+		default:
+			break drain
+		}
+	}
+	c.st.fetched.Add(n)
 }
 
 // pauseFetch pauses or resumes sarama's fetching of the partition (see

@@ -58,9 +58,9 @@ type Config struct {
 	Chan int
 	// MaxInFlight bounds the messages fetched but not yet behind the commit
 	// frontier, across all partitions. When it is reached, fetching pauses
-	// (sarama's PartitionConsumer.Pause) until the frontier moves; what
-	// sarama had fetched already waits, undispatched, in the claim loop.
-	// Default 65536.
+	// until the frontier moves (after 50 ms through sarama's
+	// PartitionConsumer.Pause, with what sarama had fetched already waiting,
+	// undispatched, in the claim loop). Default 65536.
 	MaxInFlight int
 	// DrainTimeout is how long a revoked partition (rebalance or shutdown)
 	// waits for its started batches to finish before it commits what is
