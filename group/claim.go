@@ -99,8 +99,6 @@ func (g *Group[T]) consume(sess sarama.ConsumerGroupSession, claim sarama.Consum
 	msgs := claim.Messages()
 	sessDone := sess.Context().Done()
 	c.pauser, _ = claim.(fetchPauser)
-	hold := newHoldTimer()
-	defer hold.stop()
 	for {
 		room := c.p.Room()
 		if room && c.held.len() > 0 {
@@ -110,15 +108,17 @@ func (g *Group[T]) consume(sess sarama.ConsumerGroupSession, claim sarama.Consum
 		in := msgs
 		switch {
 		case room:
-			hold.stop()
 			c.pauseFetch(false)
-		case c.paused:
-			// read on into held, to see a revoke at once
-		default:
-			in = nil // stop reading until credit returns, or holdAfter passes
-			if c.pauser != nil {
-				hold.arm()
+		case c.pauser != nil:
+			// Read on into held: a revoke is seen at once, and sarama's
+			// fetch loop, which waits for every partition to take its
+			// last response, is not held up by this one. Past a
+			// channel's worth, stop fetching more.
+			if c.held.len() >= c.g.cfg.Chan {
+				c.pauseFetch(true)
 			}
+		default:
+			in = nil // fetching cannot be paused: stop reading until credit returns
 		}
 		select {
 		case m, ok := <-in:
@@ -132,9 +132,6 @@ func (g *Group[T]) consume(sess sarama.ConsumerGroupSession, claim sarama.Consum
 			if closed := c.intakeBurst(m, msgs); closed {
 				return c.revoke("claim revoked")
 			}
-		case <-hold.c:
-			hold.fired()
-			c.pauseFetch(true)
 		case <-c.p.Wake():
 			c.advance()
 		case <-sessDone:

@@ -57,10 +57,11 @@ type Config struct {
 	// worker never blocks dispatch.
 	Chan int
 	// MaxInFlight bounds the messages fetched but not yet behind the commit
-	// frontier, across all partitions. When it is reached, fetching pauses
-	// until the frontier moves (after 50 ms through sarama's
-	// PartitionConsumer.Pause, with what sarama had fetched already waiting,
-	// undispatched, in the claim loop). Default 65536.
+	// frontier, across all partitions. When it is reached, nothing more is
+	// dispatched until the frontier moves; what sarama had fetched already
+	// waits, undispatched, in the claim loop, and past Chan messages a
+	// partition's fetching pauses (sarama's PartitionConsumer.Pause).
+	// Default 65536.
 	MaxInFlight int
 	// DrainTimeout is how long a revoked partition (rebalance or shutdown)
 	// waits for its started batches to finish before it commits what is

@@ -1,10 +1,6 @@
 package group
 
-import (
-	"time"
-
-	"github.com/IBM/sarama"
-)
+import "github.com/IBM/sarama"
 
 // fetchPauser is what sarama's claims offer (through their
 // PartitionConsumer) to stop fetching a partition without giving it up.
@@ -14,19 +10,21 @@ type fetchPauser interface {
 }
 
 // held is the FIFO of messages a claim loop received while the in-flight
-// budget was exhausted. A paused claim loop must keep reading its claim:
-// under the cooperative protocol the only sign that a partition was revoked
-// is its Messages channel closing, behind whatever is buffered there, and
-// sarama gives ConsumeClaim Rebalance.Timeout to notice before it gives up
-// on the member (which then looks like a zombie to the rest of the group).
-// A loop starts holding once it has waited holdAfter for credit (short
-// waits, the common case under load, stay on sarama's side of the channel,
-// which costs nothing per message). Fetching is paused meanwhile
-// (fetchPauser), so held never exceeds what
-// sarama had already fetched for the partition: its channel buffer and the
-// rest of the fetch response in hand. Held messages are not in flight: they
-// are not dispatched, not tracked and not counted against MaxInFlight until
-// credit returns; on a revoke they are dropped like other unstarted work.
+// budget was exhausted. A claim loop out of budget must keep reading its
+// claim, for two reasons. Under the cooperative protocol the only sign that
+// a partition was revoked is its Messages channel closing, behind whatever
+// is buffered there, and sarama gives ConsumeClaim Rebalance.Timeout to
+// notice before it gives up on the member (which then looks like a zombie
+// to the rest of the group). And sarama's fetch loop for a broker waits
+// until every partition has taken its last response (or stalls for
+// MaxProcessingTime between two messages), so a loop that reads in
+// trickles as credit comes back holds up every partition of the broker,
+// revoked ones' close included. Past Chan held messages, fetching is paused
+// (fetchPauser), so held stays within what sarama had already fetched: a
+// channel's worth and the rest of the responses in hand. Held messages are
+// not in flight: they are not dispatched, not tracked and not counted
+// against MaxInFlight until credit returns; on a revoke they are dropped
+// like other unstarted work.
 type held struct {
 	q    []*sarama.ConsumerMessage
 	head int
@@ -53,42 +51,4 @@ func (h *held) drop() int {
 	clear(h.q)
 	h.q, h.head = h.q[:0], 0
 	return n
-}
-
-// holdAfter is how long a claim loop out of budget waits for credit before
-// it pauses fetching and reads on into held: the most a revoke waits to be
-// noticed, besides the channel's buffered messages.
-const holdAfter = 50 * time.Millisecond
-
-// holdTimer fires once holdAfter has passed since it was armed; c is nil
-// unless it is armed and has not fired.
-type holdTimer struct {
-	t     *time.Timer
-	c     <-chan time.Time
-	armed bool
-}
-
-func newHoldTimer() *holdTimer { return &holdTimer{} }
-
-// arm starts the wait unless it has started already.
-func (h *holdTimer) arm() {
-	if h.armed {
-		return
-	}
-	if h.t == nil {
-		h.t = time.NewTimer(holdAfter)
-	} else {
-		h.t.Reset(holdAfter)
-	}
-	h.c, h.armed = h.t.C, true
-}
-
-// fired records that c delivered; the timer stays armed until stop.
-func (h *holdTimer) fired() { h.c = nil }
-
-func (h *holdTimer) stop() {
-	if h.t != nil {
-		h.t.Stop()
-	}
-	h.c, h.armed = nil, false
 }
