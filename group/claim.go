@@ -136,6 +136,8 @@ func (g *Group[T]) consume(sess sarama.ConsumerGroupSession, claim sarama.Consum
 			c.advance()
 		case <-sessDone:
 			return c.revoke("session ended")
+		case <-c.g.stopping:
+			return c.revoke("shutdown")
 		}
 	}
 }

@@ -96,6 +96,10 @@ type Group[T any] struct {
 
 	claimsMu sync.Mutex
 	claims   map[*claimState]struct{}
+
+	// stopping is closed when Run's ctx ends: claim loops drain, commit
+	// and return while sarama's session still lives (see Run).
+	stopping chan struct{}
 }
 
 // counters are the group-wide counters not kept by merge or per claim.
@@ -132,9 +136,10 @@ func New[T any](cfg Config, h Handler[T]) (*Group[T], error) {
 			Size: cfg.Size, MaxInFlight: cfg.MaxInFlight, Window: cfg.Chan, WakeDelay: wakeDelay,
 			Reset: resetFunc(h),
 		}),
-		bufs:   make([][]T, cfg.Num),
-		pool:   merge.NewStats(cfg.Num),
-		claims: make(map[*claimState]struct{}),
+		bufs:     make([][]T, cfg.Num),
+		pool:     merge.NewStats(cfg.Num),
+		claims:   make(map[*claimState]struct{}),
+		stopping: make(chan struct{}),
 	}
 	for i := range g.bufs {
 		g.bufs[i] = make([]T, 0, cfg.Size)
@@ -175,10 +180,31 @@ func (g *Group[T]) Run(ctx context.Context) error {
 		}
 	})
 
+	// Shutdown drains and commits before sarama's session is told to end:
+	// cancelling Consume's context in the middle of a cooperative rejoin
+	// aborts the rejoin, and sarama then sends the final commits (held
+	// back during the rejoin) with the old generation, which the broker
+	// rejects; the next owner would handle that work again. Claim loops
+	// that drain on their own commit once the rejoin is through, and
+	// their return ends the session.
+	consumeCtx, cancelConsume := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelConsume()
+	var shutdown sync.WaitGroup
+	shutdown.Go(func() {
+		select {
+		case <-ctx.Done():
+		case <-consumeCtx.Done():
+			return
+		}
+		close(g.stopping)
+		g.awaitClaims(g.cfg.DrainTimeout + g.cfg.Sarama.Consumer.Group.Rebalance.Timeout)
+		cancelConsume()
+	})
+
 	b := &binding[T]{g: g}
 	wait := g.cfg.Retry.Backoff
 	for ctx.Err() == nil {
-		err := cg.Consume(ctx, g.cfg.Topics, b) // returns at each eager rebalance
+		err := cg.Consume(consumeCtx, g.cfg.Topics, b) // returns at each eager rebalance
 		if err == nil || ctx.Err() != nil {
 			wait = g.cfg.Retry.Backoff
 			continue
@@ -196,6 +222,8 @@ func (g *Group[T]) Run(ctx context.Context) error {
 		t.Stop()
 		wait = min(2*wait, g.cfg.Retry.MaxBackoff)
 	}
+	cancelConsume()
+	shutdown.Wait()
 	if err := cg.Close(); err != nil {
 		g.ctr.errors.Add(1)
 		g.log.Warn("closing consumer group", zap.Error(err))
@@ -203,6 +231,20 @@ func (g *Group[T]) Run(ctx context.Context) error {
 	errs.Wait()
 	stopWorkers()
 	return nil
+}
+
+// awaitClaims waits until no claim loop runs, or at most limit.
+func (g *Group[T]) awaitClaims(limit time.Duration) {
+	deadline := time.Now().Add(limit)
+	for time.Now().Before(deadline) {
+		g.claimsMu.Lock()
+		n := len(g.claims)
+		g.claimsMu.Unlock()
+		if n == 0 {
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }
 
 // startWorkers starts the worker pool. Do calls see a context that outlives
