@@ -40,15 +40,27 @@ func (h *held) pop() *sarama.ConsumerMessage {
 	h.q[h.head] = nil
 	h.head++
 	if h.head == len(h.q) {
-		h.q, h.head = h.q[:0], 0
+		h.reset()
 	}
 	return m
 }
+
+// reset empties h, keeping its array unless it grew past a few bursts
+// (a long stall can hold a whole fetch response per partition).
+func (h *held) reset() {
+	if cap(h.q) > maxKeptHeld {
+		h.q, h.head = nil, 0
+		return
+	}
+	h.q, h.head = h.q[:0], 0
+}
+
+const maxKeptHeld = 4096
 
 // drop lets go of every held message and returns how many there were.
 func (h *held) drop() int {
 	n := h.len()
 	clear(h.q)
-	h.q, h.head = h.q[:0], 0
+	h.reset()
 	return n
 }

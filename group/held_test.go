@@ -139,3 +139,41 @@ func TestHeldMessagesKeepOrder(t *testing.T) {
 	}
 	consumed <- nil // for the cleanup
 }
+
+// TestHeldFIFO: held gives messages back in the order it took them, drop
+// counts what was left, and a drained FIFO does not keep a large array.
+func TestHeldFIFO(t *testing.T) {
+	tests := []struct {
+		name      string
+		push, pop int
+		wantDrop  int
+		wantArray bool // the array is kept after the drop
+	}{
+		{"empty", 0, 0, 0, true},
+		{"all popped", 5, 5, 0, true},
+		{"some left", 5, 2, 3, true},
+		{"large, drained", maxKeptHeld + 1, 0, maxKeptHeld + 1, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var h held
+			for off := range int64(tt.push) {
+				h.push(&sarama.ConsumerMessage{Offset: off})
+			}
+			for want := range int64(tt.pop) {
+				if got := h.pop().Offset; got != want {
+					t.Fatalf("pop: got offset %d, want %d", got, want)
+				}
+			}
+			if got := h.drop(); got != tt.wantDrop {
+				t.Errorf("drop: got %d, want %d", got, tt.wantDrop)
+			}
+			if h.len() != 0 {
+				t.Errorf("len after drop: got %d, want 0", h.len())
+			}
+			if kept := h.q != nil; kept != tt.wantArray && tt.push > 0 {
+				t.Errorf("array kept after drop: got %v, want %v (cap %d)", kept, tt.wantArray, cap(h.q))
+			}
+		})
+	}
+}
