@@ -5,6 +5,9 @@ import (
 	"time"
 
 	"github.com/IBM/sarama"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
 )
 
 // TestRebalanceHandoff: a second member joins mid-stream, then the first
@@ -116,4 +119,49 @@ func TestRevokeWhileBudgetSpent(t *testing.T) {
 	}
 	r.check(false)
 	r.checkFinalCommits(cfg.GroupID)
+}
+
+// TestShutdownReleasesClaimsFirst: when Run's context ends, every claim
+// loop drains and commits on its own ("shutdown") while sarama's session
+// still lives, rather than after sarama ended it ("session ended"): during
+// a cooperative rejoin only the former's commit is accepted. The final
+// frontiers each claim logged are what the broker holds.
+func TestShutdownReleasesClaimsFirst(t *testing.T) {
+	const partitions, n, keys = 4, 20_000, 200
+	r := newRig(t, "shutdown", partitions, n, keys)
+	cfg := r.config("shutdown")
+	cfg.Sarama.Consumer.Group.Rebalance.GroupStrategies = []sarama.BalanceStrategy{sarama.NewBalanceStrategyCooperativeSticky()}
+	cfg.Size, cfg.Num = 8, 4
+	core, logs := observer.New(zapcore.InfoLevel)
+	cfg.Logger = zap.New(core)
+	g, err := New(cfg, Handler[*Message]{Do: r.work(2*time.Millisecond, 0).Do})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := run(t, g)
+	waitFor(t, 30*time.Second, "all partitions claimed and some messages handled", func() bool {
+		st := g.Stats()
+		return st.Partitions == partitions && st.Handled > 0
+	})
+	if err := stop(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	committed := r.b.Committed(cfg.GroupID, r.topic)
+	released := logs.FilterMessage("partition released").All()
+	if len(released) != partitions {
+		t.Fatalf("partition released: got %d entries, want %d", len(released), partitions)
+	}
+	for _, e := range released {
+		f := e.ContextMap()
+		p, next := int32(f["partition"].(int32)), f["committed"].(int64)
+		if f["reason"] != "shutdown" {
+			t.Errorf("partition %d released with reason %q, want \"shutdown\"", p, f["reason"])
+		}
+		if next >= 0 && committed[p] != next {
+			t.Errorf("partition %d: broker holds %d, want the final frontier %d", p, committed[p], next)
+		}
+	}
+	if h := g.Stats().Handled; h >= n {
+		t.Fatalf("handled everything (%d) before the stop: slow the work down", h)
+	}
 }
