@@ -125,11 +125,13 @@ func (g *Group[T]) consume(sess sarama.ConsumerGroupSession, claim sarama.Consum
 			if !ok {
 				return c.revoke("claim revoked")
 			}
-			if !room {
-				c.holdBurst(m, msgs)
-				continue
+			var closed bool
+			if room {
+				closed = c.intakeBurst(m, msgs)
+			} else {
+				closed = c.burst(m, msgs, c.g.cfg.Chan-1, true)
 			}
-			if closed := c.intakeBurst(m, msgs); closed {
+			if closed {
 				return c.revoke("claim revoked")
 			}
 		case <-c.p.Wake():
@@ -140,26 +142,6 @@ func (g *Group[T]) consume(sess sarama.ConsumerGroupSession, claim sarama.Consum
 			return c.revoke("shutdown")
 		}
 	}
-}
-
-// holdBurst holds m and whatever else is buffered, up to Chan. A closed
-// msgs is left for the loop to find.
-func (c *claimLoop[T]) holdBurst(m *sarama.ConsumerMessage, msgs <-chan *sarama.ConsumerMessage) {
-	c.held.push(m)
-	n := int64(1)
-drain:
-	for ; n < int64(c.g.cfg.Chan); n++ {
-		select {
-		case m, ok := <-msgs:
-			if !ok {
-				break drain
-			}
-			c.held.push(m)
-		default:
-			break drain
-		}
-	}
-	c.st.fetched.Add(n)
 }
 
 // pauseFetch pauses or resumes sarama's fetching of the partition (see
@@ -187,28 +169,41 @@ func (c *claimLoop[T]) intakeHeld() {
 	c.endBurst()
 }
 
+// burst takes m and up to more messages already buffered in msgs, into
+// the scheduler (intake) or, with hold, into held, and counts them as
+// fetched. It reports whether msgs was closed.
+func (c *claimLoop[T]) burst(m *sarama.ConsumerMessage, msgs <-chan *sarama.ConsumerMessage, more int, hold bool) (closed bool) {
+	n := int64(0)
+	for {
+		if hold {
+			c.held.push(m)
+		} else {
+			c.intake(m)
+		}
+		n++
+		if more == 0 {
+			break
+		}
+		more--
+		var ok bool
+		select {
+		case m, ok = <-msgs:
+			closed = !ok
+		default:
+		}
+		if !ok {
+			break
+		}
+	}
+	c.st.fetched.Add(n)
+	return closed
+}
+
 // intakeBurst takes m and whatever else is already buffered, up to Chan and
 // the in-flight budget, and hands it all to the scheduler in one step. It
 // reports whether msgs was closed.
 func (c *claimLoop[T]) intakeBurst(m *sarama.ConsumerMessage, msgs <-chan *sarama.ConsumerMessage) (closed bool) {
-	more := c.p.Acquire(c.g.cfg.Chan - 1)
-	c.intake(m)
-	n := int64(1)
-drain:
-	for ; more > 0; more-- {
-		select {
-		case m, ok := <-msgs:
-			if !ok {
-				closed = true
-				break drain
-			}
-			c.intake(m)
-			n++
-		default:
-			break drain
-		}
-	}
-	c.st.fetched.Add(n)
+	closed = c.burst(m, msgs, c.p.Acquire(c.g.cfg.Chan-1), false)
 	c.endBurst()
 	return closed
 }
