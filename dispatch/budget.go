@@ -42,19 +42,20 @@ func (b *budget) tryAcquire(n int64) int64 {
 	}
 }
 
-// wait registers wake to be signalled when credit is released, unless it
-// is registered already (registered is set until the wake is sent: a
-// partition woken for other reasons while paused would otherwise add
-// itself again and again). The caller must try to acquire again after
-// registering, so no release is missed.
-func (b *budget) wait(wake chan<- struct{}, registered *atomic.Bool) {
+// wait registers wake to be signalled when credit is released and reports
+// true, unless it is registered already (registered is set until the wake
+// is sent: a partition woken for other reasons while paused would
+// otherwise add itself again and again). After registering, the caller
+// must try to acquire again, so no release is missed.
+func (b *budget) wait(wake chan<- struct{}, registered *atomic.Bool) bool {
 	if registered.Swap(true) {
-		return
+		return false
 	}
 	b.mu.Lock()
 	b.waiters = append(b.waiters, waiter{wake, registered})
 	b.waiting.Store(int32(len(b.waiters)))
 	b.mu.Unlock()
+	return true
 }
 
 func (b *budget) release(n int64) {

@@ -139,10 +139,9 @@ func (p *Partition[M, T]) Room() bool {
 	if p.s.budget.used.Load() < p.s.budget.max {
 		return true
 	}
-	if p.budgetWait.Load() {
-		return false // registered, not woken yet
+	if !p.s.budget.wait(p.wake, &p.budgetWait.Bool) {
+		return false // registered before and not woken yet: the filler was kicked then
 	}
-	p.s.budget.wait(p.wake, &p.budgetWait.Bool)
 	if p.s.budget.used.Load() < p.s.budget.max {
 		return true
 	}
