@@ -67,10 +67,7 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		}
 	})
 	t.Run("defaults", func(t *testing.T) {
-		g, err := New(good, Handler[*Message]{Do: do})
-		if err != nil {
-			t.Fatal(err)
-		}
+		g := newGroup(t, good, do)
 		c := g.cfg
 		if c.Size != 1024 || c.Num != 32 || c.Ticker != 100*time.Millisecond || c.Chan != 1024 || c.MaxInFlight != 65536 {
 			t.Fatalf("defaults: got Size %d Num %d Ticker %v Chan %d MaxInFlight %d, want 1024 32 100ms 1024 65536",
@@ -257,10 +254,7 @@ func TestCorruptCommitMetadata(t *testing.T) {
 	w := r.work(0, 0)
 	cfg := r.config("corrupt")
 	cfg.Logger = logger
-	g, err := New(cfg, Handler[*Message]{Do: w.Do})
-	if err != nil {
-		t.Fatal(err)
-	}
+	g := newGroup(t, cfg, w.Do)
 	stop := run(t, g)
 	r.waitAllCommitted(cfg.GroupID, time.Minute)
 	if err := stop(); err != nil {

@@ -126,7 +126,7 @@ func TestCrashChild(t *testing.T) {
 	// About 25k msg/s: slow enough that several auto-commits (every 100 ms
 	// here) happen before the parent kills the first consumer.
 	cfg.Size, cfg.Num = 16, 8
-	g, err := New(cfg, Handler[*Message]{Do: func(_ context.Context, batch []*Message) error {
+	g := newGroup(t, cfg, func(_ context.Context, batch []*Message) error {
 		time.Sleep(5 * time.Millisecond)
 		buf := make([]byte, 0, 16*len(batch)) // Do runs on many workers at once
 		for _, m := range batch {
@@ -135,10 +135,7 @@ func TestCrashChild(t *testing.T) {
 		// One write(2) per batch, before Do returns: it survives SIGKILL.
 		_, err := f.Write(buf)
 		return err
-	}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	})
 	if err := g.Run(ctx); err != nil {
 		t.Fatal(err)
 	}

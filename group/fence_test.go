@@ -128,7 +128,7 @@ func stuckGroup(t *testing.T, cfg Config, isStuck func(*Message) bool) (g *Group
 	release, stuckCh := make(chan struct{}), make(chan struct{})
 	var stuckOnce, releaseOnce sync.Once
 	cfg.Brokers, cfg.Topics, cfg.GroupID, cfg.Ticker = []string{"mem:0"}, []string{"mem"}, "mem", -1
-	g, err := New(cfg, Handler[*Message]{Do: func(_ context.Context, batch []*Message) error {
+	g = newGroup(t, cfg, func(_ context.Context, batch []*Message) error {
 		for _, m := range batch {
 			if isStuck(m) {
 				stuckOnce.Do(func() { close(stuckCh) })
@@ -136,10 +136,7 @@ func stuckGroup(t *testing.T, cfg Config, isStuck func(*Message) bool) (g *Group
 			}
 		}
 		return nil
-	}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	})
 	stopWorkers := g.startWorkers(context.Background())
 	unstick = func() { releaseOnce.Do(func() { close(release) }) }
 	t.Cleanup(stopWorkers)

@@ -82,7 +82,7 @@ func TestHeldMessagesKeepOrder(t *testing.T) {
 	)
 	cfg := Config{Brokers: []string{"mem:0"}, Topics: []string{"mem"}, GroupID: "mem",
 		Size: 4, Num: 2, Ticker: -1, MaxInFlight: maxInFlight, Chan: 4}
-	g, err := New(cfg, Handler[*Message]{Do: func(_ context.Context, batch []*Message) error {
+	g := newGroup(t, cfg, func(_ context.Context, batch []*Message) error {
 		<-release // closed once every message is buffered: the budget runs out first
 		mu.Lock()
 		defer mu.Unlock()
@@ -90,10 +90,7 @@ func TestHeldMessagesKeepOrder(t *testing.T) {
 			seen = append(seen, m.Offset)
 		}
 		return nil
-	}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	})
 	t.Cleanup(g.startWorkers(context.Background()))
 	sess := &memSession{ctx: context.Background(), marked: map[int32]int64{}}
 	claim := &pausingClaim{memClaim: &memClaim{p: 0, msgs: make(chan *sarama.ConsumerMessage, sent)}}

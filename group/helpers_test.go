@@ -43,6 +43,17 @@ func produceSeq(t *testing.T, b *broker.Broker, topic string, n, keys int) {
 	}
 }
 
+// newGroup is New for a *Message handler whose config is known to be
+// valid.
+func newGroup(t testing.TB, cfg Config, do func(context.Context, []*Message) error) *Group[*Message] {
+	t.Helper()
+	g, err := New(cfg, Handler[*Message]{Do: do})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g
+}
+
 // waitFor polls cond until it holds or timeout passes.
 func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()

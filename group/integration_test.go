@@ -16,10 +16,7 @@ func TestConsumeAllInOrder(t *testing.T) {
 	w := r.work(0, 0.01)
 	cfg := r.config("all-in-order")
 	cfg.Size, cfg.Num = 64, 16
-	g, err := New(cfg, Handler[*Message]{Do: w.Do})
-	if err != nil {
-		t.Fatal(err)
-	}
+	g := newGroup(t, cfg, w.Do)
 	stop := run(t, g)
 	r.waitAllCommitted(cfg.GroupID, 2*time.Minute)
 	if err := stop(); err != nil {
@@ -54,10 +51,7 @@ func TestMaxInFlightBoundsFetching(t *testing.T) {
 	w := r.work(time.Millisecond, 0)
 	cfg := r.config("bounded")
 	cfg.Size, cfg.Num, cfg.MaxInFlight = 16, 8, bound
-	g, err := New(cfg, Handler[*Message]{Do: w.Do})
-	if err != nil {
-		t.Fatal(err)
-	}
+	g := newGroup(t, cfg, w.Do)
 	stop := run(t, g)
 	var peak int64
 	deadline := time.Now().Add(2 * time.Minute)

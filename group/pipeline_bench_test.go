@@ -79,10 +79,7 @@ var (
 func runMemPipeline(tb testing.TB, cfg Config, do func(context.Context, []*Message) error, n, parts, keys int, started func()) *Group[*Message] {
 	tb.Helper()
 	cfg.Brokers, cfg.Topics, cfg.GroupID = []string{"mem:0"}, []string{"mem"}, "mem"
-	g, err := New(cfg, Handler[*Message]{Do: do})
-	if err != nil {
-		tb.Fatal(err)
-	}
+	g := newGroup(tb, cfg, do)
 	sess := &memSession{ctx: context.Background(), marked: map[int32]int64{}}
 	stop := g.startWorkers(context.Background())
 	keyBytes := make([][]byte, keys)

@@ -35,14 +35,8 @@ func TestRebalanceHandoff(t *testing.T) {
 			cfg := r.config("handoff")
 			cfg.Sarama.Consumer.Group.Rebalance.GroupStrategies = []sarama.BalanceStrategy{tt.strategy}
 			cfg.Size, cfg.Num, cfg.Ticker = 8, 4, 5*time.Millisecond
-			a, err := New(cfg, Handler[*Message]{Do: w.Do})
-			if err != nil {
-				t.Fatal(err)
-			}
-			b, err := New(cfg, Handler[*Message]{Do: wb.Do})
-			if err != nil {
-				t.Fatal(err)
-			}
+			a := newGroup(t, cfg, w.Do)
+			b := newGroup(t, cfg, wb.Do)
 			stopA := run(t, a)
 			waitFor(t, 30*time.Second, "first member to handle 10% of the messages", func() bool { return a.Stats().Handled >= n/10 })
 			stopB := run(t, b)
@@ -92,14 +86,8 @@ func TestRevokeWhileBudgetSpent(t *testing.T) {
 	slow.Size, slow.Num, slow.Ticker, slow.Chan, slow.MaxInFlight = 1, 2, -1, 1024, 64
 	wa, wb := r.work(5*time.Millisecond, 0), r.work(0, 0)
 	wa.tag, wb.tag = "A", "B"
-	a, err := New(slow, Handler[*Message]{Do: wa.Do})
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := New(cfg, Handler[*Message]{Do: wb.Do})
-	if err != nil {
-		t.Fatal(err)
-	}
+	a := newGroup(t, slow, wa.Do)
+	b := newGroup(t, cfg, wb.Do)
 	stopA := run(t, a)
 	waitFor(t, 30*time.Second, "the first member to spend its in-flight budget", func() bool {
 		return a.Stats().InFlight >= int64(slow.MaxInFlight)
@@ -134,10 +122,7 @@ func TestShutdownReleasesClaimsFirst(t *testing.T) {
 	cfg.Size, cfg.Num = 8, 4
 	core, logs := observer.New(zapcore.InfoLevel)
 	cfg.Logger = zap.New(core)
-	g, err := New(cfg, Handler[*Message]{Do: r.work(2*time.Millisecond, 0).Do})
-	if err != nil {
-		t.Fatal(err)
-	}
+	g := newGroup(t, cfg, r.work(2*time.Millisecond, 0).Do)
 	stop := run(t, g)
 	waitFor(t, 30*time.Second, "all partitions claimed and some messages handled", func() bool {
 		st := g.Stats()

@@ -37,10 +37,7 @@ func TestSoak(t *testing.T) {
 	}
 	var live [slots]*member
 	start := func(i int) {
-		g, err := New(cfg, Handler[*Message]{Do: w.Do})
-		if err != nil {
-			t.Fatal(err)
-		}
+		g := newGroup(t, cfg, w.Do)
 		live[i] = &member{g: g, stop: run(t, g)}
 	}
 	start(0)
