@@ -278,8 +278,9 @@ func (h *harness) runRound(ctx context.Context, s scenario, ds *dataset, names [
 
 // roundOrder is the order contenders run in round (from 1): names rotated
 // by round-1 (A B C, B C A, C A B, ...; A B, B A, ... for two), so that
-// over len(names) rounds each runs in each position once: no contender is
-// always the one that runs first, or last, right after the same other.
+// over len(names) rounds each runs in each position once and no contender
+// always runs first or last. Rotation keeps the cyclic order: a contender
+// always follows the same other one, except when it runs first.
 func roundOrder(names []string, round int) []string {
 	if len(names) == 0 {
 		return nil

@@ -99,7 +99,7 @@ func newReport(opts Options) *Report {
 		index:   map[[3]string]*Row{},
 		Notes: []string{
 			"Throughput is timed from the start of the first handler call to the end of the last; 'total' includes the group join.",
-			"Each round runs every contender back to back, in an order rotated by one every round (A B C, B C A, C A B, ...), and every timed run starts after a runtime.GC(), so that no contender always runs in the same place or pays for collecting the previous run's garbage.",
+			"Each round runs every contender back to back, in an order rotated by one every round (A B C, B C A, C A B, ...; each position once over as many rounds as contenders, though a contender always follows the same other one unless it runs first), and every timed run starts after a runtime.GC(), so that no contender pays for collecting the previous run's garbage.",
 			"Ratios are medians of per-round ratios. CPU/msg is the whole process's user+system CPU over the run (join, shutdown and the in-process broker included) per message: less sensitive than msg/s to other load on the machine.",
 			"Every Kafka contender uses the same sarama config: V3_0_0_0, OffsetOldest, cooperative-sticky, ChannelBufferSize=Chan, default fetch sizes.",
 			"raw and databus have no retry concept: a failing call is repeated inline at once; orderly retries it after Retry.Backoff = 1 ms (doubling, at most 10 ms) while other lanes go on.",

@@ -100,13 +100,8 @@ func (h *harness) stallOne(ctx context.Context, con Contender, spec RunSpec) (*S
 	res, serr := h.sampleStall(rctx, con, spec, start, ended)
 	cancel()
 	<-ended
-	switch {
-	case serr != nil && runErr != nil:
-		return nil, fmt.Errorf("%w: %w", serr, runErr)
-	case serr != nil:
-		return nil, serr
-	case runErr != nil:
-		return nil, runErr
+	if err := errors.Join(serr, runErr); err != nil {
+		return nil, err
 	}
 	return res, nil
 }

@@ -50,8 +50,8 @@ func (w Work) Do(ctx context.Context, partition int32, offset int64, attempt, n 
 	return nil
 }
 
-// doInline is a call for contenders with no retry concept (raw, databus,
-// limit): it repeats the call until it succeeds, counting the failures, and
+// doInline is a call for contenders with no retry concept (databus and
+// limit; raw uses doInlineUncounted): it repeats the call until it succeeds, counting the failures, and
 // reports the n messages handled. It gives up, returning false, only when
 // ctx ends.
 func (w Work) doInline(ctx context.Context, t *tracker, partition int32, offset int64, n int) bool {
