@@ -311,7 +311,7 @@ func decodeAt(w *window, off int64, r *jrec, limit int) (n int, derr, err error)
 // or the file size.
 func (w *window) nonZero(off int64) (int64, error) {
 	for off < w.size {
-		b, err := w.at(off, int(min(w.size-off, 1<<20)))
+		b, err := w.buffered(off)
 		if err != nil {
 			return 0, err
 		}
@@ -332,6 +332,20 @@ type window struct {
 	size int64
 	base int64
 	buf  []byte
+}
+
+// buffered returns what the window holds from off on, reading a new window
+// only when off is outside the current one: scanning from each record's
+// start must not reload a MiB per record. Empty only at the end of the
+// file.
+func (w *window) buffered(off int64) ([]byte, error) {
+	if _, err := w.at(off, 1); err != nil {
+		return nil, err
+	}
+	if off >= w.base+int64(len(w.buf)) {
+		return nil, nil
+	}
+	return w.buf[off-w.base:], nil
 }
 
 // at returns up to n bytes at off: fewer only at the end of the file. The
