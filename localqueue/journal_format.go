@@ -21,7 +21,7 @@ import (
 //	1 PARK      state u8 | envelope (see envelope.go)        the message is parked here, with its body
 //	2 MOVE      state u8 | ID | attempts u32 | due i64 ns     a parked message changed state
 //	3 FIN       ID                                          finished or dead-lettered: no longer parked
-//	4 GEN       nonce u64                                   written by earlier versions; read and ignored
+//	4           unused (an earlier draft's GEN): corrupt
 //	5 HIST      ID                                          backend copies of ID read before the next Open's marker are stale
 //
 // state is stateInFlight, stateDeferred or stateReady (handed back to the
@@ -38,7 +38,6 @@ const (
 	kindPark = 1
 	kindMove = 2
 	kindFin  = 3
-	kindGen  = 4
 	kindHist = 5
 
 	stateInFlight = 1
@@ -48,7 +47,6 @@ const (
 	parkFixed = 3                // version, kind, state
 	moveSize  = 3 + 16 + 4 + 8   // version, kind, state, ID, attempts, due
 	finSize   = 2 + 16           // version, kind, ID
-	genSize   = 2 + 8            // version, kind, nonce
 	histSize  = finSize          // version, kind, ID
 	maxRecord = 1<<30 + 64 + 512 // above any PARK of a MaxMsgSize (at most 1 GiB) body
 )
@@ -61,7 +59,6 @@ type jrec struct {
 	id       ID
 	attempts int
 	due      time.Time
-	nonce    uint64
 	m        Message
 }
 
@@ -184,11 +181,6 @@ func decodeJournalRecord(b []byte, r *jrec) (int, error) {
 			return 0, bad(finSize)
 		}
 		copy(r.id[:], p[2:18])
-	case kindGen:
-		if len(p) != genSize {
-			return 0, bad(genSize)
-		}
-		r.nonce = binary.BigEndian.Uint64(p[2:10])
 	default:
 		return 0, fmt.Errorf("%w: unknown record kind %d", ErrCorruptJournal, r.kind)
 	}

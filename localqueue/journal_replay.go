@@ -277,10 +277,6 @@ func (rp *replayed) apply(off int64, n int, r *jrec) {
 		rp.hist[r.id] = struct{}{}
 	case kindHist:
 		rp.hist[r.id] = struct{}{}
-	case kindGen:
-		// Written by earlier versions, which ended each generation's
-		// history with it; its marker no longer ends anything: the history
-		// joins the new generation's.
 	}
 }
 
