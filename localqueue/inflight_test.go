@@ -295,21 +295,30 @@ func TestScannerRedeliversForReal(t *testing.T) {
 
 func TestDuplicateOfInFlightDropped(t *testing.T) {
 	q := openQueue(t, Options{DataPath: t.TempDir()})
-	id := mustPut(t, q, "x")
-	m := mustGet(t, q)
-	dup := *m
-	dup.Deadline = time.Time{}
-	if err := q.writeBackend(&dup); err != nil { // as go-diskqueue replays after a crash
+	id, _ := queueStaleCopyOfLive(t, q, 1)
+	mustFinish(t, q, id)
+}
+
+// queueStaleCopyOfLive puts "x" and takes it in flight, writes a copy of it
+// with attempts to the backend (as go-diskqueue replays after a crash),
+// puts "y", and checks that Get drops the copy for "y", counting one
+// duplicate. It returns the IDs of "x" and "y".
+func queueStaleCopyOfLive(t *testing.T, q *Queue, attempts int) (id, other ID) {
+	t.Helper()
+	id = mustPut(t, q, "x")
+	dup := *mustGet(t, q)
+	dup.Attempts, dup.Deadline = attempts, time.Time{}
+	if err := q.writeBackend(&dup); err != nil {
 		t.Fatalf("writeBackend: %v", err)
 	}
-	other := mustPut(t, q, "y")
+	other = mustPut(t, q, "y")
 	if got := mustGet(t, q); got.ID != other {
 		t.Fatalf("Get with a duplicate of %s queued: got %s, want %s", id, got.ID, other)
 	}
 	if got := q.Stats().Duplicates; got != 1 {
 		t.Fatalf("Duplicates: got %d, want 1", got)
 	}
-	mustFinish(t, q, id)
+	return id, other
 }
 
 // TestBackendWriteFailure: Put reports a failed backend write; a

@@ -24,20 +24,7 @@ func TestDuplicateKeepsLiveJournalState(t *testing.T) {
 		},
 	}
 	q := openQueue(t, o)
-	id := mustPut(t, q, "x")
-	live := mustGet(t, q)
-	dup := *live
-	dup.Attempts, dup.Deadline = 5, time.Time{}
-	if err := q.writeBackend(&dup); err != nil {
-		t.Fatalf("writeBackend: %v", err)
-	}
-	other := mustPut(t, q, "y")
-	if got := mustGet(t, q); got.ID != other {
-		t.Fatalf("Get with a duplicate of %s queued: got %s, want %s", id, got.ID, other)
-	}
-	if got := q.Stats().Duplicates; got != 1 {
-		t.Fatalf("Duplicates: got %d, want 1", got)
-	}
+	id, other := queueStaleCopyOfLive(t, q, 5)
 	q.journal.mu.Lock()
 	e := q.journal.live[id]
 	q.journal.mu.Unlock()
