@@ -164,21 +164,20 @@ func TestDoneContains(t *testing.T) {
 }
 
 func TestTrackerFinishedRanges(t *testing.T) {
-	tr := New[*entry](0)
+	tr := New[*entry]()
 	offs := []int64{5, 6, 8, 9, 11, 12, 13} // 7 and 10 do not exist
 	es := add(t, tr, offs...)
 	for _, i := range []int{0, 2, 3, 4, 6} { // 5, 8, 9, 11, 13 finished
-		es[i].done.Store(true)
+		tr.Finish(es[i])
 	}
-	tr.Advance(nil) // releases 5
 	base, ranges, ok := tr.Finished(nil)
-	want := []Range{{8, 12}, {13, 14}} // 8..11 run over the missing 10
+	want := []Range{{7, 12}, {13, 14}} // 7..11 run over the missing 7 and 10
 	if !ok || base != 6 || !slices.Equal(ranges, want) {
 		t.Fatalf("Finished: got base %d ranges %v ok %v, want 6 %v true", base, ranges, ok, want)
 	}
-	fresh := New[*entry](0)
+	fresh := New[*entry]()
 	es = add(t, fresh, 40, 41)
-	es[1].done.Store(true)
+	fresh.Finish(es[1])
 	if base, ranges, ok := fresh.Finished(nil); !ok || base != 40 || !slices.Equal(ranges, []Range{{41, 42}}) {
 		t.Fatalf("nothing released yet: got base %d ranges %v ok %v, want 40 [{41 42}] true", base, ranges, ok)
 	}

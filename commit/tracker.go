@@ -3,10 +3,15 @@
 // received, in the order received, so sparse offsets (compacted topics,
 // transaction markers) need no arithmetic on offsets.
 //
+// Only unfinished messages are kept: a Tracker is an intrusive list of them
+// in offset order. A message that finishes leaves the list at once, wherever
+// it is, so the finished messages above a stuck frontier cost nothing: the
+// offsets between two unfinished entries are the finished ones (or offsets
+// that do not exist, which are as good as finished). Add, Skip and Finish
+// are O(1); the commit metadata's ranges (Finished) are O(unfinished).
+//
 // One Tracker per claimed partition (a slow partition never holds back
-// another's commits). The owner goroutine adds and advances; any goroutine
-// may finish an entry, since Finished is read through the entry itself
-// (an atomic flag in practice). Add and Advance are O(1) amortized.
+// another's commits), used by its owner goroutine alone.
 package commit
 
 import (
@@ -14,160 +19,184 @@ import (
 	"fmt"
 )
 
+// Link is the tracker's part of an entry: embed one in each entry and
+// return it from TrackLink.
+type Link[E any] struct {
+	prev, next E
+	seq        uint64 // receive index: how many entries came before it
+	tracked    bool
+}
+
 // Entry is one received message as the tracker sees it.
-type Entry interface {
+type Entry[E any] interface {
 	comparable
 	Offset() int64
-	Finished() bool
+	TrackLink() *Link[E]
 }
 
 // ErrOffsetOrder reports an offset that does not follow the last one added.
 var ErrOffsetOrder = errors.New("commit: offset not above the previous one")
 
-// ErrFenced reports an Add after Fence.
+// ErrFenced reports an Add or Skip after Fence.
 var ErrFenced = errors.New("commit: tracker fenced")
 
-// Tracker is the per-partition frontier. Not safe for concurrent use except
-// that entries may finish concurrently.
-type Tracker[E Entry] struct {
-	ring       []E // power-of-two ring of unreleased entries in receive order
-	head, tail uint64
-	lastAdded  int64 // offset of the last entry added, -1 before any
-	next       int64 // offset to commit (last released + 1), -1 before any
+// Tracker is the per-partition frontier. Not safe for concurrent use.
+type Tracker[E Entry[E]] struct {
+	head, tail E      // unfinished entries, oldest first
+	n          int    // entries in the list
+	received   uint64 // entries added or skipped
+	lastAdded  int64  // offset of the last entry added or skipped, -1 before any
 	fenced     bool
 }
 
-// New returns a tracker whose ring starts with room for capacity entries
-// and grows as needed.
-func New[E Entry](capacity int) *Tracker[E] {
-	n := 16
-	for n < capacity {
-		n <<= 1
-	}
-	return &Tracker[E]{ring: make([]E, n), lastAdded: -1, next: -1}
-}
+// New returns an empty tracker.
+func New[E Entry[E]]() *Tracker[E] { return &Tracker[E]{lastAdded: -1} }
 
-// Add appends e, received after every entry added before it.
-func (t *Tracker[E]) Add(e E) error {
+func (t *Tracker[E]) receive(off int64) error {
 	if t.fenced {
 		return ErrFenced
 	}
-	if off := e.Offset(); off <= t.lastAdded {
+	if off <= t.lastAdded {
 		return fmt.Errorf("%w: offset %d after %d", ErrOffsetOrder, off, t.lastAdded)
 	}
-	if t.tail-t.head == uint64(len(t.ring)) {
-		t.grow()
-	}
-	t.ring[t.tail&uint64(len(t.ring)-1)] = e
-	t.tail++
-	t.lastAdded = e.Offset()
+	t.lastAdded = off
+	t.received++
 	return nil
 }
 
-func (t *Tracker[E]) grow() {
-	bigger := make([]E, 2*len(t.ring))
-	mask := uint64(len(t.ring) - 1)
-	for i := t.head; i < t.tail; i++ {
-		bigger[i-t.head] = t.ring[i&mask]
-	}
-	t.tail -= t.head
-	t.head = 0
-	t.ring = bigger
-}
-
-// Advance releases the finished prefix, calling release (if non-nil) for
-// each released entry in order, and returns how many it released. After
-// Fence it releases nothing.
-func (t *Tracker[E]) Advance(release func(E)) int {
-	if t.fenced {
-		return 0
+// Add appends e, unfinished, received after every entry added before it.
+func (t *Tracker[E]) Add(e E) error {
+	if err := t.receive(e.Offset()); err != nil {
+		return err
 	}
 	var zero E
-	mask := uint64(len(t.ring) - 1)
-	n := 0
-	for t.head < t.tail {
-		slot := &t.ring[t.head&mask]
-		e := *slot
-		if !e.Finished() {
-			break
-		}
-		t.next = e.Offset() + 1
-		*slot = zero
-		t.head++
-		n++
-		if release != nil {
-			release(e)
-		}
+	l := e.TrackLink()
+	*l = Link[E]{prev: t.tail, seq: t.received - 1, tracked: true}
+	if t.tail == zero {
+		t.head = e
+	} else {
+		t.tail.TrackLink().next = e
 	}
-	return n
+	t.tail = e
+	t.n++
+	return nil
 }
 
-// Head returns the oldest unreleased entry: the one whose finishing can
-// move the frontier.
+// Skip records a message received at off that is finished already (it
+// needs no work): the frontier may pass it at once.
+func (t *Tracker[E]) Skip(off int64) error { return t.receive(off) }
+
+// Finish removes e, which was added and has finished. It reports whether e
+// was the head, that is whether the frontier moved. Finishing an entry
+// that is not tracked (after Fence, or twice) does nothing.
+func (t *Tracker[E]) Finish(e E) bool {
+	l := e.TrackLink()
+	if !l.tracked {
+		return false
+	}
+	var zero E
+	wasHead := t.head == e
+	if l.prev == zero {
+		t.head = l.next
+	} else {
+		l.prev.TrackLink().next = l.next
+	}
+	if l.next == zero {
+		t.tail = l.prev
+	} else {
+		l.next.TrackLink().prev = l.prev
+	}
+	*l = Link[E]{}
+	t.n--
+	return wasHead
+}
+
+// Head returns the oldest unfinished entry: the one whose finishing moves
+// the frontier.
 func (t *Tracker[E]) Head() (E, bool) {
-	if t.head == t.tail {
-		var zero E
-		return zero, false
-	}
-	return t.ring[t.head&uint64(len(t.ring)-1)], true
+	var zero E
+	return t.head, t.head != zero
 }
 
-// Finished returns the offset to commit along with the finished entries
-// above it, as ranges for EncodeMeta. base is the offset after the last
-// released entry, or the head's offset when nothing was released yet; ok
-// is false when nothing is tracked or released. Consecutive finished
-// entries form one range even across offset gaps (offsets that do not
-// exist, as in compacted topics). O(pending).
+// Next returns the offset to commit: the oldest unfinished entry's offset,
+// or one past the last offset received when every entry has finished; false
+// before anything was received.
+func (t *Tracker[E]) Next() (int64, bool) {
+	if h, ok := t.Head(); ok {
+		return h.Offset(), true
+	}
+	return t.lastAdded + 1, t.received > 0
+}
+
+// Received is how many entries were added or skipped.
+func (t *Tracker[E]) Received() uint64 { return t.received }
+
+// Released is how many received entries lie below the frontier.
+func (t *Tracker[E]) Released() uint64 {
+	if h, ok := t.Head(); ok {
+		return h.TrackLink().seq
+	}
+	return t.received
+}
+
+// Pending is the number of unfinished entries.
+func (t *Tracker[E]) Pending() int { return t.n }
+
+// FinishedAbove is how many received entries above the frontier have
+// finished (their offsets go in the commit metadata).
+func (t *Tracker[E]) FinishedAbove() uint64 { return t.received - t.Released() - uint64(t.n) }
+
+// Last returns the offset of the last entry added or skipped, -1 before any.
+func (t *Tracker[E]) Last() int64 { return t.lastAdded }
+
+// Finished returns the offset to commit along with the finished offsets
+// above it, as ranges for EncodeMeta, reusing dst; ok is false before
+// anything was received. The ranges are the gaps between unfinished
+// entries, so they also cover offsets that do not exist (compacted topics,
+// transaction markers), which no message will ever come for.
+// O(unfinished).
 func (t *Tracker[E]) Finished(dst []Range) (base int64, ranges []Range, ok bool) {
 	ranges = dst[:0]
-	base, ok = t.next, t.next >= 0
-	mask := uint64(len(t.ring) - 1)
-	if t.head < t.tail {
-		if !ok {
-			base, ok = t.ring[t.head&mask].Offset(), true
+	base, ok = t.Next()
+	h, any := t.Head()
+	if !any {
+		return base, ranges, ok
+	}
+	var zero E
+	prev := h.Offset()
+	for e := h.TrackLink().next; e != zero; e = e.TrackLink().next {
+		off := e.Offset()
+		if off > prev+1 {
+			ranges = append(ranges, Range{prev + 1, off})
 		}
-		inRun := false
-		for i := t.head; i < t.tail; i++ {
-			e := t.ring[i&mask]
-			if !e.Finished() {
-				inRun = false
-				continue
-			}
-			off := e.Offset()
-			if inRun {
-				ranges[len(ranges)-1].End = off + 1
-			} else {
-				ranges = append(ranges, Range{off, off + 1})
-				inRun = true
-			}
-		}
+		prev = off
+	}
+	if t.lastAdded > prev {
+		ranges = append(ranges, Range{prev + 1, t.lastAdded + 1})
 	}
 	return base, ranges, ok
 }
 
-// Last returns the offset of the last entry added, -1 before any.
-func (t *Tracker[E]) Last() int64 { return t.lastAdded }
-
-// Next returns the offset to commit (the offset after the last released
-// entry) and whether anything has been released yet.
-func (t *Tracker[E]) Next() (int64, bool) { return t.next, t.next >= 0 }
-
-// Pending is the number of entries added and not yet released.
-func (t *Tracker[E]) Pending() int { return int(t.tail - t.head) }
-
-// Fence ends the tracker (its claim was revoked): later Adds fail and
-// Advance releases nothing, so completions that arrive after the revoke can
-// never move the frontier. It returns the number of entries left pending.
+// Fence ends the tracker (its claim was revoked): later Adds and Skips
+// fail, and Finish does nothing, so completions that arrive after the
+// revoke can never move the frontier. It unlinks every entry (so that none
+// keeps another alive) and returns how many were unfinished.
 func (t *Tracker[E]) Fence() int {
 	if t.fenced {
 		return 0
 	}
 	t.fenced = true
-	n := t.Pending()
+	n := t.n
 	var zero E
-	for i := range t.ring {
-		t.ring[i] = zero
+	for e := t.head; e != zero; {
+		l := e.TrackLink()
+		next := l.next
+		*l = Link[E]{}
+		e = next
 	}
-	t.head = t.tail
+	t.head, t.tail, t.n = zero, zero, 0
 	return n
 }
+
+// Fenced reports whether Fence was called.
+func (t *Tracker[E]) Fenced() bool { return t.fenced }

@@ -3,18 +3,17 @@ package commit
 import (
 	"errors"
 	"math/rand/v2"
-	"sync"
-	"sync/atomic"
+	"slices"
 	"testing"
 )
 
 type entry struct {
 	off  int64
-	done atomic.Bool
+	link Link[*entry]
 }
 
-func (e *entry) Offset() int64  { return e.off }
-func (e *entry) Finished() bool { return e.done.Load() }
+func (e *entry) Offset() int64             { return e.off }
+func (e *entry) TrackLink() *Link[*entry] { return &e.link }
 
 func add(t *testing.T, tr *Tracker[*entry], offs ...int64) []*entry {
 	t.Helper()
@@ -31,146 +30,196 @@ func add(t *testing.T, tr *Tracker[*entry], offs ...int64) []*entry {
 
 func TestFrontier(t *testing.T) {
 	tests := []struct {
-		name     string
-		offsets  []int64
-		finish   []int // indexes finished before Advance
-		wantNext int64 // -1: nothing committable
-		wantRel  int
+		name       string
+		offsets    []int64
+		finish     []int // indexes finished
+		wantNext   int64
+		wantRel    uint64
+		wantRanges []Range
 	}{
-		{"nothing finished", []int64{0, 1, 2}, nil, -1, 0},
-		{"head finished", []int64{0, 1, 2}, []int{0}, 1, 1},
-		{"out of order, gap at head", []int64{0, 1, 2}, []int{1, 2}, -1, 0},
-		{"out of order, all", []int64{0, 1, 2}, []int{2, 1, 0}, 3, 3},
-		{"gap in middle", []int64{10, 11, 12, 13}, []int{0, 1, 3}, 12, 2},
-		{"sparse offsets (compaction)", []int64{5, 9, 40, 41, 100}, []int{0, 1, 2}, 41, 3},
-		{"sparse, all done", []int64{5, 9, 40, 41, 100}, []int{4, 3, 2, 1, 0}, 101, 5},
+		{"nothing finished", []int64{0, 1, 2}, nil, 0, 0, nil},
+		{"head finished", []int64{0, 1, 2}, []int{0}, 1, 1, nil},
+		{"out of order, gap at head", []int64{0, 1, 2}, []int{1, 2}, 0, 0, []Range{{1, 3}}},
+		{"out of order, all", []int64{0, 1, 2}, []int{2, 1, 0}, 3, 3, nil},
+		{"gap in middle", []int64{10, 11, 12, 13}, []int{0, 1, 3}, 12, 2, []Range{{13, 14}}},
+		{"sparse offsets (compaction)", []int64{5, 9, 40, 41, 100}, []int{0, 1, 2}, 41, 3, []Range{{42, 100}}},
+		{"sparse, all done", []int64{5, 9, 40, 41, 100}, []int{4, 3, 2, 1, 0}, 101, 5, nil},
+		{"stuck head, rest done", []int64{0, 1, 2, 3, 4}, []int{1, 2, 3, 4}, 0, 0, []Range{{1, 5}}},
+		{"fragmented", []int64{0, 1, 2, 3, 4, 5}, []int{1, 3, 5}, 0, 0, []Range{{1, 2}, {3, 4}, {5, 6}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			tr := New[*entry](0)
+			tr := New[*entry]()
 			es := add(t, tr, tt.offsets...)
 			for _, i := range tt.finish {
-				es[i].done.Store(true)
-			}
-			var released []int64
-			n := tr.Advance(func(e *entry) { released = append(released, e.off) })
-			if n != tt.wantRel || len(released) != tt.wantRel {
-				t.Fatalf("released: got %d (%v), want %d", n, released, tt.wantRel)
-			}
-			for i, off := range released {
-				if off != tt.offsets[i] {
-					t.Fatalf("release order: got %v, want prefix of %v", released, tt.offsets)
-				}
+				tr.Finish(es[i])
 			}
 			next, ok := tr.Next()
-			if tt.wantNext < 0 {
-				if ok {
-					t.Fatalf("Next: got %d, want nothing committable", next)
-				}
-				return
-			}
 			if !ok || next != tt.wantNext {
 				t.Fatalf("Next: got %d (ok=%v), want %d", next, ok, tt.wantNext)
 			}
-			if got, want := tr.Pending(), len(tt.offsets)-tt.wantRel; got != want {
+			if got := tr.Released(); got != tt.wantRel {
+				t.Fatalf("Released: got %d, want %d", got, tt.wantRel)
+			}
+			if got, want := tr.Pending(), len(tt.offsets)-len(tt.finish); got != want {
 				t.Fatalf("Pending: got %d, want %d", got, want)
+			}
+			if got, want := tr.FinishedAbove(), uint64(len(tt.finish))-tt.wantRel; got != want {
+				t.Fatalf("FinishedAbove: got %d, want %d", got, want)
+			}
+			base, ranges, _ := tr.Finished(nil)
+			if base != tt.wantNext || !slices.Equal(ranges, tt.wantRanges) {
+				t.Fatalf("Finished: got %d %v, want %d %v", base, ranges, tt.wantNext, tt.wantRanges)
 			}
 		})
 	}
 }
 
+func TestSkip(t *testing.T) {
+	tr := New[*entry]()
+	if _, ok := tr.Next(); ok {
+		t.Fatal("Next before anything received: got ok, want nothing to commit")
+	}
+	if err := tr.Skip(4); err != nil {
+		t.Fatal(err)
+	}
+	if next, ok := tr.Next(); !ok || next != 5 {
+		t.Fatalf("Next after skipping 4: got %d (%v), want 5", next, ok)
+	}
+	es := add(t, tr, 5)
+	if err := tr.Skip(6); err != nil {
+		t.Fatal(err)
+	}
+	if next, _ := tr.Next(); next != 5 {
+		t.Fatalf("Next with 5 unfinished: got %d, want 5", next)
+	}
+	if _, ranges, _ := tr.Finished(nil); !slices.Equal(ranges, []Range{{6, 7}}) {
+		t.Fatalf("Finished: got %v, want [6, 7) (the skipped message)", ranges)
+	}
+	tr.Finish(es[0])
+	if next, _ := tr.Next(); next != 7 {
+		t.Fatalf("Next after finishing 5: got %d, want 7", next)
+	}
+	if got := tr.Released(); got != 3 {
+		t.Fatalf("Released: got %d, want 3", got)
+	}
+}
+
 func TestOffsetOrderRejected(t *testing.T) {
-	tr := New[*entry](0)
+	tr := New[*entry]()
 	add(t, tr, 7)
 	for _, off := range []int64{7, 3} {
 		if err := tr.Add(&entry{off: off}); !errors.Is(err, ErrOffsetOrder) {
 			t.Fatalf("Add(%d) after 7: got %v, want ErrOffsetOrder", off, err)
 		}
+		if err := tr.Skip(off); !errors.Is(err, ErrOffsetOrder) {
+			t.Fatalf("Skip(%d) after 7: got %v, want ErrOffsetOrder", off, err)
+		}
 	}
 }
 
 func TestFenceStopsCommits(t *testing.T) {
-	tr := New[*entry](0)
+	tr := New[*entry]()
 	es := add(t, tr, 0, 1, 2, 3)
-	es[0].done.Store(true)
-	if n := tr.Advance(nil); n != 1 {
-		t.Fatalf("Advance before fence: got %d, want 1", n)
-	}
+	tr.Finish(es[0])
 	if pending := tr.Fence(); pending != 3 {
 		t.Fatalf("Fence pending: got %d, want 3", pending)
 	}
 	// Completions that arrive after the revoke must not move the frontier.
 	for _, e := range es[1:] {
-		e.done.Store(true)
-	}
-	if n := tr.Advance(nil); n != 0 {
-		t.Fatalf("Advance after fence: got %d released, want 0", n)
-	}
-	if next, _ := tr.Next(); next != 1 {
-		t.Fatalf("Next after fence: got %d, want 1 (the pre-fence frontier)", next)
+		if tr.Finish(e) {
+			t.Fatalf("Finish(%d) after fence moved the frontier", e.off)
+		}
 	}
 	if err := tr.Add(&entry{off: 9}); !errors.Is(err, ErrFenced) {
 		t.Fatalf("Add after fence: got %v, want ErrFenced", err)
 	}
+	if err := tr.Skip(9); !errors.Is(err, ErrFenced) {
+		t.Fatalf("Skip after fence: got %v, want ErrFenced", err)
+	}
+	for _, e := range es {
+		if e.link != (Link[*entry]{}) {
+			t.Fatalf("offset %d still linked after Fence", e.off)
+		}
+	}
 }
 
-// TestConcurrentFinish finishes entries from many goroutines in random order
-// while the owner advances; the frontier must never pass an unfinished entry.
-func TestConcurrentFinish(t *testing.T) {
-	const n = 20000
-	tr := New[*entry](4) // force growth
-	es := add(t, tr, func() []int64 {
-		o := make([]int64, n)
-		for i := range o {
-			o[i] = int64(i * 2) // sparse
-		}
-		return o
-	}()...)
-	perm := rand.New(rand.NewPCG(3, 4)).Perm(n)
-	var wg sync.WaitGroup
-	for g := 0; g < 4; g++ {
-		wg.Go(func() {
-			for i := g; i < n; i += 4 {
-				es[perm[i]].done.Store(true)
+// TestAgainstModel adds, skips and finishes at random and compares the
+// frontier, the counts and the finished ranges with a plain set of
+// offsets.
+func TestAgainstModel(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	tr := New[*entry]()
+	var live []*entry
+	state := map[int64]bool{} // received offset -> finished
+	off := int64(0)
+	for step := range 20000 {
+		switch r := rng.IntN(10); {
+		case r < 5:
+			off += 1 + int64(rng.IntN(3)) // sparse at times
+			live = append(live, add(t, tr, off)...)
+			state[off] = false
+		case r < 6:
+			off++
+			if err := tr.Skip(off); err != nil {
+				t.Fatal(err)
 			}
-		})
-	}
-	released := 0
-	check := func(e *entry) {
-		if !e.Finished() {
-			t.Errorf("released unfinished offset %d", e.off)
+			state[off] = true
+		case len(live) > 0:
+			i := rng.IntN(len(live))
+			e := live[i]
+			live = slices.Delete(live, i, i+1)
+			tr.Finish(e)
+			state[e.off] = true
 		}
-		if want := int64(released * 2); e.off != want {
-			t.Errorf("release order: got offset %d, want %d", e.off, want)
+		if step%97 != 0 || len(state) == 0 {
+			continue
 		}
-		released++
-	}
-	for released < n {
-		tr.Advance(check)
-		if t.Failed() {
-			break
+		var offs []int64
+		for o := range state {
+			offs = append(offs, o)
 		}
-	}
-	wg.Wait()
-	if next, _ := tr.Next(); next != int64(2*(n-1)+1) {
-		t.Fatalf("final Next: got %d, want %d", next, 2*(n-1)+1)
+		slices.Sort(offs)
+		wantNext, released := off+1, uint64(0)
+		for _, o := range offs {
+			if !state[o] {
+				wantNext = o
+				break
+			}
+			released++
+		}
+		next, _ := tr.Next()
+		if next != wantNext || tr.Released() != released || tr.Pending() != len(live) {
+			t.Fatalf("step %d: Next %d Released %d Pending %d, want %d %d %d",
+				step, next, tr.Released(), tr.Pending(), wantNext, released, len(live))
+		}
+		_, ranges, _ := tr.Finished(nil)
+		covered := func(o int64) bool {
+			for _, r := range ranges {
+				if r.Start <= o && o < r.End {
+					return true
+				}
+			}
+			return false
+		}
+		for _, o := range offs {
+			if o > wantNext && state[o] != covered(o) {
+				t.Fatalf("step %d: offset %d finished=%v but covered=%v by %v", step, o, state[o], covered(o), ranges)
+			}
+		}
 	}
 }
 
-func BenchmarkAddFinishAdvance(b *testing.B) {
-	tr := New[*entry](1024)
+func BenchmarkAddFinish(b *testing.B) {
+	tr := New[*entry]()
 	es := make([]entry, 1024)
 	b.ReportAllocs()
 	off := int64(0)
 	for b.Loop() {
 		e := &es[off&1023]
 		e.off = off
-		e.done.Store(false)
 		_ = tr.Add(e)
-		e.done.Store(true)
-		if off&63 == 63 {
-			tr.Advance(nil)
-		}
+		tr.Finish(e)
 		off++
 	}
 }

@@ -1,15 +1,25 @@
 package dispatch
 
+import "github.com/orderly-go/orderly/internal/pqueue"
+
 // lane is the FIFO of one ordering lane's queued items. Every field is
-// guarded by the scheduler's mutex.
+// guarded by the scheduler's mutex, except pending (the owner's).
 type lane[M, T any] struct {
 	part       *Partition[M, T]
 	head, tail *Item[M, T]
 	n          int
-	holder     *Batch[M, T] // the batch running (or filling, or parked on) this lane's items
-	inReady    bool         // in the scheduler's fresh list or requeue heap
+	holder     *Batch[M, T] // the batch running (or filling) with this lane's items
+	inReady    bool         // in the scheduler's fresh list or requeue queue
 	pending    int          // items assigned by laneFor, not yet pushed (owner only)
 	nextReady  *lane[M, T]  // fresh list link
+	// blocked: the head failed and waits for its retry (retry.Deadline);
+	// the lane is in the scheduler's retry queue, not ready.
+	blocked bool
+	retry   pqueue.Entry[*lane[M, T]]
+	// back, backTail, backN: items of this lane going back to its front
+	// while a batch settles (Scheduler.Settle).
+	back, backTail *Item[M, T]
+	backN          int
 }
 
 func (l *lane[M, T]) push(it *Item[M, T]) {
@@ -34,5 +44,36 @@ func (l *lane[M, T]) pop() *Item[M, T] {
 	return it
 }
 
+// putBack appends it to the items going back to the lane's front.
+func (l *lane[M, T]) putBack(it *Item[M, T]) {
+	it.next = nil
+	if l.backTail == nil {
+		l.back = it
+	} else {
+		l.backTail.next = it
+	}
+	l.backTail = it
+	l.backN++
+}
+
+// restoreBack puts the items gathered by putBack in front of the queue, in
+// order, and returns how many.
+func (l *lane[M, T]) restoreBack() int {
+	n := l.backN
+	if n == 0 {
+		return 0
+	}
+	l.backTail.next = l.head
+	if l.tail == nil {
+		l.tail = l.backTail
+	}
+	l.head = l.back
+	l.n += n
+	l.back, l.backTail, l.backN = nil, nil, 0
+	return n
+}
+
 // idle reports whether nothing refers to the lane but its partition's map.
-func (l *lane[M, T]) idle() bool { return l.n == 0 && l.holder == nil && !l.inReady && l.pending == 0 }
+func (l *lane[M, T]) idle() bool {
+	return l.n == 0 && l.holder == nil && !l.inReady && l.pending == 0 && !l.blocked
+}

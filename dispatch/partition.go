@@ -1,27 +1,37 @@
 package dispatch
 
 import (
-	"github.com/orderly-go/orderly/commit"
 	"sync/atomic"
+
+	"github.com/orderly-go/orderly/commit"
 )
 
 const minLaneSweep = 1024
 
 // Partition is one claimed partition's side of the pipeline. Its owner
 // goroutine (the Kafka claim loop) calls Alloc/Add/Skip/Flush to feed
-// messages in, and Advance when Wake fires to move the commit frontier.
-// A new claim of the same partition gets a new Partition, so completions
-// from an older claim can never move the new claim's frontier.
+// messages in, and Advance when Wake fires to take back finished items and
+// move the commit frontier. A new claim of the same partition gets a new
+// Partition, so completions from an older claim can never move the new
+// claim's frontier.
 type Partition[M, T any] struct {
 	s    *Scheduler[M, T]
 	wake chan struct{}
+	// finished is a stack of finished items (a chain through Item.next)
+	// that workers push and the owner takes whole in Advance.
+	finished atomic.Pointer[Item[M, T]]
 
 	// owned by the partition goroutine
-	tracker *commit.Tracker[*Item[M, T]]
-	free    *Item[M, T]
-	pending []*Item[M, T]
-	credit  int64
-	closed  bool
+	tracker   *commit.Tracker[*Item[M, T]]
+	free      *Item[M, T]
+	nfree     int
+	chanSize  int
+	pending   []*Item[M, T]
+	closed    bool
+	inflight  int64 // items added and not yet finished
+	bytes     int64 // their sizes
+	peak      int64 // most items in flight since the last Trim
+	outOfRoom bool  // counted in shares.paused
 
 	// owned by the partition goroutine (lane fields themselves are guarded
 	// by the scheduler mutex)
@@ -29,87 +39,80 @@ type Partition[M, T any] struct {
 	freeLanes []*lane[M, T]
 	sweepAt   int
 
-	revoked bool // guarded by the scheduler mutex
+	revoked bool        // guarded by the scheduler mutex
+	gone    atomic.Bool // revoked, for readers without the lock
 
 	outstanding atomicInt // items handed to lanes and not yet finished, dropped or abandoned
-	// head is the offset of the oldest unreleased item (-1: none), published
-	// by the owner: only finishing that item can move the frontier, so
-	// workers wake the owner for it alone, not for every completion.
-	head atomicInt
 	// draining makes every completion wake the owner (it waits for
 	// Outstanding to reach zero after Revoke).
 	draining atomicBool
-	// wakePending: a head completion is waiting in the scheduler's waker
+	// wakePending: a completion wake is waiting in the scheduler's waker
 	// (see Options.WakeDelay).
 	wakePending atomicBool
-	// budgetWait: registered to be woken when in-flight budget frees up.
-	budgetWait atomicBool
+	inFlight    atomic.Int64 // inflight as of the last Advance, for Stats
 }
 
 // NewPartition starts the pipeline state of one claim. chanSize is the most
-// items the owner hands over per Flush.
+// items the owner hands over per Flush. The in-flight shares of every
+// partition shrink to make room for it.
 func (s *Scheduler[M, T]) NewPartition(chanSize int) *Partition[M, T] {
 	p := &Partition[M, T]{
-		s:       s,
-		wake:    make(chan struct{}, 1),
-		tracker: commit.New[*Item[M, T]](chanSize),
-		pending: make([]*Item[M, T], 0, chanSize),
-		lanes:   make(map[uint64]*lane[M, T]),
-		sweepAt: minLaneSweep,
+		s:        s,
+		wake:     make(chan struct{}, 1),
+		tracker:  commit.New[*Item[M, T]](),
+		chanSize: chanSize,
+		pending:  make([]*Item[M, T], 0, chanSize),
+		lanes:    make(map[uint64]*lane[M, T]),
+		sweepAt:  minLaneSweep,
 	}
-	p.head.Store(-1)
+	s.partsMu.Lock()
+	s.parts[p] = struct{}{}
+	s.partsMu.Unlock()
+	s.shares.claimed.Add(1)
 	return p
 }
 
-// Wake is signalled when items finished (Advance may move the frontier) or
-// budget was released (Acquire may succeed).
+// Wake is signalled when items finished (Advance takes them back) or the
+// partition's share grew (Room may say yes again).
 func (p *Partition[M, T]) Wake() <-chan struct{} { return p.wake }
 
-// Alloc returns a zeroed item to fill in (Msg, Val, Lane) and Add or Skip.
+// Alloc returns an item to fill in (Msg, Val, Lane) and Add or Skip.
 func (p *Partition[M, T]) Alloc() *Item[M, T] {
 	if it := p.free; it != nil {
 		p.free = it.next
 		it.next = nil
+		p.nfree--
 		return it
 	}
 	return &Item[M, T]{part: p}
 }
 
-// Add tracks it at offset and queues it for its lane at the next Flush. It
-// uses one credit (see Acquire). On error (an offset that does not follow
-// the previous one) the item is recycled and nothing is tracked.
-func (p *Partition[M, T]) Add(it *Item[M, T], offset int64) error {
-	if err := p.track(it, offset); err != nil {
+// Add tracks it at offset, counts it and its size (bytes) against the
+// partition's share, and queues it for its lane at the next Flush. On
+// error (an offset that does not follow the previous one) the item is
+// recycled and nothing is tracked.
+func (p *Partition[M, T]) Add(it *Item[M, T], offset, size int64) error {
+	it.offset = offset
+	if err := p.tracker.Add(it); err != nil {
+		p.recycle(it)
 		return err
 	}
+	it.Attempt, it.size = 1, size
+	p.inflight++
+	p.bytes += size
+	p.peak = max(p.peak, p.inflight)
 	it.lane = p.laneFor(it.Lane)
 	p.pending = append(p.pending, it)
 	return nil
 }
 
-// Skip tracks it at offset as already finished (a message that could not be
-// decoded): the frontier moves past it without a Do call.
+// Skip records the message at offset as finished without a Do call (one
+// that could not be decoded, or that a previous owner finished) and
+// recycles it: the frontier moves past it.
 func (p *Partition[M, T]) Skip(it *Item[M, T], offset int64) error {
-	if err := p.track(it, offset); err != nil {
-		return err
-	}
-	atomic.StoreUint32(&it.done, 1)
-	return nil
-}
-
-func (p *Partition[M, T]) track(it *Item[M, T], offset int64) error {
-	it.offset = offset
-	it.Attempt = 1
-	empty := p.tracker.Pending() == 0
-	if err := p.tracker.Add(it); err != nil {
-		p.recycle(it)
-		return err
-	}
-	if empty {
-		p.head.Store(offset) // before any worker can see the item
-	}
-	p.credit--
-	return nil
+	err := p.tracker.Skip(offset)
+	p.recycle(it)
+	return err
 }
 
 // Flush hands the items added since the last Flush to the scheduler.
@@ -124,75 +127,76 @@ func (p *Partition[M, T]) Flush() {
 		stamp++
 	}
 	p.outstanding.Add(int64(n))
+	p.inFlight.Store(p.inflight)
 	p.s.push(p, p.pending)
 	clear(p.pending)
 	p.pending = p.pending[:0]
 }
 
-// Room reports whether the in-flight budget has room; when it has not, the
-// partition is registered to be woken when it may, and should not dispatch
-// more. A partition that reads after Room said yes may overshoot
-// MaxInFlight by the one message it reads before Acquire. Asking again
-// while registered (a claim loop holding messages asks once per message)
-// costs one atomic load: the filler was kicked when it registered.
+// Room reports whether the partition may read more: its unfinished
+// messages are below its share of MaxInFlight and their bytes below its
+// share of MaxInFlightBytes (see shares). Once it has said no, the
+// partition's own completions wake the owner (Wake), and so does a share
+// that grows.
 func (p *Partition[M, T]) Room() bool {
-	if p.s.budget.used.Load() < p.s.budget.max {
-		return true
+	room := p.inflight < p.s.shares.count() && (p.inflight == 0 || p.bytes < p.s.shares.bytes())
+	if room == p.outOfRoom {
+		p.outOfRoom = !room
+		if room {
+			p.s.shares.paused.Add(-1)
+		} else {
+			p.s.shares.paused.Add(1)
+			p.s.kickFiller() // nothing more comes from here for now
+		}
 	}
-	if !p.s.budget.wait(p.wake, &p.budgetWait.Bool) {
-		return false // registered before and not woken yet: the filler was kicked then
-	}
-	if p.s.budget.used.Load() < p.s.budget.max {
-		return true
-	}
-	p.s.kickFiller()
-	return false
+	return room
 }
 
-// Acquire takes credit for one message already read plus up to more
-// further ones, and returns how many further messages it may read now.
-func (p *Partition[M, T]) Acquire(more int) int {
-	p.s.budget.used.Add(1)
-	p.credit++
-	g := p.s.budget.tryAcquire(int64(more))
-	p.credit += g
-	return int(g)
+// Quota is how many more messages, and how many more bytes, the partition
+// may read before Room says no. After Room said yes it may read one
+// message whatever the quota says.
+func (p *Partition[M, T]) Quota() (count int, bytes int64) {
+	return int(max(p.s.shares.count()-p.inflight, 0)), max(p.s.shares.bytes()-p.bytes, 0)
 }
 
-// Unused gives back credit taken by Acquire and not used by Add or Skip.
-func (p *Partition[M, T]) Unused() {
-	if p.credit > 0 {
-		p.s.budget.release(p.credit)
-		p.credit = 0
-	}
-}
-
-// Advance releases the finished prefix of the partition, recycles its items
-// and returns their budget. It returns how many messages it released; the
-// offset to commit is then Next.
+// Advance takes back the items workers finished, recycles them, returns
+// their share and moves the frontier. It returns how many messages passed
+// the frontier; the offset to commit is then Next.
 func (p *Partition[M, T]) Advance() int {
-	n := 0
-	for {
-		n += p.tracker.Advance(p.recycle)
-		h, ok := p.tracker.Head()
-		if !ok {
-			p.head.Store(-1)
-			break
-		}
-		// Publish the new head, then look at it again: a worker that
-		// finished it before the publish saw the old head and did not
-		// wake us. (Both sides use sequentially consistent atomics.)
-		p.head.Store(h.offset)
-		if !h.Finished() {
-			break
-		}
+	if p.closed {
+		return 0
 	}
-	p.s.budget.release(int64(n))
-	return n
+	before := p.tracker.Released()
+	for it := p.finished.Swap(nil); it != nil; {
+		next := it.next
+		p.tracker.Finish(it)
+		p.inflight--
+		p.bytes -= it.size
+		p.recycle(it)
+		it = next
+	}
+	p.inFlight.Store(p.inflight)
+	return int(p.tracker.Released() - before)
 }
 
-// Next is the offset to commit (one past the last finished message of the
-// contiguous prefix), and false when nothing has finished yet.
+// Trim lets go of free items beyond what the partition needed since the
+// last Trim (at least two channels' worth), so that the memory of a stall
+// or a burst is given back once it is over. Call it now and then (the
+// claim loop does at each commit interval).
+func (p *Partition[M, T]) Trim() {
+	keep := max(p.peak, 2*int64(p.chanSize))
+	for int64(p.nfree) > keep {
+		it := p.free
+		p.free = it.next
+		it.next = nil
+		p.nfree--
+	}
+	p.peak = p.inflight
+}
+
+// Next is the offset to commit: the oldest unfinished message's, or one
+// past the last message received when all have finished; false before any
+// message was received.
 func (p *Partition[M, T]) Next() (int64, bool) { return p.tracker.Next() }
 
 // Finished returns the offset to commit and the finished offsets above it
@@ -201,11 +205,22 @@ func (p *Partition[M, T]) Finished(dst []commit.Range) (int64, []commit.Range, b
 	return p.tracker.Finished(dst)
 }
 
+// FinishedAbove is how many received messages above the frontier have
+// finished.
+func (p *Partition[M, T]) FinishedAbove() int64 { return int64(p.tracker.FinishedAbove()) }
+
 // Last is the offset of the last message added or skipped, -1 before any.
 func (p *Partition[M, T]) Last() int64 { return p.tracker.Last() }
 
-// Pending is how many tracked messages are not yet behind the frontier.
-func (p *Partition[M, T]) Pending() int { return p.tracker.Pending() }
+// Unfinished is how many messages were added and have not finished (as of
+// the last Advance); owner only.
+func (p *Partition[M, T]) Unfinished() int64 { return p.inflight }
+
+// InFlight is Unfinished as of the last Advance, for any goroutine.
+func (p *Partition[M, T]) InFlight() int64 { return p.inFlight.Load() }
+
+// Bytes is the size of the unfinished messages; owner only.
+func (p *Partition[M, T]) Bytes() int64 { return p.bytes }
 
 // Outstanding is how many of the partition's items are queued, waiting in a
 // batch or running, and so may still finish.
@@ -220,18 +235,29 @@ func (p *Partition[M, T]) recycle(it *Item[M, T]) {
 		it.Msg, it.Val = zm, zt
 	}
 	it.lane = nil
-	it.done = 0
 	it.next = p.free
 	p.free = it
+	p.nfree++
 }
 
-// finished records n items finished; wake says one of them was the head.
-func (p *Partition[M, T]) finished(n int64, wake bool) {
+// complete pushes the finished chain head..tail (n items) for the owner to
+// take back, and wakes it unless a wake is on its way already.
+func (p *Partition[M, T]) complete(head, tail *Item[M, T], n int64) {
+	var old *Item[M, T]
+	for {
+		old = p.finished.Load()
+		tail.next = old
+		if p.finished.CompareAndSwap(old, head) {
+			break
+		}
+	}
 	p.outstanding.Add(-n)
 	switch {
 	case p.draining.Load():
 		signal(p.wake)
-	case !wake:
+	case old != nil:
+		// Whoever pushed onto the empty stack woke the owner, which has
+		// not taken the stack yet: it takes these too.
 	case p.s.wakeDelay <= 0:
 		signal(p.wake)
 	case !p.wakePending.Load() && !p.wakePending.Swap(true): // load first: usually already pending
@@ -239,18 +265,23 @@ func (p *Partition[M, T]) finished(n int64, wake bool) {
 	}
 }
 
-func (p *Partition[M, T]) abandoned(n int64) { p.finished(n, false) }
+func (p *Partition[M, T]) abandoned(n int64) {
+	p.outstanding.Add(-n)
+	if p.draining.Load() {
+		signal(p.wake)
+	}
+}
 
 // Drain makes every later completion wake the owner, which then waits for
 // Outstanding to reach zero. Call it after Revoke and before reading
 // Outstanding.
 func (p *Partition[M, T]) Drain() { p.draining.Store(true) }
 
-// Revoke stops dispatching the partition: its queued items and the items
-// waiting in a partial or parked batch are dropped and will not run; items
-// inside a Do call are left to finish (wait for Outstanding to reach 0).
-// It returns how many unstarted items were dropped and how many items of
-// failed batches awaiting retry were abandoned.
+// Revoke stops dispatching the partition: its queued items (waiting to run,
+// or waiting for a retry) and the items waiting in a partial batch are
+// dropped and will not run; items inside a Do call are left to finish (wait
+// for Outstanding to reach 0). It returns how many items were dropped that
+// never failed, and how many that were waiting for a retry (abandoned).
 func (p *Partition[M, T]) Revoke() (dropped, abandoned int) {
 	p.Flush()
 	dropped, abandoned = p.s.revoke(p)
@@ -259,17 +290,27 @@ func (p *Partition[M, T]) Revoke() (dropped, abandoned int) {
 }
 
 // Close fences the partition after Revoke and the final Advance: later
-// completions cannot move its frontier. Its remaining budget is returned.
-// It reports how many tracked messages were left behind the frontier.
+// completions cannot move its frontier, and its share goes back to the
+// other partitions. It reports how many tracked messages were left
+// unfinished.
 func (p *Partition[M, T]) Close() int {
 	if p.closed {
 		return 0
 	}
 	p.closed = true
 	left := p.tracker.Fence()
-	p.s.budget.release(int64(left))
-	p.Unused()
-	p.free = nil
+	p.free, p.nfree = nil, 0
+	if p.outOfRoom {
+		p.outOfRoom = false
+		p.s.shares.paused.Add(-1)
+	}
+	p.s.partsMu.Lock()
+	delete(p.s.parts, p)
+	p.s.shares.claimed.Add(-1)
+	for q := range p.s.parts { // every share grew
+		signal(q.wake)
+	}
+	p.s.partsMu.Unlock()
 	return left
 }
 
@@ -292,6 +333,7 @@ func (p *Partition[M, T]) laneFor(key uint64) *lane[M, T] {
 			l = new(lane[M, T])
 		}
 		l.part = p
+		l.retry.Value = l
 		p.lanes[key] = l
 	}
 	l.pending++

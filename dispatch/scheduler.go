@@ -7,23 +7,34 @@
 // sit in a ready queue; any idle worker takes from it. Nothing in dispatch
 // ever blocks on a busy worker (the databus seed's consumeproc blocks on a
 // full per-worker chan): queues are unbounded per lane and memory is bounded
-// instead by the in-flight budget (MaxInFlight), which pauses fetching.
+// instead by each partition's share of the in-flight budget (MaxInFlight,
+// MaxInFlightBytes), which pauses that partition's fetching.
 //
 // Batching (Size, Ticker): at most one partially filled batch exists at a
 // time (the filler); new ready lanes feed it first, so batches fill up
 // instead of spreading thin over idle workers. A worker whose batch is full
 // leaves the filler role and wakes another worker if more is ready.
 //
-// Ownership: lanes, the ready queue, batch membership and the idle list are
-// guarded by the Scheduler's mutex. A Partition's tracker, free list and
-// credit are owned by the partition's goroutine; items finish through an
-// atomic flag and a non-blocking wake of that goroutine.
+// Outcomes: a batch that ran settles item by item (Settle): finished items
+// go back to their partitions; a failed item goes back to the front of its
+// lane with the lane's later items of the batch behind it, and the lane is
+// blocked until the item's retry time (a retry queue of lanes, RunRetries),
+// so a failure holds back only its own lane.
+//
+// Ownership: lanes, the ready and retry queues, batch membership and the
+// idle list are guarded by the Scheduler's mutex. A Partition's tracker,
+// free list and counts are owned by the partition's goroutine; workers hand
+// finished items back through a lock-free stack and a non-blocking wake of
+// that goroutine.
 package dispatch
 
 import (
+	"context"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/orderly-go/orderly/internal/pqueue"
 )
 
 // Status is what Next decided for a worker's batch.
@@ -37,7 +48,7 @@ const (
 	// filler; wait for the wake channel or the Ticker deadline, then call
 	// Next again (with flush once the deadline passed).
 	Partial
-	// Run: call Do with the batch, then Release or Park it.
+	// Run: call Do with the batch, then Release or Settle it.
 	Run
 	// Stopped: the scheduler stopped; the worker should return.
 	Stopped
@@ -45,13 +56,17 @@ const (
 
 // Options configure a Scheduler.
 type Options[M, T any] struct {
-	Size        int // most items per batch
-	MaxInFlight int // budget of items not yet behind their commit frontier
-	// WakeDelay coalesces the wakes of a partition's claim loop for its
-	// head finishing: they are delivered at most this late, in batches, by
-	// RunWaker. With Size=1 and many workers, oldest-first makes most
-	// completions a head; waking the claim loop for each cost a goroutine
-	// switch per message. 0: wake at once (RunWaker is then not needed).
+	Size int // most items per batch
+	// MaxInFlight and MaxInFlightBytes bound the messages fetched and not
+	// yet finished, and their bytes; each claimed partition gets an equal
+	// share (see shares). 0: unbounded.
+	MaxInFlight      int
+	MaxInFlightBytes int64
+	// WakeDelay coalesces the wakes of a partition's claim loop for
+	// finished items: they are delivered at most this late, in batches, by
+	// RunWaker. With Size=1 and many workers, waking the claim loop for
+	// each completion cost a goroutine switch per message. 0: wake at
+	// once (RunWaker is then not needed).
 	WakeDelay time.Duration
 	// Reset, if set, clears what a recycled item's message and value refer
 	// to (so that the free list does not pin fetch buffers), cheaper than
@@ -70,11 +85,14 @@ type Scheduler[M, T any] struct {
 	window    uint64
 	wakeDelay time.Duration
 	reset     func(m *M, v *T)
+	shares    shares
 
 	wakeMu   sync.Mutex
-	wakeList []*Partition[M, T] // head completions waiting for RunWaker
+	wakeList []*Partition[M, T] // completions waiting for RunWaker
 	wakeKick chan struct{}
-	budget   budget
+
+	partsMu sync.Mutex
+	parts   map[*Partition[M, T]]struct{} // live partitions
 
 	stamps atomic.Uint64 // arrival order of items, across partitions
 
@@ -83,30 +101,40 @@ type Scheduler[M, T any] struct {
 	requeued   bucketQueue[M, T] // ready lanes with older heads
 	readyItems int               // sum of n over ready lanes
 	filler     *Batch[M, T]      // the one partially filled batch, if any
-	idle       []*Worker
+	idle       []*Worker[M, T]
+	workers    []*Worker[M, T]
+	retries    *pqueue.Queue[*lane[M, T]] // blocked lanes by retry time
+	retryKick  chan struct{}              // an earlier retry was queued
 	stopped    bool
 	revokeSeq  uint64
 }
 
 // Worker identifies one worker goroutine to the scheduler.
-type Worker struct {
+type Worker[M, T any] struct {
 	wake chan struct{}
 	idle bool // in Scheduler.idle; guarded by the scheduler mutex
+	// running is the batch the worker has in Do; cancel cancels the
+	// context it runs with. Both guarded by the scheduler mutex.
+	running *Batch[M, T]
+	cancel  context.CancelCauseFunc
 }
 
 // Wake is signalled when the worker may have work.
-func (w *Worker) Wake() <-chan struct{} { return w.wake }
+func (w *Worker[M, T]) Wake() <-chan struct{} { return w.wake }
 
 // Batch is a set of items handed to one Do call, with the lanes it holds.
 type Batch[M, T any] struct {
-	Items   []*Item[M, T]
-	Attempt int // 1 on the first call, +1 per retry; owned by the worker
+	Items []*Item[M, T]
 
-	w       *Worker
+	w       *Worker[M, T]
 	lanes   []*lane[M, T]
 	filling bool   // the scheduler's filler
-	parked  bool   // failed, waiting to be retried; its lanes stay held
 	seen    uint64 // revoke dedup mark
+
+	// scratch for Settle and SortByLane (failures only)
+	done, gone, scratch []*Item[M, T]
+	starts              []int
+	order               map[*lane[M, T]]int
 }
 
 // New returns a scheduler.
@@ -117,29 +145,58 @@ func New[M, T any](o Options[M, T]) *Scheduler[M, T] {
 	if o.Window <= 0 {
 		o.Window = o.Size
 	}
-	s := &Scheduler[M, T]{size: o.Size, window: uint64(o.Window), wakeDelay: o.WakeDelay, wakeKick: make(chan struct{}, 1), reset: o.Reset}
-	s.budget.max = int64(o.MaxInFlight)
-	if s.budget.max <= 0 {
-		s.budget.max = 1 << 62
+	s := &Scheduler[M, T]{
+		size: o.Size, window: uint64(o.Window), wakeDelay: o.WakeDelay, reset: o.Reset,
+		wakeKick:  make(chan struct{}, 1),
+		retryKick: make(chan struct{}, 1),
+		parts:     make(map[*Partition[M, T]]struct{}),
+		retries:   pqueue.New[*lane[M, T]](0),
 	}
-	// Paused partitions resume once an eighth of the budget is free, not
-	// at every single release: a full budget would otherwise wake every
-	// paused partition for each finished message.
-	s.budget.resume = max(1, s.budget.max/8)
+	s.shares.maxCount, s.shares.maxBytes = int64(o.MaxInFlight), o.MaxInFlightBytes
+	if s.shares.maxCount <= 0 {
+		s.shares.maxCount = 1 << 62
+	}
+	if s.shares.maxBytes <= 0 {
+		s.shares.maxBytes = 1 << 62
+	}
 	return s
 }
 
-// InFlight is the number of items fetched and not yet behind a frontier.
-func (s *Scheduler[M, T]) InFlight() int64 { return s.budget.used.Load() }
+// InFlight is the number of items fetched and not yet finished, over all
+// partitions (as of their last Advance).
+func (s *Scheduler[M, T]) InFlight() int64 {
+	s.partsMu.Lock()
+	defer s.partsMu.Unlock()
+	var n int64
+	for p := range s.parts {
+		n += p.InFlight()
+	}
+	return n
+}
+
+// Share is each claimed partition's share of MaxInFlight now.
+func (s *Scheduler[M, T]) Share() int64 { return s.shares.count() }
 
 // NewWorker registers a worker.
-func (s *Scheduler[M, T]) NewWorker() *Worker {
-	return &Worker{wake: make(chan struct{}, 1)}
+func (s *Scheduler[M, T]) NewWorker() *Worker[M, T] {
+	w := &Worker[M, T]{wake: make(chan struct{}, 1)}
+	s.mu.Lock()
+	s.workers = append(s.workers, w)
+	s.mu.Unlock()
+	return w
+}
+
+// SetCancel records the cancel function of the context w runs its batches
+// with, for CancelRunning.
+func (s *Scheduler[M, T]) SetCancel(w *Worker[M, T], cancel context.CancelCauseFunc) {
+	s.mu.Lock()
+	w.cancel = cancel
+	s.mu.Unlock()
 }
 
 // NewBatch returns an empty batch filled by w.
-func (s *Scheduler[M, T]) NewBatch(w *Worker) *Batch[M, T] {
-	return &Batch[M, T]{w: w, Items: make([]*Item[M, T], 0, s.size), Attempt: 1}
+func (s *Scheduler[M, T]) NewBatch(w *Worker[M, T]) *Batch[M, T] {
+	return &Batch[M, T]{w: w, Items: make([]*Item[M, T], 0, s.size)}
 }
 
 // push queues pending items of p on their lanes. Caller holds no lock.
@@ -159,6 +216,8 @@ func (s *Scheduler[M, T]) push(p *Partition[M, T], items []*Item[M, T]) {
 		switch {
 		case l.inReady:
 			s.readyItems++
+		case l.blocked:
+			// waits for its head's retry (RunRetries makes it ready)
 		case l.holder == nil || l.holder.filling:
 			l.inReady = true
 			s.readyItems += l.n
@@ -249,8 +308,8 @@ func (s *Scheduler[M, T]) take(b *Batch[M, T]) {
 		}
 		l.inReady = false
 		s.readyItems -= l.n
-		if l.part.revoked || (l.holder != nil && l.holder != b) {
-			continue // dead, or running elsewhere: requeued when released
+		if l.part.revoked || l.blocked || (l.holder != nil && l.holder != b) {
+			continue // dead, waiting for a retry, or running elsewhere: requeued when free
 		}
 		s.takeFrom(b, l)
 	}
@@ -312,12 +371,13 @@ func (s *Scheduler[M, T]) nextLocked(b *Batch[M, T], flush bool) Status {
 			s.idle = append(s.idle, b.w)
 		}
 		return Empty
-	case n >= s.size || flush || s.budget.waiting.Load() > 0:
-		// Full, or its Ticker passed, or fetching is paused on the
-		// in-flight budget: then nothing more is coming until finished
-		// work moves a frontier, and waiting would only stall it.
+	case n >= s.size || flush || s.shares.paused.Load() > 0:
+		// Full, or its Ticker passed, or a partition is out of its
+		// in-flight share: then nothing more comes from it until its
+		// work finishes, and waiting would only stall it.
 		s.leaveFiller(b)
 		s.wakeLocked()
+		b.w.running = b
 		return Run
 	default:
 		s.filler = b
@@ -335,7 +395,7 @@ func (s *Scheduler[M, T]) leaveFiller(b *Batch[M, T]) {
 
 // Release ends a batch whose Do call succeeded: its lanes are let go (and
 // requeued when they have more), its items finish, and their partitions are
-// woken to advance their frontiers. b is empty and reusable afterwards.
+// woken to take them back. b is empty and reusable afterwards.
 func (s *Scheduler[M, T]) Release(b *Batch[M, T]) {
 	s.mu.Lock()
 	s.unholdLocked(b)
@@ -348,28 +408,35 @@ func (s *Scheduler[M, T]) finishBatch(b *Batch[M, T]) {
 	finish(b.Items)
 	clear(b.Items)
 	b.Items = b.Items[:0]
-	b.Attempt = 1
 }
 
-// finish marks items done and wakes their partitions. After an item's done
-// flag is set its partition may recycle it, so nothing reads it afterwards.
+// Finish ends items of a batch that is still running (the part of a split
+// retry that succeeded): they go back to their partitions now, while the
+// batch keeps holding their lanes until it settles (give them Finished
+// there).
+func (s *Scheduler[M, T]) Finish(items []*Item[M, T]) { finish(items) }
+
+// finish hands items back to their partitions, one chain per run of items
+// of the same partition. After that nothing may read them: their partition
+// may recycle them.
 func finish[M, T any](items []*Item[M, T]) {
 	var last *Partition[M, T]
-	n, wake := int64(0), false
+	var head, tail *Item[M, T]
+	n := int64(0)
 	for _, it := range items {
-		p, off := it.part, it.offset
-		if p != last {
+		if p := it.part; p != last {
 			if last != nil {
-				last.finished(n, wake)
+				last.complete(head, tail, n)
 			}
-			last, n, wake = p, 0, false
+			last, head, n = p, it, 0
+		} else {
+			tail.next = it
 		}
-		atomic.StoreUint32(&it.done, 1)
-		wake = wake || off == p.head.Load()
+		tail = it
 		n++
 	}
 	if last != nil {
-		last.finished(n, wake)
+		last.complete(head, tail, n)
 	}
 }
 
@@ -383,12 +450,15 @@ func (s *Scheduler[M, T]) unholdLocked(b *Batch[M, T]) { s.continueLocked(b, nil
 // in the ready queue; it does not break oldest-first in practice, since a
 // lane with a backlog holds old items.
 func (s *Scheduler[M, T]) continueLocked(done, b *Batch[M, T]) {
+	if done.w.running == done {
+		done.w.running = nil
+	}
 	canTake := b != nil && (s.filler == nil || s.filler == b)
 	for i, l := range done.lanes {
 		done.lanes[i] = nil
 		l.holder = nil
 		switch {
-		case l.part.revoked || l.n == 0 || l.inReady:
+		case l.part.revoked || l.n == 0 || l.inReady || l.blocked:
 		case canTake && len(b.Items) < s.size:
 			s.takeFrom(b, l)
 		default:
@@ -396,29 +466,6 @@ func (s *Scheduler[M, T]) continueLocked(done, b *Batch[M, T]) {
 		}
 	}
 	done.lanes = done.lanes[:0]
-}
-
-// Park keeps a failed batch's lanes held while it waits to be retried;
-// later items of those lanes wait, other lanes flow. Items whose partition
-// was revoked while the call ran are abandoned here, not kept for a retry:
-// a retry is a new start, and a revoked partition's messages must not
-// start again (its drain would otherwise wait for them until DrainTimeout).
-func (s *Scheduler[M, T]) Park(b *Batch[M, T]) {
-	s.mu.Lock()
-	b.parked = true
-	kept := b.Items[:0]
-	var gone []*Item[M, T]
-	for _, it := range b.Items {
-		if it.part.revoked {
-			gone = append(gone, it)
-		} else {
-			kept = append(kept, it)
-		}
-	}
-	clear(b.Items[len(kept):])
-	b.Items = kept
-	s.mu.Unlock()
-	abandon(gone)
 }
 
 // abandon counts items that will never finish out of their partitions'
@@ -440,26 +487,11 @@ func abandon[M, T any](items []*Item[M, T]) {
 	}
 }
 
-// Restart takes a parked batch back for its retry. It reports false when
-// nothing is left to run (every item's partition was revoked meanwhile); the
-// batch's lanes are then let go and the batch is empty.
-func (s *Scheduler[M, T]) Restart(b *Batch[M, T]) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	b.parked = false
-	if len(b.Items) > 0 {
-		return true
-	}
-	s.unholdLocked(b)
-	s.wakeLocked()
-	b.Attempt = 1
-	return false
-}
-
-// Discard lets go of a batch that will never run again (the worker is
+// Discard lets go of a batch that will never run (the worker is
 // stopping): its items stay unfinished, so nothing is committed past them.
 func (s *Scheduler[M, T]) Discard(b *Batch[M, T]) {
 	s.mu.Lock()
+	s.leaveFiller(b)
 	s.unholdLocked(b)
 	s.mu.Unlock()
 	abandon(b.Items)
@@ -478,9 +510,9 @@ func (s *Scheduler[M, T]) deferWake(p *Partition[M, T]) {
 	}
 }
 
-// RunWaker delivers coalesced head-completion wakes (Options.WakeDelay)
-// until stop is closed, then delivers what is pending and returns. Run it
-// in one goroutine when WakeDelay > 0.
+// RunWaker delivers coalesced completion wakes (Options.WakeDelay) until
+// stop is closed, then delivers what is pending and returns. Run it in one
+// goroutine when WakeDelay > 0.
 func (s *Scheduler[M, T]) RunWaker(stop <-chan struct{}) {
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
@@ -513,8 +545,8 @@ func (s *Scheduler[M, T]) RunWaker(stop <-chan struct{}) {
 	}
 }
 
-// kickFiller wakes the filler so it re-evaluates (a partition just paused
-// on the budget: its partial batch should run now).
+// kickFiller wakes the filler so it re-evaluates (a partition just ran out
+// of its share: its partial batch should run now).
 func (s *Scheduler[M, T]) kickFiller() {
 	s.mu.Lock()
 	if s.filler != nil {
@@ -536,12 +568,13 @@ func (s *Scheduler[M, T]) Stop() {
 		signal(s.filler.w.wake)
 	}
 	s.mu.Unlock()
+	signal(s.retryKick)
 }
 
-// revoke drops p's queued items, and the not-yet-started or parked items
-// that batches hold for it. Items already inside a Do call are left to
-// finish. It returns how many queued/unstarted items were dropped and how
-// many parked (failed, awaiting retry) items were abandoned.
+// revoke drops p's queued items (waiting to run or for a retry) and the
+// items a filling batch holds for it. Items already inside a Do call are
+// left to finish. It returns how many of the dropped items never failed
+// and how many were waiting for a retry.
 func (s *Scheduler[M, T]) revoke(p *Partition[M, T]) (dropped, abandoned int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -549,6 +582,7 @@ func (s *Scheduler[M, T]) revoke(p *Partition[M, T]) (dropped, abandoned int) {
 		return 0, 0
 	}
 	p.revoked = true
+	p.gone.Store(true)
 	s.revokeSeq++
 	seq := s.revokeSeq
 	var holders []*Batch[M, T]
@@ -556,11 +590,18 @@ func (s *Scheduler[M, T]) revoke(p *Partition[M, T]) (dropped, abandoned int) {
 		if l.inReady {
 			s.readyItems -= l.n
 		}
-		dropped += l.n
 		for l.n > 0 {
-			l.pop()
+			if l.pop().Attempt > 1 {
+				abandoned++
+			} else {
+				dropped++
+			}
 		}
-		if h := l.holder; h != nil && (h.parked || h.filling) && h.seen != seq {
+		if l.blocked {
+			s.retries.Remove(l.retry.Index())
+			l.blocked = false
+		}
+		if h := l.holder; h != nil && h.filling && h.seen != seq {
 			h.seen = seq
 			holders = append(holders, h)
 		}
@@ -572,14 +613,9 @@ func (s *Scheduler[M, T]) revoke(p *Partition[M, T]) (dropped, abandoned int) {
 				kept = append(kept, it)
 			}
 		}
-		k := len(h.Items) - len(kept)
+		dropped += len(h.Items) - len(kept)
 		clear(h.Items[len(kept):])
 		h.Items = kept
-		if h.parked {
-			abandoned += k
-		} else {
-			dropped += k
-		}
 	}
 	p.lanes = nil
 	return dropped, abandoned

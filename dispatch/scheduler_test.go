@@ -2,6 +2,7 @@ package dispatch
 
 import (
 	"testing"
+	"time"
 
 	"github.com/orderly-go/orderly/internal/leakcheck"
 )
@@ -19,8 +20,7 @@ func feed(t *testing.T, p *Partition[msg, int], next *int64, lanes ...int) []*It
 	for _, l := range lanes {
 		it := p.Alloc()
 		it.Msg, it.Lane = msg{l, int(*next)}, uint64(l)
-		p.Acquire(0)
-		if err := p.Add(it, *next); err != nil {
+		if err := p.Add(it, *next, 1); err != nil {
 			t.Fatalf("Add offset %d: %v", *next, err)
 		}
 		*next++
@@ -147,19 +147,17 @@ func TestMaxInFlightPausesIntake(t *testing.T) {
 	var off int64
 	for range 10 {
 		if !p.Room() {
-			t.Fatalf("Room: got false with %d in flight, want true below 10", s.InFlight())
+			t.Fatalf("Room: got false with %d unfinished, want true below 10", p.Unfinished())
 		}
 		feed(t, p, &off, 1)
 	}
 	if p.Room() {
-		t.Fatalf("Room: got true with %d in flight, want false at MaxInFlight", s.InFlight())
+		t.Fatalf("Room: got true with %d unfinished, want false at MaxInFlight", p.Unfinished())
 	}
-	if more := p.Acquire(5); more != 0 {
-		t.Fatalf("Acquire beyond the budget: got %d more, want 0", more)
+	if n, _ := p.Quota(); n != 0 {
+		t.Fatalf("Quota with the share spent: got %d, want 0", n)
 	}
-	p.Unused()
-	// Finishing messages moves the frontier, frees budget and wakes the
-	// paused partition.
+	// Finishing messages gives the share back and wakes the partition.
 	b := s.NewBatch(s.NewWorker())
 	if st := s.Next(b, true, nil); st != Run || len(b.Items) != 8 {
 		t.Fatalf("Next: got %v with %d items, want Run with 8", st, len(b.Items))
@@ -168,7 +166,7 @@ func TestMaxInFlightPausesIntake(t *testing.T) {
 	select {
 	case <-p.Wake():
 	default:
-		t.Fatal("partition not woken after budget was released")
+		t.Fatal("partition not woken after its items finished")
 	}
 	if n := p.Advance(); n != 8 {
 		t.Fatalf("Advance: got %d, want 8", n)
@@ -181,35 +179,138 @@ func TestMaxInFlightPausesIntake(t *testing.T) {
 	}
 }
 
+// TestSharePerPartition (invariant 3): MaxInFlight is divided among the
+// claimed partitions; one whose share is full of unfinished work cannot
+// take what the others need, and a partition that goes away gives its
+// share back.
+func TestSharePerPartition(t *testing.T) {
+	s := New[msg, int](Options[msg, int]{Size: 8, MaxInFlight: 100, MaxInFlightBytes: 1000})
+	parts := []*Partition[msg, int]{s.NewPartition(16), s.NewPartition(16), s.NewPartition(16), s.NewPartition(16)}
+	if got := s.Share(); got != 25 {
+		t.Fatalf("share of 100 over 4 partitions: got %d, want 25", got)
+	}
+	var off int64
+	for range 25 { // partition 0 fills its share with one stuck lane
+		if !parts[0].Room() {
+			t.Fatalf("Room of partition 0 at %d unfinished: got false, want true", parts[0].Unfinished())
+		}
+		feed(t, parts[0], &off, 1)
+	}
+	if parts[0].Room() {
+		t.Fatal("Room of partition 0 with its share spent: got true, want false")
+	}
+	for i, p := range parts[1:] {
+		if !p.Room() {
+			t.Fatalf("Room of partition %d: got false, want true (partition 0 holds only its own share)", i+1)
+		}
+		if n, _ := p.Quota(); n != 25 {
+			t.Fatalf("Quota of partition %d: got %d, want 25", i+1, n)
+		}
+	}
+	// Bytes: a share of 250 each; a partition with nothing in flight may
+	// take one message whatever its size.
+	big := parts[1].Alloc()
+	if err := parts[1].Add(big, 0, 10_000); err != nil {
+		t.Fatal(err)
+	}
+	if parts[1].Room() {
+		t.Fatal("Room after a 10 kB message with a 250 B share: got true, want false")
+	}
+	if !parts[2].Room() {
+		t.Fatal("Room of partition 2: got false, want true")
+	}
+	parts[3].Revoke()
+	parts[3].Close()
+	select {
+	case <-parts[0].Wake():
+	default:
+		t.Fatal("partition 0 not woken when the shares grew")
+	}
+	if got := s.Share(); got != 33 || !parts[0].Room() {
+		t.Fatalf("after one of 4 partitions left: share %d, Room of partition 0 %v; want 33 and true", got, parts[0].Room())
+	}
+}
+
+// TestFinishedAboveStuckHeadCostsNothing: with the head stuck, finished
+// messages above it are recycled at once: what stays is the stuck item,
+// and the free list shrinks back after Trim.
+func TestFinishedAboveStuckHeadCostsNothing(t *testing.T) {
+	s := New[msg, int](Options[msg, int]{Size: 64, MaxInFlight: 1 << 20})
+	p := s.NewPartition(64)
+	w := s.NewWorker()
+	var off int64
+	feed(t, p, &off, 0) // lane 0: the stuck head
+	stuck := s.NewBatch(w)
+	if st := s.Next(stuck, true, nil); st != Run {
+		t.Fatalf("Next: got %v, want Run", st)
+	}
+	const n = 50_000
+	for done := 0; done < n; {
+		lanes := make([]int, 1000)
+		for i := range lanes {
+			lanes[i] = 1 + i%50
+		}
+		feed(t, p, &off, lanes...)
+		for {
+			b := s.NewBatch(w)
+			if st := s.Next(b, true, nil); st != Run {
+				break
+			}
+			done += len(b.Items)
+			s.Release(b)
+		}
+		p.Advance()
+	}
+	if got := p.Unfinished(); got != 1 {
+		t.Fatalf("unfinished with the head stuck: got %d, want 1", got)
+	}
+	if next, _ := p.Next(); next != 0 {
+		t.Fatalf("frontier: got %d, want 0 (the stuck head)", next)
+	}
+	if got := p.FinishedAbove(); got != n {
+		t.Fatalf("FinishedAbove: got %d, want %d", got, n)
+	}
+	if _, ranges, _ := p.Finished(nil); len(ranges) != 1 || ranges[0].Start != 1 || ranges[0].End != n+1 {
+		t.Fatalf("finished set: got %v, want one run [1, %d)", ranges, n+1)
+	}
+	p.Trim()
+	p.Trim() // the peak since the first Trim is 1
+	if p.nfree > 2*64 {
+		t.Fatalf("free items after Trim: got %d, want at most %d", p.nfree, 2*64)
+	}
+}
 func TestRevoke(t *testing.T) {
 	s := New[msg, int](Options[msg, int]{Size: 2, MaxInFlight: 100})
 	p, other := s.NewPartition(16), s.NewPartition(16)
 	var off, otherOff int64
 	feed(t, p, &off, 1, 2, 3, 4, 5)
 	running := s.NewBatch(s.NewWorker())
-	parked := s.NewBatch(s.NewWorker())
+	failed := s.NewBatch(s.NewWorker())
 	filling := s.NewBatch(s.NewWorker())
 	if st := s.Next(running, false, nil); st != Run {
 		t.Fatalf("running: got %v, want Run", st)
 	}
-	if st := s.Next(parked, false, nil); st != Run {
-		t.Fatalf("parked: got %v, want Run", st)
+	if st := s.Next(failed, false, nil); st != Run {
+		t.Fatalf("failed: got %v, want Run", st)
 	}
-	s.Park(parked)
+	for _, it := range failed.Items {
+		it.Attempt++
+	}
+	s.Settle(failed, []Outcome{{Retry, time.Now().Add(time.Hour)}, {Retry, time.Now().Add(time.Hour)}})
 	if st := s.Next(filling, false, nil); st != Partial {
 		t.Fatalf("filling: got %v, want Partial", st)
 	}
 	feed(t, other, &otherOff, 9)
 	dropped, abandoned := p.Revoke()
-	// 5 items: 2 running, 2 parked, 1 waiting in the partial batch.
+	// 5 items: 2 running, 2 waiting for a retry, 1 waiting in the partial batch.
 	if dropped != 1 || abandoned != 2 {
 		t.Fatalf("Revoke: got dropped %d abandoned %d, want 1 and 2", dropped, abandoned)
 	}
 	if got := p.Outstanding(); got != 2 {
 		t.Fatalf("Outstanding after revoke: got %d, want 2 (the running batch)", got)
 	}
-	if s.Restart(parked) {
-		t.Fatalf("Restart of a batch whose partition was revoked: got true, want false")
+	if got := s.Retrying(); got != 0 {
+		t.Fatalf("lanes waiting for a retry after revoke: got %d, want 0", got)
 	}
 	for _, it := range filling.Items {
 		if it.part == p {
@@ -221,11 +322,11 @@ func TestRevoke(t *testing.T) {
 		t.Fatalf("Outstanding after the running batch finished: got %d, want 0", got)
 	}
 	p.Advance()
-	if left := p.Close(); left != 3 {
-		t.Fatalf("Close: got %d left behind the frontier, want 3", left)
-	}
 	if next, _ := p.Next(); next != 2 {
 		t.Fatalf("final frontier: got %d, want 2", next)
+	}
+	if left := p.Close(); left != 3 {
+		t.Fatalf("Close: got %d left unfinished, want 3", left)
 	}
 	if s.InFlight() != 1 {
 		t.Fatalf("in flight after Close: got %d, want 1 (the other partition's)", s.InFlight())
@@ -277,59 +378,57 @@ func TestIdleLanesSwept(t *testing.T) {
 	}
 }
 
-// TestPausedPartitionRegistersOnce: a partition paused on the budget and
-// woken for other reasons (its head finishing) checks Room again and again;
-// it must stay registered once, not pile up in the waiter list.
-func TestPausedPartitionRegistersOnce(t *testing.T) {
+// TestOutOfShareCountedOnce: a partition out of its share checks Room
+// again and again (a claim loop holding messages does, per burst); it is
+// counted once as paused, which makes partial batches run at once, and
+// uncounted when it has room again or closes.
+func TestOutOfShareCountedOnce(t *testing.T) {
 	s := New[msg, int](Options[msg, int]{Size: 8, MaxInFlight: 4})
 	p := s.NewPartition(16)
 	var off int64
 	feed(t, p, &off, 1, 2, 3, 4)
 	for range 1000 {
 		if p.Room() {
-			t.Fatal("Room: got true with the budget spent, want false")
+			t.Fatal("Room: got true with the share spent, want false")
 		}
 	}
-	s.budget.mu.Lock()
-	n := len(s.budget.waiters)
-	s.budget.mu.Unlock()
-	if n != 1 {
-		t.Fatalf("waiters: got %d registrations, want 1", n)
+	if got := s.shares.paused.Load(); got != 1 {
+		t.Fatalf("paused partitions: got %d, want 1", got)
 	}
 	b := s.NewBatch(s.NewWorker())
 	if st := s.Next(b, true, nil); st != Run {
 		t.Fatalf("Next: got %v, want Run", st)
 	}
 	s.Release(b)
-	p.Advance() // frees all 4: the waiter is woken and unregistered
+	p.Advance()
 	if !p.Room() {
-		t.Fatal("Room after the budget was released: got false, want true")
+		t.Fatal("Room after its items finished: got false, want true")
 	}
-	s.budget.mu.Lock()
-	n = len(s.budget.waiters)
-	s.budget.mu.Unlock()
-	if n != 0 {
-		t.Fatalf("waiters after release: got %d, want 0", n)
+	if got := s.shares.paused.Load(); got != 0 {
+		t.Fatalf("paused partitions after room came back: got %d, want 0", got)
 	}
 }
 
 // TestFailureAfterRevokeIsAbandoned: a batch that was inside Do when its
 // partition was revoked, and then failed, is not kept for a retry (that
 // would start a revoked partition's messages again, and keep its drain
-// waiting): its items are abandoned at once.
+// waiting): its items are abandoned at once, and the other partition's
+// item goes back to its lane.
 func TestFailureAfterRevokeIsAbandoned(t *testing.T) {
 	s := New[msg, int](Options[msg, int]{Size: 4, MaxInFlight: 100})
 	p, other := s.NewPartition(16), s.NewPartition(16)
 	var off, otherOff int64
 	feed(t, p, &off, 1, 2)
 	feed(t, other, &otherOff, 3)
-	b := s.NewBatch(s.NewWorker())
+	w := s.NewWorker()
+	b := s.NewBatch(w)
 	if st := s.Next(b, true, nil); st != Run || len(b.Items) != 3 {
 		t.Fatalf("Next: got %v with %d items, want Run with 3", st, len(b.Items))
 	}
 	p.Revoke() // while the batch runs
 	p.Drain()
-	s.Park(b) // and then fails
+	due := time.Now().Add(time.Hour)
+	s.Settle(b, []Outcome{{Retry, due}, {Retry, due}, {Return, time.Time{}}}) // and then fails
 	if got := p.Outstanding(); got != 0 {
 		t.Fatalf("revoked partition's outstanding after the failure: got %d, want 0", got)
 	}
@@ -338,10 +437,11 @@ func TestFailureAfterRevokeIsAbandoned(t *testing.T) {
 	default:
 		t.Fatal("draining partition not woken when its items were abandoned")
 	}
-	if len(b.Items) != 1 || b.Items[0].part != other {
-		t.Fatalf("parked batch: got %d items, want only the other partition's one", len(b.Items))
+	if got := s.Retrying(); got != 0 {
+		t.Fatalf("lanes waiting for a retry: got %d, want 0", got)
 	}
-	if !s.Restart(b) {
-		t.Fatal("Restart: got false, want true (the other partition's item is retried)")
+	next := s.NewBatch(w)
+	if st := s.Next(next, true, nil); st != Run || len(next.Items) != 1 || next.Items[0].part != other {
+		t.Fatalf("after the failure: got %v with %d items, want the other partition's one item at once", st, len(next.Items))
 	}
 }

@@ -1,6 +1,7 @@
 package group
 
 import (
+	"fmt"
 	"sync/atomic"
 	"time"
 
@@ -32,12 +33,17 @@ func (b *binding[T]) ConsumeClaim(sess sarama.ConsumerGroupSession, claim sarama
 	return b.g.consume(sess, claim)
 }
 
-// claimState is what Stats reads of a running claim.
+// claimState is what Stats and the commit loop read of a running claim.
 type claimState struct {
-	claim     sarama.ConsumerGroupClaim
-	fetched   atomic.Int64
-	committed atomic.Int64
-	next      atomic.Int64 // offset last marked for commit (the claim's initial offset at first); -1 unknown
+	claim         sarama.ConsumerGroupClaim
+	sess          sarama.ConsumerGroupSession
+	topic         string
+	part          int32
+	fetched       atomic.Int64
+	committed     atomic.Int64
+	next          atomic.Int64 // offset last marked for commit (the claim's initial offset at first); -1 unknown
+	finishedAbove atomic.Int64
+	noMeta        atomic.Bool // the broker refused this partition's commit metadata
 }
 
 func (c *claimState) lag() int64 {
@@ -49,8 +55,9 @@ func (c *claimState) lag() int64 {
 }
 
 // claimLoop is one claim's goroutine state: it reads the claim, decodes,
-// hands items to the scheduler, moves the commit frontier, and on revoke
-// drains and commits. It owns its Partition's tracker and free list.
+// hands items to the scheduler, takes finished items back, marks the
+// commit frontier at every commit tick, and on revoke drains and commits.
+// It owns its Partition's tracker and free list.
 type claimLoop[T any] struct {
 	g      *Group[T]
 	sess   sarama.ConsumerGroupSession
@@ -61,13 +68,13 @@ type claimLoop[T any] struct {
 	part   int32
 	resume commit.Done // offsets a previous owner finished (commit metadata)
 
-	held   held        // read while the budget was exhausted (see held.go)
+	held   held        // read while out of share (see held.go)
 	pauser fetchPauser // nil if the claim cannot pause fetching
 	paused bool        // fetching paused through pauser
 
-	meta   string // metadata last marked (the offset is st.next)
-	metaAt time.Time
-	ranges []commit.Range // scratch for mark
+	meta     string // metadata last marked (the offset is st.next)
+	metaFull bool   // the finished set does not fit CommitMetadata: take nothing new
+	ranges   []commit.Range
 }
 
 func (g *Group[T]) consume(sess sarama.ConsumerGroupSession, claim sarama.ConsumerGroupClaim) error {
@@ -75,13 +82,12 @@ func (g *Group[T]) consume(sess sarama.ConsumerGroupSession, claim sarama.Consum
 		g:     g,
 		sess:  sess,
 		p:     g.sched.NewPartition(g.cfg.Chan),
-		st:    &claimState{claim: claim},
+		st:    &claimState{claim: claim, sess: sess, topic: claim.Topic(), part: claim.Partition()},
 		topic: claim.Topic(),
 		part:  claim.Partition(),
 	}
 	c.log = g.log.With(zap.String("topic", c.topic), zap.Int32("partition", c.part), zap.Int32("generation", sess.GenerationID()))
 	c.st.next.Store(max(claim.InitialOffset(), -1)) // OffsetOldest/Newest (< 0): unknown
-	c.metaAt = time.Now()
 	c.resume = c.resumeFrom(claim.InitialOffset())
 	g.ctr.claims.Add(1)
 	g.claimsMu.Lock()
@@ -98,9 +104,10 @@ func (g *Group[T]) consume(sess sarama.ConsumerGroupSession, claim sarama.Consum
 
 	msgs := claim.Messages()
 	sessDone := sess.Context().Done()
+	tick := g.ticks.next()
 	c.pauser, _ = claim.(fetchPauser)
 	for {
-		room := c.p.Room()
+		room := c.room()
 		if room && c.held.len() > 0 {
 			c.intakeHeld()
 			continue
@@ -118,24 +125,21 @@ func (g *Group[T]) consume(sess sarama.ConsumerGroupSession, claim sarama.Consum
 				c.pauseFetch(true)
 			}
 		default:
-			in = nil // fetching cannot be paused: stop reading until credit returns
+			in = nil // fetching cannot be paused: stop reading until room returns
 		}
 		select {
 		case m, ok := <-in:
 			if !ok {
 				return c.revoke("claim revoked")
 			}
-			var closed bool
-			if room {
-				closed = c.intakeBurst(m, msgs)
-			} else {
-				closed = c.burst(m, msgs, c.g.cfg.Chan-1, true)
-			}
-			if closed {
+			if c.intakeBurst(m, msgs, room) {
 				return c.revoke("claim revoked")
 			}
 		case <-c.p.Wake():
 			c.advance()
+		case <-tick:
+			tick = g.ticks.next()
+			c.commitTick()
 		case <-sessDone:
 			return c.revoke("session ended")
 		case <-c.g.stopping:
@@ -143,6 +147,11 @@ func (g *Group[T]) consume(sess sarama.ConsumerGroupSession, claim sarama.Consum
 		}
 	}
 }
+
+// room reports whether the claim may dispatch more: the partition is
+// within its in-flight share and its finished set fits the commit
+// metadata.
+func (c *claimLoop[T]) room() bool { return c.p.Room() && !c.metaFull }
 
 // pauseFetch pauses or resumes sarama's fetching of the partition (see
 // held), if the claim supports it.
@@ -158,30 +167,43 @@ func (c *claimLoop[T]) pauseFetch(pause bool) {
 	}
 }
 
-// intakeHeld dispatches held messages, oldest first, as far as credit
-// (and one burst of Chan) goes. They were counted as fetched when held.
+// intakeHeld dispatches held messages, oldest first, as far as the
+// partition's quota (and one burst of Chan) goes. They were counted as
+// fetched when held.
 func (c *claimLoop[T]) intakeHeld() {
-	more := c.p.Acquire(min(c.held.len(), c.g.cfg.Chan) - 1)
-	c.intake(c.held.pop())
-	for ; more > 0; more-- {
-		c.intake(c.held.pop())
+	count, bytes := c.p.Quota()
+	for n := min(c.held.len(), c.g.cfg.Chan, max(count, 1)); n > 0; n-- {
+		m := c.held.pop()
+		size := msgSize(m)
+		c.intake(m, size)
+		if bytes -= size; bytes <= 0 {
+			break
+		}
 	}
 	c.endBurst()
 }
 
-// burst takes m and up to more messages already buffered in msgs, into
-// the scheduler (intake) or, with hold, into held, and counts them as
-// fetched. It reports whether msgs was closed.
-func (c *claimLoop[T]) burst(m *sarama.ConsumerMessage, msgs <-chan *sarama.ConsumerMessage, more int, hold bool) (closed bool) {
+// intakeBurst takes m and whatever else is already buffered in msgs, up to
+// Chan and the partition's quota, into the scheduler in one step; out of
+// room (hold), up to Chan into held. It counts them as fetched and reports
+// whether msgs was closed.
+func (c *claimLoop[T]) intakeBurst(m *sarama.ConsumerMessage, msgs <-chan *sarama.ConsumerMessage, room bool) (closed bool) {
+	more, bytes := c.g.cfg.Chan-1, int64(1<<62)
+	if room {
+		count, b := c.p.Quota()
+		more, bytes = min(more, count-1), b
+	}
 	n := int64(0)
 	for {
-		if hold {
-			c.held.push(m)
-		} else {
-			c.intake(m)
-		}
 		n++
-		if more == 0 {
+		if room {
+			size := msgSize(m)
+			c.intake(m, size)
+			bytes -= size
+		} else {
+			c.held.push(m)
+		}
+		if more <= 0 || bytes <= 0 {
 			break
 		}
 		more--
@@ -196,28 +218,30 @@ func (c *claimLoop[T]) burst(m *sarama.ConsumerMessage, msgs <-chan *sarama.Cons
 		}
 	}
 	c.st.fetched.Add(n)
-	return closed
-}
-
-// intakeBurst takes m and whatever else is already buffered, up to Chan and
-// the in-flight budget, and hands it all to the scheduler in one step. It
-// reports whether msgs was closed.
-func (c *claimLoop[T]) intakeBurst(m *sarama.ConsumerMessage, msgs <-chan *sarama.ConsumerMessage) (closed bool) {
-	closed = c.burst(m, msgs, c.p.Acquire(c.g.cfg.Chan-1), false)
-	c.endBurst()
+	if room {
+		c.endBurst()
+	}
 	return closed
 }
 
 // endBurst hands a burst of intake to the scheduler.
 func (c *claimLoop[T]) endBurst() {
-	c.p.Unused()
 	c.p.Flush()
 	c.advance() // skipped (undecodable) messages may be at the head
 }
 
+// msgSize is what a message counts against MaxInFlightBytes.
+func msgSize(m *sarama.ConsumerMessage) int64 {
+	n := len(m.Key) + len(m.Value)
+	for _, h := range m.Headers {
+		n += len(h.Key) + len(h.Value)
+	}
+	return int64(n)
+}
+
 // intake turns one sarama message into an item: decoded, assigned a lane,
 // tracked for commits and queued.
-func (c *claimLoop[T]) intake(m *sarama.ConsumerMessage) {
+func (c *claimLoop[T]) intake(m *sarama.ConsumerMessage, size int64) {
 	it := c.p.Alloc()
 	msg := &it.Msg
 	msg.Topic, msg.Partition, msg.Offset = m.Topic, m.Partition, m.Offset
@@ -248,36 +272,33 @@ func (c *claimLoop[T]) intake(m *sarama.ConsumerMessage) {
 		return
 	}
 	it.Val, it.Lane = v, lane
-	if err := c.p.Add(it, m.Offset); err != nil {
+	if err := c.p.Add(it, m.Offset, size); err != nil {
 		c.badOffset(m.Offset, err)
 	}
 }
 
 func (c *claimLoop[T]) badOffset(off int64, err error) {
-	c.g.ctr.errors.Add(1)
+	c.g.errs.add(errOffsets)
 	c.log.Error("message ignored", zap.Int64("offset", off), zap.Error(err))
 }
 
-// advance moves the frontier and marks it for sarama's commit, with the
-// finished offsets above it as metadata once per auto-commit interval.
+// advance takes back finished items and moves the frontier (marked for
+// commit at the next commit tick).
 func (c *claimLoop[T]) advance() {
-	n := c.p.Advance()
-	if n == 0 {
-		return
+	if n := c.p.Advance(); n > 0 {
+		c.st.committed.Add(int64(n))
 	}
-	c.st.committed.Add(int64(n))
-	c.mark(time.Since(c.metaAt) >= c.g.cfg.Sarama.Consumer.Offsets.AutoCommit.Interval)
 }
 
 // revoke lets the partition go: nothing more is dispatched, queued items are
-// dropped, started batches get DrainTimeout to finish, the final frontier is
-// committed inside the session, and the partition is fenced so that later
-// completions cannot be committed.
+// dropped, started batches get DrainTimeout to finish (then their ctx is
+// cancelled), the final frontier is committed inside the session, and the
+// partition is fenced so that later completions cannot be committed.
 func (c *claimLoop[T]) revoke(reason string) error {
 	dropped, abandoned := c.p.Revoke()
 	dropped += c.held.drop()
 	c.p.Drain()
-	late := int64(0)
+	late, cancelled := int64(0), 0
 	if c.p.Outstanding() > 0 {
 		timer := time.NewTimer(c.g.cfg.DrainTimeout)
 	wait:
@@ -287,18 +308,23 @@ func (c *claimLoop[T]) revoke(reason string) error {
 				c.advance()
 			case <-timer.C:
 				late = c.p.Outstanding()
-				c.log.Warn("drain timeout: letting go of unfinished batches",
-					zap.Duration("timeout", c.g.cfg.DrainTimeout), zap.Int64("unfinished", late))
+				cause := ErrRevoked
+				if reason == "shutdown" {
+					cause = ErrShutdown
+				}
+				cancelled = c.g.sched.CancelRunning(c.p, fmt.Errorf("%w: %s/%d after %v", cause, c.topic, c.part, c.g.cfg.DrainTimeout))
+				c.log.Warn("drain timeout: cancelling and letting go of unfinished batches",
+					zap.Duration("timeout", c.g.cfg.DrainTimeout), zap.Int64("unfinished", late), zap.Int("cancelled", cancelled))
 				break wait
 			}
 		}
 		timer.Stop()
 	}
 	c.advance()
-	c.mark(true)
+	c.mark()
 	c.sess.Commit()
+	next := c.st.next.Load()
 	left := c.p.Close()
-	next, _ := c.p.Next()
 	c.g.ctr.dropped.Add(int64(dropped))
 	c.g.ctr.abandoned.Add(int64(abandoned) + late)
 	c.g.ctr.revokes.Add(1)

@@ -15,14 +15,27 @@ var ErrConfig = errors.New("group: invalid config")
 
 // Defaults applied by New to zero fields.
 const (
-	DefaultSize           = 1024
-	DefaultNum            = 32
-	DefaultTicker         = 100 * time.Millisecond
-	DefaultMaxInFlight    = 64 << 10
-	DefaultRetryBackoff   = 100 * time.Millisecond
-	DefaultMaxBackoff     = 10 * time.Second
-	DefaultCommitMetadata = 4000
-	maxDrainTimeout       = 30 * time.Second
+	DefaultSize             = 1024
+	DefaultNum              = 32
+	DefaultTicker           = 100 * time.Millisecond
+	DefaultMaxInFlight      = 64 << 10
+	DefaultMaxInFlightBytes = 64 << 20
+	DefaultRetryBackoff     = 100 * time.Millisecond
+	DefaultMaxBackoff       = 10 * time.Second
+	DefaultCommitMetadata   = 4000
+	maxDrainTimeout         = 30 * time.Second
+)
+
+// Upper bounds of the sizes New accepts: beyond them the preallocated
+// per-worker batches (Num x Size entries), the per-partition channel
+// (Chan) and the goroutines (Num) would not fit a machine, and Go would
+// panic or the process would be killed instead of a clear error.
+const (
+	MaxSize        = 1 << 20
+	MaxNum         = 1 << 16
+	MaxChan        = 1 << 20
+	maxBatchSlots  = 1 << 24 // Num * Size
+	MaxMaxInFlight = 1 << 30
 )
 
 // Config configures a Group. Zero fields take the documented defaults; New
@@ -39,7 +52,11 @@ type Config struct {
 	// Sarama is an optional base client config (TLS, SASL, version,
 	// rebalance strategy, ...). It is copied, never modified. nil means
 	// DefaultSarama(). Orderly always sets Consumer.Return.Errors (errors
-	// are logged and counted) and ChannelBufferSize = Chan.
+	// are logged and counted), ChannelBufferSize = Chan, and turns
+	// sarama's auto-commit off (Consumer.Offsets.AutoCommit.Enable):
+	// Orderly commits every partition itself, every
+	// Consumer.Offsets.AutoCommit.Interval (default 1s), each commit
+	// carrying the partition's finished offsets as metadata.
 	Sarama *sarama.Config
 
 	// Size is the most messages per Do call. Default 1024.
@@ -56,26 +73,51 @@ type Config struct {
 	// databus seed there is no per-worker channel to fill up: a busy
 	// worker never blocks dispatch.
 	Chan int
-	// MaxInFlight bounds the messages fetched but not yet behind the commit
-	// frontier, across all partitions. When it is reached, nothing more is
-	// dispatched until the frontier moves; what sarama had fetched already
-	// waits, undispatched, in the claim loop, and past Chan messages a
-	// partition's fetching pauses (sarama's PartitionConsumer.Pause).
-	// Default 65536.
+	// MaxInFlight bounds the messages fetched and not yet finished. It
+	// is divided evenly among the partitions this member has claimed: each
+	// may have MaxInFlight/P unfinished messages (at least one), so one
+	// partition, stuck or slow, can never take the budget the others need.
+	// A partition whose share is spent dispatches nothing more until its
+	// own messages finish; what sarama had fetched already waits,
+	// undispatched, in the claim loop, and past Chan messages that
+	// partition's fetching pauses (sarama's PartitionConsumer.Pause). The
+	// other partitions go on. A finished message costs nothing, even above
+	// a stuck frontier: it is recycled at once and remembered only as part
+	// of a run of finished offsets. Shares are not lent to busier
+	// partitions: a partition that borrowed and then got stuck would keep
+	// what it borrowed. Default 65536, at most 2^30.
 	MaxInFlight int
+	// MaxInFlightBytes bounds the bytes (keys, values and headers) of the
+	// messages fetched and not yet finished, shared among the claimed
+	// partitions like MaxInFlight; a partition with nothing in flight may
+	// always take one message, whatever its size. sarama's own fetch
+	// buffers (Consumer.Fetch.Default per partition and request) come on
+	// top. Default 64 MiB (librdkafka's queued.max.messages.kbytes).
+	MaxInFlightBytes int64
 	// DrainTimeout is how long a revoked partition (rebalance or shutdown)
 	// waits for its started batches to finish before it commits what is
 	// done and lets go. Default half of
 	// Sarama.Consumer.Group.Rebalance.Timeout, at most 30s; it must be below
 	// that timeout or Kafka would evict the member.
 	DrainTimeout time.Duration
-	// Retry is how a failed Do call (error or panic) is retried.
+	// Retry is how a failed item is retried.
 	Retry Retry
 	// CommitMetadata is the most bytes of commit metadata used to record
 	// which messages above the committed offset are already finished, so
-	// that the partition's next owner skips them. Default 4000, below
-	// Kafka's offset.metadata.max.bytes (4096); -1 disables it (a new owner
-	// then handles those messages again).
+	// that the partition's next owner (after a handoff or a crash) skips
+	// them. Default 4000, below Kafka's offset.metadata.max.bytes (4096);
+	// -1 disables it (a new owner then handles those messages again).
+	//
+	// When the finished set of a partition no longer fits in three
+	// quarters of it (unfinished messages scattered among finished ones;
+	// a single stuck message with everything after it finished takes a
+	// few bytes), the partition stops taking new messages until its
+	// frontier moves and the set fits in half (Stats.MetadataFull), as
+	// Confluent's Parallel Consumer does: a crash then repeats at most
+	// what finished in the last commit interval, never an unbounded tail.
+	// A broker that rejects the metadata (OFFSET_METADATA_TOO_LARGE: its
+	// offset.metadata.max.bytes is smaller) gets the partition's commits
+	// without metadata from then on (Stats.MetadataRejected).
 	CommitMetadata int
 
 	// Logger receives errors and lifecycle events with topic, partition,
@@ -83,11 +125,14 @@ type Config struct {
 	Logger *zap.Logger
 }
 
-// Retry is the policy for a batch whose Do call failed: the batch is called
-// again after a capped exponential backoff, for as long as Run runs. Later
-// messages of its lanes wait; other lanes keep flowing.
+// Retry is the policy for an item that failed (it failed alone, or Do named
+// it in a BatchError): it is handed out again after a capped exponential
+// backoff, for as long as Run runs. The later messages of its lane wait
+// behind it; other lanes keep flowing. A batch that fails as a whole is
+// first split to find its failing items, at once and without backoff.
 type Retry struct {
-	// Backoff before the first retry; doubled each attempt. Default 100ms.
+	// Backoff before an item's first retry; doubled each attempt.
+	// Default 100ms.
 	Backoff time.Duration
 	// MaxBackoff caps the backoff. Default 10s.
 	MaxBackoff time.Duration
@@ -96,13 +141,15 @@ type Retry struct {
 // DefaultSarama returns the client config Orderly uses when Config.Sarama
 // is nil: Kafka version 3.0.0 (accepted by Kafka 3.x and kfake),
 // Consumer.Offsets.Initial = OffsetOldest, the cooperative-sticky rebalance
-// strategy, and sarama's defaults otherwise. Start from it to change a
-// few settings.
+// strategy, Metadata.AllowAutoTopicCreation off (a misspelt topic is an
+// error, ErrUnknownTopic, not a new topic), and sarama's defaults
+// otherwise. Start from it to change a few settings.
 func DefaultSarama() *sarama.Config {
 	sc := sarama.NewConfig()
 	sc.Version = sarama.V3_0_0_0
 	sc.Consumer.Offsets.Initial = sarama.OffsetOldest
 	sc.Consumer.Group.Rebalance.GroupStrategies = []sarama.BalanceStrategy{sarama.NewBalanceStrategyCooperativeSticky()}
+	sc.Metadata.AllowAutoTopicCreation = false
 	return sc
 }
 
@@ -123,6 +170,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxInFlight == 0 {
 		c.MaxInFlight = DefaultMaxInFlight
+	}
+	if c.MaxInFlightBytes == 0 {
+		c.MaxInFlightBytes = DefaultMaxInFlightBytes
 	}
 	if c.CommitMetadata == 0 {
 		c.CommitMetadata = DefaultCommitMetadata
@@ -147,7 +197,8 @@ func (c Config) withDefaults() Config {
 		sc.ClientID = "orderly"
 	}
 	sc.Consumer.Return.Errors = true
-	if c.Chan > 0 {
+	sc.Consumer.Offsets.AutoCommit.Enable = false // Orderly commits (see Config.Sarama)
+	if c.Chan > 0 && c.Chan <= MaxChan {
 		sc.ChannelBufferSize = c.Chan
 	}
 	c.Sarama = sc
@@ -169,14 +220,18 @@ func (c Config) validate() error {
 		return bad("Topics", "is empty: give at least one topic")
 	case c.GroupID == "":
 		return bad("GroupID", "is empty")
-	case c.Size < 0:
-		return bad("Size", "is %d: must be positive (0 means %d)", c.Size, DefaultSize)
-	case c.Num < 0:
-		return bad("Num", "is %d: must be positive (0 means %d)", c.Num, DefaultNum)
-	case c.Chan < 0:
-		return bad("Chan", "is %d: must be positive (0 means Size)", c.Chan)
-	case c.MaxInFlight < 0:
-		return bad("MaxInFlight", "is %d: must be positive (0 means %d)", c.MaxInFlight, DefaultMaxInFlight)
+	case c.Size < 0 || c.Size > MaxSize:
+		return bad("Size", "is %d: must be between 1 and %d (0 means %d)", c.Size, MaxSize, DefaultSize)
+	case c.Num < 0 || c.Num > MaxNum:
+		return bad("Num", "is %d: must be between 1 and %d (0 means %d)", c.Num, MaxNum, DefaultNum)
+	case c.Num*c.Size > maxBatchSlots:
+		return bad("Num", "is %d with Size %d: Num*Size must be at most %d (each worker holds a batch of Size)", c.Num, c.Size, maxBatchSlots)
+	case c.Chan < 0 || c.Chan > MaxChan:
+		return bad("Chan", "is %d: must be between 1 and %d (0 means Size)", c.Chan, MaxChan)
+	case c.MaxInFlight < 0 || c.MaxInFlight > MaxMaxInFlight:
+		return bad("MaxInFlight", "is %d: must be between 1 and %d (0 means %d)", c.MaxInFlight, MaxMaxInFlight, DefaultMaxInFlight)
+	case c.MaxInFlightBytes < 0:
+		return bad("MaxInFlightBytes", "is %d: must be positive (0 means %d)", c.MaxInFlightBytes, int64(DefaultMaxInFlightBytes))
 	case c.Retry.Backoff < 0:
 		return bad("Retry.Backoff", "is %v: must be positive", c.Retry.Backoff)
 	case c.Retry.MaxBackoff < c.Retry.Backoff:
@@ -198,6 +253,9 @@ func (c Config) validate() error {
 		if t == "" {
 			return bad(fmt.Sprintf("Topics[%d]", i), "is empty")
 		}
+	}
+	if iv := c.Sarama.Consumer.Offsets.AutoCommit.Interval; iv <= 0 {
+		return bad("Sarama.Consumer.Offsets.AutoCommit.Interval", "is %v: must be positive (Orderly commits at this interval)", iv)
 	}
 	if err := c.Sarama.Validate(); err != nil {
 		return fmt.Errorf("%w: Sarama: %w", ErrConfig, err)

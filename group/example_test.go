@@ -73,5 +73,5 @@ func ExampleNew_badConfig() {
 	fmt.Println(err)
 	// Output:
 	// true
-	// group: invalid config: Size is -1: must be positive (0 means 1024)
+	// group: invalid config: Size is -1: must be between 1 and 1048576 (0 means 1024)
 }

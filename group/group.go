@@ -32,16 +32,6 @@ import (
 	"github.com/orderly-go/orderly/merge"
 )
 
-// Sentinel errors callers may branch on with errors.Is.
-var (
-	// ErrPanic wraps a panic recovered from Do, New or Split.
-	ErrPanic = errors.New("group: handler panicked")
-	// ErrConnect wraps a failure to reach the brokers when Run starts.
-	ErrConnect = errors.New("group: cannot reach brokers")
-	// ErrRunTwice is returned by a second call of Run.
-	ErrRunTwice = errors.New("group: Run called twice")
-)
-
 // Handler is what a service plugs in.
 type Handler[T any] struct {
 	// New decodes a message into the value Do receives. nil: T must be
@@ -54,9 +44,20 @@ type Handler[T any] struct {
 	// nil: a hash of Key, or one lane per partition when Key is empty.
 	Split func(m *Message, v T) uint64
 	// Do handles a batch of at most Config.Size values. nil error: every
-	// value is done. An error or a panic fails the whole batch, which is
-	// retried (Config.Retry) while later messages of its lanes wait.
-	// ctx ends only when Run has given up on in-flight work.
+	// value is done. A BatchError names the items that failed; the others
+	// are done. Any other error, or a panic, fails the whole batch: it is
+	// called again at once on halves of it (each half keeping lane order),
+	// and so on, until the failing items stand alone, so its batch mates
+	// finish after about 2*log2(Size) calls. A failed item is retried
+	// after Config.Retry's backoff while the later messages of its lane
+	// wait; other lanes do not. Messages(ctx) gives each value's message
+	// (topic, partition, offset, Attempt).
+	//
+	// ctx is cancelled, with a context.Cause of ErrRevoked, when a
+	// partition of the batch's items was revoked and DrainTimeout passed
+	// (its new owner may be handling them), and with ErrShutdown when Run
+	// gives up on in-flight work. The batch's other items then run again,
+	// uncharged.
 	Do func(ctx context.Context, batch []T) error
 }
 
@@ -73,26 +74,28 @@ func (h Handler[T]) validate() error {
 	return nil
 }
 
-// wakeDelay bounds how late a claim loop hears that its frontier may move
-// (dispatch.Options.WakeDelay): commits and budget lag the work by at most
+// wakeDelay bounds how late a claim loop hears that its items finished
+// (dispatch.Options.WakeDelay): commits and shares lag the work by at most
 // this much, in exchange for one wake per partition per wakeDelay instead
-// of one per message.
+// of one per batch.
 const wakeDelay = 500 * time.Microsecond
 
 // Group consumes Config.Topics as Config.GroupID with a Handler. Create it
 // with New; Run it once.
 type Group[T any] struct {
-	cfg   Config
-	h     Handler[T]
-	log   *zap.Logger
-	seed  maphash.Seed
-	sched *dispatch.Scheduler[Message, T]
-	bufs  [][]T // per-worker scratch for Do batches, cap Size
+	cfg     Config
+	h       Handler[T]
+	log     *zap.Logger
+	seed    maphash.Seed
+	sched   *dispatch.Scheduler[Message, T]
+	workers []workerState[T] // per-worker scratch for Do calls
 
 	client  sarama.Client // set by Run; nil in pipeline benchmarks
 	started atomic.Bool
 	pool    *merge.Stats
 	ctr     counters
+	errs    errorCounters
+	failLog rateLimit // "Do failed" warnings
 
 	claimsMu sync.Mutex
 	claims   map[*claimState]struct{}
@@ -100,18 +103,42 @@ type Group[T any] struct {
 	// stopping is closed when Run's ctx ends: claim loops drain, commit
 	// and return while sarama's session still lives (see Run).
 	stopping chan struct{}
+	ticks    ticks // the commit interval's broadcast (see commitLoop)
+}
+
+// workerState is one worker's scratch for Do calls, and what Messages
+// reads during them.
+type workerState[T any] struct {
+	vals   []T
+	items  []*dispatch.Item[Message, T]
+	msgs   []*Message
+	failed []int
+	info   batchInfo
+}
+
+// messages builds the current call's messages for Messages(ctx).
+func (w *workerState[T]) messages() []*Message {
+	if w.items == nil {
+		return nil
+	}
+	w.msgs = w.msgs[:0]
+	for _, it := range w.items {
+		w.msgs = append(w.msgs, &it.Msg)
+	}
+	return w.msgs
 }
 
 // counters are the group-wide counters not kept by merge or per claim.
 type counters struct {
-	decodeErrors atomic.Int64
-	panics       atomic.Int64
-	dropped      atomic.Int64
-	abandoned    atomic.Int64
-	revokes      atomic.Int64
-	claims       atomic.Int64
-	errors       atomic.Int64
-	resumed      atomic.Int64
+	decodeErrors     atomic.Int64
+	panics           atomic.Int64
+	dropped          atomic.Int64
+	abandoned        atomic.Int64
+	revokes          atomic.Int64
+	claims           atomic.Int64
+	resumed          atomic.Int64
+	metadataFull     atomic.Int64
+	metadataRejected atomic.Int64
 	// totals of claims that ended
 	fetched   atomic.Int64
 	committed atomic.Int64
@@ -133,50 +160,70 @@ func New[T any](cfg Config, h Handler[T]) (*Group[T], error) {
 		log:  cfg.Logger.With(zap.String("group", cfg.GroupID)),
 		seed: maphash.MakeSeed(),
 		sched: dispatch.New[Message, T](dispatch.Options[Message, T]{
-			Size: cfg.Size, MaxInFlight: cfg.MaxInFlight, Window: cfg.Chan, WakeDelay: wakeDelay,
-			Reset: resetFunc(h),
+			Size: cfg.Size, MaxInFlight: cfg.MaxInFlight, MaxInFlightBytes: cfg.MaxInFlightBytes,
+			Window: cfg.Chan, WakeDelay: wakeDelay, Reset: resetFunc(h),
 		}),
-		bufs:     make([][]T, cfg.Num),
+		workers:  make([]workerState[T], cfg.Num),
 		pool:     merge.NewStats(cfg.Num),
 		claims:   make(map[*claimState]struct{}),
 		stopping: make(chan struct{}),
 	}
-	for i := range g.bufs {
-		g.bufs[i] = make([]T, 0, cfg.Size)
+	for i := range g.workers {
+		w := &g.workers[i]
+		w.vals = make([]T, 0, cfg.Size)
+		w.info.messages = w.messages
 	}
+	g.ticks.init()
 	return g, nil
 }
 
 // Run joins the group and consumes until ctx ends. Then it stops fetching,
 // lets started batches finish (up to DrainTimeout), commits the frontier of
 // every partition, leaves the group and returns once every goroutine it
-// started has stopped. It returns nil after a clean shutdown, and an error
-// wrapping ErrConnect when the brokers cannot be reached at start.
-// Consumer errors while running (a broker going away, a failed commit) are
-// logged, counted in Stats.Errors and retried; they do not end Run.
+// started has stopped. It returns nil after a clean shutdown.
+//
+// Errors it cannot get past end it the same way (drain, commit, leave)
+// and are returned: ErrConnect when the brokers cannot be reached at
+// start, ErrAuth when they refuse the credentials, ErrNotAuthorized when
+// an ACL denies the group or a topic, ErrUnknownTopic when a topic does
+// not exist. Other consumer errors while running (a broker restarting, a
+// coordinator moving, a rebalance in progress, a failed commit) are
+// logged, counted in Stats.Errors by cause and retried; they do not end
+// Run.
+//
 // Run returns only after every Do call has returned: Do's ctx is cancelled
-// once the partitions are drained, and a Do that ignores it keeps Run from
-// returning.
+// (ErrShutdown) once the partitions are drained, and a Do that ignores it
+// keeps Run from returning.
 func (g *Group[T]) Run(ctx context.Context) error {
 	if !g.started.CompareAndSwap(false, true) {
 		return ErrRunTwice
 	}
 	client, err := sarama.NewClient(g.cfg.Brokers, g.cfg.Sarama)
 	if err != nil {
+		if _, fatal := classify(err); fatal != nil {
+			return fmt.Errorf("%w: brokers %v (group %q): %w", fatal, g.cfg.Brokers, g.cfg.GroupID, err)
+		}
 		return fmt.Errorf("%w %v (group %q): %w", ErrConnect, g.cfg.Brokers, g.cfg.GroupID, err)
 	}
 	defer client.Close()
+	if err := g.checkTopics(client); err != nil {
+		return err
+	}
 	cg, err := sarama.NewConsumerGroupFromClient(g.cfg.GroupID, client)
 	if err != nil {
 		return fmt.Errorf("%w %v (group %q): %w", ErrConnect, g.cfg.Brokers, g.cfg.GroupID, err)
 	}
 	g.client = client
-	stopWorkers := g.startWorkers(ctx)
+	runCtx, endRun := context.WithCancelCause(ctx)
+	defer endRun(nil)
+	stopWorkers := g.startWorkers(runCtx)
 
 	var errs sync.WaitGroup
 	errs.Go(func() {
 		for err := range cg.Errors() {
-			g.consumerError(err)
+			if fatal := g.consumerError(err); fatal != nil {
+				endRun(fatal)
+			}
 		}
 	})
 
@@ -192,7 +239,7 @@ func (g *Group[T]) Run(ctx context.Context) error {
 	var shutdown sync.WaitGroup
 	shutdown.Go(func() {
 		select {
-		case <-ctx.Done():
+		case <-runCtx.Done():
 		case <-consumeCtx.Done():
 			return
 		}
@@ -203,34 +250,59 @@ func (g *Group[T]) Run(ctx context.Context) error {
 
 	b := &binding[T]{g: g}
 	wait := g.cfg.Retry.Backoff
-	for ctx.Err() == nil {
+	for runCtx.Err() == nil {
 		err := cg.Consume(consumeCtx, g.cfg.Topics, b) // returns at each eager rebalance
-		if err == nil || ctx.Err() != nil {
+		if err == nil || runCtx.Err() != nil {
 			wait = g.cfg.Retry.Backoff
 			continue
 		}
 		if errors.Is(err, sarama.ErrClosedConsumerGroup) {
 			break
 		}
-		g.ctr.errors.Add(1)
+		cls, fatal := classify(err)
+		g.errs.add(cls)
+		if fatal != nil {
+			g.log.Error("consume failed; stopping", zap.Strings("topics", g.cfg.Topics), zap.Error(err))
+			endRun(fmt.Errorf("%w: group %q, topics %v: %w", fatal, g.cfg.GroupID, g.cfg.Topics, err))
+			break
+		}
 		g.log.Error("consume failed; retrying", zap.Strings("topics", g.cfg.Topics), zap.Duration("backoff", wait), zap.Error(err))
 		t := time.NewTimer(wait)
 		select {
-		case <-ctx.Done():
+		case <-runCtx.Done():
 		case <-t.C:
 		}
 		t.Stop()
 		wait = min(2*wait, g.cfg.Retry.MaxBackoff)
 	}
-	cancelConsume()
+	endRun(nil)
 	shutdown.Wait()
+	cancelConsume()
 	if err := cg.Close(); err != nil {
-		g.ctr.errors.Add(1)
+		g.errs.add(errOther)
 		g.log.Warn("closing consumer group", zap.Error(err))
 	}
 	errs.Wait()
 	stopWorkers()
+	if err := context.Cause(runCtx); err != nil && ctx.Err() == nil {
+		return err // a fatal error ended Run, not its caller
+	}
 	return nil
+}
+
+// checkTopics makes sure every configured topic exists (after sarama's
+// metadata retries), so that a misspelt topic ends Run at once.
+func (g *Group[T]) checkTopics(client sarama.Client) error {
+	err := client.RefreshMetadata(g.cfg.Topics...)
+	if err == nil {
+		return nil
+	}
+	cls, fatal := classify(err)
+	g.errs.add(cls)
+	if fatal == nil {
+		fatal = ErrConnect
+	}
+	return fmt.Errorf("%w: group %q, topics %v: %w", fatal, g.cfg.GroupID, g.cfg.Topics, err)
 }
 
 // awaitClaims waits until no claim loop runs, or at most limit.
@@ -247,52 +319,86 @@ func (g *Group[T]) awaitClaims(limit time.Duration) {
 	}
 }
 
-// startWorkers starts the worker pool. Do calls see a context that outlives
-// ctx: a shutdown lets started batches finish, and only gives up on them
-// (cancels their context) once every partition is drained, in stop.
+// startWorkers starts the worker pool and the commit loop. Do calls see a
+// context that outlives ctx: a shutdown lets started batches finish, and
+// only gives up on them (cancels their context with ErrShutdown) once
+// every partition is drained, in stop.
 func (g *Group[T]) startWorkers(ctx context.Context) (stop func()) {
-	workCtx, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
+	workCtx, cancelWork := context.WithCancelCause(context.WithoutCancel(ctx))
 	pool := merge.Start(workCtx, g.sched, merge.Config{
 		Num:        g.cfg.Num,
 		Ticker:     g.cfg.Ticker,
 		Backoff:    g.cfg.Retry.Backoff,
 		MaxBackoff: g.cfg.Retry.MaxBackoff,
+		Context: func(ctx context.Context, worker int) context.Context {
+			return context.WithValue(ctx, batchKey{}, &g.workers[worker].info)
+		},
 	}, g.handle, g.pool)
+	stopCommits := make(chan struct{})
+	var commits sync.WaitGroup
+	commits.Go(func() { g.commitLoop(stopCommits) })
 	return func() {
-		cancelWork()
+		close(stopCommits)
+		commits.Wait()
+		cancelWork(ErrShutdown)
 		pool.Stop()
 	}
 }
 
-func (g *Group[T]) consumerError(err error) {
-	g.ctr.errors.Add(1)
+// consumerError counts and logs an error sarama reported while consuming
+// or committing, and returns the error Run must end with, if any.
+func (g *Group[T]) consumerError(err error) error {
+	cls, fatal := classify(err)
+	g.errs.add(cls)
 	var ce *sarama.ConsumerError
-	if errors.As(err, &ce) {
+	if !errors.As(err, &ce) {
+		g.log.Error("consumer error", zap.Error(err))
+	} else if cls == errMetadata {
+		g.metadataRejected(ce.Topic, ce.Partition, ce.Err)
+	} else {
 		g.log.Error("consumer error", zap.String("topic", ce.Topic), zap.Int32("partition", ce.Partition), zap.Error(ce.Err))
-		return
 	}
-	g.log.Error("consumer error", zap.Error(err))
+	if fatal == nil || cls == errTopic {
+		// A partition's fetch reporting an unknown topic is a topic
+		// deleted or being recreated: the next rebalance sees it.
+		return nil
+	}
+	return fmt.Errorf("%w: group %q: %w", fatal, g.cfg.GroupID, err)
 }
 
-// handle is merge's Handle: it calls Do with the batch's values.
-func (g *Group[T]) handle(ctx context.Context, worker int, b *dispatch.Batch[Message, T]) error {
-	vals := g.bufs[worker][:0] // cap Size: never reallocates, never written back
-	for _, it := range b.Items {
+// handle is merge's Handle: it calls Do with the items' values.
+func (g *Group[T]) handle(ctx context.Context, worker int, items []*dispatch.Item[Message, T]) ([]int, error) {
+	w := &g.workers[worker]
+	vals := w.vals[:0] // cap Size: never reallocates, never written back
+	for _, it := range items {
 		if it.Msg.Attempt != it.Attempt { // only on retries: keep Msg's cache lines clean
 			it.Msg.Attempt = it.Attempt
 		}
 		vals = append(vals, it.Val)
 	}
+	w.items = items
 	err := g.call(ctx, vals)
+	w.items = nil
 	clear(vals)
-	if err != nil {
-		first := &b.Items[0].Msg
-		g.log.Warn("Do failed; batch will be retried",
-			zap.String("topic", first.Topic), zap.Int32("partition", first.Partition),
-			zap.Int64("offset", first.Offset), zap.Uint64("lane", b.Items[0].Lane),
-			zap.Int("attempt", b.Attempt), zap.Int("batch", len(b.Items)), zap.Error(err))
+	clear(w.msgs)
+	if err == nil {
+		return nil, nil
 	}
-	return err
+	var failed []int
+	if be := batchFailures(err); be != nil {
+		var ok bool
+		if w.failed, ok = be.indexes(w.failed, len(items)); ok {
+			failed = w.failed
+		} else if be.Len() == 0 {
+			return nil, nil // a BatchError naming nothing: all done
+		}
+	}
+	first := &items[0].Msg
+	g.failLog.warn(g.log, "Do failed; its failing items will be retried",
+		zap.String("topic", first.Topic), zap.Int32("partition", first.Partition),
+		zap.Int64("offset", first.Offset), zap.Uint64("lane", items[0].Lane),
+		zap.Int("attempt", items[0].Attempt), zap.Int("batch", len(items)), zap.Int("named", len(failed)), zap.Error(err))
+	return failed, err
 }
 
 func (g *Group[T]) call(ctx context.Context, vals []T) (err error) {
@@ -351,26 +457,32 @@ func (g *Group[T]) decodeUser(m *Message) (v T, lane uint64, err error) {
 // goroutine, at any time.
 func (g *Group[T]) Stats() Stats {
 	s := Stats{
-		Handled:      g.pool.Handled(),
-		Batches:      g.pool.Batches(),
-		Failures:     g.pool.Failures.Load(),
-		Retries:      g.pool.Retries.Load(),
-		DecodeErrors: g.ctr.decodeErrors.Load(),
-		Panics:       g.ctr.panics.Load(),
-		Dropped:      g.ctr.dropped.Load(),
-		Abandoned:    g.ctr.abandoned.Load(),
-		Revokes:      g.ctr.revokes.Load(),
-		Claims:       g.ctr.claims.Load(),
-		Errors:       g.ctr.errors.Load(),
-		Resumed:      g.ctr.resumed.Load(),
-		InFlight:     g.sched.InFlight(),
+		Handled:          g.pool.Handled(),
+		Batches:          g.pool.Batches(),
+		Failures:         g.pool.Failures.Load(),
+		Retries:          g.pool.Retries.Load(),
+		Splits:           g.pool.Splits.Load(),
+		Cancelled:        g.pool.Cancelled.Load(),
+		DecodeErrors:     g.ctr.decodeErrors.Load(),
+		Panics:           g.ctr.panics.Load(),
+		Dropped:          g.ctr.dropped.Load(),
+		Abandoned:        g.ctr.abandoned.Load(),
+		Revokes:          g.ctr.revokes.Load(),
+		Claims:           g.ctr.claims.Load(),
+		Resumed:          g.ctr.resumed.Load(),
+		MetadataFull:     g.ctr.metadataFull.Load(),
+		MetadataRejected: g.ctr.metadataRejected.Load(),
+		InFlight:         g.sched.InFlight(),
+		Retrying:         int64(g.sched.Retrying()),
 	}
+	s.ErrorsBy, s.Errors = g.errs.snapshot()
 	g.claimsMu.Lock()
 	s.Fetched, s.Committed = g.ctr.fetched.Load(), g.ctr.committed.Load()
 	for c := range g.claims {
 		s.Partitions++
 		s.Fetched += c.fetched.Load()
 		s.Committed += c.committed.Load()
+		s.FinishedAbove += c.finishedAbove.Load()
 		s.Lag += c.lag()
 	}
 	g.claimsMu.Unlock()

@@ -31,8 +31,12 @@ func TestConsumeAllInOrder(t *testing.T) {
 	if st.Handled != int64(r.total) || st.Fetched != int64(r.total) || st.Committed != int64(r.total) {
 		t.Errorf("stats: got handled %d fetched %d committed %d, want %d each", st.Handled, st.Fetched, st.Committed, r.total)
 	}
-	if st.Failures != int64(w.failures()) || st.Retries < st.Failures-int64(partitions) {
-		t.Errorf("stats: got failures %d retries %d, want failures %d and as many retries", st.Failures, st.Retries, w.failures())
+	// A failed batch is retried in halves at once: every failed call is
+	// an injected one, the split calls are counted, and an item is charged
+	// an attempt only when it failed alone (rare with 1% of calls failing).
+	if st.Failures != int64(w.failures()) || st.Splits == 0 || st.Retries > st.Failures {
+		t.Errorf("stats: got failures %d splits %d retries %d, want failures %d, splits > 0, retries <= failures",
+			st.Failures, st.Splits, st.Retries, w.failures())
 	}
 	if st.InFlight != 0 || st.Partitions != 0 {
 		t.Errorf("stats after Run: got in flight %d partitions %d, want 0 and 0", st.InFlight, st.Partitions)

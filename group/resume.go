@@ -3,7 +3,6 @@ package group
 import (
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/IBM/sarama"
 	"go.uber.org/zap"
@@ -11,12 +10,12 @@ import (
 	"github.com/orderly-go/orderly/commit"
 )
 
-// Commit metadata: besides the frontier, every final commit of a claim
-// (and one commit per auto-commit interval) carries the offsets above the
-// frontier that are already finished (see commit.EncodeMeta). The next
-// owner of the partition reads them back when its claim starts and skips
-// those messages, so a graceful handoff repeats nothing even though lanes
-// finish out of offset order.
+// Commit metadata: besides the frontier, every commit of a claim (see
+// commit.go) carries the offsets above the frontier that are already
+// finished (see commit.EncodeMeta). The next owner of the partition reads
+// them back when its claim starts and skips those messages, so a graceful
+// handoff repeats nothing even though lanes finish out of offset order,
+// and a crash repeats only what finished after the last commit.
 
 // resumeFrom reads the committed offset and metadata of the claim's
 // partition and returns the finished offsets it lists, if the metadata was
@@ -27,7 +26,7 @@ func (c *claimLoop[T]) resumeFrom(initial int64) commit.Done {
 	}
 	off, meta, err := c.g.fetchCommitted(c.topic, c.part)
 	if err != nil {
-		c.g.ctr.errors.Add(1)
+		c.g.errs.add(errOffsets)
 		c.log.Warn("reading commit metadata failed; messages finished by the previous owner may be handled again",
 			zap.Int64("offset", initial), zap.Error(err))
 		return commit.Done{}
@@ -37,7 +36,7 @@ func (c *claimLoop[T]) resumeFrom(initial int64) commit.Done {
 	case errors.Is(err, commit.ErrNotOrderlyMetadata):
 		return commit.Done{}
 	case err != nil:
-		c.g.ctr.errors.Add(1)
+		c.g.errs.add(errOffsets)
 		c.log.Warn("ignoring corrupt commit metadata", zap.Int64("offset", off), zap.String("metadata", meta), zap.Error(err))
 		return commit.Done{}
 	case off != initial || done.Base != off:
@@ -69,47 +68,4 @@ func (g *Group[T]) fetchCommitted(topic string, part int32) (int64, string, erro
 		return 0, "", fmt.Errorf("fetch committed offset of %s/%d: %w", topic, part, block.Err)
 	}
 	return block.Offset, block.Metadata, nil
-}
-
-// mark records the frontier for sarama's next commit. With withMeta, the
-// finished offsets above it go along as metadata; the frontier may then
-// equal the one marked before (sarama's MarkOffset only moves forward, so
-// ResetOffset carries the new metadata).
-func (c *claimLoop[T]) mark(withMeta bool) {
-	var next int64
-	var meta string
-	if withMeta && c.g.cfg.CommitMetadata >= 0 {
-		var ranges []commit.Range
-		var ok bool
-		next, ranges, ok = c.p.Finished(c.ranges)
-		if !ok {
-			return
-		}
-		// What the previous owner finished beyond what this claim has
-		// received is still finished: pass it on.
-		ranges = c.resume.AppendAfter(ranges, c.p.Last())
-		c.ranges = ranges
-		var left int64
-		meta, left = commit.EncodeMeta(next, ranges, c.g.cfg.CommitMetadata)
-		if left > 0 {
-			c.log.Info("commit metadata full: some finished messages may be handled again after a handoff",
-				zap.Int64("offset", next), zap.Int64("left", left), zap.Int("limit", c.g.cfg.CommitMetadata))
-		}
-		c.metaAt = time.Now()
-	} else {
-		var ok bool
-		if next, ok = c.p.Next(); !ok {
-			return
-		}
-	}
-	switch marked := c.st.next.Load(); {
-	case next > marked:
-		c.sess.MarkOffset(c.topic, c.part, next, meta)
-	case next == marked && meta != c.meta:
-		c.sess.ResetOffset(c.topic, c.part, next, meta)
-	default:
-		return
-	}
-	c.meta = meta
-	c.st.next.Store(next)
 }

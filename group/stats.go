@@ -1,24 +1,36 @@
 package group
 
 // Stats is a snapshot of a Group's counters. Counters only grow over the
-// Group's life; gauges (InFlight, Partitions, Lag) are current values.
+// Group's life; gauges (InFlight, Retrying, FinishedAbove, Partitions, Lag)
+// are current values.
 type Stats struct {
 	Fetched      int64 // messages received from Kafka
-	Handled      int64 // messages whose Do call returned nil
+	Handled      int64 // messages finished by Do
 	Committed    int64 // messages behind the commit frontier (marked for commit)
 	DecodeErrors int64 // messages whose New failed; logged and skipped past
 	Batches      int64 // Do calls that succeeded
-	Failures     int64 // Do calls that returned an error or panicked
+	Failures     int64 // Do calls that returned an error or panicked (split calls included)
 	Panics       int64 // of Failures, how many were panics
-	Retries      int64 // batches called again after a failure
-	Dropped      int64 // queued, never-started messages let go on revoke (the next owner gets them)
-	Abandoned    int64 // started messages left unfinished at revoke (a retry pending, or DrainTimeout passed)
+	Retries      int64 // messages handed out again after a failed attempt (charged an attempt)
+	Splits       int64 // Do calls on part of a batch that failed as a whole, to find its failing items
+	Cancelled    int64 // failed Do calls that returned after their ctx was cancelled (ErrRevoked, ErrShutdown)
+	Dropped      int64 // queued, never-failed messages let go on revoke (the next owner gets them)
+	Abandoned    int64 // messages left unfinished at revoke: waiting for a retry, or still in Do after DrainTimeout
 	Revokes      int64 // partition claims that ended (rebalance or shutdown)
 	Claims       int64 // partition claims that started
-	Errors       int64 // consumer and commit errors reported by sarama
 	Resumed      int64 // messages skipped because a previous owner finished them (commit metadata)
+	// MetadataFull counts the times a partition stopped taking messages
+	// because its finished set no longer fit CommitMetadata.
+	MetadataFull int64
+	// MetadataRejected counts partitions whose commits the broker refused
+	// with OFFSET_METADATA_TOO_LARGE; they commit without metadata since.
+	MetadataRejected int64
+	Errors           int64       // consumer, commit and offset errors (the sum of ErrorsBy)
+	ErrorsBy         ErrorCounts // Errors by cause
 
-	InFlight   int64 // fetched, not yet behind the commit frontier
-	Partitions int64 // partitions claimed now
-	Lag        int64 // sum over claimed partitions of high watermark minus commit frontier
+	InFlight      int64 // fetched and not yet finished
+	Retrying      int64 // lanes waiting for a failed message's retry
+	FinishedAbove int64 // finished messages above their partition's frontier (as of the last commit)
+	Partitions    int64 // partitions claimed now
+	Lag           int64 // sum over claimed partitions of high watermark minus commit frontier
 }

@@ -26,15 +26,23 @@ type msg struct {
 type rig struct {
 	s    *dispatch.Scheduler[msg, int]
 	p    *dispatch.Partition[msg, int]
-	pool *Pool[msg, int]
-	off  int64
+	pool  *Pool[msg, int]
+	stats *Stats
+	off   int64
 }
 
-func newRig(t *testing.T, size int, cfg Config, h func(b *dispatch.Batch[msg, int]) error) *rig {
+func newRig(t *testing.T, size int, cfg Config, h func(items []*dispatch.Item[msg, int]) error) *rig {
 	t.Helper()
-	r := &rig{s: dispatch.New[msg, int](dispatch.Options[msg, int]{Size: size, MaxInFlight: 1 << 20})}
+	return newRigCtx(t, size, cfg, func(_ context.Context, items []*dispatch.Item[msg, int]) ([]int, error) { return nil, h(items) })
+}
+
+func newRigCtx(t *testing.T, size int, cfg Config, h func(ctx context.Context, items []*dispatch.Item[msg, int]) ([]int, error)) *rig {
+	t.Helper()
+	r := &rig{s: dispatch.New[msg, int](dispatch.Options[msg, int]{Size: size, MaxInFlight: 1 << 20}), stats: NewStats(cfg.Num)}
 	r.p = r.s.NewPartition(64)
-	r.pool = Start(context.Background(), r.s, cfg, func(_ context.Context, _ int, b *dispatch.Batch[msg, int]) error { return h(b) }, NewStats(cfg.Num))
+	r.pool = Start(context.Background(), r.s, cfg, func(ctx context.Context, _ int, items []*dispatch.Item[msg, int]) ([]int, error) {
+		return h(ctx, items)
+	}, r.stats)
 	t.Cleanup(r.pool.Stop)
 	return r
 }
@@ -44,8 +52,7 @@ func (r *rig) feed(t *testing.T, lanes ...int) {
 	for _, l := range lanes {
 		it := r.p.Alloc()
 		it.Msg, it.Lane = msg{l, r.off}, uint64(l)
-		r.p.Acquire(0)
-		if err := r.p.Add(it, r.off); err != nil {
+		if err := r.p.Add(it, r.off, 1); err != nil {
 			t.Fatal(err)
 		}
 		r.off++
@@ -91,12 +98,12 @@ func TestFlushOnSizeAndTicker(t *testing.T) {
 			var sizes []int
 			var first time.Time
 			r := newRig(t, tt.size, Config{Num: 1, Ticker: tt.ticker, Backoff: time.Millisecond, MaxBackoff: time.Millisecond},
-				func(b *dispatch.Batch[msg, int]) error {
+				func(items []*dispatch.Item[msg, int]) error {
 					mu.Lock()
 					if first.IsZero() {
 						first = time.Now()
 					}
-					sizes = append(sizes, len(b.Items))
+					sizes = append(sizes, len(items))
 					mu.Unlock()
 					return nil
 				})
@@ -139,9 +146,9 @@ func TestLaneOrderAcrossRetries(t *testing.T) {
 		order   = make([][]int64, lanes)
 	)
 	r := newRig(t, 8, Config{Num: 6, Ticker: time.Millisecond, Backoff: time.Millisecond, MaxBackoff: 4 * time.Millisecond},
-		func(b *dispatch.Batch[msg, int]) error {
+		func(items []*dispatch.Item[msg, int]) error {
 			seen := map[int]bool{}
-			for _, it := range b.Items {
+			for _, it := range items {
 				if !seen[it.Msg.lane] {
 					seen[it.Msg.lane] = true
 					if running[it.Msg.lane].Add(1) != 1 {
@@ -153,7 +160,7 @@ func TestLaneOrderAcrossRetries(t *testing.T) {
 			mu.Lock()
 			fail := rng.IntN(10) == 0
 			if !fail {
-				for _, it := range b.Items {
+				for _, it := range items {
 					order[it.Msg.lane] = append(order[it.Msg.lane], it.Msg.off)
 				}
 			}
@@ -198,8 +205,8 @@ func TestFailedLaneDoesNotBlockOthers(t *testing.T) {
 	var done atomic.Int64
 	var attempts atomic.Int64
 	r := newRig(t, 1, Config{Num: 1, Ticker: -1, Backoff: time.Millisecond, MaxBackoff: 2 * time.Millisecond},
-		func(b *dispatch.Batch[msg, int]) error {
-			if b.Items[0].Msg.lane == 0 {
+		func(items []*dispatch.Item[msg, int]) error {
+			if items[0].Msg.lane == 0 {
 				attempts.Add(1)
 				return errors.New("poison")
 			}
@@ -215,7 +222,7 @@ func TestFailedLaneDoesNotBlockOthers(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 	r.p.Advance()
-	if next, ok := r.p.Next(); ok {
+	if next, _ := r.p.Next(); next != 0 {
 		t.Fatalf("frontier moved to %d past the failing head message", next)
 	}
 	if got := r.p.Outstanding(); got != 2 {

@@ -65,8 +65,8 @@ func TestDemoEmbedded(t *testing.T) {
 		"committed":       "5007",
 		"partitions":      "4",
 	})
-	if reportValue(t, out.String(), "retries") == "0" {
-		t.Errorf("--fail 0.05 caused no retries:\n%s", out.String())
+	if reportValue(t, out.String(), "failed calls") == "0" {
+		t.Errorf("--fail 0.05 caused no failed calls:\n%s", out.String())
 	}
 }
 

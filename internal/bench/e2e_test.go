@@ -169,8 +169,9 @@ func TestHarnessOrderly(t *testing.T) {
 		if len(s.Samples) < 5 || s.HeapFirst == 0 || s.RSSFirst == 0 {
 			t.Errorf("stall %s: %d samples, heap %d, rss %d", s.Contender, len(s.Samples), s.HeapFirst, s.RSSFirst)
 		}
-		if s.Contender == "orderly" && s.InFlight < 300 {
-			t.Errorf("orderly stalled with %d in flight, want MaxInFlight 300 reached", s.InFlight)
+		// Each of the 8 partitions may have 300/8 = 37 unfinished.
+		if s.Contender == "orderly" && s.InFlight < 296 {
+			t.Errorf("orderly stalled with %d in flight, want every partition's share of MaxInFlight 300 (296) reached", s.InFlight)
 		}
 	}
 }

@@ -1,0 +1,166 @@
+package group
+
+import (
+	"sync"
+	"time"
+
+	"github.com/IBM/sarama"
+	"go.uber.org/zap"
+
+	"github.com/orderly-go/orderly/commit"
+)
+
+// Commits. sarama's auto-commit is off (see Config.Sarama): its ticker is
+// private and each MarkOffset replaces a partition's metadata, so the
+// finished set marked once per interval was overwritten by the next
+// advance's plain mark before the commit went out. Orderly keeps its own
+// interval instead: every Consumer.Offsets.AutoCommit.Interval the commit
+// loop tells every claim loop to mark (ticks), each marks its frontier with
+// its finished set encoded once (commitTick), and a moment later the loop
+// commits every session that has claims. A claim's final commit (at a
+// revoke or shutdown) marks and commits itself. So every commit that
+// reaches the broker carries the finished set as of its mark.
+
+// ticks broadcasts the commit interval to every claim loop by closing a
+// channel and making the next one.
+type ticks struct {
+	mu sync.Mutex
+	ch chan struct{}
+}
+
+func (t *ticks) init() { t.ch = make(chan struct{}) }
+
+// next returns the channel closed at the next tick.
+func (t *ticks) next() <-chan struct{} {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.ch
+}
+
+func (t *ticks) fire() {
+	t.mu.Lock()
+	close(t.ch)
+	t.ch = make(chan struct{})
+	t.mu.Unlock()
+}
+
+// commitLoop ticks every commit interval until stop is closed: the claim
+// loops mark, and markLead later every live session commits.
+func (g *Group[T]) commitLoop(stop <-chan struct{}) {
+	interval := g.cfg.Sarama.Consumer.Offsets.AutoCommit.Interval
+	lead := min(max(interval/10, time.Millisecond), 100*time.Millisecond)
+	ticker := time.NewTicker(interval)
+	defer ticker.Stop()
+	wait := time.NewTimer(time.Hour)
+	wait.Stop()
+	for {
+		select {
+		case <-ticker.C:
+		case <-stop:
+			return
+		}
+		g.ticks.fire()
+		wait.Reset(lead) // the claim loops mark within microseconds, unless mid-burst
+		select {
+		case <-wait.C:
+		case <-stop:
+			wait.Stop()
+			return
+		}
+		for _, sess := range g.liveSessions() {
+			sess.Commit()
+		}
+	}
+}
+
+// liveSessions returns the sessions that have claims running.
+func (g *Group[T]) liveSessions() []sarama.ConsumerGroupSession {
+	g.claimsMu.Lock()
+	defer g.claimsMu.Unlock()
+	var out []sarama.ConsumerGroupSession
+	for c := range g.claims {
+		seen := false
+		for _, s := range out {
+			seen = seen || s == c.sess
+		}
+		if !seen {
+			out = append(out, c.sess)
+		}
+	}
+	return out
+}
+
+// metadataRejected handles OFFSET_METADATA_TOO_LARGE for a partition: its
+// claim commits without metadata from now on.
+func (g *Group[T]) metadataRejected(topic string, part int32, err error) {
+	g.claimsMu.Lock()
+	defer g.claimsMu.Unlock()
+	for c := range g.claims {
+		if c.topic == topic && c.part == part && !c.noMeta.Swap(true) {
+			g.ctr.metadataRejected.Add(1)
+			g.log.Warn("the broker refused the commit metadata; committing without it from now on (a handoff may repeat finished messages)",
+				zap.String("topic", topic), zap.Int32("partition", part), zap.Int("limit", g.cfg.CommitMetadata), zap.Error(err))
+		}
+	}
+}
+
+// commitTick marks the claim's frontier and finished set for the commit
+// that follows, and trims what the partition no longer needs.
+func (c *claimLoop[T]) commitTick() {
+	c.advance()
+	c.p.Trim()
+	c.mark()
+	c.st.finishedAbove.Store(c.p.FinishedAbove())
+}
+
+// mark records the frontier, with the finished offsets above it as
+// metadata, for the next commit. It marks again when nothing moved but the
+// partition has work left (a stuck head): the commit then goes out anyway,
+// as the Java client's auto-commit does, so lag monitors see a consumer
+// that commits without progress (Burrow's STALL) rather than one that
+// stopped.
+func (c *claimLoop[T]) mark() {
+	next, ok := c.p.Next()
+	if !ok {
+		return
+	}
+	var meta string
+	if limit := c.g.cfg.CommitMetadata; limit >= 0 && !c.st.noMeta.Load() {
+		var ranges []commit.Range
+		next, ranges, _ = c.p.Finished(c.ranges)
+		// What the previous owner finished beyond what this claim has
+		// received is still finished: pass it on.
+		ranges = c.resume.AppendAfter(ranges, c.p.Last())
+		c.ranges = ranges
+		var left int64
+		meta, left = commit.EncodeMeta(next, ranges, limit)
+		c.watchMetadata(next, len(meta), left, limit)
+	}
+	switch marked := c.st.next.Load(); {
+	case next > marked:
+		c.sess.MarkOffset(c.topic, c.part, next, meta)
+	case next == marked && (meta != c.meta || c.p.Unfinished() > 0 || c.held.len() > 0):
+		c.sess.ResetOffset(c.topic, c.part, next, meta)
+	default:
+		return
+	}
+	c.meta = meta
+	c.st.next.Store(next)
+}
+
+// watchMetadata stops the partition from taking messages while its
+// finished set no longer fits three quarters of CommitMetadata, and lets
+// it go on once the set fits in half (see Config.CommitMetadata).
+func (c *claimLoop[T]) watchMetadata(next int64, size int, left int64, limit int) {
+	switch {
+	case !c.metaFull && (left > 0 || size > limit*3/4):
+		c.metaFull = true
+		c.g.ctr.metadataFull.Add(1)
+		c.log.Info("commit metadata nearly full: taking no new messages until the frontier moves",
+			zap.Int64("offset", next), zap.Int("bytes", size), zap.Int64("left", left), zap.Int("limit", limit),
+			zap.Int64("unfinished", c.p.Unfinished()))
+	case c.metaFull && left == 0 && size <= limit/2:
+		c.metaFull = false
+		c.log.Info("commit metadata fits again: taking messages", zap.Int64("offset", next), zap.Int("bytes", size))
+	}
+}

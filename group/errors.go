@@ -1,0 +1,128 @@
+package group
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"sync/atomic"
+	"syscall"
+
+	"github.com/IBM/sarama"
+)
+
+// Sentinel errors callers may branch on with errors.Is.
+var (
+	// ErrPanic wraps a panic recovered from Do, New or Split.
+	ErrPanic = errors.New("group: handler panicked")
+	// ErrConnect wraps a failure to reach the brokers when Run starts.
+	ErrConnect = errors.New("group: cannot reach brokers")
+	// ErrRunTwice is returned by a second call of Run.
+	ErrRunTwice = errors.New("group: Run called twice")
+
+	// ErrAuth: the brokers refused the client's credentials (SASL). Run
+	// returns it, wrapping sarama's error; retrying cannot help.
+	ErrAuth = errors.New("group: authentication failed")
+	// ErrNotAuthorized: an ACL denies the group or a topic (or the
+	// cluster) to this client. Run returns it, wrapping sarama's error.
+	ErrNotAuthorized = errors.New("group: not authorized")
+	// ErrUnknownTopic: a topic of Config.Topics does not exist (and
+	// DefaultSarama does not ask brokers to create it). Run returns it.
+	ErrUnknownTopic = errors.New("group: topic does not exist")
+
+	// ErrRevoked is the context.Cause of a Do call's ctx when a partition
+	// of its items was revoked and DrainTimeout passed: the partition's
+	// new owner may already be handling the same messages.
+	ErrRevoked = errors.New("group: partition revoked and DrainTimeout passed")
+	// ErrShutdown is the context.Cause of a Do call's ctx when Run gives up
+	// on in-flight work (its ctx ended and DrainTimeout passed).
+	ErrShutdown = errors.New("group: Run is giving up on in-flight work")
+)
+
+// ErrorCounts are Stats.Errors split by cause, as far as sarama's errors
+// (their types and Kafka error codes) tell them apart.
+type ErrorCounts struct {
+	Network     int64 // brokers unreachable, connections lost, timeouts
+	Coordinator int64 // NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE, COORDINATOR_LOAD_IN_PROGRESS
+	Rebalance   int64 // REBALANCE_IN_PROGRESS, ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID, FENCED_INSTANCE_ID
+	Leader      int64 // NOT_LEADER_OR_FOLLOWER, LEADER_NOT_AVAILABLE, FENCED_LEADER_EPOCH
+	Auth        int64 // SASL and ACL failures (these end Run)
+	Topic       int64 // UNKNOWN_TOPIC_OR_PARTITION, INVALID_TOPIC (these end Run)
+	OutOfRange  int64 // OFFSET_OUT_OF_RANGE
+	Metadata    int64 // OFFSET_METADATA_TOO_LARGE and INVALID_COMMIT_OFFSET_SIZE
+	Offsets     int64 // bad offsets in a claim, corrupt commit metadata, failed OffsetFetch
+	Other       int64
+}
+
+// errClass is one field of ErrorCounts.
+type errClass int
+
+const (
+	errNetwork errClass = iota
+	errCoordinator
+	errRebalance
+	errLeader
+	errAuth
+	errTopic
+	errOutOfRange
+	errMetadata
+	errOffsets
+	errOther
+	numErrClasses
+)
+
+// classify names the cause of a sarama error, and for the causes Run
+// cannot get past, the sentinel to end it with.
+func classify(err error) (errClass, error) {
+	var kerr sarama.KError
+	if errors.As(err, &kerr) {
+		switch kerr {
+		case sarama.ErrSASLAuthenticationFailed, sarama.ErrUnsupportedSASLMechanism, sarama.ErrIllegalSASLState:
+			return errAuth, ErrAuth
+		case sarama.ErrTopicAuthorizationFailed, sarama.ErrGroupAuthorizationFailed, sarama.ErrClusterAuthorizationFailed:
+			return errAuth, ErrNotAuthorized
+		case sarama.ErrUnknownTopicOrPartition, sarama.ErrInvalidTopic:
+			return errTopic, ErrUnknownTopic
+		case sarama.ErrNotCoordinatorForConsumer, sarama.ErrConsumerCoordinatorNotAvailable, sarama.ErrOffsetsLoadInProgress:
+			return errCoordinator, nil
+		case sarama.ErrRebalanceInProgress, sarama.ErrIllegalGeneration, sarama.ErrUnknownMemberId, sarama.ErrFencedInstancedId:
+			return errRebalance, nil
+		case sarama.ErrNotLeaderForPartition, sarama.ErrLeaderNotAvailable, sarama.ErrFencedLeaderEpoch:
+			return errLeader, nil
+		case sarama.ErrOffsetOutOfRange:
+			return errOutOfRange, nil
+		case sarama.ErrOffsetMetadataTooLarge, sarama.ErrInvalidCommitOffsetSize:
+			return errMetadata, nil
+		case sarama.ErrRequestTimedOut, sarama.ErrNetworkException:
+			return errNetwork, nil
+		}
+	}
+	var netErr net.Error
+	switch {
+	case errors.Is(err, sarama.ErrOutOfBrokers), errors.Is(err, sarama.ErrNotConnected),
+		errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, syscall.ECONNREFUSED),
+		errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE), errors.Is(err, context.DeadlineExceeded),
+		errors.As(err, &netErr):
+		return errNetwork, nil
+	}
+	return errOther, nil
+}
+
+// errorCounters count errors by errClass.
+type errorCounters [numErrClasses]atomic.Int64
+
+func (e *errorCounters) add(c errClass) { e[c].Add(1) }
+
+func (e *errorCounters) snapshot() (ErrorCounts, int64) {
+	c := ErrorCounts{
+		Network: e[errNetwork].Load(), Coordinator: e[errCoordinator].Load(), Rebalance: e[errRebalance].Load(),
+		Leader: e[errLeader].Load(), Auth: e[errAuth].Load(), Topic: e[errTopic].Load(),
+		OutOfRange: e[errOutOfRange].Load(), Metadata: e[errMetadata].Load(), Offsets: e[errOffsets].Load(),
+		Other: e[errOther].Load(),
+	}
+	var total int64
+	for i := range e {
+		total += e[i].Load()
+	}
+	return c, total
+}

@@ -1,0 +1,121 @@
+package group
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// BatchError is what Do returns to fail some items of its batch and not
+// others: the items it names are retried (each is charged an attempt and
+// waits out Config.Retry's backoff), the items it does not name are done.
+// A named item's later messages in its lane wait behind it, in the batch
+// and after it, and are handed out again after it without being charged:
+// lane order holds. Other lanes are not held back.
+//
+//	var failed group.BatchError
+//	for i, v := range batch {
+//		if err := store(ctx, v); err != nil {
+//			failed.Fail(i, err)
+//		}
+//	}
+//	return failed.Err() // nil when nothing failed
+//
+// The zero value is ready to use. Do may wrap it (fmt.Errorf with %w): Run
+// finds it with errors.As. Any other error fails the whole batch, which is
+// then retried in halves to find the failing items (see Handler.Do).
+type BatchError struct {
+	items []itemError
+}
+
+type itemError struct {
+	index int
+	err   error
+}
+
+// Fail marks item i of the batch (its index in the slice Do received) as
+// failed with err.
+func (e *BatchError) Fail(i int, err error) {
+	e.items = append(e.items, itemError{i, err})
+}
+
+// Len is how many items were marked failed.
+func (e *BatchError) Len() int { return len(e.items) }
+
+// Err returns e, or nil when no item was marked failed.
+func (e *BatchError) Err() error {
+	if e == nil || len(e.items) == 0 {
+		return nil
+	}
+	return e
+}
+
+// Error lists the failed items and their errors (the first few).
+func (e *BatchError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d items failed", len(e.items))
+	for i, it := range e.items {
+		if i == 3 {
+			fmt.Fprintf(&b, "; and %d more", len(e.items)-3)
+			break
+		}
+		fmt.Fprintf(&b, "; item %d: %v", it.index, it.err)
+	}
+	return b.String()
+}
+
+// Unwrap returns the items' errors, for errors.Is and errors.As.
+func (e *BatchError) Unwrap() []error {
+	errs := make([]error, 0, len(e.items))
+	for _, it := range e.items {
+		errs = append(errs, it.err)
+	}
+	return errs
+}
+
+// indexes appends to dst the valid, distinct failed indexes for a batch of
+// n items, in increasing order; it reports false when none is valid.
+func (e *BatchError) indexes(dst []int, n int) ([]int, bool) {
+	dst = dst[:0]
+	for _, it := range e.items {
+		if it.index >= 0 && it.index < n {
+			dst = append(dst, it.index)
+		}
+	}
+	slices.Sort(dst)
+	dst = slices.Compact(dst)
+	return dst, len(dst) > 0
+}
+
+// batchFailures finds the BatchError in err, if any.
+func batchFailures(err error) *BatchError {
+	var be *BatchError
+	if errors.As(err, &be) {
+		return be
+	}
+	return nil
+}
+
+// batchKey is the context key of the current batch's messages.
+type batchKey struct{}
+
+// batchInfo is one worker's view of its current Do call: messages builds
+// the call's messages (nil outside a call).
+type batchInfo struct {
+	messages func() []*Message
+}
+
+// Messages returns the messages of the batch being handled by the Do call
+// that received ctx, in the order of Do's batch: Messages(ctx)[i] is the
+// message batch[i] was decoded from, with its Topic, Partition, Offset and
+// Attempt. It is how a Do whose T is not *Message learns them. The slice
+// and the messages are valid only until that Do call returns; outside a
+// Do call it returns nil.
+func Messages(ctx context.Context) []*Message {
+	if bi, ok := ctx.Value(batchKey{}).(*batchInfo); ok {
+		return bi.messages()
+	}
+	return nil
+}
