@@ -12,7 +12,7 @@ type entry struct {
 	link Link[*entry]
 }
 
-func (e *entry) Offset() int64             { return e.off }
+func (e *entry) Offset() int64            { return e.off }
 func (e *entry) TrackLink() *Link[*entry] { return &e.link }
 
 func add(t *testing.T, tr *Tracker[*entry], offs ...int64) []*entry {

@@ -24,8 +24,8 @@ type msg struct {
 // rig is a scheduler with one partition fed by the test and a pool whose
 // handler is the test's.
 type rig struct {
-	s    *dispatch.Scheduler[msg, int]
-	p    *dispatch.Partition[msg, int]
+	s     *dispatch.Scheduler[msg, int]
+	p     *dispatch.Partition[msg, int]
 	pool  *Pool[msg, int]
 	stats *Stats
 	off   int64
