@@ -43,7 +43,9 @@ type claimState struct {
 	committed     atomic.Int64
 	next          atomic.Int64 // offset last marked for commit (the claim's initial offset at first); -1 unknown
 	finishedAbove atomic.Int64
-	noMeta        atomic.Bool // the broker refused this partition's commit metadata
+	unfinished    atomic.Int64 // fetched, dispatched and not finished (as of the last advance)
+	fetchPaused   atomic.Bool  // sarama's fetching of the partition is paused (out of share)
+	noMeta        atomic.Bool  // the broker refused this partition's commit metadata
 }
 
 func (c *claimState) lag() int64 {
@@ -160,6 +162,7 @@ func (c *claimLoop[T]) pauseFetch(pause bool) {
 		return
 	}
 	c.paused = pause
+	c.st.fetchPaused.Store(pause)
 	if pause {
 		c.pauser.Pause()
 	} else {
@@ -288,6 +291,7 @@ func (c *claimLoop[T]) advance() {
 	if n := c.p.Advance(); n > 0 {
 		c.st.committed.Add(int64(n))
 	}
+	c.st.unfinished.Store(c.p.Unfinished())
 }
 
 // revoke lets the partition go: nothing more is dispatched, queued items are

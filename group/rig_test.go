@@ -37,6 +37,10 @@ type rig struct {
 	nCommits int
 	problems []string
 	seen     map[[2]int64][]sighting // who handled each partition/offset, for failure reports
+
+	plan    []planned
+	seqs    []uint32 // each planned message's sequence number within its key
+	payload []byte   // appended to every value
 }
 
 // sighting is one Do call's success for a message, by member tag.
@@ -64,30 +68,68 @@ func (o *offsets) set(off int64) {
 // over keys keys, each value a ledger record.
 func newRig(t *testing.T, topic string, partitions int32, n, keys int) *rig {
 	t.Helper()
+	plan := make([]planned, n)
+	for i := range plan {
+		plan[i] = planned{key: uint32(i % keys), part: -1}
+	}
+	r := newRigPlan(t, topic, partitions, plan)
+	r.produce(0, n)
+	return r
+}
+
+// planned is one message of a rig's plan: its key index, and the
+// partition it goes to (-1: the key's hash decides).
+type planned struct {
+	key  uint32
+	part int32
+}
+
+// newRigPlan starts a broker with topic (partitions) and a ledger for the
+// messages of plan, and produces nothing yet (see produce): a test may
+// produce the plan in parts, consuming in between.
+func newRigPlan(t *testing.T, topic string, partitions int32, plan []planned) *rig {
+	t.Helper()
+	keys := 0
+	for _, p := range plan {
+		keys = max(keys, int(p.key)+1)
+	}
 	r := &rig{
 		t:        t,
 		b:        startBroker(t, topic, partitions),
 		topic:    topic,
 		counts:   make([]uint32, keys),
-		total:    n,
+		total:    len(plan),
 		finished: map[int32]*offsets{},
 		commits:  map[int32]int64{},
+		plan:     plan,
+		seqs:     make([]uint32, len(plan)),
+	}
+	for i, p := range plan {
+		r.seqs[i] = r.counts[p.key]
+		r.counts[p.key]++
 	}
 	r.b.ObserveCommits(r.observe)
+	r.ledger = ledger.New(r.counts)
+	return r
+}
+
+// produce writes plan[from:to], in order.
+func (r *rig) produce(from, to int) {
+	r.t.Helper()
 	now := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	err := loadgen.Produce(ctx, r.b.Addrs(), topic, n, func(i int) loadgen.Record {
-		k := uint32(i % keys)
-		seq := r.counts[k]
-		r.counts[k]++
-		return loadgen.Record{Key: fmt.Appendf(nil, "k%d", k), Value: ledger.Encode(nil, k, seq, now, nil)}
+	err := loadgen.Produce(ctx, r.b.Addrs(), r.topic, to-from, func(i int) loadgen.Record {
+		p := r.plan[from+i]
+		return loadgen.Record{
+			Key:    fmt.Appendf(nil, "k%d", p.key),
+			Value:  ledger.Encode(nil, p.key, r.seqs[from+i], now, r.payload),
+			Pinned: p.part >= 0, Partition: p.part,
+		}
 	})
 	if err != nil {
-		t.Fatalf("produce %d messages to %s: %v", n, topic, err)
+		r.t.Fatalf("produce messages %d-%d to %s: %v", from, to, r.topic, err)
 	}
-	r.ledger = ledger.New(r.counts)
-	return r
 }
 
 func (r *rig) observe(req *kmsg.OffsetCommitRequest) {

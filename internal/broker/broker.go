@@ -130,6 +130,27 @@ func (b *Broker) Committed(group, topic string) map[int32]int64 {
 	return out
 }
 
+// Commit is a committed offset and its metadata, as the broker holds it.
+type Commit struct {
+	Offset   int64
+	Metadata string
+	At       time.Time
+}
+
+// Commits returns group's commits on topic, by partition, with their
+// metadata; a partition with no commit is absent.
+func (b *Broker) Commits(group, topic string) map[int32]Commit {
+	out := make(map[int32]Commit)
+	gi := b.c.GroupInfo(group)
+	if gi == nil {
+		return out
+	}
+	for p, c := range gi.Commits[topic] {
+		out[p] = Commit{Offset: c.Offset, Metadata: c.Metadata, At: c.At}
+	}
+	return out
+}
+
 // ObserveCommits calls fn for every OffsetCommit request the broker
 // receives, before handling it normally. fn runs on the broker's loop: it
 // must not block or call back into the broker.

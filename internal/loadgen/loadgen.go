@@ -17,7 +17,27 @@ import (
 type Record struct {
 	Key   []byte
 	Value []byte
+	// Pinned sends the record to Partition; otherwise the key's hash
+	// picks the partition.
+	Pinned    bool
+	Partition int32
 }
+
+// pinned marks a ProducerMessage whose Partition was chosen by its Record.
+type pinned struct{}
+
+// pinnedOrHash partitions pinned records by their Partition, the rest by
+// sarama's key hash.
+type pinnedOrHash struct{ hash sarama.Partitioner }
+
+func (p pinnedOrHash) Partition(m *sarama.ProducerMessage, n int32) (int32, error) {
+	if _, ok := m.Metadata.(pinned); ok {
+		return m.Partition, nil
+	}
+	return p.hash.Partition(m, n)
+}
+
+func (p pinnedOrHash) RequiresConsistency() bool { return true }
 
 // Gen returns the i-th record to produce. It may reuse nothing: the producer
 // holds on to Key and Value until the record is acknowledged.
@@ -39,6 +59,9 @@ func Produce(ctx context.Context, addrs []string, topic string, n int, gen Gen) 
 	cfg.Producer.Flush.Frequency = 5e6 // 5ms
 	cfg.Producer.MaxMessageBytes = 4 << 20
 	cfg.ChannelBufferSize = 4096
+	cfg.Producer.Partitioner = func(topic string) sarama.Partitioner {
+		return pinnedOrHash{sarama.NewHashPartitioner(topic)}
+	}
 	p, err := sarama.NewAsyncProducer(addrs, cfg)
 	if err != nil {
 		return fmt.Errorf("loadgen: connect to %v: %w", addrs, err)
@@ -76,6 +99,9 @@ func Produce(ctx context.Context, addrs []string, topic string, n int, gen Gen) 
 		m := &sarama.ProducerMessage{Topic: topic, Value: sarama.ByteEncoder(r.Value)}
 		if r.Key != nil {
 			m.Key = sarama.ByteEncoder(r.Key)
+		}
+		if r.Pinned {
+			m.Partition, m.Metadata = r.Partition, pinned{}
 		}
 		select {
 		case p.Input() <- m:
