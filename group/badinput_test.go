@@ -44,6 +44,21 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		{"drain not below rebalance timeout", func(c *Config) { c.Sarama, c.DrainTimeout = slowRebalance, 2*time.Second }, "DrainTimeout"},
 		{"bad commit metadata size", func(c *Config) { c.CommitMetadata = -2 }, "CommitMetadata"},
 		{"invalid sarama config", func(c *Config) { c.Sarama = badSarama }, "Sarama"},
+		{"negative MaxInFlightBytes", func(c *Config) { c.MaxInFlightBytes = -1 }, "MaxInFlightBytes"},
+		// Sizes no machine can allocate: a clear error, never a panic or
+		// an out-of-memory kill.
+		{"huge Size", func(c *Config) { c.Size = 1 << 40 }, "Size"},
+		{"huge Num", func(c *Config) { c.Num = 1 << 30 }, "Num"},
+		{"Num*Size too large", func(c *Config) { c.Num, c.Size = 1<<15, 1<<15 }, "Num"},
+		{"huge Chan", func(c *Config) { c.Chan = 1 << 40 }, "Chan"},
+		{"huge MaxInFlight", func(c *Config) { c.MaxInFlight = 1 << 40 }, "MaxInFlight"},
+		{"Size just past the bound", func(c *Config) { c.Size = MaxSize + 1 }, "Size"},
+		{"Num just past the bound", func(c *Config) { c.Num = MaxNum + 1 }, "Num"},
+		{"no commit interval", func(c *Config) {
+			sc := sarama.NewConfig()
+			sc.Consumer.Offsets.AutoCommit.Interval = 0
+			c.Sarama = sc
+		}, "AutoCommit.Interval"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -66,6 +81,13 @@ func TestNewRejectsBadConfig(t *testing.T) {
 			t.Fatalf("New: got %v, want an ErrConfig naming New", err)
 		}
 	})
+	t.Run("largest accepted", func(t *testing.T) {
+		cfg := good
+		cfg.Size, cfg.Num, cfg.Chan, cfg.MaxInFlight = MaxSize, 16, MaxChan, MaxMaxInFlight
+		if _, err := New(cfg, Handler[*Message]{Do: do}); err != nil {
+			t.Fatalf("New at the bounds: %v", err)
+		}
+	})
 	t.Run("defaults", func(t *testing.T) {
 		g := newGroup(t, good, do)
 		c := g.cfg
@@ -75,6 +97,10 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		}
 		if c.Sarama.Consumer.Offsets.Initial != sarama.OffsetOldest || c.Sarama.ChannelBufferSize != 1024 {
 			t.Fatalf("sarama defaults: got initial %d buffer %d, want OffsetOldest and Chan", c.Sarama.Consumer.Offsets.Initial, c.Sarama.ChannelBufferSize)
+		}
+		if c.MaxInFlightBytes != 64<<20 || c.Sarama.Consumer.Offsets.AutoCommit.Enable || c.Sarama.Metadata.AllowAutoTopicCreation {
+			t.Fatalf("defaults: got MaxInFlightBytes %d, sarama auto-commit %v, topic creation %v; want 64 MiB, false, false",
+				c.MaxInFlightBytes, c.Sarama.Consumer.Offsets.AutoCommit.Enable, c.Sarama.Metadata.AllowAutoTopicCreation)
 		}
 		if c.DrainTimeout >= c.Sarama.Consumer.Group.Rebalance.Timeout {
 			t.Fatalf("DrainTimeout %v not below the rebalance timeout %v", c.DrainTimeout, c.Sarama.Consumer.Group.Rebalance.Timeout)

@@ -3,6 +3,7 @@ package group
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -12,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/orderly-go/orderly/commit"
 )
 
 // TestCrashLosesNothing kills a consumer process with SIGKILL in the middle
@@ -93,8 +96,9 @@ func TestCrashLosesNothing(t *testing.T) {
 }
 
 // startChild runs TestCrashChild in a new process consuming the rig's topic
-// as group "crash", recording what it handles in log.
-func startChild(t *testing.T, r *rig, log string) *exec.Cmd {
+// as group "crash", recording what it handles in log; env adds to its
+// environment.
+func startChild(t *testing.T, r *rig, log string, env ...string) *exec.Cmd {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^TestCrashChild$", "-test.v")
 	cmd.Env = append(os.Environ(),
@@ -102,6 +106,7 @@ func startChild(t *testing.T, r *rig, log string) *exec.Cmd {
 		"ORDERLY_CRASH_BROKERS="+strings.Join(r.b.Addrs(), ","),
 		"ORDERLY_CRASH_TOPIC="+r.topic,
 		"ORDERLY_CRASH_LOG="+log)
+	cmd.Env = append(cmd.Env, env...)
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -126,8 +131,15 @@ func TestCrashChild(t *testing.T) {
 	// About 25k msg/s: slow enough that several auto-commits (every 100 ms
 	// here) happen before the parent kills the first consumer.
 	cfg.Size, cfg.Num = 16, 8
+	slowKey := os.Getenv("ORDERLY_CRASH_SLOW_KEY")
+	if slowKey != "" {
+		cfg.Size = 1
+	}
 	g := newGroup(t, cfg, func(_ context.Context, batch []*Message) error {
 		time.Sleep(5 * time.Millisecond)
+		if slowKey != "" && string(batch[0].Key) == slowKey {
+			time.Sleep(500 * time.Millisecond) // a slow lane: the frontier waits, the rest finishes above it
+		}
 		buf := make([]byte, 0, 16*len(batch)) // Do runs on many workers at once
 		for _, m := range batch {
 			buf = fmt.Appendf(buf, "%d %d\n", m.Partition, m.Offset)
@@ -139,6 +151,99 @@ func TestCrashChild(t *testing.T) {
 	if err := g.Run(ctx); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestCrashRepeatsOnlyWorkAfterLastCommit: a consumer process with a slow
+// lane (its partition's frontier waits for it while the rest finishes) is
+// killed with SIGKILL. Its last commit's metadata lists the finished
+// messages above the frontier; the next owner skips every one of them and
+// repeats only what the first process finished after that commit.
+func TestCrashRepeatsOnlyWorkAfterLastCommit(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs child processes")
+	}
+	const partitions, n, keys = 4, 40_000, 200
+	r := newRig(t, "crash", partitions, n, keys)
+	dir := t.TempDir()
+	first := startChild(t, r, filepath.Join(dir, "first.log"), "ORDERLY_CRASH_SLOW_KEY=k0")
+	listed := func() (total int64) {
+		for _, c := range r.b.Commits("crash", r.topic) {
+			if d, err := commit.DecodeMeta(c.Metadata); err == nil {
+				total += d.Count()
+			}
+		}
+		return total
+	}
+	waitFor(t, time.Minute, "the first consumer's commits to list 2000 finished messages above the frontier", func() bool {
+		return listed() >= 2000
+	})
+	if err := first.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = first.Wait()
+	atCrash := r.b.Commits("crash", r.topic)
+	handledFirst := readHandled(t, filepath.Join(dir, "first.log"))
+	skippable := map[[2]int64]bool{} // below the committed offset or listed in its metadata
+	listedAtCrash := 0
+	for p, c := range atCrash {
+		d, err := commit.DecodeMeta(c.Metadata)
+		if err != nil && !errors.Is(err, commit.ErrNotOrderlyMetadata) {
+			t.Fatalf("partition %d: metadata at the crash %q: %v", p, c.Metadata, err)
+		}
+		for o := range c.Offset {
+			skippable[[2]int64{int64(p), o}] = true
+		}
+		for _, rg := range d.Ranges {
+			for o := rg.Start; o < rg.End; o++ {
+				skippable[[2]int64{int64(p), o}] = true
+				listedAtCrash++
+			}
+		}
+	}
+	for k := range skippable {
+		if !handledFirst[k] && k[1] < r.b.HighWatermarks(r.topic)[int32(k[0])] {
+			t.Fatalf("partition %d offset %d committed or listed as finished at the crash, but never handled", k[0], k[1])
+		}
+	}
+	second := startChild(t, r, filepath.Join(dir, "second.log"))
+	r.waitAllCommitted("crash", 2*time.Minute)
+	if err := second.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := second.Wait(); err != nil {
+		t.Fatalf("second consumer did not exit cleanly on SIGTERM: %v", err)
+	}
+	handledSecond := readHandled(t, filepath.Join(dir, "second.log"))
+	finishedAfterCommit, repeated := 0, 0
+	for k := range handledFirst {
+		if !skippable[k] {
+			finishedAfterCommit++
+		}
+	}
+	hw := r.b.HighWatermarks(r.topic)
+	for p, h := range hw {
+		for o := range h {
+			k := [2]int64{int64(p), o}
+			switch a, b := handledFirst[k], handledSecond[k]; {
+			case !a && !b:
+				t.Fatalf("partition %d offset %d never handled (lost)", p, o)
+			case a && b:
+				repeated++
+				if skippable[k] {
+					t.Fatalf("partition %d offset %d handled again although the last commit listed it as finished", p, o)
+				}
+			}
+		}
+	}
+	if repeated > finishedAfterCommit {
+		t.Fatalf("repeated %d, more than the %d the first consumer finished after its last commit", repeated, finishedAfterCommit)
+	}
+	// The bound is what finished while the last commit was on its way:
+	// a commit interval, or as long as sarama's commit waits behind a
+	// long-polling fetch on the same connection (Consumer.MaxWaitTime,
+	// 500 ms), whichever is longer.
+	t.Logf("first consumer handled %d; its last commit listed %d finished above the frontiers; the second skipped all of them and repeated %d (bound: the %d the first finished after that commit)",
+		len(handledFirst), listedAtCrash, repeated, finishedAfterCommit)
 }
 
 func countLines(t *testing.T, path string) int {

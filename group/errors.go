@@ -71,30 +71,47 @@ const (
 	numErrClasses
 )
 
+// kafkaErrors maps the Kafka error codes Orderly tells apart to their
+// cause, and for the causes Run cannot get past, the sentinel to end it
+// with.
+var kafkaErrors = []struct {
+	kerr  sarama.KError
+	class errClass
+	fatal error
+}{
+	{sarama.ErrSASLAuthenticationFailed, errAuth, ErrAuth},
+	{sarama.ErrUnsupportedSASLMechanism, errAuth, ErrAuth},
+	{sarama.ErrIllegalSASLState, errAuth, ErrAuth},
+	{sarama.ErrTopicAuthorizationFailed, errAuth, ErrNotAuthorized},
+	{sarama.ErrGroupAuthorizationFailed, errAuth, ErrNotAuthorized},
+	{sarama.ErrClusterAuthorizationFailed, errAuth, ErrNotAuthorized},
+	{sarama.ErrUnknownTopicOrPartition, errTopic, ErrUnknownTopic},
+	{sarama.ErrInvalidTopic, errTopic, ErrUnknownTopic},
+	{sarama.ErrNotCoordinatorForConsumer, errCoordinator, nil},
+	{sarama.ErrConsumerCoordinatorNotAvailable, errCoordinator, nil},
+	{sarama.ErrOffsetsLoadInProgress, errCoordinator, nil},
+	{sarama.ErrRebalanceInProgress, errRebalance, nil},
+	{sarama.ErrIllegalGeneration, errRebalance, nil},
+	{sarama.ErrUnknownMemberId, errRebalance, nil},
+	{sarama.ErrFencedInstancedId, errRebalance, nil},
+	{sarama.ErrNotLeaderForPartition, errLeader, nil},
+	{sarama.ErrLeaderNotAvailable, errLeader, nil},
+	{sarama.ErrFencedLeaderEpoch, errLeader, nil},
+	{sarama.ErrOffsetOutOfRange, errOutOfRange, nil},
+	{sarama.ErrOffsetMetadataTooLarge, errMetadata, nil},
+	{sarama.ErrInvalidCommitOffsetSize, errMetadata, nil},
+	{sarama.ErrRequestTimedOut, errNetwork, nil},
+	{sarama.ErrNetworkException, errNetwork, nil},
+}
+
 // classify names the cause of a sarama error, and for the causes Run
-// cannot get past, the sentinel to end it with.
+// cannot get past, the sentinel to end it with. Kafka error codes are
+// looked for with errors.Is, since sarama wraps them (with the broker's
+// message, or inside ErrOutOfBrokers).
 func classify(err error) (errClass, error) {
-	var kerr sarama.KError
-	if errors.As(err, &kerr) {
-		switch kerr {
-		case sarama.ErrSASLAuthenticationFailed, sarama.ErrUnsupportedSASLMechanism, sarama.ErrIllegalSASLState:
-			return errAuth, ErrAuth
-		case sarama.ErrTopicAuthorizationFailed, sarama.ErrGroupAuthorizationFailed, sarama.ErrClusterAuthorizationFailed:
-			return errAuth, ErrNotAuthorized
-		case sarama.ErrUnknownTopicOrPartition, sarama.ErrInvalidTopic:
-			return errTopic, ErrUnknownTopic
-		case sarama.ErrNotCoordinatorForConsumer, sarama.ErrConsumerCoordinatorNotAvailable, sarama.ErrOffsetsLoadInProgress:
-			return errCoordinator, nil
-		case sarama.ErrRebalanceInProgress, sarama.ErrIllegalGeneration, sarama.ErrUnknownMemberId, sarama.ErrFencedInstancedId:
-			return errRebalance, nil
-		case sarama.ErrNotLeaderForPartition, sarama.ErrLeaderNotAvailable, sarama.ErrFencedLeaderEpoch:
-			return errLeader, nil
-		case sarama.ErrOffsetOutOfRange:
-			return errOutOfRange, nil
-		case sarama.ErrOffsetMetadataTooLarge, sarama.ErrInvalidCommitOffsetSize:
-			return errMetadata, nil
-		case sarama.ErrRequestTimedOut, sarama.ErrNetworkException:
-			return errNetwork, nil
+	for _, k := range kafkaErrors {
+		if errors.Is(err, k.kerr) {
+			return k.class, k.fatal
 		}
 	}
 	var netErr net.Error

@@ -200,7 +200,9 @@ func (g *Group[T]) Run(ctx context.Context) error {
 	}
 	client, err := sarama.NewClient(g.cfg.Brokers, g.cfg.Sarama)
 	if err != nil {
-		if _, fatal := classify(err); fatal != nil {
+		cls, fatal := classify(err)
+		g.errs.add(cls)
+		if fatal != nil {
 			return fmt.Errorf("%w: brokers %v (group %q): %w", fatal, g.cfg.Brokers, g.cfg.GroupID, err)
 		}
 		return fmt.Errorf("%w %v (group %q): %w", ErrConnect, g.cfg.Brokers, g.cfg.GroupID, err)

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
@@ -161,6 +162,47 @@ func (b *Broker) ObserveCommits(fn func(*kmsg.OffsetCommitRequest)) {
 			fn(r)
 		}
 		return nil, nil, false
+	})
+}
+
+// RejectCommitMetadata makes the broker answer OffsetCommit requests whose
+// partitions carry metadata longer than limit bytes with
+// OFFSET_METADATA_TOO_LARGE for those partitions, as a Kafka broker with
+// offset.metadata.max.bytes = limit does; requests whose metadata fits are
+// handled normally. A request that mixes partitions whose metadata fits
+// with ones whose metadata does not is answered with an error for the
+// latter and without committing the former: use it with one partition.
+func (b *Broker) RejectCommitMetadata(limit int) {
+	b.c.ControlKey(kmsg.OffsetCommit.Int16(), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		b.c.KeepControl()
+		r, ok := req.(*kmsg.OffsetCommitRequest)
+		if !ok {
+			return nil, nil, false
+		}
+		tooLarge := false
+		for _, t := range r.Topics {
+			for _, p := range t.Partitions {
+				tooLarge = tooLarge || (p.Metadata != nil && len(*p.Metadata) > limit)
+			}
+		}
+		if !tooLarge {
+			return nil, nil, false
+		}
+		resp := r.ResponseKind().(*kmsg.OffsetCommitResponse)
+		for _, t := range r.Topics {
+			rt := kmsg.NewOffsetCommitResponseTopic()
+			rt.Topic = t.Topic
+			for _, p := range t.Partitions {
+				rp := kmsg.NewOffsetCommitResponseTopicPartition()
+				rp.Partition = p.Partition
+				if p.Metadata != nil && len(*p.Metadata) > limit {
+					rp.ErrorCode = kerr.OffsetMetadataTooLarge.Code
+				}
+				rt.Partitions = append(rt.Partitions, rp)
+			}
+			resp.Topics = append(resp.Topics, rt)
+		}
+		return resp, nil, true
 	})
 }
 
