@@ -55,7 +55,7 @@ func newGroup(t testing.TB, cfg Config, do func(context.Context, []*Message) err
 }
 
 // waitFor polls cond until it holds or timeout passes.
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for !cond() {
