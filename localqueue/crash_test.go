@@ -226,6 +226,9 @@ func TestCrash(t *testing.T) {
 				})
 			}
 			q := openQueue(t, Options{Name: "crash", DataPath: dir})
+			if st := q.Stats(); st.MetadataCorrupt != 0 {
+				t.Errorf("MetadataCorrupt: got %d, want 0 (go-diskqueue's metadata after kill -9 is missing or stale, not damaged)", st.MetadataCorrupt)
+			}
 			got := map[ID]bool{}
 			for _, m := range drain(t, q) {
 				if got[m.ID] {
@@ -352,5 +355,8 @@ func TestCrashBusy(t *testing.T) {
 		t.Fatalf("after kill -9: %d acknowledged, unfinished messages missing (%d acknowledged, %d finished, %d back)", missing, len(acked), len(finished), len(got))
 	}
 	st := q.Stats()
+	if st.MetadataCorrupt != 0 {
+		t.Errorf("MetadataCorrupt: got %d, want 0 (go-diskqueue's metadata after kill -9 is stale, not damaged)", st.MetadataCorrupt)
+	}
 	t.Logf("%d acknowledged, %d finished, %d back (%d never acknowledged); %d stale copies dropped", len(acked), len(finished), len(got), unacked, st.Duplicates)
 }

@@ -126,7 +126,14 @@
 // without it, go-diskqueue v1.1.0 loses every message of a new or emptied
 // queue killed before its first sync, overwrites what a second run wrote
 // after a crash if that run is killed before it syncs, and keeps a stale
-// depth.
+// depth. A metadata file that is damaged (it does not parse, or its
+// positions do not fit the data files) would make go-diskqueue write over
+// file 0, skip files or read garbage; Open rebuilds it from the data files
+// instead (logged at error level with its path, Stats.MetadataCorrupt),
+// so nothing is lost or overwritten. If the read position cannot be
+// trusted, reading starts again at the first data file: of the records
+// already read from it, copies of messages the journal holds are dropped
+// as stale, but finished ones may be delivered again (at-least-once).
 //
 // # Durability
 //
