@@ -168,9 +168,19 @@
 //     dies right then and go-diskqueue has already persisted its read
 //     position past the record (it does so when it syncs, and when it
 //     finishes a data file, which it deletes); otherwise go-diskqueue
-//     hands the record out again after the restart. A message being
-//     dead-lettered at the crash may be both in the dead-letter queue and
-//     back here.
+//     hands the record out again after the restart.
+//
+//   - Dead letters (MaxAttempts with a DeadLetter queue): a queue with a
+//     DataPath needs a DeadLetter queue with one too (Open rejects a
+//     memory-only one). A dead message is written straight to the
+//     dead-letter queue's backend, whatever its MemQueueSize, and only
+//     once that write has returned does the source append its FIN. So a
+//     process crash leaves it in one of the two queues, or in both if it
+//     struck in between. A power loss cannot leave it in neither if the
+//     dead-letter queue's SyncEvery is 1: its write then returns after
+//     the fsync. With SyncEvery above 1 it is fsynced on the dead-letter
+//     queue's schedule, like its Puts (see below), and a power loss before
+//     that can lose it even though the source's FIN survived.
 //
 //   - Machine crash or power loss: only what was fsynced survives. The
 //     backend and the journal are fsynced separately, each on SyncEvery

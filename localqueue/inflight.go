@@ -182,7 +182,12 @@ func (q *Queue) dead(r *record) bool {
 }
 
 // putDead adds a dead message from another queue, keeping its ID,
-// Timestamp and Attempts.
+// Timestamp and Attempts. With a DataPath it is written straight to the
+// backend, never to the memory chan, so that when putDead returns it is
+// as durable as a Put with MemQueueSize 0: in go-diskqueue's data file
+// (one write(2): it survives a crash of the process), and fsynced with
+// go-diskqueue's metadata if SyncEvery is 1 (it survives power loss). The
+// source writes its FIN only after that.
 func (q *Queue) putDead(m Message) error {
 	if len(m.Body) > q.opts.MaxMsgSize {
 		return fmt.Errorf("%w: %d bytes, MaxMsgSize is %d", ErrTooLarge, len(m.Body), q.opts.MaxMsgSize)
@@ -194,7 +199,7 @@ func (q *Queue) putDead(m Message) error {
 	}
 	m.Due = q.now()
 	var err error
-	if q.recordless() {
+	if q.backend != nil {
 		err = q.writeBackend(&m)
 	} else {
 		err = q.enqueue(newRecord(m))

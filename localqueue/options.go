@@ -79,7 +79,12 @@ type Options struct {
 	OnDead func(m *Message)
 	// DeadLetter, when set, receives each dead message with its ID,
 	// Timestamp and Attempts. If that Put fails the message is redelivered
-	// here instead, so nothing is lost.
+	// here instead, so nothing is lost. With a DataPath, DeadLetter must
+	// have a DataPath too (Open rejects a memory-only one): the dead
+	// message is written straight to its backend, never to its memory
+	// chan, before this queue lets go of it, so that a crash leaves it in
+	// one queue or the other (or both). For power loss, give DeadLetter
+	// SyncEvery 1 (see Durability in the package documentation).
 	DeadLetter *Queue
 	// Scanner times out in-flight messages and releases deferred ones. Many
 	// queues should share one. nil means a private scanner with default
@@ -168,6 +173,8 @@ func (o Options) validate() error {
 		return optionError("MaxAttempts", "is %d: want 0 (unlimited) or more", o.MaxAttempts)
 	case o.MaxAttempts > 0 && o.OnDead == nil && o.DeadLetter == nil:
 		return optionError("MaxAttempts", "is %d but neither OnDead nor DeadLetter is set: dead messages would be dropped", o.MaxAttempts)
+	case o.DataPath != "" && o.DeadLetter != nil && o.DeadLetter.opts.DataPath == "":
+		return optionError("DeadLetter", "is the memory-only queue %q (no DataPath) but DataPath is set: a crash would lose the dead letters it holds; give it a DataPath too", o.DeadLetter.Name())
 	}
 	return nil
 }
