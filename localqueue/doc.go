@@ -56,6 +56,11 @@
 //     consumed) without being in flight, and no FIN is on its way to the
 //     journal. Memory-only queues flush nothing, so their Put and Get skip
 //     them.
+//   - A dead message leaves the in-flight table (or the journal's replay)
+//     under putMu, goes to DeadLetter and gets its FIN there; OnDead is
+//     called after putMu is released, so it may call the queue's methods,
+//     and without a DeadLetter queue the FIN follows it, under putMu
+//     again (see afterDead).
 //   - Journal writes (PARK, MOVE, FIN) are made without inFlightMu: the
 //     record leaves (or enters) the in-flight table under it, the journal
 //     call comes after (or before), so an fsync never holds up the
@@ -180,7 +185,10 @@
 //     dead-letter queue's SyncEvery is 1: its write then returns after
 //     the fsync. With SyncEvery above 1 it is fsynced on the dead-letter
 //     queue's schedule, like its Puts (see below), and a power loss before
-//     that can lose it even though the source's FIN survived.
+//     that can lose it even though the source's FIN survived. Without a
+//     DeadLetter queue, OnDead is where a dead message goes, so the FIN
+//     comes after OnDead returned: a crash while OnDead runs brings the
+//     message back, and OnDead sees it again.
 //
 //   - Machine crash or power loss: only what was fsynced survives. The
 //     backend and the journal are fsynced separately, each on SyncEvery

@@ -71,11 +71,17 @@ type Options struct {
 	// is required so that nothing is dropped silently.
 	MaxAttempts int
 	// OnDead, when set, is called with each dead message (after it was put
-	// into DeadLetter, if that is set too). It runs on a scanner worker or
-	// the goroutine that called Requeue, must not block for long, and must
-	// not call methods of this queue (it runs under the queue's lock; other
-	// queues are fine). Without DeadLetter, the message is gone from the
-	// queue once OnDead returns.
+	// into DeadLetter, if that is set too); messages that time out in one
+	// scan, in deadline order. It runs on a scanner worker, on the
+	// goroutine that called Requeue, or in Open (for a MaxAttempts-th
+	// delivery that Close or a crash cut short), and must not block for
+	// long. No lock of this queue is held while it runs, so it may call
+	// this queue's methods; Close and Delete too, unless the queue has a
+	// private scanner (Scanner nil), whose Close waits for the worker that
+	// may be running OnDead. Without DeadLetter, OnDead is where dead
+	// messages go: with a DataPath the queue lets go of one (its journal
+	// FIN) only after OnDead returned, so a crash while it runs brings the
+	// message back and OnDead sees it again (at-least-once).
 	OnDead func(m *Message)
 	// DeadLetter, when set, receives each dead message with its ID,
 	// Timestamp and Attempts. If that Put fails the message is redelivered
