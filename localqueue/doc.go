@@ -1,7 +1,10 @@
 // Package localqueue is a local, durable at-least-once work queue: an nsqd
-// channel with the acknowledgement layer go-diskqueue lacks. Orderly's group
-// package parks retries, deferred messages and dead letters in it; it is
-// also usable on its own as an embedded work queue.
+// channel with the acknowledgement layer go-diskqueue lacks. It is usable
+// on its own as an embedded work queue, and it knows nothing of Kafka or
+// of Orderly's other packages: a queue holds bodies, with an ID,
+// timestamps and a delivery count. Orderly's group package is to hand its
+// failures (retries, deferred messages, dead letters) to it; today it does
+// not import it.
 //
 // # Data flow
 //
