@@ -188,3 +188,94 @@ func TestOnDeadBeforeFin(t *testing.T) {
 		t.Fatalf("JournalParked after OnDead at Open: got %d, want 0", st.JournalParked)
 	}
 }
+
+// TestMaxAttemptsAcrossRestart: Attempts counts every delivery, and a
+// delivery cut short by Close or a crash counts, whatever MemQueueSize:
+// with MaxAttempts 3, a message stopped in flight on its third delivery is
+// dead-lettered by the next Open, and one stopped on its second gets its
+// third and last delivery after it. Each message fails its deliveries by
+// Requeue, at once or for later (which journals it with a memory chan
+// too); a crash loses what is memory-only (a message put into the memory
+// chan and requeued at once, in flight from there), so that case is left
+// out of the crash rows.
+func TestMaxAttemptsAcrossRestart(t *testing.T) {
+	type row struct {
+		memQueueSize int
+		crash        bool
+		later        bool // Requeue for a second rather than at once
+	}
+	var rows []row
+	for _, size := range []int{0, 10} {
+		for _, crash := range []bool{false, true} {
+			for _, later := range []bool{false, true} {
+				if size > 0 && crash && !later {
+					continue // memory-only: lost by a crash (see Durability)
+				}
+				rows = append(rows, row{size, crash, later})
+			}
+		}
+	}
+	for _, tt := range rows {
+		t.Run(fmt.Sprintf("MemQueueSize=%d/crash=%v/later=%v", tt.memQueueSize, tt.crash, tt.later), func(t *testing.T) {
+			clock := newFakeClock()
+			var dead []Message
+			o := Options{
+				DataPath: t.TempDir(), MemQueueSize: tt.memQueueSize, MaxAttempts: 3, now: clock.Now,
+				OnDead: func(m *Message) { dead = append(dead, *m) },
+			}
+			q := openQueue(t, o)
+			// deliver gets id's next delivery, which must be attempt n.
+			deliver := func(id ID, n int) {
+				t.Helper()
+				if m := mustGet(t, q); m.ID != id || m.Attempts != n {
+					t.Fatalf("Get: got %s %q attempts %d, want %s attempts %d", m.ID, m.Body, m.Attempts, id, n)
+				}
+			}
+			fail := func(id ID) {
+				t.Helper()
+				delay := time.Duration(0)
+				if tt.later {
+					delay = time.Second
+				}
+				if err := q.Requeue(id, delay); err != nil {
+					t.Fatalf("Requeue: %v", err)
+				}
+				if tt.later {
+					clock.Add(delay)
+					q.scan()
+				}
+			}
+			spent := mustPut(t, q, "spent")
+			for n := 1; n <= 3; n++ {
+				deliver(spent, n)
+				if n < 3 {
+					fail(spent)
+				}
+			}
+			midway := mustPut(t, q, "midway")
+			deliver(midway, 1)
+			fail(midway)
+			deliver(midway, 2)
+
+			if tt.crash {
+				o.DataPath = crashCopy(t, q)
+			} else if err := q.Close(); err != nil {
+				t.Fatalf("Close: %v", err)
+			}
+			q = openQueue(t, o)
+			if len(dead) != 1 || dead[0].ID != spent || dead[0].Attempts != 3 {
+				t.Fatalf("OnDead at Open: got %d calls %+v, want one with %s (spent), attempts 3", len(dead), dead, spent)
+			}
+			deliver(midway, 3)
+			if err := q.Requeue(midway, 0); err != nil {
+				t.Fatalf("Requeue: %v", err)
+			}
+			if len(dead) != 2 || dead[1].ID != midway || dead[1].Attempts != 3 {
+				t.Fatalf("OnDead after the last delivery: got %d calls %+v, want a second with %s (midway), attempts 3", len(dead), dead, midway)
+			}
+			if m := tryGet(t, q, 50*time.Millisecond); m != nil {
+				t.Fatalf("Get after both died: got %q attempts %d, want nothing", m.Body, m.Attempts)
+			}
+		})
+	}
+}

@@ -108,20 +108,23 @@
 // 65536), which Open needs to recognise go-diskqueue's stale copies.
 //
 // Open replays the journal: a message with a PARK and no FIN comes back,
-// once: a deferred one on the deferred heap with its due time; one that
-// was in flight ready again at once, Attempts kept (the delivery cut short
+// once: a deferred one on the deferred heap with its due time; one that was
+// in flight ready again at once, Attempts kept (the delivery cut short
 // counts: if it was the MaxAttempts-th, the message is dead-lettered); one
-// handed back ready with its due time. Open then rewrites the journal
-// (and keeps a damaged one as <journal>.bad). Because go-diskqueue persists
-// its read position only when it syncs, after a crash it hands out again
-// records that were read before; and a journaled message may also have a
-// copy in the backend from a requeue. Open therefore writes a marker to
-// the backend, and until Get reads it, a backend record whose ID the
-// journal knew (restored or finished) is a stale copy and is dropped
-// (Stats.Duplicates). Records after the marker were written since Open
-// and are never dropped. If the backend skips damaged data before the
-// marker, the check stops: a stale copy may then be delivered twice rather
-// than a live one dropped.
+// handed back ready with its due time. Close journals the in-flight
+// messages the journal does not hold yet (those Get took from the memory
+// chan) as in flight, so this is the one rule for every delivery cut short
+// by Close or a crash, whatever MemQueueSize (see Options.MaxAttempts).
+// Open then rewrites the journal (and keeps a damaged one as
+// <journal>.bad). Because go-diskqueue persists its read position only when
+// it syncs, after a crash it hands out again records that were read before;
+// and a journaled message may also have a copy in the backend from a
+// requeue. Open therefore writes a marker to the backend, and until Get
+// reads it, a backend record whose ID the journal knew (restored or
+// finished) is a stale copy and is dropped (Stats.Duplicates). Records
+// after the marker were written since Open and are never dropped. If the
+// backend skips damaged data before the marker, the check stops: a stale
+// copy may then be delivered twice rather than a live one dropped.
 //
 // Damage in the journal (a torn tail, a bad checksum, garbage) is logged
 // at error level with the journal's path, counted in Stats.JournalCorrupt,
@@ -154,11 +157,13 @@
 //     is open: overflow goes to an unbounded in-memory FIFO.
 //
 //   - Clean Close with a DataPath: everything not finished survives. Close
-//     writes the memory chan and the in-flight messages the journal does
-//     not hold (ready again, Attempts kept) to the backend, syncs it, and
-//     fsyncs the journal, which holds the rest; Open restores all of them.
-//     A message that cannot be written is logged with its ID and Close
-//     returns an error.
+//     writes the memory chan to the backend and syncs it, journals the
+//     in-flight messages the journal does not hold yet (as in flight, with
+//     their Attempts), and fsyncs the journal, which holds the rest; Open
+//     restores all of them. An in-flight message the journal cannot take
+//     goes to the backend (ready, Attempts kept); a message that cannot be
+//     written there either is logged with its ID and Close returns an
+//     error.
 //
 //   - Process crash (kill -9, panic, OOM killer) with a DataPath, whatever
 //     SyncEvery is: a message whose Put (or PutDeferred) returned survives

@@ -65,10 +65,19 @@ type Options struct {
 	// MaxReqTimeout is the longest delay PutDeferred and Requeue accept.
 	// Default 1h.
 	MaxReqTimeout time.Duration
-	// MaxAttempts is the most deliveries a message gets: one that times out
-	// or is requeued after its MaxAttempts-th delivery is dead-lettered
-	// instead. 0 (default) means unlimited. When set, OnDead or DeadLetter
-	// is required so that nothing is dropped silently.
+	// MaxAttempts is the most deliveries a message gets: one whose
+	// MaxAttempts-th delivery ends without Finish is dead-lettered instead
+	// of delivered again. The rule is the same whatever MemQueueSize and
+	// across restarts: every Get counts in Attempts, Attempts survives
+	// Close and crashes, and a delivery that Close or a crash cut short
+	// counts as one that failed, so a message in flight on its
+	// MaxAttempts-th delivery then is dead-lettered by the next Open (a
+	// message that crashes its consumer dies after MaxAttempts crashes).
+	// A message that is memory-only at a crash is lost with its count (see
+	// Durability in the package documentation); one that DeadLetter
+	// refuses is delivered again. 0 (default) means unlimited. When set,
+	// OnDead or DeadLetter is required so that nothing is dropped
+	// silently.
 	MaxAttempts int
 	// OnDead, when set, is called with each dead message (after it was put
 	// into DeadLetter, if that is set too); messages that time out in one
