@@ -31,12 +31,14 @@ type diskMeta struct {
 //     0, position 0, as if empty, and overwrite what is there, losing every
 //     message Put since although each write(2) reached the kernel.
 //   - Stale metadata (killed between syncs: the write file is longer than
-//     the recorded write position, or later data files exist):
-//     go-diskqueue starts writing at the next file number and reads the
-//     old files to their end, but it does not record that skip until it
-//     syncs; killed again before then, the next recovery skips to the same
-//     number and overwrites what the second run wrote there. It also keeps
-//     the stale depth, so Depth is wrong until the queue drains.
+//     the recorded write position, or later data files exist, or the
+//     reader had moved on and removed the read file): go-diskqueue starts
+//     writing at the next file number and reads the old files to their
+//     end, but it does not record that skip until it syncs; killed again
+//     before then, the next recovery skips to the same number and
+//     overwrites what the second run wrote there. It also keeps the stale
+//     depth, so Depth is wrong until the queue drains (and a missing read
+//     file is an error it logs).
 //   - Damaged metadata (it does not parse, or its numbers do not fit the
 //     data files: negative, read after write, a position past the end of
 //     its file, a data file missing between the two, a data file before
@@ -165,7 +167,10 @@ func (fs *dataFileSet) last() int64 { return fs.nums[len(fs.nums)-1] }
 // misfit reports why m cannot describe these data files, or nil. Stale
 // metadata fits: the write file may have grown past the write position,
 // data files may follow the write file, and the read file may be gone
-// (the reader moved on) if the next file is the first one left.
+// (the reader moved on) if the next file is the first one left. A depth
+// that records lost to a damaged data file inflate (go-diskqueue does not
+// subtract them) can exceed what the remaining bytes hold: that is
+// reported too, and the rebuild recounts it.
 func (fs *dataFileSet) misfit(m diskMeta, minRecord int64) error {
 	switch {
 	case m.depth < 0 || m.readNum < 0 || m.readPos < 0 || m.writeNum < 0 || m.writePos < 0:
@@ -204,19 +209,29 @@ func (fs *dataFileSet) misfit(m diskMeta, minRecord int64) error {
 	if want := max(m.writeNum-m.readNum-1, 0); between != want {
 		return fmt.Errorf("%d of the %d data files between read file %d and write file %d are missing", want-between, want, m.readNum, m.writeNum)
 	}
-	if _, ok := fs.sizes[m.readNum]; !ok && m.readNum < m.writeNum && (len(fs.nums) == 0 || fs.nums[0] != m.readNum+1) {
-		return fmt.Errorf("read file %d is missing and the next one is not the first", m.readNum)
+	_, haveRead := fs.sizes[m.readNum]
+	if !haveRead && len(fs.nums) > 0 && fs.nums[0] != m.readNum+1 {
+		return fmt.Errorf("read file %d is missing and the first data file is %d, not the next one", m.readNum, fs.nums[0])
 	}
-	if m.depth > bytes/minRecord || (m.depth == 0) != (bytes == 0) {
+	// Once the reader has moved on from the read file, the records it took
+	// from there since the last sync are in the depth but no longer on
+	// disk: only the recount of the stale case can tell then.
+	if (haveRead || m.readNum == m.writeNum) && (m.depth > bytes/minRecord || (m.depth == 0) != (bytes == 0)) {
 		return fmt.Errorf("depth %d does not fit the %d bytes between the read and the write position", m.depth, bytes)
 	}
 	return nil
 }
 
 // stale reports whether the data files have moved past m's write position
-// (see prepareMetadata).
+// (see prepareMetadata), or past its read file, which the reader removed
+// when it moved on (go-diskqueue would fail to open it, and keep a depth
+// that counts the records it had read there).
 func (fs *dataFileSet) stale(m diskMeta) bool {
-	return fs.sizes[m.writeNum] > m.writePos || (len(fs.nums) > 0 && fs.last() > m.writeNum)
+	if len(fs.nums) == 0 {
+		return false
+	}
+	_, haveRead := fs.sizes[m.readNum]
+	return fs.sizes[m.writeNum] > m.writePos || fs.last() > m.writeNum || !haveRead
 }
 
 // boundary reports whether a record of data file n starts (or the file
