@@ -36,6 +36,9 @@ type backend interface {
 	// errorCount is the number of errors the backend has reported itself
 	// (corrupt or unreadable files, failed syncs).
 	errorCount() uint64
+	// metadataCorrupt is 1 if Open found the backend's metadata damaged
+	// and rebuilt it from the data files, else 0.
+	metadataCorrupt() uint64
 }
 
 var _ backend = (*diskBackend)(nil)
@@ -48,6 +51,7 @@ type diskBackend struct {
 	log       *zap.Logger
 	pattern   string // data file glob, for where() before any file was opened
 	syncEach  bool
+	metaBad   uint64 // 1: prepareMetadata rebuilt damaged metadata; set before use
 	errs      atomic.Uint64
 	readingMu sync.Mutex
 	reading   string // guarded by readingMu
@@ -59,8 +63,12 @@ func newDiskBackend(o *Options, log *zap.Logger) (*diskBackend, error) {
 		pattern:  filepath.Join(o.DataPath, o.Name+".diskqueue.*.dat"),
 		syncEach: o.SyncEvery == 1,
 	}
-	if err := prepareMetadata(o.DataPath, o.Name, log); err != nil {
+	damaged, err := prepareMetadata(o.DataPath, o.Name, 4+envelopeOverhead, log)
+	if err != nil {
 		return nil, fmt.Errorf("localqueue %s: %w", o.Name, err)
+	}
+	if damaged {
+		b.metaBad = 1
 	}
 	b.dq = diskqueue.New(o.Name, o.DataPath, o.MaxBytesPerFile,
 		int32(envelopeOverhead), int32(envelopeSize(o.MaxMsgSize)),
@@ -112,6 +120,7 @@ func (b *diskBackend) Empty() error            { return b.dq.Empty() }
 func (b *diskBackend) Close() error            { return b.dq.Close() }
 func (b *diskBackend) Delete() error           { return b.dq.Delete() }
 func (b *diskBackend) errorCount() uint64      { return b.errs.Load() }
+func (b *diskBackend) metadataCorrupt() uint64 { return b.metaBad }
 
 func (b *diskBackend) where() string {
 	b.readingMu.Lock()

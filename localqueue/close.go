@@ -128,10 +128,15 @@ func (q *Queue) shutdown(deleting bool) error {
 	return nil
 }
 
-// flush writes what only memory holds to the backend: the memory chan and
-// the in-flight and deferred messages the journal does not hold. Parked
-// ones stay in the journal, which Open replays. Only Close calls it, after
-// closed is set, so nothing else touches the queue's state.
+// flush puts what only memory holds on disk. The in-flight messages the
+// journal does not hold yet (taken from the memory chan) are journaled as
+// in flight, as a crash would have left a parked one, so that Open counts
+// their delivery as cut short whatever MemQueueSize is (see
+// Options.MaxAttempts). The memory chan, the deferred messages the journal
+// does not hold, and in-flight ones it could not take go to the backend,
+// ready (the in-flight ones from now, Attempts kept). Parked ones stay in
+// the journal, which Open replays. Only Close calls it, after closed is
+// set, so nothing else touches the queue's state.
 func (q *Queue) flush() error {
 	now := q.now()
 	var failed, mem, inFlight, deferred, parked int
@@ -152,21 +157,60 @@ func (q *Queue) flush() error {
 		write(r, &r.m, &mem)
 	}
 	q.inFlightMu.Lock()
+	var flying []*record
 	for e := q.inFlightPQ.Pop(); e != nil; e = q.inFlightPQ.Pop() {
-		m := e.Value.m
-		m.Due, m.Deadline = now, time.Time{}
-		write(e.Value, &m, &inFlight)
+		flying = append(flying, e.Value)
 	}
 	q.inFlight.reset()
 	q.inFlightMu.Unlock()
+	journaled := q.journalInFlight(flying)
+	for _, r := range flying {
+		m := r.m
+		m.Due, m.Deadline = now, time.Time{}
+		write(r, &m, &inFlight)
+	}
 	q.deferredMu.Lock()
 	for e := q.deferredPQ.Pop(); e != nil; e = q.deferredPQ.Pop() {
 		write(e.Value, &e.Value.m, &deferred)
 	}
 	q.deferredMu.Unlock()
-	q.log.Debug("flushed to disk", zap.Int("memory", mem), zap.Int("in_flight", inFlight), zap.Int("deferred", deferred), zap.Int("kept_in_journal", parked))
+	q.log.Debug("flushed to disk", zap.Int("memory", mem), zap.Int("in_flight", inFlight), zap.Int("deferred", deferred),
+		zap.Int("in_flight_journaled", journaled), zap.Int("kept_in_journal", parked-journaled))
 	if failed > 0 {
 		return fmt.Errorf("%d messages could not be written at close", failed)
 	}
 	return nil
+}
+
+// journalInFlight journals the records of rs that the journal does not
+// hold as in flight (see flush) and marks them parked. It returns how many
+// it journaled; those it could not are logged and left to the backend.
+func (q *Queue) journalInFlight(rs []*record) int {
+	if q.journal == nil {
+		return 0
+	}
+	var todo []*record
+	var ms []*Message
+	for _, r := range rs {
+		if !r.parked {
+			todo = append(todo, r)
+			ms = append(ms, &r.m)
+		}
+	}
+	if len(ms) == 0 {
+		return 0
+	}
+	held, err := q.journal.parkClosing(ms)
+	n := 0
+	for i, r := range todo {
+		if held[i] {
+			r.parked = true
+			n++
+		}
+	}
+	if err != nil {
+		q.log.Error("journal write failed at close; in-flight messages go to the backend instead, and their cut-short delivery will not count toward MaxAttempts",
+			zap.Int("messages", len(ms)-n), zap.Error(err))
+	}
+	return n
 }

@@ -62,6 +62,8 @@ func TestHelperProcess(t *testing.T) {
 		crashParkedChild(q, say, fail)
 		say("ready")
 		select {} // until killed
+	case "dead":
+		crashDeadChild(o, say, fail)
 	case "busy":
 		o.MsgTimeout, o.journalCompactBytes = 30*time.Millisecond, 32<<10
 		q, err := Open(o)
@@ -116,6 +118,37 @@ func crashParkedChild(q *Queue, say func(string, ...any), fail func(string, erro
 		default:
 			say("inflight %s %d", m.ID, m.Attempts)
 		}
+	}
+}
+
+// crashDeadChild opens a durable dead-letter queue "dead" (with a memory
+// chan, so that nothing but the dead-letter path keeps its messages out of
+// memory) and a queue o whose messages die on their first Requeue, and
+// dead-letters messages until it is killed.
+func crashDeadChild(o Options, say func(string, ...any), fail func(string, error)) {
+	dlq, err := Open(Options{Name: "dead", DataPath: o.DataPath, MemQueueSize: 100, SyncEvery: o.SyncEvery})
+	if err != nil {
+		fail("open dead", err)
+	}
+	o.MaxAttempts, o.DeadLetter = 1, dlq
+	q, err := Open(o)
+	if err != nil {
+		fail("open", err)
+	}
+	for i := 0; ; i++ {
+		id, err := q.Put(fmt.Appendf(nil, "m-%d", i))
+		if err != nil {
+			fail("put", err)
+		}
+		say("put %s", id)
+		m, err := q.Get(context.Background())
+		if err != nil {
+			fail("get", err)
+		}
+		if err := q.Requeue(m.ID, 0); err != nil {
+			fail("requeue", err)
+		}
+		say("dead %s", m.ID)
 	}
 }
 
@@ -226,6 +259,9 @@ func TestCrash(t *testing.T) {
 				})
 			}
 			q := openQueue(t, Options{Name: "crash", DataPath: dir})
+			if st := q.Stats(); st.MetadataCorrupt != 0 {
+				t.Errorf("MetadataCorrupt: got %d, want 0 (go-diskqueue's metadata after kill -9 is missing or stale, not damaged)", st.MetadataCorrupt)
+			}
 			got := map[ID]bool{}
 			for _, m := range drain(t, q) {
 				if got[m.ID] {
@@ -352,5 +388,65 @@ func TestCrashBusy(t *testing.T) {
 		t.Fatalf("after kill -9: %d acknowledged, unfinished messages missing (%d acknowledged, %d finished, %d back)", missing, len(acked), len(finished), len(got))
 	}
 	st := q.Stats()
+	if st.MetadataCorrupt != 0 {
+		t.Errorf("MetadataCorrupt: got %d, want 0 (go-diskqueue's metadata after kill -9 is stale, not damaged)", st.MetadataCorrupt)
+	}
 	t.Logf("%d acknowledged, %d finished, %d back (%d never acknowledged); %d stale copies dropped", len(acked), len(finished), len(got), unacked, st.Duplicates)
+}
+
+// TestCrashDeadLetter kills a child that dead-letters messages into a
+// durable dead-letter queue with a memory chan: after both queues are
+// opened again, every message whose Put returned is in the dead-letter
+// queue or back in its source, never lost, and only the one being
+// dead-lettered at the kill may be in both.
+func TestCrashDeadLetter(t *testing.T) {
+	for _, tt := range []struct {
+		syncEvery int64
+		dead      int // dead letters before the kill
+	}{
+		{1, 25},
+		{DefaultSyncEvery, 300},
+	} {
+		t.Run(fmt.Sprintf("SyncEvery=%d", tt.syncEvery), func(t *testing.T) {
+			dir := t.TempDir()
+			put, dead := map[ID]bool{}, 0
+			runChild(t, dir, "dead", tt.syncEvery, func(line string) bool {
+				if strings.HasPrefix(line, "dead ") {
+					dead++
+				}
+				return dead == tt.dead
+			}, func(line string) {
+				if verb, id, _ := fields(t, line); verb == "put" {
+					put[id] = true
+				}
+			})
+			dlq := openQueue(t, Options{Name: "dead", DataPath: dir, MemQueueSize: 100})
+			q := openQueue(t, Options{Name: "crash", DataPath: dir, MaxAttempts: 1, DeadLetter: dlq})
+			where := map[ID][]string{}
+			for _, c := range []struct {
+				name string
+				q    *Queue
+			}{{"dead-letter queue", dlq}, {"source", q}} {
+				for _, m := range drain(t, c.q) {
+					where[m.ID] = append(where[m.ID], c.name)
+					mustFinish(t, c.q, m.ID)
+				}
+			}
+			var lost, both int
+			for id := range put {
+				switch w := where[id]; {
+				case len(w) == 0:
+					lost++
+				case len(w) == 2 && w[0] != w[1]:
+					both++
+				case len(w) > 1:
+					t.Errorf("after kill -9: got %s %d times in the %s, want once", id, len(w), w[0])
+				}
+			}
+			if lost > 0 || both > 1 {
+				t.Fatalf("after kill -9: got %d of %d messages lost and %d in both queues, want none lost and at most 1 (the one being dead-lettered) in both", lost, len(put), both)
+			}
+			t.Logf("%d put, %d dead-lettered before the kill; back: %d in the dead-letter queue, %d in the source", len(put), tt.dead, dlq.Stats().Finished, q.Stats().Finished)
+		})
+	}
 }

@@ -1,7 +1,10 @@
 // Package localqueue is a local, durable at-least-once work queue: an nsqd
-// channel with the acknowledgement layer go-diskqueue lacks. Orderly's group
-// package parks retries, deferred messages and dead letters in it; it is
-// also usable on its own as an embedded work queue.
+// channel with the acknowledgement layer go-diskqueue lacks. It is usable
+// on its own as an embedded work queue, and it knows nothing of Kafka or
+// of Orderly's other packages: a queue holds bodies, with an ID,
+// timestamps and a delivery count. Orderly's group package is to hand its
+// failures (retries, deferred messages, dead letters) to it; today it does
+// not import it.
 //
 // # Data flow
 //
@@ -56,6 +59,11 @@
 //     consumed) without being in flight, and no FIN is on its way to the
 //     journal. Memory-only queues flush nothing, so their Put and Get skip
 //     them.
+//   - A dead message leaves the in-flight table (or the journal's replay)
+//     under putMu, goes to DeadLetter and gets its FIN there; OnDead is
+//     called after putMu is released, so it may call the queue's methods,
+//     and without a DeadLetter queue the FIN follows it, under putMu
+//     again (see afterDead).
 //   - Journal writes (PARK, MOVE, FIN) are made without inFlightMu: the
 //     record leaves (or enters) the in-flight table under it, the journal
 //     call comes after (or before), so an fsync never holds up the
@@ -100,20 +108,23 @@
 // 65536), which Open needs to recognise go-diskqueue's stale copies.
 //
 // Open replays the journal: a message with a PARK and no FIN comes back,
-// once: a deferred one on the deferred heap with its due time; one that
-// was in flight ready again at once, Attempts kept (the delivery cut short
+// once: a deferred one on the deferred heap with its due time; one that was
+// in flight ready again at once, Attempts kept (the delivery cut short
 // counts: if it was the MaxAttempts-th, the message is dead-lettered); one
-// handed back ready with its due time. Open then rewrites the journal
-// (and keeps a damaged one as <journal>.bad). Because go-diskqueue persists
-// its read position only when it syncs, after a crash it hands out again
-// records that were read before; and a journaled message may also have a
-// copy in the backend from a requeue. Open therefore writes a marker to
-// the backend, and until Get reads it, a backend record whose ID the
-// journal knew (restored or finished) is a stale copy and is dropped
-// (Stats.Duplicates). Records after the marker were written since Open
-// and are never dropped. If the backend skips damaged data before the
-// marker, the check stops: a stale copy may then be delivered twice rather
-// than a live one dropped.
+// handed back ready with its due time. Close journals the in-flight
+// messages the journal does not hold yet (those Get took from the memory
+// chan) as in flight, so this is the one rule for every delivery cut short
+// by Close or a crash, whatever MemQueueSize (see Options.MaxAttempts).
+// Open then rewrites the journal (and keeps a damaged one as
+// <journal>.bad). Because go-diskqueue persists its read position only when
+// it syncs, after a crash it hands out again records that were read before;
+// and a journaled message may also have a copy in the backend from a
+// requeue. Open therefore writes a marker to the backend, and until Get
+// reads it, a backend record whose ID the journal knew (restored or
+// finished) is a stale copy and is dropped (Stats.Duplicates). Records
+// after the marker were written since Open and are never dropped. If the
+// backend skips damaged data before the marker, the check stops: a stale
+// copy may then be delivered twice rather than a live one dropped.
 //
 // Damage in the journal (a torn tail, a bad checksum, garbage) is logged
 // at error level with the journal's path, counted in Stats.JournalCorrupt,
@@ -126,7 +137,14 @@
 // without it, go-diskqueue v1.1.0 loses every message of a new or emptied
 // queue killed before its first sync, overwrites what a second run wrote
 // after a crash if that run is killed before it syncs, and keeps a stale
-// depth.
+// depth. A metadata file that is damaged (it does not parse, or its
+// positions do not fit the data files) would make go-diskqueue write over
+// file 0, skip files or read garbage; Open rebuilds it from the data files
+// instead (logged at error level with its path, Stats.MetadataCorrupt),
+// so nothing is lost or overwritten. If the read position cannot be
+// trusted, reading starts again at the first data file: of the records
+// already read from it, copies of messages the journal holds are dropped
+// as stale, but finished ones may be delivered again (at-least-once).
 //
 // # Durability
 //
@@ -139,11 +157,13 @@
 //     is open: overflow goes to an unbounded in-memory FIFO.
 //
 //   - Clean Close with a DataPath: everything not finished survives. Close
-//     writes the memory chan and the in-flight messages the journal does
-//     not hold (ready again, Attempts kept) to the backend, syncs it, and
-//     fsyncs the journal, which holds the rest; Open restores all of them.
-//     A message that cannot be written is logged with its ID and Close
-//     returns an error.
+//     writes the memory chan to the backend and syncs it, journals the
+//     in-flight messages the journal does not hold yet (as in flight, with
+//     their Attempts), and fsyncs the journal, which holds the rest; Open
+//     restores all of them. An in-flight message the journal cannot take
+//     goes to the backend (ready, Attempts kept); a message that cannot be
+//     written there either is logged with its ID and Close returns an
+//     error.
 //
 //   - Process crash (kill -9, panic, OOM killer) with a DataPath, whatever
 //     SyncEvery is: a message whose Put (or PutDeferred) returned survives
@@ -161,9 +181,22 @@
 //     dies right then and go-diskqueue has already persisted its read
 //     position past the record (it does so when it syncs, and when it
 //     finishes a data file, which it deletes); otherwise go-diskqueue
-//     hands the record out again after the restart. A message being
-//     dead-lettered at the crash may be both in the dead-letter queue and
-//     back here.
+//     hands the record out again after the restart.
+//
+//   - Dead letters (MaxAttempts with a DeadLetter queue): a queue with a
+//     DataPath needs a DeadLetter queue with one too (Open rejects a
+//     memory-only one). A dead message is written straight to the
+//     dead-letter queue's backend, whatever its MemQueueSize, and only
+//     once that write has returned does the source append its FIN. So a
+//     process crash leaves it in one of the two queues, or in both if it
+//     struck in between. A power loss cannot leave it in neither if the
+//     dead-letter queue's SyncEvery is 1: its write then returns after
+//     the fsync. With SyncEvery above 1 it is fsynced on the dead-letter
+//     queue's schedule, like its Puts (see below), and a power loss before
+//     that can lose it even though the source's FIN survived. Without a
+//     DeadLetter queue, OnDead is where a dead message goes, so the FIN
+//     comes after OnDead returned: a crash while OnDead runs brings the
+//     message back, and OnDead sees it again.
 //
 //   - Machine crash or power loss: only what was fsynced survives. The
 //     backend and the journal are fsynced separately, each on SyncEvery

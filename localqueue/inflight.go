@@ -50,14 +50,18 @@ func (q *Queue) Requeue(id ID, delay time.Duration) error {
 		return err
 	}
 	q.putMu.RLock()
-	defer q.putMu.RUnlock()
 	r, err := q.popInFlight(id)
 	if err != nil {
+		q.putMu.RUnlock()
 		return err
 	}
 	q.stats.requeued.Add(1)
 	now := q.now()
-	q.retire(r, now.Add(delay), now)
+	dead := q.retire(r, now.Add(delay), now)
+	q.putMu.RUnlock()
+	if dead {
+		q.afterDead(r)
+	}
 	return nil
 }
 
@@ -134,9 +138,10 @@ func timedOut(r *record, now time.Time) error {
 
 // retire ends a delivery that was not finished: the message is ready again
 // at due, or dead-lettered once it has had MaxAttempts deliveries (it
-// reports whether it was). A journaled message stays journaled: a MOVE
-// records its new state (a deferred one from the memory chan gets a PARK).
-// The caller holds putMu (or is Open, restoring the journal).
+// reports whether it was; the caller then calls afterDead(r) once it has
+// released putMu). A journaled message stays journaled: a MOVE records its
+// new state (a deferred one from the memory chan gets a PARK). The caller
+// holds putMu (or is Open, restoring the journal).
 func (q *Queue) retire(r *record, due, now time.Time) (dead bool) {
 	if q.opts.MaxAttempts > 0 && r.m.Attempts >= q.opts.MaxAttempts {
 		if q.dead(r) {
@@ -158,8 +163,10 @@ func (q *Queue) retire(r *record, due, now time.Time) (dead bool) {
 	return false
 }
 
-// dead hands a message that used up its attempts to DeadLetter and OnDead.
-// It reports false, and does nothing else, when DeadLetter refuses it.
+// dead hands a message that used up its attempts to DeadLetter, and then,
+// DeadLetter holding it, appends its FIN. It reports false, and does
+// nothing else, when DeadLetter refuses it. OnDead comes after, in
+// afterDead, without putMu.
 func (q *Queue) dead(r *record) bool {
 	m := r.m
 	m.Deadline = time.Time{}
@@ -169,20 +176,46 @@ func (q *Queue) dead(r *record) bool {
 			log.Error("dead-letter queue refused the message; redelivering it", zap.String("dead_letter", dl.Name()), zap.Error(err))
 			return false
 		}
-	}
-	if r.parked {
-		q.unpark(r)
+		if r.parked {
+			q.unpark(r)
+		}
 	}
 	q.stats.dead.Add(1)
 	log.Warn("message dead-lettered")
-	if q.opts.OnDead != nil {
-		q.opts.OnDead(&m)
-	}
 	return true
 }
 
+// afterDead calls OnDead with a message dead() took, and, without a
+// DeadLetter queue, appends its FIN only then: OnDead is where the
+// message goes, so a crash before it returned must bring the message
+// back. The caller holds no lock of q, so OnDead may call q's methods. A
+// Close that came first leaves the message in the journal, and the next
+// Open dead-letters it again (at-least-once).
+func (q *Queue) afterDead(r *record) {
+	if q.opts.OnDead != nil {
+		m := r.m
+		m.Deadline = time.Time{}
+		q.opts.OnDead(&m)
+	}
+	if q.opts.DeadLetter != nil || !r.parked {
+		return
+	}
+	q.putMu.RLock() // so that Close does not close the journal meanwhile
+	defer q.putMu.RUnlock()
+	if q.closed.Load() {
+		q.log.Info("queue closed while OnDead ran; the next Open dead-letters the message again", zap.Stringer("id", r.m.ID))
+		return
+	}
+	q.unpark(r)
+}
+
 // putDead adds a dead message from another queue, keeping its ID,
-// Timestamp and Attempts.
+// Timestamp and Attempts. With a DataPath it is written straight to the
+// backend, never to the memory chan, so that when putDead returns it is
+// as durable as a Put with MemQueueSize 0: in go-diskqueue's data file
+// (one write(2): it survives a crash of the process), and fsynced with
+// go-diskqueue's metadata if SyncEvery is 1 (it survives power loss). The
+// source writes its FIN only after that.
 func (q *Queue) putDead(m Message) error {
 	if len(m.Body) > q.opts.MaxMsgSize {
 		return fmt.Errorf("%w: %d bytes, MaxMsgSize is %d", ErrTooLarge, len(m.Body), q.opts.MaxMsgSize)
@@ -194,7 +227,7 @@ func (q *Queue) putDead(m Message) error {
 	}
 	m.Due = q.now()
 	var err error
-	if q.recordless() {
+	if q.backend != nil {
 		err = q.writeBackend(&m)
 	} else {
 		err = q.enqueue(newRecord(m))
@@ -211,26 +244,30 @@ func (q *Queue) putDead(m Message) error {
 // deferred. Scanner workers call it.
 func (q *Queue) scan() (dirty, idle bool) {
 	q.putMu.RLock()
-	defer q.putMu.RUnlock()
 	if q.closed.Load() {
+		q.putMu.RUnlock()
 		return false, true
 	}
 	now := q.now()
-	dirty = q.processInFlight(now)
+	dirty, dead := q.processInFlight(now)
 	dirty = q.processDeferred(now) || dirty
+	q.putMu.RUnlock()
+	for _, r := range dead {
+		q.afterDead(r)
+	}
 	return dirty, !q.hasTimers()
 }
 
 // processInFlight redelivers (or dead-letters) every in-flight message
-// whose deadline is at or before now.
-func (q *Queue) processInFlight(now time.Time) bool {
-	dirty := false
+// whose deadline is at or before now. It returns the dead ones, in
+// deadline order, for afterDead.
+func (q *Queue) processInFlight(now time.Time) (dirty bool, dead []*record) {
 	for {
 		q.inFlightMu.Lock()
 		e, _ := q.inFlightPQ.PeekAndShift(now)
 		if e == nil {
 			q.inFlightMu.Unlock()
-			return dirty
+			return dirty, dead
 		}
 		r := e.Value
 		q.inFlight.remove(r.m.ID)
@@ -238,7 +275,9 @@ func (q *Queue) processInFlight(now time.Time) bool {
 		dirty = true
 		q.stats.timedOut.Add(1)
 		q.log.Debug("delivery timed out", zap.Stringer("id", r.m.ID), zap.Int("attempts", r.m.Attempts))
-		q.retire(r, now, now)
+		if q.retire(r, now, now) {
+			dead = append(dead, r)
+		}
 	}
 }
 

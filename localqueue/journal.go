@@ -125,6 +125,32 @@ func journalPath(dataPath, name string) string {
 func (j *journal) park(m *Message, state byte, readOp uint64) (held bool, err error) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
+	if held, err = j.parkLocked(m, state, readOp); err == nil {
+		j.afterWriteLocked(true)
+	}
+	return held, err
+}
+
+// parkClosing is park(m, stateInFlight, 0) for each of ms, for Close: the
+// in-flight messages the journal does not hold yet, so that Open treats
+// them as every delivery cut short. It does without the fsyncs SyncEvery
+// asks for, as close fsyncs the journal next. held[i] reports whether the
+// journal holds ms[i]; err is the first failure.
+func (j *journal) parkClosing(ms []*Message) (held []bool, err error) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	held = make([]bool, len(ms))
+	for i, m := range ms {
+		var perr error
+		if held[i], perr = j.parkLocked(m, stateInFlight, 0); perr != nil && err == nil {
+			err = perr
+		}
+	}
+	return held, err
+}
+
+// parkLocked appends the PARK or MOVE of park, without the fsync policy.
+func (j *journal) parkLocked(m *Message, state byte, readOp uint64) (held bool, err error) {
 	e, known := j.live[m.ID]
 	if err := j.openLocked(); err != nil {
 		return known, err
@@ -148,7 +174,6 @@ func (j *journal) park(m *Message, state byte, readOp uint64) (held bool, err er
 		e.readOp = readOp
 	}
 	j.live[m.ID] = e
-	j.afterWriteLocked(true)
 	return true, nil
 }
 

@@ -57,6 +57,7 @@ func (q *Queue) recover(restore []restoreEntry) error {
 			deferred++
 		case re.e.state == stateInFlight:
 			if q.retire(r, now, now) {
+				q.afterDead(r)
 				dead++
 			} else {
 				inFlight++

@@ -65,21 +65,41 @@ type Options struct {
 	// MaxReqTimeout is the longest delay PutDeferred and Requeue accept.
 	// Default 1h.
 	MaxReqTimeout time.Duration
-	// MaxAttempts is the most deliveries a message gets: one that times out
-	// or is requeued after its MaxAttempts-th delivery is dead-lettered
-	// instead. 0 (default) means unlimited. When set, OnDead or DeadLetter
-	// is required so that nothing is dropped silently.
+	// MaxAttempts is the most deliveries a message gets: one whose
+	// MaxAttempts-th delivery ends without Finish is dead-lettered instead
+	// of delivered again. The rule is the same whatever MemQueueSize and
+	// across restarts: every Get counts in Attempts, Attempts survives
+	// Close and crashes, and a delivery that Close or a crash cut short
+	// counts as one that failed, so a message in flight on its
+	// MaxAttempts-th delivery then is dead-lettered by the next Open (a
+	// message that crashes its consumer dies after MaxAttempts crashes).
+	// A message that is memory-only at a crash is lost with its count (see
+	// Durability in the package documentation); one that DeadLetter
+	// refuses is delivered again. 0 (default) means unlimited. When set,
+	// OnDead or DeadLetter is required so that nothing is dropped
+	// silently.
 	MaxAttempts int
 	// OnDead, when set, is called with each dead message (after it was put
-	// into DeadLetter, if that is set too). It runs on a scanner worker or
-	// the goroutine that called Requeue, must not block for long, and must
-	// not call methods of this queue (it runs under the queue's lock; other
-	// queues are fine). Without DeadLetter, the message is gone from the
-	// queue once OnDead returns.
+	// into DeadLetter, if that is set too); messages that time out in one
+	// scan, in deadline order. It runs on a scanner worker, on the
+	// goroutine that called Requeue, or in Open (for a MaxAttempts-th
+	// delivery that Close or a crash cut short), and must not block for
+	// long. No lock of this queue is held while it runs, so it may call
+	// this queue's methods; Close and Delete too, unless the queue has a
+	// private scanner (Scanner nil), whose Close waits for the worker that
+	// may be running OnDead. Without DeadLetter, OnDead is where dead
+	// messages go: with a DataPath the queue lets go of one (its journal
+	// FIN) only after OnDead returned, so a crash while it runs brings the
+	// message back and OnDead sees it again (at-least-once).
 	OnDead func(m *Message)
 	// DeadLetter, when set, receives each dead message with its ID,
 	// Timestamp and Attempts. If that Put fails the message is redelivered
-	// here instead, so nothing is lost.
+	// here instead, so nothing is lost. With a DataPath, DeadLetter must
+	// have a DataPath too (Open rejects a memory-only one): the dead
+	// message is written straight to its backend, never to its memory
+	// chan, before this queue lets go of it, so that a crash leaves it in
+	// one queue or the other (or both). For power loss, give DeadLetter
+	// SyncEvery 1 (see Durability in the package documentation).
 	DeadLetter *Queue
 	// Scanner times out in-flight messages and releases deferred ones. Many
 	// queues should share one. nil means a private scanner with default
@@ -168,6 +188,8 @@ func (o Options) validate() error {
 		return optionError("MaxAttempts", "is %d: want 0 (unlimited) or more", o.MaxAttempts)
 	case o.MaxAttempts > 0 && o.OnDead == nil && o.DeadLetter == nil:
 		return optionError("MaxAttempts", "is %d but neither OnDead nor DeadLetter is set: dead messages would be dropped", o.MaxAttempts)
+	case o.DataPath != "" && o.DeadLetter != nil && o.DeadLetter.opts.DataPath == "":
+		return optionError("DeadLetter", "is the memory-only queue %q (no DataPath) but DataPath is set: a crash would lose the dead letters it holds; give it a DataPath too", o.DeadLetter.Name())
 	}
 	return nil
 }

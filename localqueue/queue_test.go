@@ -14,10 +14,11 @@ import (
 )
 
 func TestOpenRejectsBadOptions(t *testing.T) {
+	memoryOnly := openQueue(t, Options{Name: "dead"})
 	tests := []struct {
 		name  string
 		opts  Options
-		field string
+		field string // the fields the error names, space-separated
 	}{
 		{"empty name", Options{}, "Name"},
 		{"name with slash", Options{Name: "a/b"}, "Name"},
@@ -33,6 +34,7 @@ func TestOpenRejectsBadOptions(t *testing.T) {
 		{"negative MaxReqTimeout", Options{Name: "q", MaxReqTimeout: -time.Second}, "MaxReqTimeout"},
 		{"negative MaxAttempts", Options{Name: "q", MaxAttempts: -1}, "MaxAttempts"},
 		{"MaxAttempts without a dead end", Options{Name: "q", MaxAttempts: 3}, "MaxAttempts"},
+		{"durable queue, memory-only DeadLetter", Options{Name: "q", DataPath: t.TempDir(), MaxAttempts: 3, DeadLetter: memoryOnly}, "DeadLetter DataPath"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -41,8 +43,10 @@ func TestOpenRejectsBadOptions(t *testing.T) {
 				q.Close()
 				t.Fatalf("Open: got nil error, want one naming %s", tt.field)
 			}
-			if !errors.Is(err, ErrOptions) || !strings.Contains(err.Error(), tt.field) {
-				t.Fatalf("Open: got %v, want ErrOptions naming %s", err, tt.field)
+			for _, field := range strings.Fields(tt.field) {
+				if !errors.Is(err, ErrOptions) || !strings.Contains(err.Error(), field) {
+					t.Fatalf("Open: got %v, want ErrOptions naming %s", err, tt.field)
+				}
 			}
 		})
 	}

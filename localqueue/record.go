@@ -17,7 +17,8 @@ type Message struct {
 	// Timestamp is when Put accepted the message.
 	Timestamp time.Time
 	// Attempts counts deliveries, this one included: 1 on the first Get.
-	// It survives Close/Open.
+	// It survives Close/Open, and a delivery that Close or a crash cut
+	// short counts (see Options.MaxAttempts).
 	Attempts int
 	// Due is when the message became ready for delivery: the Put time, or
 	// the end of the delay of PutDeferred or Requeue, or the moment a

@@ -36,6 +36,11 @@ type Stats struct {
 	// BackendErrors counts errors go-diskqueue reported itself: corrupt or
 	// truncated data files (renamed to .bad and skipped), failed syncs.
 	BackendErrors uint64
+	// MetadataCorrupt is 1 when Open found go-diskqueue's metadata file
+	// damaged (it did not parse, or its positions did not fit the data
+	// files) and rebuilt it from the data files, logged at error level
+	// with its path; else 0.
+	MetadataCorrupt uint64
 	// WriteErrors counts failed backend writes. Put returns them; a
 	// redelivery that fails is retried a second later.
 	WriteErrors uint64
@@ -90,6 +95,7 @@ func (q *Queue) Stats() Stats {
 	}
 	if q.backend != nil {
 		st.BackendErrors = q.backend.errorCount()
+		st.MetadataCorrupt = q.backend.metadataCorrupt()
 	}
 	if j := q.journal; j != nil {
 		st.JournalBytes, st.JournalParked = j.stats()
