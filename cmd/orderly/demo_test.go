@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"flag"
 	"strings"
 	"testing"
 	"time"
@@ -48,16 +47,15 @@ var okReport = map[string]string{
 func TestDemoEmbedded(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	var out bytes.Buffer
-	err := runDemo(ctx, []string{
+	out, err := runCmd(ctx, "demo",
 		"--messages", "5000", "--keys", "200", "--partitions", "4", "--poison", "7",
 		"--io", "0", "--io-item", "0", "--fail", "0.05", "--progress", "off",
-	}, &out)
+	)
 	if err != nil {
-		t.Fatalf("runDemo: %v\n%s", err, out.String())
+		t.Fatalf("demo: %v\n%s", err, out)
 	}
-	wantLines(t, out.String(), okReport)
-	wantLines(t, out.String(), map[string]string{
+	wantLines(t, out, okReport)
+	wantLines(t, out, map[string]string{
 		"produced":        "5000",
 		"handled":         "5000",
 		"poison produced": "7",
@@ -65,8 +63,8 @@ func TestDemoEmbedded(t *testing.T) {
 		"committed":       "5007",
 		"partitions":      "4",
 	})
-	if reportValue(t, out.String(), "retries") == "0" {
-		t.Errorf("--fail 0.05 caused no retries:\n%s", out.String())
+	if reportValue(t, out, "retries") == "0" {
+		t.Errorf("--fail 0.05 caused no retries:\n%s", out)
 	}
 }
 
@@ -76,74 +74,35 @@ func TestDemoEmbedded(t *testing.T) {
 func TestDemoSkewed(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	var out bytes.Buffer
-	err := runDemo(ctx, []string{
+	out, err := runCmd(ctx, "demo",
 		"--messages", "3000", "--keys", "50", "--zipf", "1.1", "--num", "16", "--size", "8", "--ticker", "1ms",
 		"--io", "200us", "--io-item", "0", "--fail", "0.1", "--progress", "on", "--seed", "7",
-	}, &out)
+	)
 	if err != nil {
-		t.Fatalf("runDemo: %v\n%s", err, out.String())
+		t.Fatalf("demo: %v\n%s", err, out)
 	}
-	wantLines(t, out.String(), okReport)
-	wantLines(t, out.String(), map[string]string{"produced": "3000", "decode errors": "0"})
+	wantLines(t, out, okReport)
+	wantLines(t, out, map[string]string{"produced": "3000", "decode errors": "0"})
 }
 
 func TestDemoTimeout(t *testing.T) {
-	var out bytes.Buffer
 	start := time.Now()
-	err := runDemo(context.Background(), []string{
-		"--messages", "2000", "--keys", "20", "--io-item", "20ms", "--timeout", "1s", "--progress", "off",
-	}, &out)
+	out, err := runCmd(context.Background(), "demo",
+		"--messages", "2000", "--keys", "20", "--io-item", "20ms", "--timeout", "1s", "--progress", "off")
 	if err == nil || !strings.Contains(err.Error(), "timed out after 1s (--timeout)") {
-		t.Fatalf("runDemo: %v, want a timeout\n%s", err, out.String())
+		t.Fatalf("demo: %v, want a timeout\n%s", err, out)
 	}
 	if d := time.Since(start); d > 20*time.Second {
 		t.Errorf("timed-out run took %v to return", d)
 	}
 	// The report is still printed, and what was booked is consistent.
-	wantLines(t, out.String(), map[string]string{"duplicates": "0", "order violations": "0"})
-}
-
-func TestDemoFlags(t *testing.T) {
-	for _, tc := range []struct {
-		args []string
-		want string
-	}{
-		{[]string{"--messages", "0"}, "--messages 0"},
-		{[]string{"--keys", "-3"}, "--keys -3"},
-		{[]string{"--partitions", "0"}, "--partitions 0"},
-		{[]string{"--fail", "1"}, "--fail 1"},
-		{[]string{"--num", "0"}, "--num 0"},
-		{[]string{"--size", "-1"}, "--size -1"},
-		{[]string{"--io", "-1ms"}, "--io -1ms"},
-		{[]string{"--progress", "sometimes"}, "--progress sometimes"},
-		{[]string{"--log-level", "loud"}, "--log-level loud"},
-		{[]string{"--brokers", "a:1,,b:2"}, `--brokers "a:1,,b:2"`},
-		{[]string{"--timeout", "0s"}, "--timeout 0s"},
-		{[]string{"--no-such-flag"}, "-no-such-flag"},
-		{[]string{"--messages", "many"}, "-messages"},
-		{[]string{"extra"}, `unexpected argument "extra"`},
-	} {
-		var out bytes.Buffer
-		err := runDemo(context.Background(), tc.args, &out)
-		if !errors.Is(err, errUsage) || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("demo %q: %v, want a usage error naming %q", tc.args, err, tc.want)
-		}
-	}
-	var out bytes.Buffer
-	if err := runDemo(context.Background(), []string{"-h"}, &out); !errors.Is(err, flag.ErrHelp) {
-		t.Errorf("demo -h: %v", err)
-	}
-	if !strings.Contains(out.String(), "-io-item") {
-		t.Errorf("demo -h printed no flags:\n%s", out.String())
-	}
+	wantLines(t, out, map[string]string{"duplicates": "0", "order violations": "0"})
 }
 
 func TestDemoUnreachable(t *testing.T) {
-	var out bytes.Buffer
-	err := runDemo(context.Background(), []string{"--brokers", "127.0.0.1:1", "--progress", "off"}, &out)
+	_, err := runCmd(context.Background(), "demo", "--brokers", "127.0.0.1:1", "--progress", "off")
 	if err == nil || !strings.Contains(err.Error(), "--brokers [127.0.0.1:1]") {
-		t.Fatalf("runDemo against nothing: %v", err)
+		t.Fatalf("demo against nothing: got %v, want an error naming --brokers", err)
 	}
 }
 

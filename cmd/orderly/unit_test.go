@@ -5,7 +5,6 @@ import (
 	"errors"
 	"maps"
 	"slices"
-	"strings"
 	"sync/atomic"
 	"testing"
 
@@ -15,25 +14,35 @@ import (
 )
 
 func TestSplitList(t *testing.T) {
+	short := func(s string) error {
+		if len(s) > 2 {
+			return errors.New("too long")
+		}
+		return nil
+	}
 	tests := []struct {
 		in      string
+		check   func(string) error
 		want    []string
-		wantErr bool
+		wantErr string
 	}{
-		{"", nil, false},
-		{"  ", nil, false},
-		{"a", []string{"a"}, false},
-		{"a, b ,c", []string{"a", "b", "c"}, false},
-		{"a,,b", nil, true},
-		{"a,", nil, true},
-		{",a", nil, true},
-		{"a, ,b", nil, true},
+		{"", nil, nil, ""},
+		{"  ", nil, nil, ""},
+		{"a", nil, []string{"a"}, ""},
+		{"a, b ,c", nil, []string{"a", "b", "c"}, ""},
+		{"a,,b", nil, nil, "empty entry"},
+		{"a,", nil, nil, "empty entry"},
+		{",a", nil, nil, "empty entry"},
+		{"a, ,b", nil, nil, "empty entry"},
+		{"ab,cd", short, []string{"ab", "cd"}, ""},
+		{"ab,cde", short, nil, `"cde": too long`},
+		{" cde ", short, nil, "too long"}, // the whole value: the flag's error names it already
 	}
 	for _, tt := range tests {
-		got, err := splitList("things", tt.in)
-		if tt.wantErr {
-			if !errors.Is(err, errUsage) || !strings.Contains(err.Error(), "--things "+`"`+tt.in+`"`) {
-				t.Errorf("splitList(%q): got %v, %v, want a usage error naming --things", tt.in, got, err)
+		got, err := splitList(tt.in, tt.check)
+		if tt.wantErr != "" {
+			if err == nil || err.Error() != tt.wantErr {
+				t.Errorf("splitList(%q): got %q, %v, want error %q", tt.in, got, err, tt.wantErr)
 			}
 			continue
 		}
