@@ -102,5 +102,8 @@ func runBench(ctx context.Context, o *benchOpts, command string, out, progress i
 			err = werr
 		}
 	}
+	if err != nil && ctx.Err() != nil {
+		return &interruptedError{msg: fmt.Sprintf("%v: %v", context.Cause(ctx), err)}
+	}
 	return err
 }

@@ -20,7 +20,8 @@ import (
 //     unexpected argument, bad ORDERLY_* variable) is one line naming the
 //     flag and the value, then "see 'orderly CMD --help'", on stderr,
 //     exit 2.
-//   - Any other error is one line on stderr, exit 1.
+//   - Any other error is one line on stderr, exit 1; an interrupted run
+//     (SIGINT, SIGTERM, --timeout) exits 3 after its report.
 //   - Every flag can also be set as ORDERLY_<FLAG> (bindEnv); a flag on the
 //     command line wins.
 //
@@ -29,9 +30,10 @@ import (
 
 // exit codes.
 const (
-	exitOK    = 0
-	exitError = 1
-	exitUsage = 2
+	exitOK          = 0
+	exitError       = 1
+	exitUsage       = 2
+	exitInterrupted = 3
 )
 
 const envPrefix = "ORDERLY_"
@@ -42,7 +44,8 @@ Environment: every flag can also be set as ` + envPrefix + `<FLAG>, the flag's n
 upper case with - as _ (--max-in-flight: ` + envPrefix + `MAX_IN_FLIGHT); a flag given on
 the command line wins, an empty variable counts as unset.
 
-Exit status: 0 done; 1 error, or a failed check; 2 usage error.
+Exit status: 0 done; 1 error, or a failed check; 2 usage error; 3 interrupted
+(SIGINT, SIGTERM or --timeout) before the run finished.
 `
 
 // helpTemplate is cobra's help, with the usage line first so that every
@@ -77,6 +80,12 @@ func usagef(format string, args ...any) error {
 func badValue(source, value string, why error) error {
 	return usagef("invalid value %q for %s: %v", value, source, why)
 }
+
+// interruptedError is the error of a run that a signal or --timeout ended
+// before it finished: exit 3.
+type interruptedError struct{ msg string }
+
+func (e *interruptedError) Error() string { return e.msg }
 
 // runFailed wraps the error a command's run returns, so that run can tell
 // it apart from cobra's errors about the command line, which are all
@@ -247,7 +256,7 @@ func bindEnv(fs *pflag.FlagSet, lookup func(string) (string, bool)) error {
 }
 
 // run runs the command line args. Its error is a *usageError (with the
-// hint set), or any other error.
+// hint set), an *interruptedError, or any other error.
 func run(ctx context.Context, args []string, e env) error {
 	root := newRoot(e)
 	root.SetArgs(args)

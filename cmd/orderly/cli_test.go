@@ -194,5 +194,5 @@ func TestEnvDemo(t *testing.T) {
 		t.Fatalf("demo: exit %d\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
 	}
 	wantLines(t, r.stdout, okReport)
-	wantLines(t, r.stdout, map[string]string{"produced": "123", "handled": "123", "accounts": "9", "partitions": "2"})
+	wantLines(t, r.stdout, map[string]string{"planned": "123", "produced": "123", "handled": "123", "accounts": "9", "partitions": "2"})
 }

@@ -67,9 +67,9 @@ func demoCommand(e env) *cobra.Command {
 an embedded Kafka-protocol broker unless --brokers names a real cluster. Do
 books each transfer after a simulated I/O delay and fails a share of calls
 (retried); a ledger checks that every produced transfer was booked once, in
-order per account. The exit status is not 0 if anything was lost,
-repeated or out of order, if the committed offsets fall short, or if the
-run timed out.`,
+order per account. The report says what happened; the exit status is not 0
+if anything was lost, repeated or out of order, if the committed offsets
+fall short, or if the run was interrupted.`,
 		func(ctx context.Context) error { return runDemo(ctx, o, e.stdout, e.stderr) })
 	fs := c.Flags()
 	listVar(fs, &o.brokers, "brokers", nil, false, dialAddr, "comma-separated host:port of a real cluster; empty: an embedded kfake broker")
@@ -89,7 +89,7 @@ run timed out.`,
 	durationVar(fs, &o.ioItem, "io-item", defaultIOItem, 0, "simulated I/O time per transfer in a Do call")
 	floatVar(fs, &o.fail, "fail", 0.01, fraction, "fraction of Do calls that fail (and are retried), in [0, 1)")
 	uint64Var(fs, &o.seed, "seed", 1, "seed of the traffic and the failures")
-	durationVar(fs, &o.timeout, "timeout", 3*time.Minute, 1, "give up (exit non-zero) if the run takes longer")
+	durationVar(fs, &o.timeout, "timeout", 3*time.Minute, 1, "stop after this long, report what happened, exit 3")
 	stringVar(fs, &o.progress, "progress", "auto", oneOf("auto", "on", "off"), "live progress: auto (on a terminal), on, off")
 	stringVar(fs, &o.logLevel, "log-level", "", logLevel, "group log level to stderr (debug, info, warn, error); empty: no logs")
 	return c
@@ -134,7 +134,7 @@ func (o *demoOpts) logger(logs io.Writer) *zap.Logger {
 // check the ledger and the committed offsets, print a report. It returns an
 // error (so the exit code is non-zero) if anything was lost, repeated or out
 // of order, if the committed offsets are not at the high watermarks, or if
-// the run timed out.
+// the run was interrupted (ctx ended: a signal, or --timeout).
 func runDemo(ctx context.Context, o *demoOpts, out, logs io.Writer) error {
 	start := time.Now()
 	ctx, cancel := context.WithTimeoutCause(ctx, o.timeout, fmt.Errorf("timed out after %v (--timeout)", o.timeout))
@@ -172,7 +172,8 @@ func runDemo(ctx context.Context, o *demoOpts, out, logs io.Writer) error {
 		return err
 	}
 
-	bank := newBank(p, o.io, o.ioItem, o.fail, o.seed)
+	done := newFinished(startOffs)
+	bank := newBank(p, done, o.io, o.ioItem, o.fail, o.seed)
 	g, err := group.New(group.Config{
 		Brokers:     c.addrs(),
 		Topics:      []string{o.topic},
@@ -182,7 +183,7 @@ func runDemo(ctx context.Context, o *demoOpts, out, logs io.Writer) error {
 		Ticker:      o.ticker,
 		MaxInFlight: o.maxInFlight,
 		Logger:      o.logger(logs),
-	}, group.Handler[Transfer]{New: p.decode, Split: split, Do: bank.do})
+	}, group.Handler[Transfer]{New: p.decoder(done), Split: split, Do: bank.do})
 	if err != nil {
 		return err
 	}
@@ -222,9 +223,12 @@ func runDemo(ctx context.Context, o *demoOpts, out, logs io.Writer) error {
 
 	r := &demoReport{
 		Topic: o.topic, Partitions: parts, Keys: o.keys, Group: groupID,
-		Produced: p.transfers(), Poison: p.poison, ProduceTime: produceTime,
+		Planned: p.transfers(), PlannedPoison: p.poison, ProduceTime: produceTime,
 		Ledger: bank.ledger.Report(), Stats: g.Stats(), Mismatched: bank.mismatched(p),
 		Start: startOffs,
+	}
+	if waitErr != nil && ctx.Err() != nil {
+		r.Interrupted = waitErr.Error() // ctx's cause: a signal or --timeout
 	}
 	if first, last := bank.firstDo.Load(), bank.lastDone.Load(); first > 0 && last > first {
 		r.ConsumeTime = time.Duration(last - first)
@@ -236,15 +240,22 @@ func runDemo(ctx context.Context, o *demoOpts, out, logs io.Writer) error {
 	if r.Committed, err = c.committed(groupID, o.topic); err != nil {
 		readErr = errors.Join(readErr, err)
 	}
+	if readErr == nil {
+		r.countProduced(p)
+		r.Lost = done.missing(r.Start, r.committedOffsets())
+	}
 	r.Elapsed = time.Since(start)
 	r.write(out)
-	if waitErr != nil {
+	switch {
+	case waitErr != nil && r.Interrupted == "":
 		return waitErr
-	}
-	if readErr != nil {
+	case readErr != nil:
 		return fmt.Errorf("read back offsets: %w", readErr)
 	}
-	return r.verdict()
+	if err := r.verdict(); err != nil || r.Interrupted == "" {
+		return err
+	}
+	return &interruptedError{msg: r.summary()}
 }
 
 // paced wraps gen so that record i is not generated before i/rate seconds
@@ -270,7 +281,9 @@ func paced(ctx context.Context, rate float64, gen loadgen.Gen) loadgen.Gen {
 // runUntilCommitted runs g until all total records are produced (the
 // producer sends its result on prodDone) and behind the commit frontier,
 // then stops it. It fails if producing fails, Run returns early, or ctx
-// ends; in every case it stops the producer (stopProd) and waits for it.
+// ends (the caller reports that as an interrupted run, with what was done
+// by then); in every case it stops the producer (stopProd) and waits for
+// it.
 func runUntilCommitted(ctx context.Context, g *group.Group[Transfer], total int64, prodDone <-chan error, stopProd func()) error {
 	var (
 		prodErr  error
@@ -292,8 +305,8 @@ func runUntilCommitted(ctx context.Context, g *group.Group[Transfer], total int6
 		prodErr = <-prodDone
 	}
 	switch {
-	case errors.Is(err, broker.ErrNotCaughtUp), prodErr != nil && ctx.Err() != nil:
-		return fmt.Errorf("%w with %d of %d records committed", context.Cause(ctx), g.Stats().Committed, total)
+	case ctx.Err() != nil:
+		return context.Cause(ctx)
 	case prodErr != nil:
 		return errors.Join(fmt.Errorf("produce: %w", prodErr), err)
 	case err != nil:

@@ -35,10 +35,16 @@ func report(w io.Writer, err error) int {
 	}
 	// Joined and wrapped errors may span lines; an error is one line.
 	fmt.Fprintln(w, "orderly:", strings.ReplaceAll(strings.TrimSpace(err.Error()), "\n", "; "))
-	var usage *usageError
-	if errors.As(err, &usage) {
+	var (
+		usage       *usageError
+		interrupted *interruptedError
+	)
+	switch {
+	case errors.As(err, &usage):
 		fmt.Fprintln(w, usage.hint)
 		return exitUsage
+	case errors.As(err, &interrupted):
+		return exitInterrupted
 	}
 	return exitError
 }

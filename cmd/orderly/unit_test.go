@@ -116,6 +116,7 @@ func TestStoreMax(t *testing.T) {
 func TestBankFailuresRepeatable(t *testing.T) {
 	const seed, rate, batches = 3, 0.3, 64
 	p := newPlan(10, 2, 0, 0, seed)
+	done := newFinished(map[int32]int64{0: 0, 1: 0, 2: 0, 3: 0})
 	batch := func(i int) []Transfer {
 		return []Transfer{{From: 0, To: 1, Cents: 1, Partition: int32(i % 4), Offset: int64(i)}}
 	}
@@ -128,7 +129,7 @@ func TestBankFailuresRepeatable(t *testing.T) {
 	// interleave: each batch's calls back to back, or one call of each
 	// pending batch per pass. It returns which calls failed.
 	run := func(interleave bool) map[call]bool {
-		b := newBank(p, 0, 0, rate, seed)
+		b := newBank(p, done, 0, 0, rate, seed)
 		failed := map[call]bool{}
 		attempts := make([]int, batches)
 		pending := batches
@@ -165,5 +166,35 @@ func TestBankFailuresRepeatable(t *testing.T) {
 	}
 	if n == 0 {
 		t.Errorf("no call failed at rate %v", rate)
+	}
+}
+
+func TestFinished(t *testing.T) {
+	f := newFinished(map[int32]int64{0: 10, 1: 0})
+	for _, off := range []int64{10, 11, 13, 200} {
+		f.mark(0, off)
+	}
+	f.mark(1, 0)
+	f.mark(0, 5) // below the start: not this run's
+	f.mark(7, 0) // not a partition at the start
+	tests := []struct {
+		start, upTo map[int32]int64
+		want        int64
+	}{
+		{map[int32]int64{0: 10, 1: 0}, map[int32]int64{0: 12, 1: 1}, 0},
+		{map[int32]int64{0: 10, 1: 0}, map[int32]int64{0: 14, 1: 1}, 1},     // 12
+		{map[int32]int64{0: 10, 1: 0}, map[int32]int64{0: 10, 1: 3}, 2},     // 1:1, 1:2
+		{map[int32]int64{0: 10}, map[int32]int64{0: 201}, 201 - 10 - 4},     // all but the four marked
+		{map[int32]int64{0: 8}, map[int32]int64{0: 11}, 2},                  // 8, 9: below the start, never marked
+		{map[int32]int64{}, map[int32]int64{7: 2}, 2},                       // an unknown partition counts in full
+		{map[int32]int64{0: 10, 1: 0}, map[int32]int64{0: 10, 1: 0}, 0},     // nothing committed
+		{map[int32]int64{0: 10, 1: 0}, map[int32]int64{0: 9 + 1, 1: 0}, 0},  // committed at the start
+		{map[int32]int64{0: 10, 1: 0}, map[int32]int64{0: 14}, 1},           // only the partitions in upTo
+		{map[int32]int64{0: 10, 1: 5}, map[int32]int64{0: 12, 1: 5 + 0}, 0}, // empty range
+	}
+	for _, tt := range tests {
+		if got := f.missing(tt.start, tt.upTo); got != tt.want {
+			t.Errorf("missing(%v, %v): got %d, want %d", tt.start, tt.upTo, got, tt.want)
+		}
 	}
 }
