@@ -3,13 +3,15 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
-	"os"
+	"math"
+	"net"
+	"strconv"
 	"strings"
 	"time"
 
+	"github.com/spf13/cobra"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
@@ -56,98 +58,75 @@ const (
 	defaultRate   = 7000
 )
 
-func parseDemoFlags(args []string, out io.Writer) (*demoOpts, error) {
+// demoCommand is `orderly demo`; newRoot reuses it as the root command,
+// so that `orderly` alone runs the demo with the same flags.
+func demoCommand(e env) *cobra.Command {
 	o := &demoOpts{}
-	fs := flag.NewFlagSet("orderly demo", flag.ContinueOnError)
-	fs.SetOutput(out)
-	brokers := fs.String("brokers", "", "comma-separated host:port of a real cluster; empty: an embedded kfake broker")
-	fs.StringVar(&o.topic, "topic", "orderly-demo", "topic to produce to and consume (created if missing)")
-	fs.StringVar(&o.group, "group", "", "consumer group id; empty: orderly-demo-<unix nanos>. Its offsets on --topic are set to the topic's end before producing")
-	fs.IntVar(&o.messages, "messages", 200_000, "transfers to produce")
-	fs.IntVar(&o.keys, "keys", 10_000, "accounts (Kafka keys, ordering lanes)")
-	fs.IntVar(&o.partitions, "partitions", 8, "partitions of a topic the demo creates")
-	fs.Float64Var(&o.zipf, "zipf", 0, "Zipf exponent of the paying accounts (> 0; e.g. 1.1); 0: uniform")
-	fs.IntVar(&o.poison, "poison", 0, "undecodable records to mix in (counted as decode errors, skipped, committed past)")
-	fs.Float64Var(&o.rate, "rate", defaultRate, "produce at most this many records per second; 0: as fast as possible (then latency includes waiting behind the backlog)")
-	fs.IntVar(&o.num, "num", 64, "group Num: worker goroutines calling Do")
-	fs.IntVar(&o.size, "size", 64, "group Size: most transfers per Do call")
-	fs.DurationVar(&o.ticker, "ticker", 10*time.Millisecond, "group Ticker: how long a partial batch waits")
-	fs.IntVar(&o.maxInFlight, "max-in-flight", 0, "group MaxInFlight; 0: the group's default")
-	fs.DurationVar(&o.io, "io", defaultIO, "simulated I/O time per Do call")
-	fs.DurationVar(&o.ioItem, "io-item", defaultIOItem, "simulated I/O time per transfer in a Do call")
-	fs.Float64Var(&o.fail, "fail", 0.01, "fraction of Do calls that fail (and are retried), in [0, 1)")
-	fs.Uint64Var(&o.seed, "seed", 1, "seed of the traffic and the failures")
-	fs.DurationVar(&o.timeout, "timeout", 3*time.Minute, "give up (exit non-zero) if the run takes longer")
-	fs.StringVar(&o.progress, "progress", "auto", "live progress: auto (on a terminal), on, off")
-	fs.StringVar(&o.logLevel, "log-level", "", "group log level to stderr (debug, info, warn, error); empty: no logs")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil, err
-		}
-		return nil, fmt.Errorf("%w: demo: %w", errUsage, err)
-	}
-	if fs.NArg() > 0 {
-		return nil, fmt.Errorf("%w: demo: unexpected argument %q", errUsage, fs.Arg(0))
-	}
-	var err error
-	if o.brokers, err = splitList("brokers", *brokers); err != nil {
-		return nil, err
-	}
-	return o, o.validate()
+	c := newCommand("demo", "(default) produce transfers to an embedded broker (or --brokers), consume them in order per account, report",
+		`Produce account transfers to a topic and consume them with ordered parallelism:
+an embedded Kafka-protocol broker unless --brokers names a real cluster. Do
+books each transfer after a simulated I/O delay and fails a share of calls
+(retried); a ledger checks that every produced transfer was booked once, in
+order per account. The report says what happened; the exit status is not 0
+if anything was lost, repeated or out of order, if the committed offsets
+fall short, or if the run was interrupted.`,
+		func(ctx context.Context) error { return runDemo(ctx, o, e.stdout, e.stderr) })
+	fs := c.Flags()
+	listVar(fs, &o.brokers, "brokers", nil, false, dialAddr, "comma-separated host:port of a real cluster; empty: an embedded kfake broker")
+	stringVar(fs, &o.topic, "topic", "orderly-demo", nonEmpty, "topic to produce to and consume (created if missing)")
+	stringVar(fs, &o.group, "group", "", nil, "consumer group id; empty: orderly-demo-<unix nanos>. Its offsets on --topic are set to the topic's end before producing")
+	intVar(fs, &o.messages, "messages", 200_000, 1, 1<<31, "transfers to produce")
+	intVar(fs, &o.keys, "keys", 10_000, 1, 1<<24, "accounts (Kafka keys, ordering lanes)")
+	intVar(fs, &o.partitions, "partitions", 8, 1, 1<<16, "partitions of a topic the demo creates")
+	floatVar(fs, &o.zipf, "zipf", 0, nonNegative, "Zipf exponent of the paying accounts (e.g. 1.1); 0: uniform")
+	intVar(fs, &o.poison, "poison", 0, 0, math.MaxInt, "undecodable records to mix in (counted as decode errors, skipped, committed past)")
+	floatVar(fs, &o.rate, "rate", defaultRate, nonNegative, "produce at most this many records per second; 0: as fast as possible (then latency includes waiting behind the backlog)")
+	intVar(fs, &o.num, "num", 64, 1, math.MaxInt, "group Num: worker goroutines calling Do")
+	intVar(fs, &o.size, "size", 64, 1, math.MaxInt, "group Size: most transfers per Do call")
+	durationVar(fs, &o.ticker, "ticker", 10*time.Millisecond, math.MinInt64, "group Ticker: how long a partial batch waits; negative: never")
+	intVar(fs, &o.maxInFlight, "max-in-flight", 0, 0, math.MaxInt, "group MaxInFlight; 0: the group's default")
+	durationVar(fs, &o.io, "io", defaultIO, 0, "simulated I/O time per Do call")
+	durationVar(fs, &o.ioItem, "io-item", defaultIOItem, 0, "simulated I/O time per transfer in a Do call")
+	floatVar(fs, &o.fail, "fail", 0.01, fraction, "fraction of Do calls that fail (and are retried), in [0, 1)")
+	uint64Var(fs, &o.seed, "seed", 1, "seed of the traffic and the failures")
+	durationVar(fs, &o.timeout, "timeout", 3*time.Minute, 1, "stop after this long, report what happened, exit 3")
+	stringVar(fs, &o.progress, "progress", "auto", oneOf("auto", "on", "off"), "live progress: auto (on a terminal), on, off")
+	stringVar(fs, &o.logLevel, "log-level", "", logLevel, "group log level to stderr (debug, info, warn, error); empty: no logs")
+	return c
 }
 
-func (o *demoOpts) validate() error {
-	bad := func(flag string, v any, why string) error {
-		return fmt.Errorf("%w: --%s %v: %s", errUsage, flag, v, why)
+// dialAddr is a listVar check for a broker address.
+func dialAddr(s string) error {
+	_, port, err := net.SplitHostPort(s)
+	if err != nil {
+		return errors.New("must be host:port")
 	}
-	switch {
-	case o.topic == "":
-		return bad("topic", `""`, "must not be empty")
-	case o.messages < 1 || o.messages > 1<<31:
-		return bad("messages", o.messages, "must be between 1 and 2^31")
-	case o.keys < 1 || o.keys > 1<<24:
-		return bad("keys", o.keys, "must be between 1 and 2^24")
-	case o.partitions < 1 || o.partitions > 1<<16:
-		return bad("partitions", o.partitions, "must be between 1 and 65536")
-	case o.zipf < 0:
-		return bad("zipf", o.zipf, "must be positive (0: uniform)")
-	case o.poison < 0:
-		return bad("poison", o.poison, "must not be negative")
-	case o.rate < 0:
-		return bad("rate", o.rate, "must not be negative (0: as fast as possible)")
-	case o.num < 1:
-		return bad("num", o.num, "must be positive")
-	case o.size < 1:
-		return bad("size", o.size, "must be positive")
-	case o.maxInFlight < 0:
-		return bad("max-in-flight", o.maxInFlight, "must not be negative")
-	case o.io < 0:
-		return bad("io", o.io, "must not be negative")
-	case o.ioItem < 0:
-		return bad("io-item", o.ioItem, "must not be negative")
-	case !(o.fail >= 0 && o.fail < 1):
-		return bad("fail", o.fail, "must be in [0, 1)")
-	case o.timeout <= 0:
-		return bad("timeout", o.timeout, "must be positive")
-	case o.progress != "auto" && o.progress != "on" && o.progress != "off":
-		return bad("progress", o.progress, "must be auto, on or off")
-	}
-	if o.logLevel != "" {
-		if _, err := zapcore.ParseLevel(o.logLevel); err != nil {
-			return bad("log-level", o.logLevel, err.Error())
-		}
+	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+		return errors.New("port must be a number in 1-65535")
 	}
 	return nil
 }
 
-func (o *demoOpts) logger() *zap.Logger {
+// logLevel is a stringVar check: a zap level, or "" for none.
+func logLevel(s string) error {
+	if s == "" {
+		return nil
+	}
+	if _, err := zapcore.ParseLevel(s); err != nil {
+		return errors.New("must be debug, info, warn or error (or empty: no logs)")
+	}
+	return nil
+}
+
+// logger is the group's logger: --log-level and up to logs, or none.
+func (o *demoOpts) logger(logs io.Writer) *zap.Logger {
 	if o.logLevel == "" {
 		return zap.NewNop()
 	}
 	lvl, _ := zapcore.ParseLevel(o.logLevel) // validated
 	enc := zap.NewDevelopmentEncoderConfig()
 	enc.EncodeTime = zapcore.TimeEncoderOfLayout("15:04:05.000")
-	core := zapcore.NewCore(zapcore.NewConsoleEncoder(enc), zapcore.Lock(os.Stderr), lvl)
+	core := zapcore.NewCore(zapcore.NewConsoleEncoder(enc), zapcore.Lock(zapcore.AddSync(logs)), lvl)
 	return zap.New(core)
 }
 
@@ -155,18 +134,17 @@ func (o *demoOpts) logger() *zap.Logger {
 // check the ledger and the committed offsets, print a report. It returns an
 // error (so the exit code is non-zero) if anything was lost, repeated or out
 // of order, if the committed offsets are not at the high watermarks, or if
-// the run timed out.
-func runDemo(ctx context.Context, args []string, out io.Writer) error {
-	o, err := parseDemoFlags(args, out)
-	if err != nil {
-		return err
-	}
+// the run was interrupted (ctx ended: a signal, or --timeout).
+func runDemo(ctx context.Context, o *demoOpts, out, logs io.Writer) error {
 	start := time.Now()
 	ctx, cancel := context.WithTimeoutCause(ctx, o.timeout, fmt.Errorf("timed out after %v (--timeout)", o.timeout))
 	defer cancel()
 
 	p := newPlan(o.messages, o.keys, o.poison, o.zipf, o.seed)
-	var c cluster
+	var (
+		c   cluster
+		err error
+	)
 	where := "embedded broker"
 	if len(o.brokers) > 0 {
 		c, err = dialRemote(o.brokers)
@@ -194,7 +172,8 @@ func runDemo(ctx context.Context, args []string, out io.Writer) error {
 		return err
 	}
 
-	bank := newBank(p, o.io, o.ioItem, o.fail, o.seed)
+	done := newFinished(startOffs)
+	bank := newBank(p, done, o.io, o.ioItem, o.fail, o.seed)
 	g, err := group.New(group.Config{
 		Brokers:     c.addrs(),
 		Topics:      []string{o.topic},
@@ -203,10 +182,10 @@ func runDemo(ctx context.Context, args []string, out io.Writer) error {
 		Num:         o.num,
 		Ticker:      o.ticker,
 		MaxInFlight: o.maxInFlight,
-		Logger:      o.logger(),
-	}, group.Handler[Transfer]{New: p.decode, Split: split, Do: bank.do})
+		Logger:      o.logger(logs),
+	}, group.Handler[Transfer]{New: p.decoder(done), Split: split, Do: bank.do})
 	if err != nil {
-		return fmt.Errorf("%w: %w", errUsage, err)
+		return err
 	}
 	keys := "uniform"
 	if o.zipf > 0 {
@@ -244,9 +223,12 @@ func runDemo(ctx context.Context, args []string, out io.Writer) error {
 
 	r := &demoReport{
 		Topic: o.topic, Partitions: parts, Keys: o.keys, Group: groupID,
-		Produced: p.transfers(), Poison: p.poison, ProduceTime: produceTime,
+		Planned: p.transfers(), PlannedPoison: p.poison, ProduceTime: produceTime,
 		Ledger: bank.ledger.Report(), Stats: g.Stats(), Mismatched: bank.mismatched(p),
 		Start: startOffs,
+	}
+	if waitErr != nil && ctx.Err() != nil {
+		r.Interrupted = waitErr.Error() // ctx's cause: a signal or --timeout
 	}
 	if first, last := bank.firstDo.Load(), bank.lastDone.Load(); first > 0 && last > first {
 		r.ConsumeTime = time.Duration(last - first)
@@ -258,15 +240,22 @@ func runDemo(ctx context.Context, args []string, out io.Writer) error {
 	if r.Committed, err = c.committed(groupID, o.topic); err != nil {
 		readErr = errors.Join(readErr, err)
 	}
+	if readErr == nil {
+		r.countProduced(p)
+		r.Lost = done.missing(r.Start, r.committedOffsets())
+	}
 	r.Elapsed = time.Since(start)
 	r.write(out)
-	if waitErr != nil {
+	switch {
+	case waitErr != nil && r.Interrupted == "":
 		return waitErr
-	}
-	if readErr != nil {
+	case readErr != nil:
 		return fmt.Errorf("read back offsets: %w", readErr)
 	}
-	return r.verdict()
+	if err := r.verdict(); err != nil || r.Interrupted == "" {
+		return err
+	}
+	return &interruptedError{msg: r.summary()}
 }
 
 // paced wraps gen so that record i is not generated before i/rate seconds
@@ -292,7 +281,9 @@ func paced(ctx context.Context, rate float64, gen loadgen.Gen) loadgen.Gen {
 // runUntilCommitted runs g until all total records are produced (the
 // producer sends its result on prodDone) and behind the commit frontier,
 // then stops it. It fails if producing fails, Run returns early, or ctx
-// ends; in every case it stops the producer (stopProd) and waits for it.
+// ends (the caller reports that as an interrupted run, with what was done
+// by then); in every case it stops the producer (stopProd) and waits for
+// it.
 func runUntilCommitted(ctx context.Context, g *group.Group[Transfer], total int64, prodDone <-chan error, stopProd func()) error {
 	var (
 		prodErr  error
@@ -314,8 +305,8 @@ func runUntilCommitted(ctx context.Context, g *group.Group[Transfer], total int6
 		prodErr = <-prodDone
 	}
 	switch {
-	case errors.Is(err, broker.ErrNotCaughtUp), prodErr != nil && ctx.Err() != nil:
-		return fmt.Errorf("%w with %d of %d records committed", context.Cause(ctx), g.Stats().Committed, total)
+	case ctx.Err() != nil:
+		return context.Cause(ctx)
 	case prodErr != nil:
 		return errors.Join(fmt.Errorf("produce: %w", prodErr), err)
 	case err != nil:

@@ -4,11 +4,11 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"flag"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/orderly-go/orderly/group"
 	"github.com/orderly-go/orderly/internal/ledger"
 )
 
@@ -48,25 +48,27 @@ var okReport = map[string]string{
 func TestDemoEmbedded(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	var out bytes.Buffer
-	err := runDemo(ctx, []string{
+	out, err := runCmd(ctx, "demo",
 		"--messages", "5000", "--keys", "200", "--partitions", "4", "--poison", "7",
 		"--io", "0", "--io-item", "0", "--fail", "0.05", "--progress", "off",
-	}, &out)
+	)
 	if err != nil {
-		t.Fatalf("runDemo: %v\n%s", err, out.String())
+		t.Fatalf("demo: %v\n%s", err, out)
 	}
-	wantLines(t, out.String(), okReport)
-	wantLines(t, out.String(), map[string]string{
+	wantLines(t, out, okReport)
+	wantLines(t, out, map[string]string{
+		"run":             "complete",
+		"planned":         "5000",
 		"produced":        "5000",
 		"handled":         "5000",
+		"not handled":     "0",
 		"poison produced": "7",
 		"decode errors":   "7",
 		"committed":       "5007",
 		"partitions":      "4",
 	})
-	if reportValue(t, out.String(), "failed calls") == "0" {
-		t.Errorf("--fail 0.05 caused no failed calls:\n%s", out.String())
+	if reportValue(t, out, "failed calls") == "0" {
+		t.Errorf("--fail 0.05 caused no failed calls:\n%s", out)
 	}
 }
 
@@ -76,80 +78,45 @@ func TestDemoEmbedded(t *testing.T) {
 func TestDemoSkewed(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	var out bytes.Buffer
-	err := runDemo(ctx, []string{
+	out, err := runCmd(ctx, "demo",
 		"--messages", "3000", "--keys", "50", "--zipf", "1.1", "--num", "16", "--size", "8", "--ticker", "1ms",
 		"--io", "200us", "--io-item", "0", "--fail", "0.1", "--progress", "on", "--seed", "7",
-	}, &out)
+	)
 	if err != nil {
-		t.Fatalf("runDemo: %v\n%s", err, out.String())
+		t.Fatalf("demo: %v\n%s", err, out)
 	}
-	wantLines(t, out.String(), okReport)
-	wantLines(t, out.String(), map[string]string{"produced": "3000", "decode errors": "0"})
+	wantLines(t, out, okReport)
+	wantLines(t, out, map[string]string{"produced": "3000", "decode errors": "0"})
 }
 
+// TestDemoTimeout: a run cut short by --timeout returns soon after, with
+// an interruptedError, and its report is consistent.
 func TestDemoTimeout(t *testing.T) {
-	var out bytes.Buffer
 	start := time.Now()
-	err := runDemo(context.Background(), []string{
-		"--messages", "2000", "--keys", "20", "--io-item", "20ms", "--timeout", "1s", "--progress", "off",
-	}, &out)
-	if err == nil || !strings.Contains(err.Error(), "timed out after 1s (--timeout)") {
-		t.Fatalf("runDemo: %v, want a timeout\n%s", err, out.String())
+	out, err := runCmd(context.Background(), "demo",
+		"--messages", "2000", "--keys", "20", "--io-item", "20ms", "--timeout", "1s", "--progress", "off")
+	var interrupted *interruptedError
+	if !errors.As(err, &interrupted) || !strings.HasPrefix(err.Error(), "timed out after 1s (--timeout): ") {
+		t.Fatalf("demo: got %v, want an interruptedError saying it timed out\n%s", err, out)
 	}
 	if d := time.Since(start); d > 20*time.Second {
 		t.Errorf("timed-out run took %v to return", d)
 	}
 	// The report is still printed, and what was booked is consistent.
-	wantLines(t, out.String(), map[string]string{"duplicates": "0", "order violations": "0"})
-}
-
-func TestDemoFlags(t *testing.T) {
-	for _, tc := range []struct {
-		args []string
-		want string
-	}{
-		{[]string{"--messages", "0"}, "--messages 0"},
-		{[]string{"--keys", "-3"}, "--keys -3"},
-		{[]string{"--partitions", "0"}, "--partitions 0"},
-		{[]string{"--fail", "1"}, "--fail 1"},
-		{[]string{"--num", "0"}, "--num 0"},
-		{[]string{"--size", "-1"}, "--size -1"},
-		{[]string{"--io", "-1ms"}, "--io -1ms"},
-		{[]string{"--progress", "sometimes"}, "--progress sometimes"},
-		{[]string{"--log-level", "loud"}, "--log-level loud"},
-		{[]string{"--brokers", "a:1,,b:2"}, `--brokers "a:1,,b:2"`},
-		{[]string{"--timeout", "0s"}, "--timeout 0s"},
-		{[]string{"--no-such-flag"}, "-no-such-flag"},
-		{[]string{"--messages", "many"}, "-messages"},
-		{[]string{"extra"}, `unexpected argument "extra"`},
-	} {
-		var out bytes.Buffer
-		err := runDemo(context.Background(), tc.args, &out)
-		if !errors.Is(err, errUsage) || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("demo %q: %v, want a usage error naming %q", tc.args, err, tc.want)
-		}
-	}
-	var out bytes.Buffer
-	if err := runDemo(context.Background(), []string{"-h"}, &out); !errors.Is(err, flag.ErrHelp) {
-		t.Errorf("demo -h: %v", err)
-	}
-	if !strings.Contains(out.String(), "-io-item") {
-		t.Errorf("demo -h printed no flags:\n%s", out.String())
-	}
+	wantLines(t, out, map[string]string{"lost": "0", "duplicates": "0", "order violations": "0", "balances mismatched": "0"})
 }
 
 func TestDemoUnreachable(t *testing.T) {
-	var out bytes.Buffer
-	err := runDemo(context.Background(), []string{"--brokers", "127.0.0.1:1", "--progress", "off"}, &out)
+	_, err := runCmd(context.Background(), "demo", "--brokers", "127.0.0.1:1", "--progress", "off")
 	if err == nil || !strings.Contains(err.Error(), "--brokers [127.0.0.1:1]") {
-		t.Fatalf("runDemo against nothing: %v", err)
+		t.Fatalf("demo against nothing: got %v, want an error naming --brokers", err)
 	}
 }
 
 func TestVerdict(t *testing.T) {
 	good := func() *demoReport {
 		return &demoReport{
+			Planned:  100,
 			Produced: 100,
 			Ledger:   ledger.Report{Produced: 100, Distinct: 100},
 			Start:    map[int32]int64{0: 0, 1: 10},
@@ -167,7 +134,9 @@ func TestVerdict(t *testing.T) {
 		break_ func(r *demoReport)
 		want   string
 	}{
-		{"lost", func(r *demoReport) { r.Ledger.Lost, r.Ledger.Distinct = 3, 97 }, "lost 3 of 100"},
+		{"lost", func(r *demoReport) { r.Lost = 3 }, "lost 3 records behind the committed offsets"},
+		{"not handled", func(r *demoReport) { r.Ledger.Distinct = 97 }, "3 of 100 produced transfers not handled"},
+		{"not produced", func(r *demoReport) { r.Produced = 90 }, "produced 90 of 100 transfers"},
 		{"order", func(r *demoReport) { r.Ledger.OrderViolations = 2 }, "2 order violations"},
 		{"dups", func(r *demoReport) { r.Ledger.Duplicates = 1 }, "1 duplicates"},
 		{"unknown", func(r *demoReport) { r.Ledger.Unknown = 1 }, "1 unknown records"},
@@ -196,21 +165,65 @@ func TestVerdict(t *testing.T) {
 	}
 }
 
+// TestVerdictInterrupted: an interrupted run is judged on what it did:
+// transfers not produced or not handled, and commits short of the high
+// watermarks, are no failure; a record lost behind a commit still is.
+func TestVerdictInterrupted(t *testing.T) {
+	interrupted := func() *demoReport {
+		return &demoReport{
+			Interrupted: "interrupted by SIGINT",
+			Planned:     100,
+			Produced:    40,
+			Ledger:      ledger.Report{Produced: 100, Distinct: 30, Lost: 70},
+			Stats:       group.Stats{Handled: 30},
+			Start:       map[int32]int64{0: 0, 1: 0},
+			HW:          map[int32]int64{0: 20, 1: 20},
+			Committed:   map[int32]int64{0: 15, 1: 14},
+		}
+	}
+	if err := interrupted().verdict(); err != nil {
+		t.Errorf("interrupted run with nothing lost: got %v, want nil", err)
+	}
+	r := interrupted()
+	r.Lost = 2
+	if err := r.verdict(); !errors.Is(err, errDemoFailed) || !strings.Contains(err.Error(), "lost 2 records") ||
+		!strings.Contains(err.Error(), "interrupted by SIGINT") {
+		t.Errorf("interrupted run that lost 2: got %v, want a failure naming the loss and the interruption", err)
+	}
+	var out bytes.Buffer
+	r.write(&out)
+	wantLines(t, out.String(), map[string]string{
+		"run":         "interrupted (interrupted by SIGINT): the figures are what happened until then",
+		"planned":     "100",
+		"produced":    "40",
+		"not handled": "10",
+		"lost":        "2",
+		"committed":   "29",
+	})
+	if got, want := r.summary(), "interrupted by SIGINT: 40 of 100 transfers produced, 30 handled, 29 records committed, 2 lost"; got != want {
+		t.Errorf("summary: got %q, want %q", got, want)
+	}
+}
+
 func TestPlan(t *testing.T) {
 	p := newPlan(1000, 10, 5, 0, 1)
 	if p.transfers() != 1000 || len(p.recs) != 1005 {
 		t.Fatalf("transfers %d, records %d", p.transfers(), len(p.recs))
 	}
-	var sum int64
 	var n uint32
-	for k := range p.expect {
-		sum += p.expect[k]
+	for k := range p.counts {
 		n += p.counts[k]
 	}
-	if sum != 0 || n != 1000 {
-		t.Errorf("balances sum to %d, counts to %d", sum, n)
+	if n != 1000 {
+		t.Errorf("counts sum to %d, want 1000", n)
 	}
 	if p.recs[0].poison || p.recs[len(p.recs)-1].poison {
 		t.Errorf("poison records should be spread inside, not at the ends")
+	}
+	// Poison sits at (i+1)*1005/6: 167, 335, 502, 670, 837.
+	for _, tt := range []struct{ n, want int }{{0, 0}, {167, 0}, {168, 1}, {600, 3}, {1005, 5}, {5000, 5}} {
+		if got := p.poisonIn(tt.n); got != tt.want {
+			t.Errorf("poisonIn(%d): got %d, want %d", tt.n, got, tt.want)
+		}
 	}
 }

@@ -4,84 +4,75 @@
 //	orderly [demo] [flags]   demo traffic consumed with ordered parallelism, live progress, a report
 //	orderly broker [flags]   a standalone in-process broker (kfake) for development and tests
 //	orderly bench [flags]    side-by-side throughput against raw sarama and the databus design
+//
+// `orderly --help` and `orderly CMD --help` describe the flags; cli.go
+// holds the conventions every subcommand follows.
 package main
 
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"strings"
 	"syscall"
 )
 
-// errUsage marks a command-line mistake: the message is printed with the
-// usage and the exit code is 2.
-var errUsage = errors.New("usage")
-
-// splitList splits the comma-separated value s of --flag, trimming spaces:
-// "" is no entries, an empty entry ("a,,b", "a,") is a usage error.
-func splitList(flag, s string) ([]string, error) {
-	if strings.TrimSpace(s) == "" {
-		return nil, nil
-	}
-	var out []string
-	for f := range strings.SplitSeq(s, ",") {
-		if f = strings.TrimSpace(f); f == "" {
-			return nil, fmt.Errorf("%w: --%s %q: empty entry", errUsage, flag, s)
-		}
-		out = append(out, f)
-	}
-	return out, nil
-}
-
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := run(ctx, os.Args[1:])
+	ctx, stop := interruptible()
+	err := run(ctx, os.Args[1:], env{stdout: os.Stdout, stderr: os.Stderr, lookup: os.LookupEnv})
 	stop()
+	os.Exit(report(os.Stderr, err))
+}
+
+// report prints err on w, one line (and for a usage error the hint on a
+// second), and returns the exit code for it.
+func report(w io.Writer, err error) int {
+	if err == nil {
+		return exitOK
+	}
+	// Joined and wrapped errors may span lines; an error is one line.
+	fmt.Fprintln(w, "orderly:", strings.ReplaceAll(strings.TrimSpace(err.Error()), "\n", "; "))
+	var (
+		usage       *usageError
+		interrupted *interruptedError
+	)
 	switch {
-	case err == nil:
-		os.Exit(0)
-	case errors.Is(err, flag.ErrHelp):
-		os.Exit(0)
-	case errors.Is(err, errUsage):
-		fmt.Fprintln(os.Stderr, "orderly:", err)
-		os.Exit(2)
-	default:
-		fmt.Fprintln(os.Stderr, "orderly:", err)
-		os.Exit(1)
+	case errors.As(err, &usage):
+		fmt.Fprintln(w, usage.hint)
+		return exitUsage
+	case errors.As(err, &interrupted):
+		return exitInterrupted
 	}
+	return exitError
 }
 
-// run dispatches to a subcommand; no subcommand means demo.
-func run(ctx context.Context, args []string) error {
-	cmd := "demo"
-	if len(args) > 0 && len(args[0]) > 0 && args[0][0] != '-' {
-		cmd, args = args[0], args[1:]
-	}
-	switch cmd {
-	case "demo":
-		return runDemo(ctx, args, os.Stdout)
-	case "broker":
-		return runBroker(ctx, args, os.Stdout)
-	case "bench":
-		return runBench(ctx, args, os.Stdout)
-	case "help":
-		fmt.Fprint(os.Stdout, usage)
-		return nil
-	default:
-		return fmt.Errorf("%w: unknown command %q\n%s", errUsage, cmd, usage)
+// interruptible returns a context that the first SIGINT or SIGTERM
+// cancels, with the signal's name as its cause. After that first signal
+// both have their default effect again: a second Ctrl-C ends the process
+// at once, without the report.
+func interruptible() (context.Context, func()) {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() {
+		select {
+		case s := <-sigs:
+			signal.Stop(sigs)
+			name := "SIGTERM"
+			if s == os.Interrupt {
+				name = "SIGINT"
+			}
+			cancel(errors.New("interrupted by " + name))
+		case <-done:
+		}
+	}()
+	return ctx, func() {
+		signal.Stop(sigs)
+		close(done)
+		cancel(nil)
 	}
 }
-
-const usage = `usage: orderly [command] [flags]
-
-commands:
-  demo     (default) produce demo traffic to an embedded broker (or --brokers) and consume it, with a report
-  broker   run a standalone in-process Kafka-protocol broker
-  bench    side-by-side benchmarks against raw sarama and the databus/group design
-
-Run "orderly <command> -h" for a command's flags.
-`

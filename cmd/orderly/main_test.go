@@ -1,12 +1,17 @@
 package main
 
 import (
+	"bytes"
+	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/orderly-go/orderly/internal/leakcheck"
 )
@@ -55,4 +60,58 @@ func orderlyBin(t *testing.T) string {
 		t.Fatal(buildErr)
 	}
 	return binPath
+}
+
+// runCmd runs the command line args in-process, with no ORDERLY_*
+// variables, and returns what it printed on stdout and its error.
+func runCmd(ctx context.Context, args ...string) (string, error) {
+	stdout, _, err := runCmd2(ctx, args...)
+	return stdout, err
+}
+
+// runCmd2 is runCmd that also returns what was printed on stderr.
+func runCmd2(ctx context.Context, args ...string) (stdout, stderr string, err error) {
+	var out, errb bytes.Buffer
+	err = run(ctx, args, env{stdout: &out, stderr: &errb, lookup: noEnv})
+	return out.String(), errb.String(), err
+}
+
+func noEnv(string) (string, bool) { return "", false }
+
+// procEnv is the environment of an orderly process a test starts: this
+// process's, without ORDERLY_* variables (a developer's own settings must
+// not change what a test sees), plus vars.
+func procEnv(vars ...string) []string {
+	var out []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, envPrefix) {
+			out = append(out, kv)
+		}
+	}
+	return append(out, vars...)
+}
+
+// result is how an orderly process ended.
+type result struct {
+	stdout, stderr string
+	code           int
+}
+
+// runBin runs the orderly binary with args and the ORDERLY_* variables in
+// vars ("NAME=value"), and returns its output and exit code; it fails the
+// test if the process cannot run or takes longer than a minute.
+func runBin(t *testing.T, vars []string, args ...string) result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, orderlyBin(t), args...)
+	cmd.Env = procEnv(vars...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	var exit *exec.ExitError
+	if err != nil && !errors.As(err, &exit) || ctx.Err() != nil {
+		t.Fatalf("orderly %q: %v (ctx: %v)\nstdout:\n%s\nstderr:\n%s", args, err, ctx.Err(), stdout.String(), stderr.String())
+	}
+	return result{stdout: stdout.String(), stderr: stderr.String(), code: cmd.ProcessState.ExitCode()}
 }

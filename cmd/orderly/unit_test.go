@@ -5,7 +5,6 @@ import (
 	"errors"
 	"maps"
 	"slices"
-	"strings"
 	"sync/atomic"
 	"testing"
 
@@ -15,25 +14,35 @@ import (
 )
 
 func TestSplitList(t *testing.T) {
+	short := func(s string) error {
+		if len(s) > 2 {
+			return errors.New("too long")
+		}
+		return nil
+	}
 	tests := []struct {
 		in      string
+		check   func(string) error
 		want    []string
-		wantErr bool
+		wantErr string
 	}{
-		{"", nil, false},
-		{"  ", nil, false},
-		{"a", []string{"a"}, false},
-		{"a, b ,c", []string{"a", "b", "c"}, false},
-		{"a,,b", nil, true},
-		{"a,", nil, true},
-		{",a", nil, true},
-		{"a, ,b", nil, true},
+		{"", nil, nil, ""},
+		{"  ", nil, nil, ""},
+		{"a", nil, []string{"a"}, ""},
+		{"a, b ,c", nil, []string{"a", "b", "c"}, ""},
+		{"a,,b", nil, nil, "empty entry"},
+		{"a,", nil, nil, "empty entry"},
+		{",a", nil, nil, "empty entry"},
+		{"a, ,b", nil, nil, "empty entry"},
+		{"ab,cd", short, []string{"ab", "cd"}, ""},
+		{"ab,cde", short, nil, `"cde": too long`},
+		{" cde ", short, nil, "too long"}, // the whole value: the flag's error names it already
 	}
 	for _, tt := range tests {
-		got, err := splitList("things", tt.in)
-		if tt.wantErr {
-			if !errors.Is(err, errUsage) || !strings.Contains(err.Error(), "--things "+`"`+tt.in+`"`) {
-				t.Errorf("splitList(%q): got %v, %v, want a usage error naming --things", tt.in, got, err)
+		got, err := splitList(tt.in, tt.check)
+		if tt.wantErr != "" {
+			if err == nil || err.Error() != tt.wantErr {
+				t.Errorf("splitList(%q): got %q, %v, want error %q", tt.in, got, err, tt.wantErr)
 			}
 			continue
 		}
@@ -107,6 +116,7 @@ func TestStoreMax(t *testing.T) {
 func TestBankFailuresRepeatable(t *testing.T) {
 	const seed, rate, batches = 3, 0.3, 64
 	p := newPlan(10, 2, 0, 0, seed)
+	done := newFinished(map[int32]int64{0: 0, 1: 0, 2: 0, 3: 0})
 	batch := func(i int) []Transfer {
 		return []Transfer{{From: 0, To: 1, Cents: 1, Partition: int32(i % 4), Offset: int64(i)}}
 	}
@@ -119,7 +129,7 @@ func TestBankFailuresRepeatable(t *testing.T) {
 	// interleave: each batch's calls back to back, or one call of each
 	// pending batch per pass. It returns which calls failed.
 	run := func(interleave bool) map[call]bool {
-		b := newBank(p, 0, 0, rate, seed)
+		b := newBank(p, done, 0, 0, rate, seed)
 		failed := map[call]bool{}
 		attempts := make([]int, batches)
 		pending := batches
@@ -156,5 +166,35 @@ func TestBankFailuresRepeatable(t *testing.T) {
 	}
 	if n == 0 {
 		t.Errorf("no call failed at rate %v", rate)
+	}
+}
+
+func TestFinished(t *testing.T) {
+	f := newFinished(map[int32]int64{0: 10, 1: 0})
+	for _, off := range []int64{10, 11, 13, 200} {
+		f.mark(0, off)
+	}
+	f.mark(1, 0)
+	f.mark(0, 5) // below the start: not this run's
+	f.mark(7, 0) // not a partition at the start
+	tests := []struct {
+		start, upTo map[int32]int64
+		want        int64
+	}{
+		{map[int32]int64{0: 10, 1: 0}, map[int32]int64{0: 12, 1: 1}, 0},
+		{map[int32]int64{0: 10, 1: 0}, map[int32]int64{0: 14, 1: 1}, 1},     // 12
+		{map[int32]int64{0: 10, 1: 0}, map[int32]int64{0: 10, 1: 3}, 2},     // 1:1, 1:2
+		{map[int32]int64{0: 10}, map[int32]int64{0: 201}, 201 - 10 - 4},     // all but the four marked
+		{map[int32]int64{0: 8}, map[int32]int64{0: 11}, 2},                  // 8, 9: below the start, never marked
+		{map[int32]int64{}, map[int32]int64{7: 2}, 2},                       // an unknown partition counts in full
+		{map[int32]int64{0: 10, 1: 0}, map[int32]int64{0: 10, 1: 0}, 0},     // nothing committed
+		{map[int32]int64{0: 10, 1: 0}, map[int32]int64{0: 9 + 1, 1: 0}, 0},  // committed at the start
+		{map[int32]int64{0: 10, 1: 0}, map[int32]int64{0: 14}, 1},           // only the partitions in upTo
+		{map[int32]int64{0: 10, 1: 5}, map[int32]int64{0: 12, 1: 5 + 0}, 0}, // empty range
+	}
+	for _, tt := range tests {
+		if got := f.missing(tt.start, tt.upTo); got != tt.want {
+			t.Errorf("missing(%v, %v): got %d, want %d", tt.start, tt.upTo, got, tt.want)
+		}
 	}
 }

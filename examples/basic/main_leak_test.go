@@ -1,9 +1,21 @@
 package main
 
 import (
+	"os"
 	"testing"
 
 	"github.com/orderly-go/orderly/internal/leakcheck"
 )
 
-func TestMain(m *testing.M) { leakcheck.Main(m) }
+// asMain makes the test binary run main instead of the tests, so that a
+// test can run the example as a process with real exit codes and streams
+// (see runMain).
+const asMain = "ORDERLY_EXAMPLE_AS_MAIN"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(asMain) == "1" {
+		main()
+		return
+	}
+	leakcheck.Main(m)
+}

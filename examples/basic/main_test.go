@@ -1,14 +1,38 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/orderly-go/orderly/internal/broker"
 	"github.com/orderly-go/orderly/internal/loadgen"
 )
+
+// syncBuffer is a bytes.Buffer the group's goroutines may log to at once.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
 
 func TestBasic(t *testing.T) {
 	b, err := broker.Start(broker.Config{Topics: []string{"events"}, Partitions: 2})
@@ -24,10 +48,65 @@ func TestBasic(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	var stdout, stderr syncBuffer
 	err = b.WaitCaughtUp(ctx, "example-basic", "events", func(ctx context.Context) error {
-		return run(ctx, []string{"--brokers", b.Addrs()[0], "--topic", "events"})
+		return run(ctx, []string{"--brokers", b.Addrs()[0], "--topic", "events"}, &stdout, &stderr)
 	})
 	if err != nil {
 		t.Fatalf("run: got %v, want nil after catching up and a clean shutdown", err)
+	}
+	if got := strings.Count(stdout.String(), "\n"); got != 50 {
+		t.Errorf("printed %d messages, want 50:\n%s", got, stdout.String())
+	}
+	// The default log level is info: joining, the claims and their release
+	// are logged to stderr.
+	for _, want := range []string{"INFO\tsession started", "INFO\tclaim started", "INFO\tpartition released"} {
+		if !strings.Contains(stderr.String(), want) {
+			t.Errorf("stderr lacks %q:\n%s", want, stderr.String())
+		}
+	}
+}
+
+// runMain runs the example's main in a process of its own (see asMain)
+// and returns its stdout, stderr and exit code.
+func runMain(t *testing.T, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], args...)
+	cmd.Env = append(os.Environ(), asMain+"=1")
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	var exit *exec.ExitError
+	if err != nil && !errors.As(err, &exit) {
+		t.Fatal(err)
+	}
+	return out.String(), errb.String(), cmd.ProcessState.ExitCode()
+}
+
+func TestCommandLine(t *testing.T) {
+	tests := []struct {
+		args       []string
+		wantCode   int
+		wantStdout string // contained in stdout
+		wantStderr string // contained in stderr
+	}{
+		{[]string{"--help"}, 0, "Usage: basic [flags]", ""},
+		{[]string{"-h"}, 0, "-log-level", ""},
+		{[]string{"--nosuch"}, 2, "", "basic: flag provided but not defined: -nosuch\nsee 'basic --help'\n"},
+		{[]string{"--log-level", "loud"}, 2, "", `invalid value "loud" for -log-level`},
+		{[]string{"extra"}, 2, "", `unexpected argument "extra"`},
+	}
+	for _, tt := range tests {
+		stdout, stderr, code := runMain(t, tt.args...)
+		if code != tt.wantCode || !strings.Contains(stdout, tt.wantStdout) || !strings.Contains(stderr, tt.wantStderr) {
+			t.Errorf("basic %q: got exit %d, stdout %q, stderr %q; want exit %d, stdout with %q, stderr with %q",
+				tt.args, code, stdout, stderr, tt.wantCode, tt.wantStdout, tt.wantStderr)
+		}
+		if tt.wantCode == 0 && stderr != "" {
+			t.Errorf("basic %q: stderr %q, want nothing", tt.args, stderr)
+		}
+		if tt.wantCode != 0 && (stdout != "" || strings.Count(stderr, "\n") != 2) {
+			t.Errorf("basic %q: stdout %q, stderr %q; want nothing on stdout, the error and a hint on stderr", tt.args, stdout, stderr)
+		}
 	}
 }

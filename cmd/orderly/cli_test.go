@@ -1,0 +1,198 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+)
+
+// TestHelp: the help of the root and of every subcommand goes to stdout,
+// exits 0, starts with the same header and ends with the environment and
+// exit status rules; the root's lists every subcommand.
+func TestHelp(t *testing.T) {
+	tests := []struct {
+		args []string
+		path string // the command whose help it is
+	}{
+		{[]string{"--help"}, "orderly"},
+		{[]string{"-h"}, "orderly"},
+		{[]string{"help"}, "orderly"},
+		{[]string{"demo", "--help"}, "orderly demo"},
+		{[]string{"broker", "--help"}, "orderly broker"},
+		{[]string{"help", "broker"}, "orderly broker"},
+		{[]string{"bench", "-h"}, "orderly bench"},
+	}
+	for _, tt := range tests {
+		r := runBin(t, nil, tt.args...)
+		header := "Usage: " + tt.path + " ["
+		if r.code != 0 || r.stderr != "" || !strings.HasPrefix(r.stdout, header) ||
+			!strings.Contains(r.stdout, "\nFlags:\n") || !strings.HasSuffix(r.stdout, helpFooter) {
+			t.Errorf("orderly %q: got exit %d, stderr %q, stdout:\n%s\nwant exit 0, no stderr, help starting %q and ending with the environment rule",
+				tt.args, r.code, r.stderr, r.stdout, header)
+		}
+		if tt.path == "orderly" {
+			for _, sub := range []string{"demo", "broker", "bench"} {
+				if !strings.Contains(r.stdout, "\n  "+sub+" ") {
+					t.Errorf("orderly %q lists no %q command:\n%s", tt.args, sub, r.stdout)
+				}
+			}
+		}
+	}
+}
+
+// TestUsageErrors runs the binary with every kind of command-line mistake,
+// for the root and every subcommand: stderr must be exactly one line
+// naming the flag (or variable) and the value, then the hint; nothing on
+// stdout, exit 2.
+func TestUsageErrors(t *testing.T) {
+	tests := []struct {
+		name string
+		vars []string // ORDERLY_* variables
+		args []string
+		want string // the error line after "orderly: "
+		hint string // the command whose help the hint names
+	}{
+		{"root unknown flag", nil, []string{"--nosuchflag"}, "unknown flag --nosuchflag", "orderly"},
+		{"root bad value", nil, []string{"--partitions", "abc"}, `invalid value "abc" for --partitions: not an integer`, "orderly"},
+		{"root no value", nil, []string{"--brokers"}, "flag --brokers needs a value", "orderly"},
+		{"root empty value", nil, []string{"--topic", ""}, `invalid value "" for --topic: must not be empty`, "orderly"},
+		{"root unknown command", nil, []string{"dmo"}, `unknown command "dmo" (did you mean "demo"?)`, "orderly"},
+		{"root bad env", []string{"ORDERLY_MESSAGES=lots"}, nil, `invalid value "lots" for ORDERLY_MESSAGES (--messages): not an integer`, "orderly"},
+		{"help unknown command", nil, []string{"help", "nosuch"}, `unknown command "nosuch"`, "orderly"},
+
+		{"demo unknown flag", nil, []string{"demo", "--nosuchflag"}, "unknown flag --nosuchflag", "orderly demo"},
+		{"demo single dash", nil, []string{"demo", "-messages", "5"}, "unknown flag -messages (long flags take two dashes: --messages)", "orderly demo"},
+		{"demo bad value", nil, []string{"demo", "--num", "0"}, `invalid value "0" for --num: must be positive`, "orderly demo"},
+		{"demo bad list", nil, []string{"demo", "--brokers", "a:1,,b:2"}, `invalid value "a:1,,b:2" for --brokers: empty entry`, "orderly demo"},
+		{"demo no value", nil, []string{"demo", "--timeout"}, "flag --timeout needs a value", "orderly demo"},
+		{"demo empty value", nil, []string{"demo", "--topic="}, `invalid value "" for --topic: must not be empty`, "orderly demo"},
+		{"demo argument", nil, []string{"demo", "extra"}, `unexpected argument "extra" (orderly demo takes only flags)`, "orderly demo"},
+		{"demo bad env", []string{"ORDERLY_FAIL=2"}, []string{"demo"}, `invalid value "2" for ORDERLY_FAIL (--fail): must be at least 0 and below 1`, "orderly demo"},
+
+		{"broker unknown flag", nil, []string{"broker", "--nosuchflag"}, "unknown flag --nosuchflag", "orderly broker"},
+		{"broker bad value", nil, []string{"broker", "--partitions", "abc"}, `invalid value "abc" for --partitions: not an integer`, "orderly broker"},
+		{"broker no value", nil, []string{"broker", "--addr"}, "flag --addr needs a value", "orderly broker"},
+		{"broker empty value", nil, []string{"broker", "--addr", ""}, `invalid value "" for --addr: must be host:port (e.g. 127.0.0.1:9092)`, "orderly broker"},
+		{"broker needs data", nil, []string{"broker", "--sync"}, "--sync needs --data (there is nothing to fsync in memory)", "orderly broker"},
+		{"broker argument", nil, []string{"broker", "stray"}, `unexpected argument "stray" (orderly broker takes only flags)`, "orderly broker"},
+		{"broker bad env", []string{"ORDERLY_ADDR=nohost"}, []string{"broker"}, `invalid value "nohost" for ORDERLY_ADDR (--addr): must be host:port (e.g. 127.0.0.1:9092)`, "orderly broker"},
+
+		{"bench unknown flag", nil, []string{"bench", "--nosuchflag"}, "unknown flag --nosuchflag", "orderly bench"},
+		{"bench bad value", nil, []string{"bench", "--num", "8,x"}, `invalid value "8,x" for --num: "x" is not an integer`, "orderly bench"},
+		{"bench no value", nil, []string{"bench", "--scenario"}, "flag --scenario needs a value", "orderly bench"},
+		{"bench empty value", nil, []string{"bench", "--scenario", ""}, `invalid value "" for --scenario: must name at least one`, "orderly bench"},
+		{"bench argument", nil, []string{"bench", "noop"}, `unexpected argument "noop" (orderly bench takes only flags)`, "orderly bench"},
+		{"bench bad env", []string{"ORDERLY_ROUNDS=-1"}, []string{"bench"}, `invalid value "-1" for ORDERLY_ROUNDS (--rounds): must not be negative`, "orderly bench"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := runBin(t, tt.vars, tt.args...)
+			want := "orderly: " + tt.want + "\nsee '" + tt.hint + " --help'\n"
+			if r.code != exitUsage || r.stderr != want || r.stdout != "" {
+				t.Errorf("%s orderly %q: got exit %d, stdout %q, stderr:\n%s\nwant exit 2, no stdout, stderr:\n%s",
+					strings.Join(tt.vars, " "), tt.args, r.code, r.stdout, r.stderr, want)
+			}
+			if strings.Contains(r.stderr, "goroutine") || strings.Contains(r.stderr, "panic") {
+				t.Errorf("stderr has a stack trace:\n%s", r.stderr)
+			}
+		})
+	}
+}
+
+// TestRuntimeErrorLine: an error that is not about the command line is one
+// line, exit 1, and names the flag's value once.
+func TestRuntimeErrorLine(t *testing.T) {
+	r := runBin(t, nil, "broker", "--addr", "nosuchhost.invalid:1")
+	if r.code != exitError || strings.Count(r.stderr, "\n") != 1 || strings.Count(r.stderr, "nosuchhost.invalid:1") != 1 ||
+		!strings.HasPrefix(r.stderr, "orderly: ") {
+		t.Errorf("broker on an unknown host: got exit %d, stderr %q; want exit 1 and one line naming the address once", r.code, r.stderr)
+	}
+}
+
+// TestFlagChecks checks, in-process, that each flag's value check rejects
+// what it should with a usage error naming the flag and the value.
+func TestFlagChecks(t *testing.T) {
+	tests := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"demo", "--messages", "0"}, `"0" for --messages: must be between 1 and 2147483648`},
+		{[]string{"demo", "--keys", "-3"}, `"-3" for --keys: must be between 1 and 16777216`},
+		{[]string{"demo", "--partitions", "0"}, `"0" for --partitions: must be between 1 and 65536`},
+		{[]string{"demo", "--zipf", "-1"}, `"-1" for --zipf: must not be negative`},
+		{[]string{"demo", "--poison", "-1"}, `"-1" for --poison: must not be negative`},
+		{[]string{"demo", "--rate", "fast"}, `"fast" for --rate: not a number`},
+		{[]string{"demo", "--fail", "1"}, `"1" for --fail: must be at least 0 and below 1`},
+		{[]string{"demo", "--size", "-1"}, `"-1" for --size: must be positive`},
+		{[]string{"demo", "--io", "-1ms"}, `"-1ms" for --io: must not be negative`},
+		{[]string{"demo", "--io-item", "1"}, `"1" for --io-item: not a duration`},
+		{[]string{"demo", "--timeout", "0s"}, `"0s" for --timeout: must be positive`},
+		{[]string{"demo", "--seed", "-1"}, `"-1" for --seed: not an unsigned integer`},
+		{[]string{"demo", "--progress", "sometimes"}, `"sometimes" for --progress: must be one of auto, on, off`},
+		{[]string{"demo", "--log-level", "loud"}, `"loud" for --log-level: must be debug, info, warn or error`},
+		{[]string{"demo", "--brokers", "a:1,b"}, `"a:1,b" for --brokers: "b": must be host:port`},
+		{[]string{"demo", "--brokers", "a:0"}, `"a:0" for --brokers: port must be a number in 1-65535`},
+		{[]string{"demo", "--messages", "99999999999999999999"}, `for --messages: out of range`},
+		{[]string{"broker", "--addr", "x"}, `"x" for --addr: must be host:port`},
+		{[]string{"broker", "--addr", "127.0.0.1:99999"}, `"127.0.0.1:99999" for --addr: port must be a number in 0-65535`},
+		{[]string{"broker", "--addr", ":9092"}, `":9092" for --addr: must name a host (e.g. 127.0.0.1:9092)`},
+		{[]string{"broker", "--partitions", "0"}, `"0" for --partitions: must be between 1 and 65536`},
+		{[]string{"broker", "--topics", "a,,b"}, `"a,,b" for --topics: empty entry`},
+		{[]string{"broker", "--sync=maybe"}, `"maybe" for --sync`},
+		{[]string{"bench", "--num", "0"}, `"0" for --num: must be positive`},
+		{[]string{"bench", "--num", "8,0"}, `"8,0" for --num: 0: must be positive`},
+		{[]string{"bench", "--scenario", "nope"}, `"nope" for --scenario: no such scenario (known: all, noop,`},
+		{[]string{"bench", "--scenario", "noop,"}, `"noop," for --scenario: empty entry`},
+		{[]string{"bench", "--contenders", "raw,kafka-streams"}, `"raw,kafka-streams" for --contenders: "kafka-streams": no such contender`},
+		{[]string{"bench", "--partitions", "-1"}, `"-1" for --partitions: must be between 0 and 65536`},
+		{[]string{"bench", "--chan", "-2"}, `"-2" for --chan: must not be negative`},
+		{[]string{"bench", "--timeout", "-1s"}, `"-1s" for --timeout: must not be negative`},
+		{[]string{"bench", "--duration", "-5s"}, `"-5s" for --duration: must not be negative`},
+	}
+	for _, tt := range tests {
+		_, err := runCmd(context.Background(), tt.args...)
+		var usage *usageError
+		if !errors.As(err, &usage) || !strings.Contains(err.Error(), "invalid value ") || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("orderly %q: got %v, want a usage error with %q", tt.args, err, tt.want)
+		}
+	}
+}
+
+// TestEnvBroker: a variable sets its flag, and a flag on the command line
+// wins over it, as the broker's start lines show.
+func TestEnvBroker(t *testing.T) {
+	vars := []string{"ORDERLY_PARTITIONS=3", "ORDERLY_TOPICS=a,b", "ORDERLY_ADDR=127.0.0.1:0"}
+	for _, tt := range []struct {
+		args []string
+		want []string
+	}{
+		{nil, []string{"topic: a (3 partitions)", "topic: b (3 partitions)"}},
+		{[]string{"--partitions", "5", "--topics", "c"}, []string{"topic: c (5 partitions)"}},
+	} {
+		b := startBrokerProc(t, vars, tt.args...)
+		b.stop(t)
+		got := b.out.text()
+		for _, w := range tt.want {
+			if !strings.Contains(got, w) {
+				t.Errorf("%s orderly broker %q: output lacks %q:\n%s", strings.Join(vars, " "), tt.args, w, got)
+			}
+		}
+		if len(tt.args) > 0 && strings.Contains(got, "topic: a ") {
+			t.Errorf("--topics c did not override ORDERLY_TOPICS:\n%s", got)
+		}
+	}
+}
+
+// TestEnvDemo: ORDERLY_MESSAGES sets the demo's traffic; --keys wins over
+// ORDERLY_KEYS; the report shows both.
+func TestEnvDemo(t *testing.T) {
+	vars := []string{"ORDERLY_MESSAGES=123", "ORDERLY_KEYS=7", "ORDERLY_IO=0", "ORDERLY_IO_ITEM=0",
+		"ORDERLY_RATE=0", "ORDERLY_PROGRESS=off", "ORDERLY_PARTITIONS=2"}
+	r := runBin(t, vars, "demo", "--keys", "9")
+	if r.code != 0 {
+		t.Fatalf("demo: exit %d\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
+	}
+	wantLines(t, r.stdout, okReport)
+	wantLines(t, r.stdout, map[string]string{"planned": "123", "produced": "123", "handled": "123", "accounts": "9", "partitions": "2"})
+}

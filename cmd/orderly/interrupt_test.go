@@ -1,0 +1,125 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestDemoInterrupted stops a demo whose producer is paced far below its
+// plan, by --timeout and by SIGINT, and checks that the report and the
+// exit say so: produced less than planned, lost only what a commit passed
+// without handling (nothing), what is not handled is the produced rest,
+// exit 3 with a one-line summary.
+func TestDemoInterrupted(t *testing.T) {
+	args := []string{"demo", "--messages", "200000", "--keys", "1000", "--rate", "2000",
+		"--io", "0", "--io-item", "0", "--fail", "0.05", "--progress", "off"}
+	tests := []struct {
+		name   string
+		args   []string
+		signal bool   // send SIGINT 1.5s after the producer starts
+		cause  string // what the report and the error say stopped the run
+	}{
+		{"timeout", []string{"--timeout", "3s"}, false, "timed out after 3s (--timeout)"},
+		{"SIGINT", nil, true, "interrupted by SIGINT"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			r := runInterrupted(t, append(args, tt.args...), tt.signal)
+			if r.code != exitInterrupted {
+				t.Errorf("exit %d, want %d (interrupted)\nstdout:\n%s\nstderr:\n%s", r.code, exitInterrupted, r.stdout, r.stderr)
+			}
+			out := r.stdout
+			wantLines(t, out, map[string]string{
+				"run":                 "interrupted (" + tt.cause + "): the figures are what happened until then",
+				"planned":             "200000",
+				"lost":                "0",
+				"duplicates":          "0",
+				"order violations":    "0",
+				"balances mismatched": "0",
+			})
+			num := func(name string) int {
+				t.Helper()
+				n, err := strconv.Atoi(reportValue(t, out, name))
+				if err != nil {
+					t.Fatalf("%s: %v\n%s", name, err, out)
+				}
+				return n
+			}
+			produced, handled, notHandled, committed := num("produced"), num("handled"), num("not handled"), num("committed")
+			if produced == 0 || produced >= 100_000 {
+				t.Errorf("produced %d, want some, far fewer than planned (2000/s for a few seconds)", produced)
+			}
+			if notHandled != produced-handled || handled > produced || committed > produced {
+				t.Errorf("produced %d, handled %d, not handled %d, committed %d: want not handled = produced - handled, and handled, committed <= produced",
+					produced, handled, notHandled, committed)
+			}
+			wantErr := "orderly: " + tt.cause + ": " + strconv.Itoa(produced) + " of 200000 transfers produced, " +
+				strconv.Itoa(handled) + " handled, " + strconv.Itoa(committed) + " records committed, 0 lost\n"
+			if r.stderr != wantErr {
+				t.Errorf("stderr:\n%s\nwant:\n%s", r.stderr, wantErr)
+			}
+		})
+	}
+}
+
+// runInterrupted runs the orderly binary with args; with signal it sends
+// SIGINT 1.5s after the demo says it is producing.
+func runInterrupted(t *testing.T, args []string, signal bool) result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, orderlyBin(t), args...)
+	cmd.Env = procEnv()
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var (
+		out       strings.Builder
+		producing = make(chan struct{})
+		once      sync.Once
+		copied    = make(chan struct{})
+	)
+	go func() {
+		defer close(copied)
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			out.WriteString(sc.Text() + "\n")
+			if strings.HasPrefix(sc.Text(), "producing ") {
+				once.Do(func() { close(producing) })
+			}
+		}
+		io.Copy(io.Discard, stdout)
+	}()
+	if signal {
+		select {
+		case <-producing:
+		case <-copied:
+			t.Fatalf("demo ended before producing\nstderr:\n%s", stderr.String())
+		}
+		time.Sleep(1500 * time.Millisecond)
+		if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+			t.Fatal(err)
+		}
+	}
+	<-copied
+	cmd.Wait()
+	if ctx.Err() != nil {
+		t.Fatalf("demo did not end within a minute\nstdout:\n%s\nstderr:\n%s", out.String(), stderr.String())
+	}
+	return result{stdout: out.String(), stderr: stderr.String(), code: cmd.ProcessState.ExitCode()}
+}
