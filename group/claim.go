@@ -37,6 +37,7 @@ func (b *binding[T]) ConsumeClaim(sess sarama.ConsumerGroupSession, claim sarama
 type claimState struct {
 	claim         sarama.ConsumerGroupClaim
 	sess          sarama.ConsumerGroupSession
+	tick          chan struct{} // the commit loop's signal to mark (see commitLoop)
 	topic         string
 	part          int32
 	fetched       atomic.Int64
@@ -84,7 +85,7 @@ func (g *Group[T]) consume(sess sarama.ConsumerGroupSession, claim sarama.Consum
 		g:     g,
 		sess:  sess,
 		p:     g.sched.NewPartition(g.cfg.Chan),
-		st:    &claimState{claim: claim, sess: sess, topic: claim.Topic(), part: claim.Partition()},
+		st:    &claimState{claim: claim, sess: sess, topic: claim.Topic(), part: claim.Partition(), tick: make(chan struct{}, 1)},
 		topic: claim.Topic(),
 		part:  claim.Partition(),
 	}
@@ -106,7 +107,6 @@ func (g *Group[T]) consume(sess sarama.ConsumerGroupSession, claim sarama.Consum
 
 	msgs := claim.Messages()
 	sessDone := sess.Context().Done()
-	tick := g.ticks.next()
 	c.pauser, _ = claim.(fetchPauser)
 	for {
 		room := c.room()
@@ -139,8 +139,7 @@ func (g *Group[T]) consume(sess sarama.ConsumerGroupSession, claim sarama.Consum
 			}
 		case <-c.p.Wake():
 			c.advance()
-		case <-tick:
-			tick = g.ticks.next()
+		case <-c.st.tick:
 			c.commitTick()
 		case <-sessDone:
 			return c.revoke("session ended")

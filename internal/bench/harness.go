@@ -290,6 +290,10 @@ func roundOrder(names []string, round int) []string {
 }
 
 func (h *harness) spec(s scenario, c caseSpec, ds *dataset) RunSpec {
+	maxInFlight := 0 // orderly's own default
+	if s.Name == "stall" {
+		maxInFlight = h.opts.MaxInFlight
+	}
 	return RunSpec{
 		Addrs:       h.b.Addrs(),
 		Topic:       ds.Topic,
@@ -299,7 +303,7 @@ func (h *harness) spec(s scenario, c caseSpec, ds *dataset) RunSpec {
 		Size:        c.Size,
 		Chan:        h.opts.Chan,
 		Ticker:      c.Ticker,
-		MaxInFlight: h.opts.MaxInFlight,
+		MaxInFlight: maxInFlight,
 		Work:        c.Work,
 	}
 }
