@@ -20,11 +20,14 @@ import (
 )
 
 // Link is the tracker's part of an entry: embed one in each entry and
-// return it from TrackLink.
+// return it from TrackLink. It is 20 bytes, so that it can share a cache
+// line with an entry's other hot fields.
 type Link[E any] struct {
 	prev, next E
-	seq        uint64 // receive index: how many entries came before it
-	tracked    bool
+	// seq is the receive index (how many entries came before it) modulo
+	// 2^32: the tracker only ever subtracts two of them, and fewer than
+	// 2^32 entries are unfinished at once.
+	seq uint32
 }
 
 // Entry is one received message as the tracker sees it.
@@ -45,6 +48,7 @@ type Tracker[E Entry[E]] struct {
 	head, tail E      // unfinished entries, oldest first
 	n          int    // entries in the list
 	received   uint64 // entries added or skipped
+	released   uint64 // entries below the frontier (received ones before head)
 	lastAdded  int64  // offset of the last entry added or skipped, -1 before any
 	fenced     bool
 }
@@ -52,7 +56,9 @@ type Tracker[E Entry[E]] struct {
 // New returns an empty tracker.
 func New[E Entry[E]]() *Tracker[E] { return &Tracker[E]{lastAdded: -1} }
 
-func (t *Tracker[E]) receive(off int64) error {
+// Skip records a message received at off that is finished already (it
+// needs no work): the frontier may pass it at once.
+func (t *Tracker[E]) Skip(off int64) error {
 	if t.fenced {
 		return ErrFenced
 	}
@@ -61,17 +67,25 @@ func (t *Tracker[E]) receive(off int64) error {
 	}
 	t.lastAdded = off
 	t.received++
+	if t.n == 0 {
+		t.released = t.received // everything received has finished
+	}
 	return nil
 }
 
 // Add appends e, unfinished, received after every entry added before it.
 func (t *Tracker[E]) Add(e E) error {
-	if err := t.receive(e.Offset()); err != nil {
-		return err
-	}
 	var zero E
+	if t.fenced {
+		return ErrFenced
+	}
+	if off := e.Offset(); off <= t.lastAdded {
+		return fmt.Errorf("%w: offset %d after %d", ErrOffsetOrder, off, t.lastAdded)
+	}
+	t.lastAdded = e.Offset()
 	l := e.TrackLink()
-	*l = Link[E]{prev: t.tail, seq: t.received - 1, tracked: true}
+	*l = Link[E]{prev: t.tail, seq: uint32(t.received)}
+	t.received++
 	if t.tail == zero {
 		t.head = e
 	} else {
@@ -82,22 +96,23 @@ func (t *Tracker[E]) Add(e E) error {
 	return nil
 }
 
-// Skip records a message received at off that is finished already (it
-// needs no work): the frontier may pass it at once.
-func (t *Tracker[E]) Skip(off int64) error { return t.receive(off) }
-
 // Finish removes e, which was added and has finished. It reports whether e
 // was the head, that is whether the frontier moved. Finishing an entry
 // that is not tracked (after Fence, or twice) does nothing.
 func (t *Tracker[E]) Finish(e E) bool {
 	l := e.TrackLink()
-	if !l.tracked {
-		return false
-	}
 	var zero E
 	wasHead := t.head == e
-	if l.prev == zero {
+	if !wasHead && l.prev == zero {
+		return false // not tracked: only the head has no predecessor
+	}
+	if wasHead {
 		t.head = l.next
+		if l.next == zero {
+			t.released = t.received
+		} else {
+			t.released += uint64(l.next.TrackLink().seq - l.seq)
+		}
 	} else {
 		l.prev.TrackLink().next = l.next
 	}
@@ -132,12 +147,7 @@ func (t *Tracker[E]) Next() (int64, bool) {
 func (t *Tracker[E]) Received() uint64 { return t.received }
 
 // Released is how many received entries lie below the frontier.
-func (t *Tracker[E]) Released() uint64 {
-	if h, ok := t.Head(); ok {
-		return h.TrackLink().seq
-	}
-	return t.received
-}
+func (t *Tracker[E]) Released() uint64 { return t.released }
 
 // Pending is the number of unfinished entries.
 func (t *Tracker[E]) Pending() int { return t.n }

@@ -7,22 +7,22 @@ import "github.com/orderly-go/orderly/commit"
 // passes them), so a finished message above a stuck frontier costs nothing
 // and the steady state allocates nothing per message.
 type Item[M, T any] struct {
-	// The fields the scheduler and workers touch come first, in one cache
-	// line (with a pointer-sized T): items move between cores, Msg stays
-	// mostly with the claim loop that filled it.
+	// The fields the scheduler, the workers and the tracker touch come
+	// first, 64 bytes: items move between cores, Msg stays mostly with the
+	// claim loop that filled it, and unlinking a finished item from the
+	// tracker touches its neighbours' links.
 	next   *Item[M, T] // lane queue link, completion chain link, free-list link
 	part   *Partition[M, T]
 	lane   *lane[M, T]
 	stamp  uint64 // arrival order across partitions (oldest first)
 	offset int64
-	size   int64 // bytes counted against the partition's byte share
+	link   commit.Link[*Item[M, T]] // the partition's tracker; owner only
 
 	Lane    uint64 // ordering lane within the partition
 	Attempt int    // 1 on first delivery, +1 each time it failed (alone, or named)
+	size    int64  // bytes counted against the partition's byte share; owner only
 	Val     T      // the decoded value handed to Do
 	Msg     M      // the message, as the binding built it
-
-	link commit.Link[*Item[M, T]] // the partition's tracker; owner only
 }
 
 // Offset is the message's Kafka offset.

@@ -3,6 +3,7 @@ package dispatch
 import (
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/orderly-go/orderly/internal/leakcheck"
 )
@@ -443,5 +444,14 @@ func TestFailureAfterRevokeIsAbandoned(t *testing.T) {
 	next := s.NewBatch(w)
 	if st := s.Next(next, true, nil); st != Run || len(next.Items) != 1 || next.Items[0].part != other {
 		t.Fatalf("after the failure: got %v with %d items, want the other partition's one item at once", st, len(next.Items))
+	}
+}
+
+// TestItemHotFields: the fields workers and the tracker touch fit the
+// item's first 64 bytes.
+func TestItemHotFields(t *testing.T) {
+	var it Item[msg, int]
+	if end := unsafe.Offsetof(it.link) + unsafe.Sizeof(it.link); end > 64 {
+		t.Fatalf("hot fields end at byte %d, want at most 64", end)
 	}
 }
