@@ -1,6 +1,8 @@
 package localqueue
 
 import (
+	"errors"
+	"fmt"
 	"path/filepath"
 	"time"
 
@@ -151,4 +153,25 @@ func (j *journal) syncLocked() {
 			j.log.Error("journal: fsync of the directory failed", zap.String("file", j.path), zap.Error(err))
 		}
 	}
+}
+
+// sync fsyncs the journal now (and its directory, if a rename awaits it),
+// whatever SyncEvery says, and returns what failed.
+func (j *journal) sync() error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.out == nil {
+		return nil // nothing written yet
+	}
+	j.unsynced = 0
+	err := j.out.sync()
+	if j.dirDirty {
+		j.dirDirty = false
+		err = errors.Join(err, syncDir(filepath.Dir(j.path)))
+	}
+	if err != nil {
+		j.counters.errors.Add(1)
+		return fmt.Errorf("localqueue: fsync of %s: %w", j.path, err)
+	}
+	return nil
 }

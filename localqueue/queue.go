@@ -176,6 +176,18 @@ func (q *Queue) abort() {
 	}
 }
 
+// Sync makes what the journal holds durable now (an fsync, fdatasync on
+// Linux), whatever SyncEvery says, and returns once it is: a caller that
+// makes many PutDeferred or Requeue calls and then one Sync gets each of
+// them on disk for one fsync (a group commit). With no DataPath it does
+// nothing.
+func (q *Queue) Sync() error {
+	if q.journal == nil {
+		return nil
+	}
+	return q.journal.sync()
+}
+
 // Name is Options.Name.
 func (q *Queue) Name() string { return q.opts.Name }
 
