@@ -2,7 +2,9 @@ package commit
 
 import (
 	"encoding/base64"
+	"encoding/binary"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -195,6 +197,13 @@ func FuzzDecodeMeta(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, meta string) {
 		d, err := DecodeMeta(meta)
+		if strings.HasPrefix(meta, MetaPrefix) {
+			// Version 1 decodes exactly as the landed decoder decodes it.
+			landed, lerr := decodeMetaV1Landed(meta)
+			if errKind(err) != errKind(lerr) || landed.Base != d.Base || !slices.Equal(landed.Ranges, d.Ranges) {
+				t.Fatalf("DecodeMeta(%q): got %+v, %v, want the landed decoder's %+v, %v", meta, d, err, landed, lerr)
+			}
+		}
 		if err != nil {
 			if !errors.Is(err, ErrBadMetadata) && !errors.Is(err, ErrNotOrderlyMetadata) {
 				t.Fatalf("unexpected error kind: %v", err)
@@ -246,6 +255,145 @@ func TestDoneAppendAfter(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			if got := d.AppendAfter(tt.dst, tt.after); !slices.Equal(got, tt.want) {
 				t.Fatalf("AppendAfter(%v, %d): got %v, want %v", tt.dst, tt.after, got, tt.want)
+			}
+		})
+	}
+}
+
+// decodeMetaV1Landed is DecodeMeta as it landed in 86bbeef (commit/meta.go),
+// before version 2 existed, with its constants inlined so that later
+// changes to this package cannot change it. Members still running that
+// code read the metadata newer members write: the tests check what it
+// makes of version 2 (it must ignore it without error) and that today's
+// DecodeMeta reads version 1 exactly as it did.
+func decodeMetaV1Landed(meta string) (Done, error) {
+	const (
+		MetaPrefix     = "orderly:"
+		metaVersion    = 1
+		encodingRuns   = 1
+		encodingBitset = 2
+		maxMetaRanges  = 1 << 16
+		maxMetaBits    = 1 << 20
+	)
+	if !strings.HasPrefix(meta, MetaPrefix) {
+		return Done{}, ErrNotOrderlyMetadata
+	}
+	raw, err := base64.RawURLEncoding.DecodeString(meta[len(MetaPrefix):])
+	if err != nil {
+		return Done{}, fmt.Errorf("%w: %w", ErrBadMetadata, err)
+	}
+	bad := func(what string) (Done, error) {
+		return Done{}, fmt.Errorf("%w: %s", ErrBadMetadata, what)
+	}
+	if len(raw) < 2 {
+		return bad("too short")
+	}
+	if raw[0] != metaVersion {
+		return bad(fmt.Sprintf("version %d", raw[0]))
+	}
+	enc, p := raw[1], raw[2:]
+	next := func() (uint64, bool) {
+		v, n := binary.Uvarint(p)
+		if n <= 0 {
+			return 0, false
+		}
+		p = p[n:]
+		return v, true
+	}
+	ubase, ok := next()
+	if !ok || ubase > 1<<62 {
+		return bad("base offset")
+	}
+	d := Done{Base: int64(ubase)}
+	switch enc {
+	case encodingRuns:
+		n, ok := next()
+		if !ok || n > maxMetaRanges || n > uint64(len(p)) {
+			return bad("range count")
+		}
+		d.Ranges = make([]Range, 0, n)
+		prev := d.Base
+		for range n {
+			gap, ok1 := next()
+			length, ok2 := next()
+			if !ok1 || !ok2 || length == 0 || gap > 1<<62 || length > 1<<62 {
+				return bad("range")
+			}
+			start := prev + int64(gap)
+			end := start + int64(length)
+			if start < prev || end <= start || end > 1<<62 {
+				return bad("range overflow")
+			}
+			d.Ranges = append(d.Ranges, Range{start, end})
+			prev = end
+		}
+	case encodingBitset:
+		nbits, ok := next()
+		if !ok || nbits > maxMetaBits || (nbits+7)/8 != uint64(len(p)) || d.Base+int64(nbits) > 1<<62 {
+			return bad("bitset length")
+		}
+		for i := int64(0); i < int64(nbits); i++ {
+			if p[i/8]&(1<<(i%8)) == 0 {
+				continue
+			}
+			off := d.Base + i
+			if k := len(d.Ranges); k > 0 && d.Ranges[k-1].End == off {
+				d.Ranges[k-1].End++
+			} else {
+				d.Ranges = append(d.Ranges, Range{off, off + 1})
+			}
+		}
+		p = nil
+	default:
+		return bad(fmt.Sprintf("encoding %d", enc))
+	}
+	if len(p) != 0 {
+		return bad("trailing bytes")
+	}
+	return d, nil
+}
+
+// errKind names the sentinel an error of this package wraps, so two
+// decoders' answers can be compared.
+func errKind(err error) string {
+	switch {
+	case err == nil:
+		return "nil"
+	case errors.Is(err, ErrBadMetadata):
+		return "ErrBadMetadata"
+	case errors.Is(err, ErrNotOrderlyMetadata):
+		return "ErrNotOrderlyMetadata"
+	default:
+		return "other: " + err.Error()
+	}
+}
+
+// TestDecodeMetaV1Landed: strings the landed encoder wrote (copied from
+// its output, not re-encoded here) decode as the landed decoder decodes
+// them.
+func TestDecodeMetaV1Landed(t *testing.T) {
+	var frag []Range
+	for i := int64(0); i < 12; i++ {
+		frag = append(frag, Range{1001 + 2*i, 1002 + 2*i})
+	}
+	tests := []struct {
+		name string
+		meta string
+		want Done
+	}{
+		{"runs", "orderly:AQFkAgUFWgE", Done{Base: 100, Ranges: []Range{{105, 110}, {200, 201}}}},
+		{"bitset", "orderly:AQLoBxiqqqo", Done{Base: 1000, Ranges: frag}},
+		{"fuzz seed", "orderly:AQE0AA", Done{Base: 52}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := DecodeMeta(tt.meta)
+			if err != nil || got.Base != tt.want.Base || !slices.Equal(got.Ranges, tt.want.Ranges) {
+				t.Fatalf("DecodeMeta(%q): got %+v, %v, want %+v, nil", tt.meta, got, err, tt.want)
+			}
+			landed, err := decodeMetaV1Landed(tt.meta)
+			if err != nil || landed.Base != got.Base || !slices.Equal(landed.Ranges, got.Ranges) {
+				t.Fatalf("landed decoder on %q: got %+v, %v, want %+v, nil", tt.meta, landed, err, got)
 			}
 		})
 	}
