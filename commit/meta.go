@@ -11,13 +11,15 @@ import (
 )
 
 // Commit metadata carries what a frontier alone cannot: which messages
-// above the committed offset are already finished. Workers finish messages
-// of different lanes out of offset order, so when a partition changes owner
+// above the committed offset are already finished, and (version 2, see
+// meta2.go) which are waiting for a retry or a deferred redelivery, with
+// their attempt count and not-before time. Workers finish messages of
+// different lanes out of offset order, so when a partition changes owner
 // the frontier stops at the oldest unfinished message while later ones are
 // done; the next owner reads the metadata and skips those, so a graceful
 // handoff repeats nothing.
 //
-// Format: "orderly:" + base64url (no padding) of
+// Version 1: "orderly:" + base64url (no padding) of
 //
 //	byte    version (1)
 //	byte    encoding: 1 = runs, 2 = bitset
@@ -27,15 +29,23 @@ import (
 //	bitset: uvarint nbits, then ceil(nbits/8) bytes; bit i (LSB first) set
 //	        means offset base+i is finished
 //
+// The decoder of version 1 as released (86bbeef) answers
+// ErrNotOrderlyMetadata for anything that does not start with "orderly:"
+// and ErrBadMetadata for any other version byte, so version 2 has its own
+// prefix: members still on version 1 take it for someone else's metadata
+// and ignore it without error (they redo the finished messages and start
+// the attempt counts again: at-least-once). DecodeMeta reads both.
+//
 // Kafka rejects a commit whose metadata exceeds offset.metadata.max.bytes
 // (4096 by default), so encoders stop at a size limit: finished messages
 // that do not fit are left out and will be handled again.
 
-// MetaPrefix starts every metadata string this package writes.
+// MetaPrefix starts every version 1 metadata string.
 const MetaPrefix = "orderly:"
 
 const (
 	metaVersion    = 1
+	encodingNone   = 0 // version 2 only: no finished section body
 	encodingRuns   = 1
 	encodingBitset = 2
 	// maxMetaRanges and maxMetaBits bound what a decoder accepts, whatever
@@ -59,11 +69,15 @@ var (
 type Range struct{ Start, End int64 }
 
 // Done is the decoded metadata: offsets at or above Base that are already
-// finished. Contains must be called with increasing offsets.
+// finished (Ranges) and, from version 2 metadata, the messages at or above
+// Base that are waiting for a redelivery (Waiting, sorted by offset, none
+// of them within Ranges). Contains and WaitingAt must each be called with
+// increasing offsets.
 type Done struct {
-	Base   int64
-	Ranges []Range
-	i      int
+	Base    int64
+	Ranges  []Range
+	Waiting []Waiting
+	i, w    int // cursors of Contains and WaitingAt
 }
 
 // Contains reports whether off is finished. Offsets must be asked in
@@ -104,9 +118,10 @@ func (d *Done) Count() int64 {
 }
 
 // EncodeMeta encodes ranges (sorted, disjoint, at or above base) as
-// metadata of at most maxLen bytes, choosing the smaller of the two
-// encodings. It returns the metadata ("" when there is nothing to say) and
-// how many offsets of the ranges it had to leave out to fit.
+// version 1 metadata of at most maxLen bytes, choosing the smaller of the
+// two encodings. It returns the metadata ("" when there is nothing to say)
+// and how many offsets of the ranges it had to leave out to fit. Version 1
+// cannot carry waiting messages; EncodeMeta2 writes version 2.
 func EncodeMeta(base int64, ranges []Range, maxLen int) (meta string, left int64) {
 	if len(ranges) == 0 || maxLen <= len(MetaPrefix)+8 {
 		return "", countRanges(ranges)
@@ -212,21 +227,34 @@ func encodeBitset(b []byte, base int64, ranges []Range, budget int) ([]byte, int
 	return b, left
 }
 
-// DecodeMeta parses metadata written by EncodeMeta. Metadata written by
-// anything else gives ErrNotOrderlyMetadata; corrupt orderly metadata gives
-// an error wrapping ErrBadMetadata. It never panics, whatever the input,
-// and allocates at most a small multiple of the input's size, bounded by
-// maxMetaRanges and maxMetaBits.
+// DecodeMeta parses metadata written by EncodeMeta (version 1) or
+// EncodeMeta2 (version 2; only it fills Done.Waiting). Metadata written by
+// anything else, later versions included, gives ErrNotOrderlyMetadata;
+// corrupt orderly metadata gives an error wrapping ErrBadMetadata. It never
+// panics, whatever the input, and allocates at most a small multiple of
+// the input's size, bounded by maxMetaRanges, maxMetaBits and
+// maxMetaWaiting.
 func DecodeMeta(meta string) (Done, error) {
-	if !strings.HasPrefix(meta, MetaPrefix) {
+	var prefix string
+	switch {
+	case strings.HasPrefix(meta, MetaPrefix):
+		prefix = MetaPrefix
+	case strings.HasPrefix(meta, MetaPrefix2):
+		prefix = MetaPrefix2
+	default:
 		return Done{}, ErrNotOrderlyMetadata
 	}
-	raw, err := base64.RawURLEncoding.DecodeString(meta[len(MetaPrefix):])
+	raw, err := base64.RawURLEncoding.DecodeString(meta[len(prefix):])
 	if err != nil {
 		return Done{}, fmt.Errorf("%w: %w", ErrBadMetadata, err)
 	}
 	var d Done
-	if err := d.decode1(raw); err != nil {
+	if prefix == MetaPrefix {
+		err = d.decode1(raw)
+	} else {
+		err = d.decode2(raw)
+	}
+	if err != nil {
 		return Done{}, fmt.Errorf("%w: %w", ErrBadMetadata, err)
 	}
 	return d, nil
@@ -337,4 +365,22 @@ func (r *metaReader) uvarint() (uint64, bool) {
 	}
 	r.p = r.p[n:]
 	return v, true
+}
+
+func (r *metaReader) varint() (int64, bool) {
+	v, n := binary.Varint(r.p)
+	if n <= 0 {
+		return 0, false
+	}
+	r.p = r.p[n:]
+	return v, true
+}
+
+func (r *metaReader) byte() (byte, bool) {
+	if len(r.p) == 0 {
+		return 0, false
+	}
+	b := r.p[0]
+	r.p = r.p[1:]
+	return b, true
 }
