@@ -5,17 +5,21 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math/bits"
+	"slices"
 	"strings"
 )
 
 // Commit metadata carries what a frontier alone cannot: which messages
-// above the committed offset are already finished. Workers finish messages
-// of different lanes out of offset order, so when a partition changes owner
+// above the committed offset are already finished, and (version 2, see
+// meta2.go) which are waiting for a retry or a deferred redelivery, with
+// their attempt count and not-before time. Workers finish messages of
+// different lanes out of offset order, so when a partition changes owner
 // the frontier stops at the oldest unfinished message while later ones are
 // done; the next owner reads the metadata and skips those, so a graceful
 // handoff repeats nothing.
 //
-// Format: "orderly:" + base64url (no padding) of
+// Version 1: "orderly:" + base64url (no padding) of
 //
 //	byte    version (1)
 //	byte    encoding: 1 = runs, 2 = bitset
@@ -25,20 +29,32 @@ import (
 //	bitset: uvarint nbits, then ceil(nbits/8) bytes; bit i (LSB first) set
 //	        means offset base+i is finished
 //
+// The decoder of version 1 as released (86bbeef) answers
+// ErrNotOrderlyMetadata for anything that does not start with "orderly:"
+// and ErrBadMetadata for any other version byte, so version 2 has its own
+// prefix: members still on version 1 take it for someone else's metadata
+// and ignore it without error (they redo the finished messages and start
+// the attempt counts again: at-least-once). DecodeMeta reads both.
+//
 // Kafka rejects a commit whose metadata exceeds offset.metadata.max.bytes
 // (4096 by default), so encoders stop at a size limit: finished messages
 // that do not fit are left out and will be handled again.
 
-// MetaPrefix starts every metadata string this package writes.
+// MetaPrefix starts every version 1 metadata string.
 const MetaPrefix = "orderly:"
 
 const (
 	metaVersion    = 1
+	encodingNone   = 0 // version 2 only: no finished section body
 	encodingRuns   = 1
 	encodingBitset = 2
-	// maxMetaRanges bounds what a decoder accepts, whatever the input.
+	// maxMetaRanges and maxMetaBits bound what a decoder accepts, whatever
+	// the input; the encoders never write more.
 	maxMetaRanges = 1 << 16
 	maxMetaBits   = 1 << 20
+	// maxMetaOffset bounds offsets and range ends, so that no sum of an
+	// offset and a gap or length overflows int64.
+	maxMetaOffset = 1 << 62
 )
 
 var (
@@ -53,11 +69,15 @@ var (
 type Range struct{ Start, End int64 }
 
 // Done is the decoded metadata: offsets at or above Base that are already
-// finished. Contains must be called with increasing offsets.
+// finished (Ranges) and, from version 2 metadata, the messages at or above
+// Base that are waiting for a redelivery (Waiting, sorted by offset, none
+// of them within Ranges). Contains and WaitingAt must each be called with
+// increasing offsets.
 type Done struct {
-	Base   int64
-	Ranges []Range
-	i      int
+	Base    int64
+	Ranges  []Range
+	Waiting []Waiting
+	i, w    int // cursors of Contains and WaitingAt
 }
 
 // Contains reports whether off is finished. Offsets must be asked in
@@ -98,19 +118,17 @@ func (d *Done) Count() int64 {
 }
 
 // EncodeMeta encodes ranges (sorted, disjoint, at or above base) as
-// metadata of at most maxLen bytes, choosing the smaller of the two
-// encodings. It returns the metadata ("" when there is nothing to say) and
-// how many offsets of the ranges it had to leave out to fit.
+// version 1 metadata of at most maxLen bytes, choosing the smaller of the
+// two encodings. It returns the metadata ("" when there is nothing to say)
+// and how many offsets of the ranges it had to leave out to fit. Version 1
+// cannot carry waiting messages; EncodeMeta2 writes version 2.
 func EncodeMeta(base int64, ranges []Range, maxLen int) (meta string, left int64) {
 	if len(ranges) == 0 || maxLen <= len(MetaPrefix)+8 {
-		for _, r := range ranges {
-			left += r.End - r.Start
-		}
-		return "", left
+		return "", countRanges(ranges)
 	}
 	budget := base64.RawURLEncoding.DecodedLen(maxLen - len(MetaPrefix))
-	runs, runsLeft := encodeRuns(base, ranges, budget)
-	bits, bitsLeft := encodeBitset(base, ranges, budget)
+	runs, runsLeft := encodeRuns(header(encodingRuns, base), base, ranges, budget)
+	bits, bitsLeft := encodeBitset(header(encodingBitset, base), base, ranges, budget)
 	payload, left := runs, runsLeft
 	if bitsLeft < runsLeft || (bitsLeft == runsLeft && len(bits) < len(runs)) {
 		payload, left = bits, bitsLeft
@@ -118,7 +136,7 @@ func EncodeMeta(base int64, ranges []Range, maxLen int) (meta string, left int64
 	if payload == nil {
 		return "", left
 	}
-	return MetaPrefix + base64.RawURLEncoding.EncodeToString(payload), left
+	return metaString(MetaPrefix, payload), left
 }
 
 func header(enc byte, base int64) []byte {
@@ -126,43 +144,78 @@ func header(enc byte, base int64) []byte {
 	return binary.AppendUvarint(b, uint64(base))
 }
 
-func encodeRuns(base int64, ranges []Range, budget int) ([]byte, int64) {
-	b := header(encodingRuns, base)
-	body := make([]byte, 0, 64)
-	prev, kept := base, 0
-	var left int64
-	for i, r := range ranges {
-		var pair [2 * binary.MaxVarintLen64]byte
-		n := binary.PutUvarint(pair[:], uint64(r.Start-prev))
-		n += binary.PutUvarint(pair[n:], uint64(r.End-r.Start))
-		// the count prefix can grow by a byte or two as ranges are added
-		if len(b)+binary.MaxVarintLen32+len(body)+n > budget {
-			for _, rest := range ranges[i:] {
-				left += rest.End - rest.Start
-			}
+// metaString is prefix + base64url(payload) with one allocation for the
+// text besides the string itself.
+func metaString(prefix string, payload []byte) string {
+	b := make([]byte, len(prefix)+base64.RawURLEncoding.EncodedLen(len(payload)))
+	copy(b, prefix)
+	base64.RawURLEncoding.Encode(b[len(prefix):], payload)
+	return string(b)
+}
+
+func countRanges(ranges []Range) int64 {
+	var n int64
+	for _, r := range ranges {
+		n += r.End - r.Start
+	}
+	return n
+}
+
+// uvarintLen is the length of v as a uvarint.
+func uvarintLen(v uint64) int { return (bits.Len64(v|1) + 6) / 7 }
+
+// encodeRuns appends to b (which ends with the encoding byte and whatever
+// precedes it) the runs body of as many ranges as fit in budget bytes in
+// all, at most maxMetaRanges. It returns nil when not one range fits, and
+// how many offsets it left out.
+func encodeRuns(b []byte, base int64, ranges []Range, budget int) ([]byte, int64) {
+	// Size the pairs first, so the count can precede them without a
+	// second buffer; the count's room is that of all the ranges' count.
+	room := budget - len(b) - uvarintLen(uint64(len(ranges)))
+	prev, kept, size := base, 0, 0
+	for _, r := range ranges {
+		n := uvarintLen(uint64(r.Start-prev)) + uvarintLen(uint64(r.End-r.Start))
+		if size+n > room || kept == maxMetaRanges {
 			break
 		}
-		body = append(body, pair[:n]...)
+		size += n
 		prev, kept = r.End, kept+1
 	}
+	left := countRanges(ranges[kept:])
 	if kept == 0 {
 		return nil, left
 	}
+	b = slices.Grow(b, uvarintLen(uint64(kept))+size)
 	b = binary.AppendUvarint(b, uint64(kept))
-	return append(b, body...), left
+	prev = base
+	for _, r := range ranges[:kept] {
+		b = binary.AppendUvarint(b, uint64(r.Start-prev))
+		b = binary.AppendUvarint(b, uint64(r.End-r.Start))
+		prev = r.End
+	}
+	return b, left
 }
 
-func encodeBitset(base int64, ranges []Range, budget int) ([]byte, int64) {
-	b := header(encodingBitset, base)
-	room := int64(budget-len(b)-binary.MaxVarintLen32) * 8
-	if room <= 0 {
+// encodeBitset appends to b the bitset body of the ranges' offsets below
+// base + nbits, with nbits as large as budget bytes in all allow (at most
+// maxMetaBits). It returns how many offsets it left out, and nil with
+// 1<<62 (worse than any runs body) when not one bit fits or there are no
+// ranges.
+func encodeBitset(b []byte, base int64, ranges []Range, budget int) ([]byte, int64) {
+	room := min(int64(budget-len(b)-binary.MaxVarintLen32)*8, maxMetaBits)
+	if room <= 0 || len(ranges) == 0 {
 		return nil, 1 << 62
 	}
 	nbits := min(ranges[len(ranges)-1].End-base, room)
+	if nbits <= 0 { // only for ranges not above base, which callers never give
+		return nil, 1 << 62
+	}
 	var left int64
-	bits := make([]byte, (nbits+7)/8)
+	b = binary.AppendUvarint(b, uint64(nbits))
+	b = append(b, make([]byte, (nbits+7)/8)...)
+	bits := b[len(b)-int((nbits+7)/8):]
 	for _, r := range ranges {
-		for off := r.Start; off < r.End; off++ {
+		for off := max(r.Start, base); off < r.End; off++ {
 			i := off - base
 			if i >= nbits {
 				left += r.End - off
@@ -171,76 +224,107 @@ func encodeBitset(base int64, ranges []Range, budget int) ([]byte, int64) {
 			bits[i/8] |= 1 << (i % 8)
 		}
 	}
-	if left > 0 && nbits == 0 {
-		return nil, left
-	}
-	b = binary.AppendUvarint(b, uint64(nbits))
-	return append(b, bits...), left
+	return b, left
 }
 
-// DecodeMeta parses metadata written by EncodeMeta. Metadata written by
-// anything else gives ErrNotOrderlyMetadata; corrupt orderly metadata gives
-// an error wrapping ErrBadMetadata. It never panics, whatever the input.
+// DecodeMeta parses metadata written by EncodeMeta (version 1) or
+// EncodeMeta2 (version 2; only it fills Done.Waiting). Metadata written by
+// anything else, later versions included, gives ErrNotOrderlyMetadata;
+// corrupt orderly metadata gives an error wrapping ErrBadMetadata. It never
+// panics, whatever the input, and allocates at most a small multiple of
+// the input's size, bounded by maxMetaRanges, maxMetaBits and
+// maxMetaWaiting.
 func DecodeMeta(meta string) (Done, error) {
-	if !strings.HasPrefix(meta, MetaPrefix) {
+	var prefix string
+	switch {
+	case strings.HasPrefix(meta, MetaPrefix):
+		prefix = MetaPrefix
+	case strings.HasPrefix(meta, MetaPrefix2):
+		prefix = MetaPrefix2
+	default:
 		return Done{}, ErrNotOrderlyMetadata
 	}
-	raw, err := base64.RawURLEncoding.DecodeString(meta[len(MetaPrefix):])
+	raw, err := base64.RawURLEncoding.DecodeString(meta[len(prefix):])
 	if err != nil {
 		return Done{}, fmt.Errorf("%w: %w", ErrBadMetadata, err)
 	}
-	bad := func(what string) (Done, error) {
-		return Done{}, fmt.Errorf("%w: %s", ErrBadMetadata, what)
+	var d Done
+	if prefix == MetaPrefix {
+		err = d.decode1(raw)
+	} else {
+		err = d.decode2(raw)
 	}
+	if err != nil {
+		return Done{}, fmt.Errorf("%w: %w", ErrBadMetadata, err)
+	}
+	return d, nil
+}
+
+// decode1 parses a version 1 payload into d.
+func (d *Done) decode1(raw []byte) error {
 	if len(raw) < 2 {
-		return bad("too short")
+		return errors.New("too short")
 	}
 	if raw[0] != metaVersion {
-		return bad(fmt.Sprintf("version %d", raw[0]))
+		return fmt.Errorf("version %d", raw[0])
 	}
-	enc, p := raw[1], raw[2:]
-	next := func() (uint64, bool) {
-		v, n := binary.Uvarint(p)
-		if n <= 0 {
-			return 0, false
-		}
-		p = p[n:]
-		return v, true
+	enc, r := raw[1], metaReader{raw[2:]}
+	ubase, ok := r.uvarint()
+	if !ok || ubase > maxMetaOffset {
+		return errors.New("base offset")
 	}
-	ubase, ok := next()
-	if !ok || ubase > 1<<62 {
-		return bad("base offset")
+	d.Base = int64(ubase)
+	switch enc {
+	case encodingRuns, encodingBitset:
+		return d.decodeFinished(enc, &r)
+	default:
+		return fmt.Errorf("encoding %d", enc)
 	}
-	d := Done{Base: int64(ubase)}
+}
+
+// decodeFinished parses a runs or bitset body, the last thing in the
+// payload, into d.Ranges, relative to d.Base.
+func (d *Done) decodeFinished(enc byte, r *metaReader) error {
 	switch enc {
 	case encodingRuns:
-		n, ok := next()
-		if !ok || n > maxMetaRanges || n > uint64(len(p)) {
-			return bad("range count")
+		n, ok := r.uvarint()
+		if !ok || n > maxMetaRanges || n > uint64(len(r.p)) {
+			return errors.New("range count")
 		}
 		d.Ranges = make([]Range, 0, n)
 		prev := d.Base
 		for range n {
-			gap, ok1 := next()
-			length, ok2 := next()
-			if !ok1 || !ok2 || length == 0 || gap > 1<<62 || length > 1<<62 {
-				return bad("range")
+			gap, ok1 := r.uvarint()
+			length, ok2 := r.uvarint()
+			if !ok1 || !ok2 || length == 0 || gap > maxMetaOffset || length > maxMetaOffset {
+				return errors.New("range")
 			}
 			start := prev + int64(gap)
 			end := start + int64(length)
-			if start < prev || end <= start || end > 1<<62 {
-				return bad("range overflow")
+			if start < prev || end <= start || end > maxMetaOffset {
+				return errors.New("range overflow")
 			}
 			d.Ranges = append(d.Ranges, Range{start, end})
 			prev = end
 		}
 	case encodingBitset:
-		nbits, ok := next()
-		if !ok || nbits > maxMetaBits || (nbits+7)/8 != uint64(len(p)) || d.Base+int64(nbits) > 1<<62 {
-			return bad("bitset length")
+		nbits, ok := r.uvarint()
+		if !ok || nbits > maxMetaBits || (nbits+7)/8 != uint64(len(r.p)) || d.Base+int64(nbits) > maxMetaOffset {
+			return errors.New("bitset length")
+		}
+		p := r.p
+		r.p = nil
+		// Bits at or above nbits in the last byte mean nothing (the loop
+		// below never reads them); bitRuns may count them, which only
+		// makes the capacity a few ranges larger.
+		if runs := bitRuns(p); runs > 0 {
+			d.Ranges = make([]Range, 0, runs)
 		}
 		for i := int64(0); i < int64(nbits); i++ {
 			if p[i/8]&(1<<(i%8)) == 0 {
+				if p[i/8] == 0 {
+					i |= 7 // skip the rest of an empty byte
+				}
 				continue
 			}
 			off := d.Base + i
@@ -250,12 +334,53 @@ func DecodeMeta(meta string) (Done, error) {
 				d.Ranges = append(d.Ranges, Range{off, off + 1})
 			}
 		}
-		p = nil
 	default:
-		return bad(fmt.Sprintf("encoding %d", enc))
+		return fmt.Errorf("encoding %d", enc)
 	}
-	if len(p) != 0 {
-		return bad("trailing bytes")
+	if len(r.p) != 0 {
+		return errors.New("trailing bytes")
 	}
-	return d, nil
+	return nil
+}
+
+// bitRuns counts the runs of set bits in p (bit i of the set is bit i%8,
+// LSB first, of byte i/8).
+func bitRuns(p []byte) int {
+	n := 0
+	var prevTop byte // the last bit of the previous byte, as bit 0
+	for _, x := range p {
+		n += bits.OnesCount8(x &^ (x<<1 | prevTop))
+		prevTop = x >> 7
+	}
+	return n
+}
+
+// metaReader reads varints off the front of p.
+type metaReader struct{ p []byte }
+
+func (r *metaReader) uvarint() (uint64, bool) {
+	v, n := binary.Uvarint(r.p)
+	if n <= 0 {
+		return 0, false
+	}
+	r.p = r.p[n:]
+	return v, true
+}
+
+func (r *metaReader) varint() (int64, bool) {
+	v, n := binary.Varint(r.p)
+	if n <= 0 {
+		return 0, false
+	}
+	r.p = r.p[n:]
+	return v, true
+}
+
+func (r *metaReader) byte() (byte, bool) {
+	if len(r.p) == 0 {
+		return 0, false
+	}
+	b := r.p[0]
+	r.p = r.p[1:]
+	return b, true
 }
