@@ -164,8 +164,8 @@ func (e *HeaderError) Error() string {
 func (e *HeaderError) Unwrap() error { return e.Err }
 
 // ParseInfo reads the __orderly.errors.* headers of h. Every header
-// Headers writes must be there (a missing one is an error wrapping
-// ErrNotDeadLetter that lists them all); when a name appears more than
+// Headers writes must be there (none, or a missing one, is an error
+// wrapping ErrNotDeadLetter that says which); when a name appears more than
 // once, the last one counts. An unknown reason is returned as it is (a
 // later version may add reasons).
 func ParseInfo(h []Header) (Info, error) {
@@ -174,6 +174,9 @@ func ParseInfo(h []Header) (Info, error) {
 		if IsOrderly(x.Key) {
 			vals[string(x.Key)] = x.Value
 		}
+	}
+	if len(vals) == 0 {
+		return Info{}, fmt.Errorf("deadletter: no %s* headers: %w", HeaderPrefix, ErrNotDeadLetter)
 	}
 	var missing []string
 	for _, k := range headerNames {

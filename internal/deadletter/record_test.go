@@ -144,8 +144,9 @@ func TestParseInfoErrors(t *testing.T) {
 		missing bool
 		want    []string
 	}{
-		{"no headers", nil, true, headerNames},
-		{"foreign headers only", []Header{h("trace", "x")}, true, headerNames},
+		{"no headers", nil, true, []string{"no __orderly.errors.* headers"}},
+		{"foreign headers only", []Header{h("trace", "x")}, true, []string{"no __orderly.errors.* headers"}},
+		{"all but one missing", []Header{h(HeaderTopic, "t")}, true, headerNames[1:]},
 		{"one missing", without(HeaderAttempts), true, []string{"missing header " + HeaderAttempts + ":"}},
 		{"two missing", without(HeaderOffset, HeaderGroup), true, []string{HeaderOffset + ", " + HeaderGroup}},
 		{"bad partition", with(HeaderPartition, "three"), false, []string{HeaderPartition, `"three"`, "not a decimal integer"}},

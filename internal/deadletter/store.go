@@ -22,13 +22,31 @@ const (
 
 var (
 	// ErrLocked: another Store (in this process or another, usually a
-	// running consumer) holds the directory's lock.
-	ErrLocked = errors.New("held by another process")
+	// running consumer) holds the directory's lock; the error is a
+	// *LockedError.
+	ErrLocked = errors.New("dead-letter store locked")
 	// ErrReadOnly: the store was opened with Options.ReadOnly.
 	ErrReadOnly = errors.New("dead-letter store opened read-only")
 	// ErrClosed: the store was closed.
 	ErrClosed = errors.New("dead-letter store closed")
 )
+
+// LockedError is Open's error when another Store holds the directory's
+// lock. It matches ErrLocked.
+type LockedError struct {
+	Dir, Lock string // the store's directory and its lock file
+	PID       int    // the holder's process ID, 0 if unknown
+}
+
+func (e *LockedError) Error() string {
+	holder := "another process"
+	if e.PID > 0 {
+		holder = fmt.Sprintf("process %d", e.PID)
+	}
+	return fmt.Sprintf("deadletter: %s is in use: %s (a running consumer?) holds its lock %s", e.Dir, holder, e.Lock)
+}
+
+func (e *LockedError) Is(target error) bool { return target == ErrLocked }
 
 // Options configure Open.
 type Options struct {
@@ -97,11 +115,11 @@ func Open(dir string, opts Options) (*Store, error) {
 	var err error
 	if opts.ReadOnly {
 		if _, err = os.Stat(dir); err != nil {
-			return nil, fmt.Errorf("deadletter: open %s: %w", dir, err)
+			return nil, fmt.Errorf("deadletter: no dead-letter store at %s: %w", dir, pathless(err))
 		}
 		if s.f, err = os.Open(s.path); err != nil {
 			if errors.Is(err, fs.ErrNotExist) {
-				return nil, fmt.Errorf("deadletter: %s holds no dead-letter store (no %s): %w", dir, DataFile, err)
+				return nil, fmt.Errorf("deadletter: %s holds no dead-letter store (no %s): %w", dir, DataFile, pathless(err))
 			}
 			return nil, fmt.Errorf("deadletter: %w", err)
 		}
@@ -323,4 +341,13 @@ func (s *Store) Close() error {
 		return fmt.Errorf("deadletter: close %s: %w", s.dir, err)
 	}
 	return nil
+}
+
+// pathless is err without the path an *fs.PathError repeats, for messages
+// that name the path already.
+func pathless(err error) error {
+	if pe, ok := errors.AsType[*fs.PathError](err); ok {
+		return pe.Err
+	}
+	return err
 }

@@ -26,13 +26,11 @@ func lockDir(dir string) (*os.File, error) {
 	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
 		defer f.Close()
 		if errors.Is(err, syscall.EWOULDBLOCK) {
-			holder := "another process"
+			locked := &LockedError{Dir: dir, Lock: path}
 			if b, rerr := os.ReadFile(path); rerr == nil {
-				if pid, perr := strconv.Atoi(strings.TrimSpace(string(b))); perr == nil {
-					holder = fmt.Sprintf("process %d", pid)
-				}
+				locked.PID, _ = strconv.Atoi(strings.TrimSpace(string(b)))
 			}
-			return nil, fmt.Errorf("deadletter: %s is in use: %s (a running consumer?) holds its lock %s: %w", dir, holder, path, ErrLocked)
+			return nil, locked
 		}
 		return nil, fmt.Errorf("deadletter: lock %s: %w", path, err)
 	}

@@ -22,7 +22,7 @@ func lockDir(dir string) (*os.File, error) {
 	if err != nil {
 		f.Close()
 		if errors.Is(err, windows.ERROR_LOCK_VIOLATION) {
-			return nil, fmt.Errorf("deadletter: %s is in use: another process (a running consumer?) holds its lock %s: %w", dir, path, ErrLocked)
+			return nil, &LockedError{Dir: dir, Lock: path}
 		}
 		return nil, fmt.Errorf("deadletter: lock %s: %w", path, err)
 	}
