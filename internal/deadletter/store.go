@@ -65,7 +65,7 @@ type Options struct {
 // Stats describe a store.
 type Stats struct {
 	Records int64 // readable records: found by the last full read (Open, Scan, Rewrite), plus those appended since
-	Bytes   int64 // the file's size, up to the last durable Append
+	Bytes   int64 // the file's size: up to the last durable Append; read-only, as of the last full read
 	Damaged int64 // damaged stretches the last full read skipped
 	// TornBytes is the length of an incomplete last record that Open cut
 	// off: an Append that never returned (the process died during it).
@@ -106,8 +106,8 @@ type Store struct {
 
 // Open opens the store in dir. Unless opts.ReadOnly, it creates dir and
 // the file if missing, takes an exclusive lock on <dir>/deadletters.lock
-// (an error wrapping ErrLocked names the holder's process ID if another
-// holds it) and cuts off an incomplete last record. It reads the whole
+// (if another Store holds it, the error is a *LockedError naming the
+// holder's process ID) and cuts off an incomplete last record. It reads the whole
 // file once, counting its records and reporting damage (opts.OnDamage).
 func Open(dir string, opts Options) (*Store, error) {
 	s := &Store{dir: dir, path: filepath.Join(dir, DataFile), opts: opts}
@@ -153,11 +153,13 @@ func (s *Store) openWritable() error {
 		err = s.replaceWith(func(*bufio.Writer) error { return nil })
 	}
 	if err == nil {
-		s.f, err = os.OpenFile(s.path, os.O_RDWR|os.O_APPEND, 0)
+		if s.f, err = os.OpenFile(s.path, os.O_RDWR|os.O_APPEND, 0); err != nil {
+			err = fmt.Errorf("deadletter: %w", err)
+		}
 	}
 	if err != nil {
 		lock.Close()
-		return fmt.Errorf("deadletter: %w", err)
+		return err
 	}
 	s.lock = lock
 	return nil
@@ -175,17 +177,19 @@ func (s *Store) load() error {
 	if err != nil {
 		return err
 	}
-	if res.tail >= 0 && !s.opts.ReadOnly {
-		if err := s.f.Truncate(res.tail); err != nil {
-			return fmt.Errorf("deadletter: cut the incomplete last record of %s at offset %d: %w", s.path, res.tail, err)
+	if res.tail >= 0 {
+		// Read-only, an Append in progress: not there yet. Writable (we
+		// hold the lock), what a crash left of an Append that never
+		// returned: cut it off, so the next Append starts clean.
+		if !s.opts.ReadOnly {
+			if err := s.f.Truncate(res.tail); err != nil {
+				return fmt.Errorf("deadletter: cut the incomplete last record of %s at offset %d: %w", s.path, res.tail, err)
+			}
+			if err := s.f.Sync(); err != nil {
+				return fmt.Errorf("deadletter: fsync %s: %w", s.path, err)
+			}
+			s.stats.TornBytes = size - res.tail
 		}
-		if err := s.f.Sync(); err != nil {
-			return fmt.Errorf("deadletter: fsync %s: %w", s.path, err)
-		}
-		s.stats.TornBytes = size - res.tail
-		size = res.tail
-	}
-	if res.tail >= 0 { // ReadOnly: not there yet
 		size = res.tail
 	}
 	s.stats.Bytes = size
@@ -228,8 +232,11 @@ func (s *Store) Append(recs ...Record) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.closed {
+	switch {
+	case s.closed:
 		return fmt.Errorf("deadletter: append to %s: %w", s.path, ErrClosed)
+	case s.err != nil:
+		return s.err
 	}
 	s.pending = append(s.pending, buf...)
 	s.pendRecs += int64(len(recs))
@@ -279,7 +286,7 @@ func (s *Store) lead() {
 // counted and reported (Options.OnDamage); Scan stops at fn's first error
 // and returns it. A writable store's Scan sees the records whose Append
 // has returned; a ReadOnly one's, those complete when it starts. fn may
-// keep the records; it must not call Rewrite, Purge or Close.
+// keep the records; it must not call the Store's methods but Stats.
 func (s *Store) Scan(fn func(pos int64, r Record) error) error {
 	s.fileMu.RLock()
 	defer s.fileMu.RUnlock()
@@ -318,18 +325,18 @@ func (s *Store) Stats() Stats {
 // Dir is the store's directory.
 func (s *Store) Dir() string { return s.dir }
 
-// Close waits for a write in progress, closes the file and releases the
-// lock.
+// Close waits for the Appends already queued (and a Rewrite in
+// progress), closes the file and releases the lock.
 func (s *Store) Close() error {
 	s.mu.Lock()
-	for s.writing {
-		s.cond.Wait()
-	}
 	if s.closed {
 		s.mu.Unlock()
 		return fmt.Errorf("deadletter: close %s: %w", s.path, ErrClosed)
 	}
-	s.closed = true
+	s.closed = true // Appends from now on fail; the queued ones are written
+	for s.writing || (s.synced < s.queued && s.err == nil) {
+		s.cond.Wait()
+	}
 	s.mu.Unlock()
 	s.fileMu.Lock()
 	err := s.f.Close()

@@ -347,3 +347,55 @@ func TestStoreModes(t *testing.T) {
 		t.Errorf("Scan whose fn fails: %v after %d records, want fn's error after 1", err, n)
 	}
 }
+
+// TestStoreCloseDuringAppends: an Append that Close overtakes either
+// returns nil, and its record is there after a reopen, or ErrClosed, and
+// it is not.
+func TestStoreCloseDuringAppends(t *testing.T) {
+	sync0 := syncFile
+	syncFile = func(f *os.File) error { time.Sleep(time.Millisecond); return sync0(f) }
+	defer func() { syncFile = sync0 }()
+	dir := t.TempDir()
+	s := open(t, dir, Options{})
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		done = map[string]bool{}
+	)
+	for w := range 8 {
+		wg.Go(func() {
+			for i := 0; ; i++ {
+				key := fmt.Sprintf("%d/%d", w, i)
+				err := s.Append(Record{Key: []byte(key)})
+				if errors.Is(err, ErrClosed) {
+					return
+				}
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				mu.Lock()
+				done[key] = true
+				mu.Unlock()
+			}
+		})
+	}
+	time.Sleep(20 * time.Millisecond)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	_, got := scanAll(t, open(t, dir, Options{ReadOnly: true}))
+	found := map[string]bool{}
+	for _, r := range got {
+		found[string(r.Key)] = true
+	}
+	for k := range done {
+		if !found[k] {
+			t.Errorf("Append of %s returned nil but the record is not there", k)
+		}
+	}
+	if len(found) != len(done) {
+		t.Errorf("%d records in the store, %d Appends returned nil", len(found), len(done))
+	}
+}
