@@ -76,7 +76,9 @@
 //
 // The consumer process opens its store writable and holds an exclusive
 // flock on deadletters.lock (with its process ID inside) while it runs.
-// A second writable Open anywhere fails with ErrLocked, naming the
-// directory and the holder: `orderly dlq purge` refuses to run beside a
-// consumer. ReadOnly opens take no lock and read what is complete.
+// A second writable Open anywhere fails with a *LockedError (matching
+// ErrLocked) that names the directory and the holder: `orderly dlq purge`
+// refuses to run beside a consumer. ReadOnly opens take no lock and read
+// what is complete. (Windows locks with LockFileEx; this is built there,
+// not tested.)
 package deadletter
