@@ -117,6 +117,16 @@ func (b *Broker) HighWatermarks(topic string) map[int32]int64 {
 	return out
 }
 
+// LogStartOffsets returns each partition's log start offset (the first
+// offset still present, moved by DeleteRecords) for topic.
+func (b *Broker) LogStartOffsets(topic string) map[int32]int64 {
+	out := make(map[int32]int64)
+	for _, pi := range b.c.PartitionInfos(topic) {
+		out[pi.Partition] = pi.LogStartOffset
+	}
+	return out
+}
+
 // Committed returns group's committed offsets for topic, by partition; a
 // partition with no commit is absent.
 func (b *Broker) Committed(group, topic string) map[int32]int64 {

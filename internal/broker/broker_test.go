@@ -3,9 +3,12 @@ package broker
 import (
 	"context"
 	"errors"
+	"maps"
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/IBM/sarama"
 
 	"github.com/orderly-go/orderly/internal/loadgen"
 )
@@ -148,5 +151,31 @@ func TestStartBadAddr(t *testing.T) {
 		if !errors.Is(err, ErrBadAddr) {
 			t.Errorf("Start(Addr %q): got %v, want ErrBadAddr", addr, err)
 		}
+	}
+}
+
+// TestLogStartOffsets: a DeleteRecords (sarama's ClusterAdmin, as `orderly
+// dlq purge` sends it) moves the partition's log start offset.
+func TestLogStartOffsets(t *testing.T) {
+	b := startWith(t, 10)
+	if got := b.LogStartOffsets("t"); !maps.Equal(got, map[int32]int64{0: 0, 1: 0}) {
+		t.Fatalf("LogStartOffsets before: %v, want 0 for both", got)
+	}
+	hw := b.HighWatermarks("t")
+	if hw[0] == 0 {
+		t.Fatalf("high watermarks %v: partition 0 got nothing to delete", hw)
+	}
+	cfg := sarama.NewConfig()
+	cfg.Version = sarama.V3_0_0_0
+	admin, err := sarama.NewClusterAdmin(b.Addrs(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	if err := admin.DeleteRecords("t", map[int32]int64{0: hw[0]}); err != nil {
+		t.Fatal(err)
+	}
+	if got := b.LogStartOffsets("t"); got[0] != hw[0] || got[1] != 0 {
+		t.Errorf("LogStartOffsets after deleting partition 0 up to %d: %v", hw[0], got)
 	}
 }

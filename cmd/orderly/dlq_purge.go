@@ -1,0 +1,152 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+
+	"github.com/IBM/sarama"
+
+	"github.com/orderly-go/orderly/internal/deadletter"
+)
+
+// runPurge is `orderly dlq purge`.
+func runPurge(ctx context.Context, o *dlqOpts, e env) error {
+	if err := o.prepare(); err != nil {
+		return err
+	}
+	if !o.yes && !o.dryRun {
+		return usagef("purge deletes dead letters for good: add --yes (or --dry-run to see what it would delete)")
+	}
+	if o.topic != "" {
+		return purgeTopic(ctx, o, e)
+	}
+	if o.filter.fs.Changed("before") {
+		return usagef("--before is for a Kafka topic (DeleteRecords); select the records of a local store with the filters")
+	}
+	return purgeStore(o, e)
+}
+
+// purgeStore removes the selected records of the local store (all
+// without filters) by rewriting it, under its lock.
+func purgeStore(o *dlqOpts, e env) error {
+	// Read-only first: a missing store is an error, not created by the
+	// writable Open; and a dry run needs no lock.
+	ro, err := openStore(o.data, e.stderr)
+	if err != nil {
+		return err
+	}
+	selected, total := 0, 0
+	err = ro.Scan(func(pos int64, r deadletter.Record) error {
+		total++
+		en := newEntry(r)
+		if o.filter.match(&en) {
+			selected++
+		}
+		return nil
+	})
+	ro.Close()
+	if err != nil {
+		return err
+	}
+	dir := storeDir(o.data)
+	if o.dryRun {
+		fmt.Fprintf(e.stdout, "would remove %d of %d dead letters from %s\n", selected, total, dir)
+		return nil
+	}
+	s, err := deadletter.Open(dir, deadletter.Options{OnDamage: warnDamage(e.stderr)})
+	if errors.Is(err, deadletter.ErrLocked) {
+		return fmt.Errorf("%w; stop that consumer before purging", err)
+	}
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	var removed int
+	if o.filter.any() {
+		removed, err = s.Rewrite(func(_ int64, r deadletter.Record) bool {
+			en := newEntry(r)
+			return !o.filter.match(&en)
+		})
+	} else {
+		removed, err = s.Purge()
+	}
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(e.stdout, "removed %d dead letters from %s, %d left\n", removed, dir, s.Stats().Records)
+	return s.Close()
+}
+
+// purgeTopic deletes a prefix of the dead-letter topic's partitions with
+// DeleteRecords: --partition's records before --before, or all of it, or
+// every partition up to its high watermark.
+func purgeTopic(ctx context.Context, o *dlqOpts, e env) error {
+	f := &o.filter
+	for _, name := range filterFlags {
+		if f.set[name] && name != "partition" {
+			return usagef("--%s cannot select records of a Kafka topic: purge deletes a prefix of each partition (DeleteRecords); use --partition and --before", name)
+		}
+	}
+	before := f.fs.Changed("before")
+	if before && !f.set["partition"] {
+		return usagef("--before %d needs --partition: offsets are per partition", o.before)
+	}
+	client, err := dialKafka(o.brokers)
+	if err != nil {
+		return err
+	}
+	defer client.Close()
+	parts, err := client.Partitions(o.topic)
+	if err != nil {
+		return fmt.Errorf("dead-letter topic %s: %w", o.topic, err)
+	}
+	if f.set["partition"] {
+		if !slices.Contains(parts, int32(f.partition)) {
+			return fmt.Errorf("dead-letter topic %s has no partition %d (it has %d)", o.topic, f.partition, len(parts))
+		}
+		parts = []int32{int32(f.partition)}
+	}
+	cut := map[int32]int64{}
+	for _, p := range parts {
+		low, high, err := watermarks(client, o.topic, p)
+		if err != nil {
+			return err
+		}
+		to := high
+		if before {
+			if to = int64(o.before); to > high {
+				return fmt.Errorf("--before %d is past the end of %s/%d (high watermark %d)", to, o.topic, p, high)
+			}
+		}
+		switch {
+		case to <= low:
+			fmt.Fprintf(e.stdout, "%s/%d: nothing to delete (log starts at %d)\n", o.topic, p, low)
+		case o.dryRun:
+			fmt.Fprintf(e.stdout, "%s/%d: would delete %d records (offsets %d to %d)\n", o.topic, p, to-low, low, to-1)
+		default:
+			cut[p] = to
+			fmt.Fprintf(e.stdout, "%s/%d: deleting %d records (offsets %d to %d)\n", o.topic, p, to-low, low, to-1)
+		}
+	}
+	if len(cut) == 0 {
+		return nil
+	}
+	admin, err := sarama.NewClusterAdminFromClient(client)
+	if err != nil {
+		return fmt.Errorf("cluster admin for %s: %w", o.topic, err)
+	}
+	if err := admin.DeleteRecords(o.topic, cut); err != nil {
+		return interrupted(ctx, fmt.Errorf("delete records of %s: %w", o.topic, err))
+	}
+	for _, p := range slices.Sorted(maps.Keys(cut)) {
+		low, _, err := watermarks(client, o.topic, p)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(e.stdout, "%s/%d: log start offset now %d\n", o.topic, p, low)
+	}
+	return nil
+}

@@ -1,0 +1,216 @@
+package main
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+
+	"github.com/IBM/sarama"
+
+	"github.com/orderly-go/orderly/internal/deadletter"
+)
+
+// replayBatch is how many records replay hands sarama at a time.
+const replayBatch = 500
+
+// dest is where a replayed record goes.
+type dest struct {
+	topic     string
+	partition int32
+}
+
+func (d dest) String() string {
+	if d.partition < 0 {
+		return d.topic + " (by key)"
+	}
+	return fmt.Sprintf("%s/%d", d.topic, d.partition)
+}
+
+// runReplay is `orderly dlq replay`.
+func runReplay(ctx context.Context, o *dlqOpts, e env) error {
+	if err := o.prepare(); err != nil {
+		return err
+	}
+	if len(o.brokers) == 0 && !o.dryRun {
+		return usagef("replay needs --brokers: the cluster to publish to")
+	}
+	var (
+		picked  []*entry
+		skipped []string
+	)
+	source, err := readEntries(ctx, o, e.stderr, func(en *entry) error {
+		switch {
+		case !o.filter.match(en):
+		case en.infoErr != nil && o.to == "":
+			skipped = append(skipped, fmt.Sprintf("%s: %v", en.where(), en.infoErr))
+		default:
+			picked = append(picked, en)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	// In origin order, so that a key's records go back in the order
+	// they first came.
+	slices.SortStableFunc(picked, func(a, b *entry) int {
+		return cmp.Or(strings.Compare(a.info.Topic, b.info.Topic),
+			cmp.Compare(a.info.Partition, b.info.Partition), cmp.Compare(a.info.Offset, b.info.Offset))
+	})
+	for _, s := range skipped {
+		fmt.Fprintln(e.stderr, "orderly: warning: not replayed:", s)
+	}
+	sent, err := replay(ctx, o, picked)
+	if err != nil {
+		if n := sum(sent); n > 0 {
+			fmt.Fprintf(e.stdout, "replayed %d of %d selected dead letters before the error%s\n", n, len(picked), perDest(sent))
+		}
+		return interrupted(ctx, err)
+	}
+	verb := "replayed"
+	if o.dryRun {
+		verb = "would replay"
+	}
+	fmt.Fprintf(e.stdout, "%s %d of %d selected dead letters from %s%s\n", verb, len(picked), len(picked)+len(skipped), source, perDest(sent))
+	if len(skipped) > 0 {
+		return fmt.Errorf("%s not replayed: no __orderly.errors.* headers name an origin topic (--to names one)", plural(len(skipped), "selected record"))
+	}
+	if !o.dryRun && len(picked) > 0 {
+		fmt.Fprintln(e.stdout, "the dead letters are still there: `orderly dlq purge` removes them")
+	}
+	return nil
+}
+
+// perDest is ": topic/p n, ..." for the counts by destination.
+func perDest(sent map[dest]int) string {
+	if len(sent) == 0 {
+		return ""
+	}
+	ds := slices.SortedFunc(maps.Keys(sent), func(a, b dest) int {
+		return cmp.Or(strings.Compare(a.topic, b.topic), cmp.Compare(a.partition, b.partition))
+	})
+	parts := make([]string, len(ds))
+	for i, d := range ds {
+		parts[i] = fmt.Sprintf("%s %d", d, sent[d])
+	}
+	return ": " + strings.Join(parts, ", ")
+}
+
+// replay publishes picked (or with --dry-run only works out where each
+// would go) and returns the count per destination.
+func replay(ctx context.Context, o *dlqOpts, picked []*entry) (map[dest]int, error) {
+	sent := map[dest]int{}
+	if len(picked) == 0 {
+		return sent, nil
+	}
+	var client sarama.Client
+	if len(o.brokers) > 0 {
+		var err error
+		if client, err = dialKafka(o.brokers); err != nil {
+			return nil, err
+		}
+		defer client.Close()
+	}
+	msgs := make([]*sarama.ProducerMessage, len(picked))
+	dests := make([]dest, len(picked))
+	counts := map[string]int32{} // partitions per target topic
+	for i, en := range picked {
+		topic := cmp.Or(o.to, en.info.Topic)
+		if _, ok := counts[topic]; !ok && client != nil {
+			ps, err := client.Partitions(topic)
+			if err != nil {
+				return nil, fmt.Errorf("replay to topic %s: %w", topic, err)
+			}
+			counts[topic] = int32(len(ps))
+		}
+		m := &sarama.ProducerMessage{Topic: topic, Timestamp: en.rec.Timestamp}
+		if en.rec.Key != nil {
+			m.Key = sarama.ByteEncoder(en.rec.Key)
+		}
+		if en.rec.Value != nil {
+			m.Value = sarama.ByteEncoder(en.rec.Value)
+		}
+		for _, h := range deadletter.Original(en.rec.Headers) {
+			m.Headers = append(m.Headers, sarama.RecordHeader{Key: h.Key, Value: h.Value})
+		}
+		switch n, known := counts[topic]; {
+		case o.to == "":
+			// Back to the partition it came from: its key's partition.
+			m.Partition = en.info.Partition
+			if known && m.Partition >= n {
+				return nil, fmt.Errorf("replay %s/%d offset %d: topic %s has only %d partitions now",
+					en.info.Topic, en.info.Partition, en.info.Offset, topic, n)
+			}
+		case known:
+			p, err := sarama.NewHashPartitioner(topic).Partition(m, n)
+			if err != nil {
+				return nil, fmt.Errorf("partition for %s: %w", topic, err)
+			}
+			m.Partition = p
+		default:
+			m.Partition = -1 // dry run without --brokers: by key, partition unknown
+		}
+		msgs[i], dests[i] = m, dest{topic, m.Partition}
+	}
+	if o.dryRun {
+		for _, d := range dests {
+			sent[d]++
+		}
+		return sent, nil
+	}
+	producer, err := sarama.NewSyncProducerFromClient(client)
+	if err != nil {
+		return nil, fmt.Errorf("producer for %s: %w", strings.Join(o.brokers, ","), err)
+	}
+	defer producer.Close()
+	for start := 0; start < len(msgs); start += replayBatch {
+		if err := ctx.Err(); err != nil {
+			return sent, fmt.Errorf("replayed %d of %d: %w", start, len(msgs), context.Cause(ctx))
+		}
+		end := min(start+replayBatch, len(msgs))
+		err := producer.SendMessages(msgs[start:end])
+		perrs, ok := err.(sarama.ProducerErrors)
+		for i := start; i < end && (err == nil || ok); i++ {
+			if !slices.ContainsFunc(perrs, func(pe *sarama.ProducerError) bool { return pe.Msg == msgs[i] }) {
+				sent[dests[i]]++
+			}
+		}
+		if err != nil {
+			return sent, replayError(err, picked, msgs, start)
+		}
+	}
+	return sent, nil
+}
+
+// replayError names the first record of a failed batch that sarama
+// reports, with its origin.
+func replayError(err error, picked []*entry, msgs []*sarama.ProducerMessage, start int) error {
+	if perrs, ok := err.(sarama.ProducerErrors); ok && len(perrs) > 0 {
+		i := slices.Index(msgs, perrs[0].Msg)
+		if i >= 0 {
+			en := picked[i]
+			return fmt.Errorf("replay %s/%d offset %d to %s/%d (%d of this batch failed, %d records before it were sent): %w",
+				en.info.Topic, en.info.Partition, en.info.Offset, msgs[i].Topic, msgs[i].Partition, len(perrs), start, perrs[0].Err)
+		}
+	}
+	return fmt.Errorf("replay (%d records before this batch were sent): %w", start, err)
+}
+
+func sum(m map[dest]int) int {
+	n := 0
+	for _, v := range m {
+		n += v
+	}
+	return n
+}
+
+// plural is "1 thing" or "n things".
+func plural(n int, thing string) string {
+	if n == 1 {
+		return "1 " + thing
+	}
+	return fmt.Sprintf("%d %ss", n, thing)
+}
