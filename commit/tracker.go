@@ -96,9 +96,9 @@ func (t *Tracker[E]) Add(e E) error {
 	return nil
 }
 
-// Finish removes e, which was added and has finished. It reports whether e
-// was the head, that is whether the frontier moved. Finishing an entry
-// that is not tracked (after Fence, or twice) does nothing.
+// Finish removes e, which was added and has finished, and reports whether
+// it was tracked: finishing an entry that is not (after Fence, twice, or
+// one that Replace swapped out) does nothing.
 func (t *Tracker[E]) Finish(e E) bool {
 	l := e.TrackLink()
 	var zero E
@@ -123,7 +123,32 @@ func (t *Tracker[E]) Finish(e E) bool {
 	}
 	*l = Link[E]{}
 	t.n--
-	return wasHead
+	return true
+}
+
+// Replace puts e in old's place: old is no longer tracked (Finish of old
+// does nothing), and e, which must not be tracked, is, with old's receive
+// index. It reports false when old is not tracked.
+func (t *Tracker[E]) Replace(old, e E) bool {
+	l := old.TrackLink()
+	var zero E
+	if t.head != old && l.prev == zero {
+		return false
+	}
+	nl := e.TrackLink()
+	*nl = *l
+	if l.prev == zero {
+		t.head = e
+	} else {
+		l.prev.TrackLink().next = e
+	}
+	if l.next == zero {
+		t.tail = e
+	} else {
+		l.next.TrackLink().prev = e
+	}
+	*l = Link[E]{}
+	return true
 }
 
 // Head returns the oldest unfinished entry: the one whose finishing moves

@@ -128,7 +128,7 @@ func TestFenceStopsCommits(t *testing.T) {
 	// Completions that arrive after the revoke must not move the frontier.
 	for _, e := range es[1:] {
 		if tr.Finish(e) {
-			t.Fatalf("Finish(%d) after fence moved the frontier", e.off)
+			t.Fatalf("Finish(%d) after fence: got tracked, want nothing done", e.off)
 		}
 	}
 	if err := tr.Add(&entry{off: 9}); !errors.Is(err, ErrFenced) {
@@ -207,6 +207,33 @@ func TestAgainstModel(t *testing.T) {
 				t.Fatalf("step %d: offset %d finished=%v but covered=%v by %v", step, o, state[o], covered(o), ranges)
 			}
 		}
+	}
+}
+
+func TestReplace(t *testing.T) {
+	tr := New[*entry]()
+	es := add(t, tr, 0, 1, 2)
+	for i, old := range es {
+		clone := &entry{off: old.off}
+		if !tr.Replace(old, clone) {
+			t.Fatalf("Replace(%d): got false, want true", old.off)
+		}
+		if tr.Finish(old) {
+			t.Fatalf("Finish of the replaced entry %d: got tracked", old.off)
+		}
+		es[i] = clone
+	}
+	if tr.Replace(&entry{off: 9}, &entry{off: 9}) {
+		t.Fatal("Replace of an entry never added: got true")
+	}
+	tr.Finish(es[1])
+	if _, ranges, _ := tr.Finished(nil); len(ranges) != 1 || ranges[0] != (Range{1, 2}) || tr.Pending() != 2 {
+		t.Fatalf("after replacing all and finishing 1: ranges %v pending %d, want [1, 2) and 2", ranges, tr.Pending())
+	}
+	tr.Finish(es[0])
+	tr.Finish(es[2])
+	if next, _ := tr.Next(); next != 3 || tr.Released() != 3 {
+		t.Fatalf("Next %d Released %d, want 3 and 3", next, tr.Released())
 	}
 }
 

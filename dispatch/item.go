@@ -1,6 +1,11 @@
 package dispatch
 
-import "github.com/orderly-go/orderly/commit"
+import (
+	"sync/atomic"
+	"time"
+
+	"github.com/orderly-go/orderly/commit"
+)
 
 // Item is one message on its way through the pipeline. Items are recycled
 // by their partition as soon as they finish (not when the commit frontier
@@ -21,8 +26,17 @@ type Item[M, T any] struct {
 	Lane    uint64 // ordering lane within the partition
 	Attempt int    // 1 on first delivery, +1 each time it failed (alone, or named)
 	size    int64  // bytes counted against the partition's byte share; owner only
-	Val     T      // the decoded value handed to Do
-	Msg     M      // the message, as the binding built it
+	// FirstFailure is when the item first failed (zero until it does),
+	// for its dead letter; written by whoever holds its lane.
+	FirstFailure time.Time
+	arrival      *Outcome // AddHeld: held when it reaches its lane
+	// orphan: its call hung and a copy runs in its place (Orphan); its
+	// own completion is ignored. replaced and returned are the owner's:
+	// the copy took its place in the tracker; it came back from its call.
+	orphan             atomic.Bool
+	replaced, returned bool
+	Val                T // the decoded value handed to Do
+	Msg                M // the message, as the binding built it
 }
 
 // Offset is the message's Kafka offset.
@@ -30,6 +44,9 @@ func (it *Item[M, T]) Offset() int64 { return it.offset }
 
 // TrackLink is the item's place in its partition's commit tracker.
 func (it *Item[M, T]) TrackLink() *commit.Link[*Item[M, T]] { return &it.link }
+
+// Part is the partition the item belongs to.
+func (it *Item[M, T]) Part() *Partition[M, T] { return it.part }
 
 // Revoked reports whether the item's partition was revoked: it must not
 // start again.

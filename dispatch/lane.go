@@ -1,7 +1,5 @@
 package dispatch
 
-import "github.com/orderly-go/orderly/internal/pqueue"
-
 // lane is the FIFO of one ordering lane's queued items. Every field is
 // guarded by the scheduler's mutex, except pending (the owner's).
 type lane[M, T any] struct {
@@ -12,10 +10,9 @@ type lane[M, T any] struct {
 	inReady    bool         // in the scheduler's fresh list or requeue queue
 	pending    int          // items assigned by laneFor, not yet pushed (owner only)
 	nextReady  *lane[M, T]  // fresh list link
-	// blocked: the head failed and waits for its retry (retry.Deadline);
-	// the lane is in the scheduler's retry queue, not ready.
+	// blocked: the lane is held for its head (Scheduler.Settle, Unhold):
+	// it is not ready, whatever it has queued.
 	blocked bool
-	retry   pqueue.Entry[*lane[M, T]]
 	// back, backTail, backN: items of this lane going back to its front
 	// while a batch settles (Scheduler.Settle).
 	back, backTail *Item[M, T]

@@ -2,6 +2,7 @@ package dispatch
 
 import (
 	"sync/atomic"
+	"time"
 
 	"github.com/orderly-go/orderly/commit"
 )
@@ -28,10 +29,12 @@ type Partition[M, T any] struct {
 	chanSize  int
 	pending   []*Item[M, T]
 	closed    bool
+	side      bool  // NewSidePartition: no share, not among parts
 	inflight  int64 // items added and not yet finished
 	bytes     int64 // their sizes
 	peak      int64 // most items in flight since the last Trim
 	outOfRoom bool  // counted in shares.paused
+	orphaned  int64 // items replaced by copies (replaceOrphans)
 
 	// owned by the partition goroutine (lane fields themselves are guarded
 	// by the scheduler mutex)
@@ -39,8 +42,10 @@ type Partition[M, T any] struct {
 	freeLanes []*lane[M, T]
 	sweepAt   int
 
-	revoked bool        // guarded by the scheduler mutex
-	gone    atomic.Bool // revoked, for readers without the lock
+	revoked bool          // guarded by the scheduler mutex
+	held    int           // lanes held (Settle, Unhold); guarded by the scheduler mutex
+	orphans []*Item[M, T] // items Orphan gave up on, for the owner to copy; guarded by the scheduler mutex
+	gone    atomic.Bool   // revoked, for readers without the lock
 
 	outstanding atomicInt // items handed to lanes and not yet finished, dropped or abandoned
 	// draining makes every completion wake the owner (it waits for
@@ -56,6 +61,25 @@ type Partition[M, T any] struct {
 // items the owner hands over per Flush. The in-flight shares of every
 // partition shrink to make room for it.
 func (s *Scheduler[M, T]) NewPartition(chanSize int) *Partition[M, T] {
+	p := s.newPartition(chanSize)
+	s.partsMu.Lock()
+	s.parts[p] = struct{}{}
+	s.partsMu.Unlock()
+	s.shares.claimed.Add(1)
+	return p
+}
+
+// NewSidePartition starts a partition that feeds the workers without a
+// Kafka claim behind it (messages redelivered from a local queue): it
+// takes no share of the in-flight budget (its owner bounds what it adds),
+// and its frontier means nothing.
+func (s *Scheduler[M, T]) NewSidePartition(chanSize int) *Partition[M, T] {
+	p := s.newPartition(chanSize)
+	p.side = true
+	return p
+}
+
+func (s *Scheduler[M, T]) newPartition(chanSize int) *Partition[M, T] {
 	p := &Partition[M, T]{
 		s:        s,
 		wake:     make(chan struct{}, 1),
@@ -65,10 +89,6 @@ func (s *Scheduler[M, T]) NewPartition(chanSize int) *Partition[M, T] {
 		lanes:    make(map[uint64]*lane[M, T]),
 		sweepAt:  minLaneSweep,
 	}
-	s.partsMu.Lock()
-	s.parts[p] = struct{}{}
-	s.partsMu.Unlock()
-	s.shares.claimed.Add(1)
 	return p
 }
 
@@ -97,7 +117,7 @@ func (p *Partition[M, T]) Add(it *Item[M, T], offset, size int64) error {
 		p.recycle(it)
 		return err
 	}
-	it.Attempt, it.size = 1, size
+	it.Attempt, it.size, it.FirstFailure = 1, size, time.Time{}
 	p.inflight++
 	p.bytes += size
 	p.peak = max(p.peak, p.inflight)
@@ -105,6 +125,42 @@ func (p *Partition[M, T]) Add(it *Item[M, T], offset, size int64) error {
 	p.pending = append(p.pending, it)
 	return nil
 }
+
+// AddHeld is Add for an item that must wait before it runs (a message a
+// previous owner left waiting for its retry, as the commit metadata says):
+// when it reaches its lane, first, the lane is held for it and
+// Options.Hold is told, with o. If its lane has items queued ahead of it,
+// it just waits its turn.
+func (p *Partition[M, T]) AddHeld(it *Item[M, T], offset, size int64, o Outcome) error {
+	if err := p.Add(it, offset, size); err != nil {
+		return err
+	}
+	o.Verdict = Hold
+	it.arrival = &o
+	return nil
+}
+
+// Track records it at offset as received and unfinished, counted against
+// the partition's share like Add, without queueing it for a lane:
+// something else finishes it with Complete (a message that could not be
+// decoded, once its dead letter is written).
+func (p *Partition[M, T]) Track(it *Item[M, T], offset, size int64) error {
+	it.offset = offset
+	if err := p.tracker.Add(it); err != nil {
+		p.recycle(it)
+		return err
+	}
+	it.Attempt, it.size, it.FirstFailure = 1, size, time.Time{}
+	p.inflight++
+	p.bytes += size
+	p.peak = max(p.peak, p.inflight)
+	p.outstanding.Add(1)
+	return nil
+}
+
+// Complete hands back an item taken with Track as finished, from any
+// goroutine; nothing may touch it afterwards.
+func (p *Partition[M, T]) Complete(it *Item[M, T]) { finish([]*Item[M, T]{it}) }
 
 // Skip records the message at offset as finished without a Do call (one
 // that could not be decoded, or that a previous owner finished) and
@@ -162,22 +218,78 @@ func (p *Partition[M, T]) Quota() (count int, bytes int64) {
 // Advance takes back the items workers finished, recycles them, returns
 // their share and moves the frontier. It returns how many messages passed
 // the frontier; the offset to commit is then Next.
-func (p *Partition[M, T]) Advance() int {
+func (p *Partition[M, T]) Advance() int { return p.AdvanceFunc(nil) }
+
+// AdvanceFunc is Advance, calling fn (if not nil) with each finished item
+// before it is recycled.
+func (p *Partition[M, T]) AdvanceFunc(fn func(*Item[M, T])) int {
 	if p.closed {
 		return 0
 	}
 	before := p.tracker.Released()
+	p.replaceOrphans()
 	for it := p.finished.Swap(nil); it != nil; {
 		next := it.next
-		p.tracker.Finish(it)
-		p.inflight--
-		p.bytes -= it.size
+		if it.orphan.Load() {
+			// A hung call came back: its copy runs, or has run, in
+			// its place (replaceOrphans).
+			if it.replaced {
+				p.recycle(it)
+			} else {
+				it.returned = true // recycled once replaced
+			}
+			it = next
+			continue
+		}
+		if p.tracker.Finish(it) {
+			p.inflight--
+			p.bytes -= it.size
+		}
+		if fn != nil {
+			fn(it)
+		}
 		p.recycle(it)
 		it = next
 	}
 	p.inFlight.Store(p.inflight)
 	return int(p.tracker.Released() - before)
 }
+
+// replaceOrphans makes a copy of each item Orphan gave up on, one attempt
+// on, puts it in the item's place in the tracker and queues it on its lane.
+func (p *Partition[M, T]) replaceOrphans() {
+	p.s.mu.Lock()
+	orphans := p.orphans
+	p.orphans = nil
+	p.s.mu.Unlock()
+	for _, old := range orphans {
+		c := p.Alloc()
+		c.offset, c.size, c.Lane, c.Val, c.Msg = old.offset, old.size, old.Lane, old.Val, old.Msg
+		if p.s.copied != nil {
+			p.s.copied(&c.Msg, &c.Val)
+		}
+		c.Attempt, c.FirstFailure = old.Attempt+1, old.FirstFailure
+		if c.FirstFailure.IsZero() {
+			c.FirstFailure = time.Now()
+		}
+		if !p.tracker.Replace(old, c) {
+			p.recycle(c) // finished meanwhile, or fenced
+			continue
+		}
+		old.replaced = true
+		c.lane = p.laneFor(c.Lane)
+		p.pending = append(p.pending, c)
+		p.orphaned++
+		if old.returned {
+			p.recycle(old)
+		}
+	}
+	p.Flush()
+}
+
+// Orphaned is how many items' hung calls were given up on (their copies
+// ran in their place); owner only.
+func (p *Partition[M, T]) Orphaned() int64 { return p.orphaned }
 
 // Trim lets go of free items beyond what the partition needed since the
 // last Trim (at least two channels' worth), so that the memory of a stall
@@ -234,7 +346,9 @@ func (p *Partition[M, T]) recycle(it *Item[M, T]) {
 		var zt T
 		it.Msg, it.Val = zm, zt
 	}
-	it.lane = nil
+	it.lane, it.arrival = nil, nil
+	it.orphan.Store(false)
+	it.replaced, it.returned = false, false
 	it.next = p.free
 	p.free = it
 	p.nfree++
@@ -304,6 +418,9 @@ func (p *Partition[M, T]) Close() int {
 		p.outOfRoom = false
 		p.s.shares.paused.Add(-1)
 	}
+	if p.side {
+		return left
+	}
 	p.s.partsMu.Lock()
 	delete(p.s.parts, p)
 	p.s.shares.claimed.Add(-1)
@@ -333,7 +450,6 @@ func (p *Partition[M, T]) laneFor(key uint64) *lane[M, T] {
 			l = new(lane[M, T])
 		}
 		l.part = p
-		l.retry.Value = l
 		p.lanes[key] = l
 	}
 	l.pending++

@@ -18,8 +18,8 @@
 // Outcomes: a batch that ran settles item by item (Settle): finished items
 // go back to their partitions; a failed item goes back to the front of its
 // lane with the lane's later items of the batch behind it, and the lane is
-// blocked until the item's retry time (a retry queue of lanes, RunRetries),
-// so a failure holds back only its own lane.
+// held (Options.Hold decides for how long, and calls Unhold), so a failure
+// holds back only its own lane.
 //
 // Ownership: lanes, the ready and retry queues, batch membership and the
 // idle list are guarded by the Scheduler's mutex. A Partition's tracker,
@@ -33,8 +33,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/orderly-go/orderly/internal/pqueue"
 )
 
 // Status is what Next decided for a worker's batch.
@@ -77,6 +75,16 @@ type Options[M, T any] struct {
 	// look past a lane's head for more of the same lane's items; default
 	// Size. Oldest-first holds to within a window.
 	Window int
+	// Copied, if set, is called on the copy of an item Orphan gave up on,
+	// after its message and value were copied: a value that points into
+	// its item's own message (the message itself as the value) must be
+	// made to point into the copy's.
+	Copied func(m *M, v *T)
+	// Hold is told of every item Settle holds at its lane's front (Verdict
+	// Hold), on the settling worker's goroutine, without the scheduler's
+	// lock; the lane waits until Unhold is called for the item (at once,
+	// or later, from any goroutine). nil: the lane goes on at once.
+	Hold func(it *Item[M, T], o Outcome)
 }
 
 // Scheduler is shared by all partitions and workers of a group.
@@ -85,6 +93,8 @@ type Scheduler[M, T any] struct {
 	window    uint64
 	wakeDelay time.Duration
 	reset     func(m *M, v *T)
+	copied    func(m *M, v *T)
+	onHold    func(it *Item[M, T], o Outcome)
 	shares    shares
 
 	wakeMu   sync.Mutex
@@ -103,8 +113,9 @@ type Scheduler[M, T any] struct {
 	filler     *Batch[M, T]      // the one partially filled batch, if any
 	idle       []*Worker[M, T]
 	workers    []*Worker[M, T]
-	retries    *pqueue.Queue[*lane[M, T]] // blocked lanes by retry time
-	retryKick  chan struct{}              // an earlier retry was queued
+	held       int // lanes held, over all partitions
+	running    int // batches handed out to run and not yet released or settled
+	limit      int // most batches running at once; -1: no limit (SetLimit)
 	stopped    bool
 	revokeSeq  uint64
 }
@@ -126,13 +137,16 @@ func (w *Worker[M, T]) Wake() <-chan struct{} { return w.wake }
 type Batch[M, T any] struct {
 	Items []*Item[M, T]
 
-	w       *Worker[M, T]
-	lanes   []*lane[M, T]
-	filling bool   // the scheduler's filler
-	seen    uint64 // revoke dedup mark
+	w        *Worker[M, T]
+	lanes    []*lane[M, T]
+	filling  bool        // the scheduler's filler
+	seen     uint64      // revoke dedup mark
+	orphaned atomic.Bool // Orphan: its items run elsewhere; what it reports is ignored
+	early    []bool      // items handed back by Finish while it runs; guarded by the scheduler mutex
 
 	// scratch for Settle and SortByLane (failures only)
 	done, gone, scratch []*Item[M, T]
+	held                []heldItem[M, T]
 	starts              []int
 	order               map[*lane[M, T]]int
 }
@@ -146,11 +160,10 @@ func New[M, T any](o Options[M, T]) *Scheduler[M, T] {
 		o.Window = o.Size
 	}
 	s := &Scheduler[M, T]{
-		size: o.Size, window: uint64(o.Window), wakeDelay: o.WakeDelay, reset: o.Reset,
-		wakeKick:  make(chan struct{}, 1),
-		retryKick: make(chan struct{}, 1),
-		parts:     make(map[*Partition[M, T]]struct{}),
-		retries:   pqueue.New[*lane[M, T]](0),
+		size: o.Size, window: uint64(o.Window), wakeDelay: o.WakeDelay, reset: o.Reset, copied: o.Copied, onHold: o.Hold,
+		wakeKick: make(chan struct{}, 1),
+		parts:    make(map[*Partition[M, T]]struct{}),
+		limit:    -1,
 	}
 	s.shares.maxCount, s.shares.maxBytes = int64(o.MaxInFlight), o.MaxInFlightBytes
 	if s.shares.maxCount <= 0 {
@@ -194,6 +207,70 @@ func (s *Scheduler[M, T]) SetCancel(w *Worker[M, T], cancel context.CancelCauseF
 	s.mu.Unlock()
 }
 
+// Orphan gives up on w's running batch, whose call hangs: copies of its
+// items run in their place (their partitions' owners make them at their
+// next Advance, and the copies take the items' places in the trackers, one
+// attempt on), its lanes are let go at once, and whatever the hung call
+// reports when it returns is ignored: its items never count as done. For
+// lanes that hold one message each (Unordered): otherwise a copy could run
+// while its lane mates wait behind the hung call. It returns how many
+// items it gave up on.
+func (s *Scheduler[M, T]) Orphan(w *Worker[M, T]) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	b := w.running
+	if b == nil || b.orphaned.Load() {
+		return 0
+	}
+	b.orphaned.Store(true)
+	for i, l := range b.lanes {
+		b.lanes[i] = nil
+		l.holder = nil
+	}
+	b.lanes = b.lanes[:0]
+	n := 0
+	for i, it := range b.Items {
+		p := it.part
+		if p.revoked || (i < len(b.early) && b.early[i]) {
+			continue // dropped, or handed back already
+		}
+		it.orphan.Store(true)
+		p.orphans = append(p.orphans, it)
+		signal(p.wake)
+		n++
+	}
+	return n
+}
+
+// Orphaned reports whether Orphan gave up on b.
+func (b *Batch[M, T]) Orphaned() bool { return b.orphaned.Load() }
+
+// SetLimit makes at most limit batches run at once: 0 runs none (a pause),
+// 1 one at a time (a probe), -1 any number (the default). Batches already
+// running go on.
+func (s *Scheduler[M, T]) SetLimit(limit int) {
+	s.mu.Lock()
+	s.limit = limit
+	if limit != 0 { // wake the idle: what is ready may run again
+		for _, w := range s.idle {
+			w.idle = false
+			signal(w.wake)
+		}
+		s.idle = s.idle[:0]
+	}
+	s.mu.Unlock()
+}
+
+// CancelWorker cancels the context w runs its batches with, with cause
+// (its call ran past its deadline).
+func (s *Scheduler[M, T]) CancelWorker(w *Worker[M, T], cause error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if w.cancel != nil {
+		w.cancel(cause)
+	}
+}
+
 // NewBatch returns an empty batch filled by w.
 func (s *Scheduler[M, T]) NewBatch(w *Worker[M, T]) *Batch[M, T] {
 	return &Batch[M, T]{w: w, Items: make([]*Item[M, T], 0, s.size)}
@@ -209,15 +286,29 @@ func (s *Scheduler[M, T]) push(p *Partition[M, T], items []*Item[M, T]) {
 		}
 		return
 	}
+	var held []heldItem[M, T]
 	for _, it := range items {
 		l := it.lane
 		l.pending--
+		if o := it.arrival; o != nil {
+			it.arrival = nil
+			if l.n == 0 && l.holder == nil && !l.blocked {
+				// First in its lane: it waits before it runs
+				// (Partition.AddHeld).
+				l.push(it)
+				l.blocked = true
+				p.held++
+				s.held++
+				held = append(held, heldItem[M, T]{it, *o})
+				continue
+			}
+		}
 		l.push(it)
 		switch {
 		case l.inReady:
 			s.readyItems++
 		case l.blocked:
-			// waits for its head's retry (RunRetries makes it ready)
+			// held for its head (Unhold makes it ready)
 		case l.holder == nil || l.holder.filling:
 			l.inReady = true
 			s.readyItems += l.n
@@ -230,6 +321,9 @@ func (s *Scheduler[M, T]) push(p *Partition[M, T], items []*Item[M, T]) {
 	}
 	s.wakeLocked()
 	s.mu.Unlock()
+	for _, h := range held {
+		s.hold(h.it, h.o)
+	}
 }
 
 // wakeFanout is how many idle workers one wake may rouse.
@@ -309,7 +403,7 @@ func (s *Scheduler[M, T]) take(b *Batch[M, T]) {
 		l.inReady = false
 		s.readyItems -= l.n
 		if l.part.revoked || l.blocked || (l.holder != nil && l.holder != b) {
-			continue // dead, waiting for a retry, or running elsewhere: requeued when free
+			continue // dead, held, or running elsewhere: requeued when free
 		}
 		s.takeFrom(b, l)
 	}
@@ -360,6 +454,14 @@ func (s *Scheduler[M, T]) nextLocked(b *Batch[M, T], flush bool) Status {
 		s.leaveFiller(b)
 		return Stopped
 	}
+	if s.limit >= 0 && s.running >= s.limit && len(b.Items) == 0 {
+		s.leaveFiller(b) // limited (SetLimit): wait as if nothing were ready
+		if !b.w.idle {
+			b.w.idle = true
+			s.idle = append(s.idle, b.w)
+		}
+		return Empty
+	}
 	if s.filler == nil || s.filler == b {
 		s.take(b)
 	}
@@ -378,6 +480,7 @@ func (s *Scheduler[M, T]) nextLocked(b *Batch[M, T], flush bool) Status {
 		s.leaveFiller(b)
 		s.wakeLocked()
 		b.w.running = b
+		s.running++
 		return Run
 	default:
 		s.filler = b
@@ -408,13 +511,36 @@ func (s *Scheduler[M, T]) finishBatch(b *Batch[M, T]) {
 	finish(b.Items)
 	clear(b.Items)
 	b.Items = b.Items[:0]
+	b.reset()
 }
 
-// Finish ends items of a batch that is still running (the part of a split
+// reset readies an emptied batch for reuse.
+func (b *Batch[M, T]) reset() {
+	clear(b.early)
+	b.orphaned.Store(false)
+}
+
+// Finish ends b.Items[from:to] while b still runs (the part of a split
 // retry that succeeded): they go back to their partitions now, while the
 // batch keeps holding their lanes until it settles (give them Finished
-// there).
-func (s *Scheduler[M, T]) Finish(items []*Item[M, T]) { finish(items) }
+// there). It reports false, and finishes nothing, when Orphan gave up on
+// b meanwhile.
+func (s *Scheduler[M, T]) Finish(b *Batch[M, T], from, to int) bool {
+	s.mu.Lock()
+	if b.orphaned.Load() {
+		s.mu.Unlock()
+		return false
+	}
+	if len(b.early) < len(b.Items) {
+		b.early = make([]bool, cap(b.Items))
+	}
+	for i := from; i < to; i++ {
+		b.early[i] = true
+	}
+	s.mu.Unlock()
+	finish(b.Items[from:to])
+	return true
+}
 
 // finish hands items back to their partitions, one chain per run of items
 // of the same partition. After that nothing may read them: their partition
@@ -452,6 +578,7 @@ func (s *Scheduler[M, T]) unholdLocked(b *Batch[M, T]) { s.continueLocked(b, nil
 func (s *Scheduler[M, T]) continueLocked(done, b *Batch[M, T]) {
 	if done.w.running == done {
 		done.w.running = nil
+		s.running--
 	}
 	canTake := b != nil && (s.filler == nil || s.filler == b)
 	for i, l := range done.lanes {
@@ -497,6 +624,7 @@ func (s *Scheduler[M, T]) Discard(b *Batch[M, T]) {
 	abandon(b.Items)
 	clear(b.Items)
 	b.Items = b.Items[:0]
+	b.reset()
 }
 
 // deferWake queues p for RunWaker.
@@ -568,13 +696,21 @@ func (s *Scheduler[M, T]) Stop() {
 		signal(s.filler.w.wake)
 	}
 	s.mu.Unlock()
-	signal(s.retryKick)
 }
 
-// revoke drops p's queued items (waiting to run or for a retry) and the
-// items a filling batch holds for it. Items already inside a Do call are
-// left to finish. It returns how many of the dropped items never failed
-// and how many were waiting for a retry.
+// hold tells Options.Hold of a held item, or lets its lane go on.
+func (s *Scheduler[M, T]) hold(it *Item[M, T], o Outcome) {
+	if s.onHold != nil {
+		s.onHold(it, o)
+		return
+	}
+	s.Unhold(it, false)
+}
+
+// revoke drops p's queued items (waiting to run, or held) and the items a
+// filling batch holds for it. Items already inside a Do call are left to
+// finish. It returns how many of the dropped items never failed and how
+// many had (Attempt above 1).
 func (s *Scheduler[M, T]) revoke(p *Partition[M, T]) (dropped, abandoned int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -597,10 +733,7 @@ func (s *Scheduler[M, T]) revoke(p *Partition[M, T]) (dropped, abandoned int) {
 				dropped++
 			}
 		}
-		if l.blocked {
-			s.retries.Remove(l.retry.Index())
-			l.blocked = false
-		}
+		l.blocked = false
 		if h := l.holder; h != nil && h.filling && h.seen != seq {
 			h.seen = seq
 			holders = append(holders, h)
@@ -617,6 +750,8 @@ func (s *Scheduler[M, T]) revoke(p *Partition[M, T]) (dropped, abandoned int) {
 		clear(h.Items[len(kept):])
 		h.Items = kept
 	}
+	s.held -= p.held
+	p.held = 0
 	p.lanes = nil
 	return dropped, abandoned
 }

@@ -2,7 +2,6 @@ package dispatch
 
 import (
 	"testing"
-	"time"
 	"unsafe"
 
 	"github.com/orderly-go/orderly/internal/leakcheck"
@@ -281,7 +280,7 @@ func TestFinishedAboveStuckHeadCostsNothing(t *testing.T) {
 	}
 }
 func TestRevoke(t *testing.T) {
-	s := New[msg, int](Options[msg, int]{Size: 2, MaxInFlight: 100})
+	s := New[msg, int](Options[msg, int]{Size: 2, MaxInFlight: 100, Hold: func(*Item[msg, int], Outcome) {}})
 	p, other := s.NewPartition(16), s.NewPartition(16)
 	var off, otherOff int64
 	feed(t, p, &off, 1, 2, 3, 4, 5)
@@ -297,7 +296,7 @@ func TestRevoke(t *testing.T) {
 	for _, it := range failed.Items {
 		it.Attempt++
 	}
-	s.Settle(failed, []Outcome{{Retry, time.Now().Add(time.Hour)}, {Retry, time.Now().Add(time.Hour)}})
+	s.Settle(failed, []Outcome{{Verdict: Hold}, {Verdict: Hold}})
 	if st := s.Next(filling, false, nil); st != Partial {
 		t.Fatalf("filling: got %v, want Partial", st)
 	}
@@ -310,8 +309,8 @@ func TestRevoke(t *testing.T) {
 	if got := p.Outstanding(); got != 2 {
 		t.Fatalf("Outstanding after revoke: got %d, want 2 (the running batch)", got)
 	}
-	if got := s.Retrying(); got != 0 {
-		t.Fatalf("lanes waiting for a retry after revoke: got %d, want 0", got)
+	if got := s.Held(); got != 0 {
+		t.Fatalf("lanes held after revoke: got %d, want 0", got)
 	}
 	for _, it := range filling.Items {
 		if it.part == p {
@@ -428,8 +427,7 @@ func TestFailureAfterRevokeIsAbandoned(t *testing.T) {
 	}
 	p.Revoke() // while the batch runs
 	p.Drain()
-	due := time.Now().Add(time.Hour)
-	s.Settle(b, []Outcome{{Retry, due}, {Retry, due}, {Return, time.Time{}}}) // and then fails
+	s.Settle(b, []Outcome{{Verdict: Hold}, {Verdict: Hold}, {Verdict: Return}}) // and then fails
 	if got := p.Outstanding(); got != 0 {
 		t.Fatalf("revoked partition's outstanding after the failure: got %d, want 0", got)
 	}
@@ -438,8 +436,8 @@ func TestFailureAfterRevokeIsAbandoned(t *testing.T) {
 	default:
 		t.Fatal("draining partition not woken when its items were abandoned")
 	}
-	if got := s.Retrying(); got != 0 {
-		t.Fatalf("lanes waiting for a retry: got %d, want 0", got)
+	if got := s.Held(); got != 0 {
+		t.Fatalf("lanes held: got %d, want 0", got)
 	}
 	next := s.NewBatch(w)
 	if st := s.Next(next, true, nil); st != Run || len(next.Items) != 1 || next.Items[0].part != other {

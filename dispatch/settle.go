@@ -13,33 +13,59 @@ const (
 	Done Verdict = iota
 	// Finished: the item was handed back already (Scheduler.Finish).
 	Finished
-	// Retry: the item failed; it goes back to the front of its lane,
-	// which waits until Outcome.Due.
-	Retry
-	// Return: the item neither finished nor failed (it was not run, or
-	// its call was cancelled); it goes back to the front of its lane, to
-	// run again as soon as a worker takes it.
+	// Return: the item neither finished nor failed (it was not run, or its
+	// call was cancelled); it goes back to the front of its lane, to run
+	// again as soon as a worker takes it.
 	Return
+	// Hold: the item goes back to the front of its lane and the lane
+	// waits, held, until Unhold: Options.Hold is told, and decides how
+	// long (a retry's backoff, a deferral) or what must happen first (a
+	// dead letter written).
+	Hold
 )
 
-// Outcome is the verdict on one item, and for Retry when it may run again.
+// Outcome is the verdict on one item. Kind, Delay and Err belong to the
+// caller: Settle hands them to Options.Hold with a held item.
 type Outcome struct {
 	Verdict Verdict
-	Due     time.Time
+	Kind    uint8
+	Delay   time.Duration
+	Err     error
 }
 
 // Settle ends a batch that did not simply succeed, item by item, with
 // out[i] the outcome of b.Items[i]. Items of a lane after one that goes back
-// (Retry or Return) go back too, behind it and in order, whatever their own
+// (Return or Hold) go back too, behind it and in order, whatever their own
 // outcome: a lane's later messages never finish before an earlier one.
 // Items whose partition was revoked are abandoned, never requeued. The
-// batch's lanes are let go: a lane whose first returned item is a Retry
-// waits in the retry queue until its Due; the others are ready again at
-// once. b is empty and reusable afterwards. It returns how many items went
-// back to their partitions.
+// batch's lanes are let go: a lane whose first returned item is held waits
+// (Options.Hold is called for that item once the lock is released); the
+// others are ready again at once. b is empty and reusable afterwards. It
+// returns how many items went back to their partitions.
 func (s *Scheduler[M, T]) Settle(b *Batch[M, T], out []Outcome) (finished int) {
-	done, gone := b.done[:0], b.gone[:0]
-	now := time.Now()
+	done, gone, held := b.done[:0], b.gone[:0], b.held[:0]
+	if b.orphaned.Load() {
+		// Its items run elsewhere (Orphan): what it says is ignored, and
+		// they go back to their partitions only to be recycled.
+		s.mu.Lock()
+		if b.w.running == b {
+			b.w.running = nil
+			s.running--
+		}
+		s.mu.Unlock()
+		for i, it := range b.Items {
+			if out[i].Verdict != Finished {
+				done = append(done, it)
+			}
+		}
+		finish(done)
+		clear(done)
+		b.done = done[:0]
+		clear(b.Items)
+		b.Items = b.Items[:0]
+		b.reset()
+		return 0
+	}
 	s.mu.Lock()
 	for i, it := range b.Items {
 		o := out[i]
@@ -57,97 +83,116 @@ func (s *Scheduler[M, T]) Settle(b *Batch[M, T], out []Outcome) (finished int) {
 			done = append(done, it)
 		default:
 			l.putBack(it)
-			l.retry.Deadline = time.Time{}
-			if o.Verdict == Retry {
-				l.retry.Deadline = o.Due
+			if o.Verdict == Hold {
+				l.blocked = true
+				held = append(held, heldItem[M, T]{it, o})
 			}
 		}
 	}
 	if b.w.running == b {
 		b.w.running = nil
+		s.running--
 	}
-	kick := false
 	for i, l := range b.lanes {
 		b.lanes[i] = nil
 		l.holder = nil
 		n := l.restoreBack()
-		if l.part.revoked {
-			continue
-		}
-		if n > 0 && l.inReady {
-			s.readyItems += n
-		}
 		switch {
-		case n > 0 && l.retry.Deadline.After(now):
-			l.blocked = true
-			s.retries.Push(&l.retry)
-			kick = kick || s.retries.Peek() == &l.retry
-		case l.n > 0 && !l.inReady:
-			s.requeue(l)
+		case l.part.revoked:
+		case l.blocked:
+			l.part.held++
+			s.held++
+			if n > 0 && l.inReady {
+				s.readyItems += n // taken off the ready queue when next popped
+			}
+		default:
+			if n > 0 && l.inReady {
+				s.readyItems += n
+			}
+			if l.n > 0 && !l.inReady {
+				s.requeue(l)
+			}
 		}
 	}
 	b.lanes = b.lanes[:0]
 	s.wakeLocked()
 	s.mu.Unlock()
-	if kick {
-		signal(s.retryKick)
-	}
 	finish(done)
 	abandon(gone)
+	for _, h := range held {
+		s.hold(h.it, h.o)
+	}
 	clear(done)
 	clear(gone)
-	b.done, b.gone = done[:0], gone[:0]
+	clear(held)
+	b.done, b.gone, b.held = done[:0], gone[:0], held[:0]
 	clear(b.Items)
 	b.Items = b.Items[:0]
+	b.reset()
 	return len(done)
 }
 
-// RunRetries makes blocked lanes ready again when their retry is due, until
-// stop is closed. Run it in one goroutine.
-func (s *Scheduler[M, T]) RunRetries(stop <-chan struct{}) {
-	timer := time.NewTimer(time.Hour)
-	timer.Stop()
-	for {
-		wait := time.Duration(-1)
-		s.mu.Lock()
-		now := time.Now()
-		for {
-			e, d := s.retries.PeekAndShift(now)
-			if e == nil {
-				if s.retries.Len() > 0 {
-					wait = d
-				}
-				break
-			}
-			l := e.Value
-			l.blocked = false
-			if !l.part.revoked && l.holder == nil && !l.inReady && l.n > 0 {
-				s.requeue(l)
-			}
-		}
-		s.wakeLocked()
-		s.mu.Unlock()
-		var due <-chan time.Time
-		if wait >= 0 {
-			timer.Reset(wait)
-			due = timer.C
-		}
-		select {
-		case <-due:
-		case <-s.retryKick:
-		case <-stop:
-			timer.Stop()
-			return
-		}
-		timer.Stop()
-	}
+// heldItem is an item Settle holds at its lane's front, and why.
+type heldItem[M, T any] struct {
+	it *Item[M, T]
+	o  Outcome
 }
 
-// Retrying is how many lanes wait for a retry.
-func (s *Scheduler[M, T]) Retrying() int {
+// Unhold lets the lane held for it go on: with finished, it is done (it
+// leaves its lane and goes back to its partition: its dead letter was
+// written, or it was parked); otherwise it runs again, first in its lane.
+// It reports false when there was nothing to let go: the item's partition
+// was revoked meanwhile (its lane's items were dropped), or its lane is not
+// held for it.
+func (s *Scheduler[M, T]) Unhold(it *Item[M, T], finished bool) bool {
+	s.mu.Lock()
+	l := it.lane
+	if it.part.revoked || l == nil || !l.blocked || l.head != it {
+		s.mu.Unlock()
+		return false
+	}
+	l.blocked = false
+	l.part.held--
+	s.held--
+	if finished {
+		l.pop()
+		if l.inReady {
+			s.readyItems--
+		}
+	}
+	if l.n > 0 && l.holder == nil && !l.inReady {
+		s.requeue(l)
+	}
+	s.wakeLocked()
+	s.mu.Unlock()
+	if finished {
+		finish([]*Item[M, T]{it})
+	}
+	return true
+}
+
+// Held is how many lanes wait, held, over all partitions.
+func (s *Scheduler[M, T]) Held() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.retries.Len()
+	return s.held
+}
+
+// HeldItems appends to dst the items p's held lanes wait for (their heads),
+// in no particular order. The owner calls it to write them into its commit
+// metadata; it costs O(p's lanes) when any is held, nothing otherwise.
+func (s *Scheduler[M, T]) HeldItems(p *Partition[M, T], dst []*Item[M, T]) []*Item[M, T] {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if p.held == 0 || p.revoked {
+		return dst
+	}
+	for _, l := range p.lanes {
+		if l.blocked && l.head != nil {
+			dst = append(dst, l.head)
+		}
+	}
+	return dst
 }
 
 // CancelRunning cancels, with cause, the context of every worker whose
@@ -171,17 +216,6 @@ func (s *Scheduler[M, T]) CancelRunning(p *Partition[M, T], cause error) int {
 		}
 	}
 	return n
-}
-
-// CancelAll cancels the context of every running batch with cause.
-func (s *Scheduler[M, T]) CancelAll(cause error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, w := range s.workers {
-		if w.running != nil && w.cancel != nil {
-			w.cancel(cause)
-		}
-	}
 }
 
 // SortByLane reorders a running batch's items so that each lane's items

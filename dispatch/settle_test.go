@@ -5,7 +5,6 @@ import (
 	"errors"
 	"slices"
 	"testing"
-	"time"
 )
 
 func seqsOf(b *Batch[msg, int]) []int {
@@ -37,9 +36,16 @@ func takeAll(t *testing.T, s *sched, w *Worker[msg, int]) []int {
 
 // TestSettleHoldsOnlyTheFailedLane (invariant 2): an item that fails goes
 // back to the front of its lane with its later lane mates of the batch
-// behind it, the lane waits for the retry, and everything else finishes.
+// behind it, the lane is held (Options.Hold is told) until Unhold, and
+// everything else finishes.
 func TestSettleHoldsOnlyTheFailedLane(t *testing.T) {
-	s := New[msg, int](Options[msg, int]{Size: 8, MaxInFlight: 100})
+	var held []*Item[msg, int]
+	s := New[msg, int](Options[msg, int]{Size: 8, MaxInFlight: 100, Hold: func(it *Item[msg, int], o Outcome) {
+		if o.Kind != 7 {
+			t.Errorf("Hold got kind %d, want the caller's 7", o.Kind)
+		}
+		held = append(held, it)
+	}})
 	p := s.NewPartition(16)
 	var off int64
 	feed(t, p, &off, 1, 2, 1, 3, 1, 2) // offsets 0..5
@@ -49,12 +55,10 @@ func TestSettleHoldsOnlyTheFailedLane(t *testing.T) {
 		t.Fatalf("Next: got %v with %d items, want Run with 6", st, len(b.Items))
 	}
 	feed(t, p, &off, 1, 3) // offsets 6 (lane 1) and 7 (lane 3) arrive while it runs
-	due := time.Now().Add(50 * time.Millisecond)
 	out := make([]Outcome, len(b.Items))
 	for i, it := range b.Items {
 		if it.Msg.seq == 2 || it.Msg.seq == 5 { // lane 1's second item fails, and lane 2's second
-			it.Attempt++
-			out[i] = Outcome{Retry, due}
+			out[i] = Outcome{Verdict: Hold, Kind: 7}
 		}
 	}
 	if n := s.Settle(b, out); n != 3 {
@@ -64,22 +68,54 @@ func TestSettleHoldsOnlyTheFailedLane(t *testing.T) {
 	if next, _ := p.Next(); next != 2 {
 		t.Fatalf("frontier: got %d, want 2 (offset 2 failed)", next)
 	}
-	if got := s.Retrying(); got != 2 {
-		t.Fatalf("lanes waiting for a retry: got %d, want 2 (lanes 1 and 2)", got)
+	if got := s.Held(); got != 2 || len(held) != 2 {
+		t.Fatalf("lanes held: got %d (Hold told of %d), want 2 (lanes 1 and 2)", got, len(held))
+	}
+	if got := s.HeldItems(p, nil); len(got) != 2 {
+		t.Fatalf("HeldItems: got %d, want 2", len(got))
 	}
 	// Lane 3's new item runs at once; lanes 1 and 2 wait.
 	if got := takeAll(t, s, w); !slices.Equal(got, []int{7}) {
-		t.Fatalf("taken before the retry is due: got %v, want [7] (lane 3 only)", got)
+		t.Fatalf("taken while held: got %v, want [7] (lane 3 only)", got)
 	}
-	stop := make(chan struct{})
-	done := make(chan struct{})
-	go func() { defer close(done); s.RunRetries(stop) }()
-	defer func() { close(stop); <-done }()
-	time.Sleep(time.Until(due) + 20*time.Millisecond)
+	for _, it := range held {
+		if !s.Unhold(it, false) {
+			t.Fatalf("Unhold(offset %d): got false, want true", it.Msg.seq)
+		}
+		if s.Unhold(it, false) {
+			t.Fatalf("second Unhold(offset %d): got true, want false", it.Msg.seq)
+		}
+	}
 	got := takeAll(t, s, w)
 	slices.Sort(got) // lanes 1 and 2 are independent; within lane 1 order is checked below
 	if !slices.Equal(got, []int{2, 4, 5, 6}) {
-		t.Fatalf("taken after the retry: got %v, want offsets 2, 4, 5 and 6", got)
+		t.Fatalf("taken after Unhold: got %v, want offsets 2, 4, 5 and 6", got)
+	}
+}
+
+// TestUnholdFinished: a held item let go as finished (its dead letter was
+// written) leaves its lane and passes the frontier; the lane's next item
+// runs.
+func TestUnholdFinished(t *testing.T) {
+	var held *Item[msg, int]
+	s := New[msg, int](Options[msg, int]{Size: 8, MaxInFlight: 100, Hold: func(it *Item[msg, int], _ Outcome) { held = it }})
+	p := s.NewPartition(16)
+	var off int64
+	feed(t, p, &off, 1, 1)
+	w := s.NewWorker()
+	b := s.NewBatch(w)
+	s.Next(b, true, nil)
+	s.Settle(b, []Outcome{{Verdict: Hold}, {Verdict: Done}})
+	if held == nil || held.Msg.seq != 0 {
+		t.Fatalf("held: got %v, want offset 0", held)
+	}
+	s.Unhold(held, true)
+	p.Advance()
+	if next, _ := p.Next(); next != 1 {
+		t.Fatalf("frontier after the held item finished: got %d, want 1", next)
+	}
+	if got := takeAll(t, s, w); !slices.Equal(got, []int{1}) {
+		t.Fatalf("taken: got %v, want [1] (its lane mate, uncharged)", got)
 	}
 }
 
@@ -93,7 +129,7 @@ func TestSettleKeepsLaneOrder(t *testing.T) {
 	w := s.NewWorker()
 	b := s.NewBatch(w)
 	s.Next(b, true, nil)
-	s.Settle(b, []Outcome{{Done, time.Time{}}, {Return, time.Time{}}, {Done, time.Time{}}})
+	s.Settle(b, []Outcome{{Verdict: Done}, {Verdict: Return}, {Verdict: Done}})
 	p.Advance()
 	if next, _ := p.Next(); next != 1 {
 		t.Fatalf("frontier: got %d, want 1", next)
@@ -117,8 +153,8 @@ func TestSettleAfterFinish(t *testing.T) {
 	w := s.NewWorker()
 	b := s.NewBatch(w)
 	s.Next(b, true, nil)
-	s.Finish(b.Items[:2])
-	out := []Outcome{{Finished, time.Time{}}, {Finished, time.Time{}}, {Done, time.Time{}}, {Retry, time.Now().Add(time.Hour)}}
+	s.Finish(b, 0, 2)
+	out := []Outcome{{Verdict: Finished}, {Verdict: Finished}, {Verdict: Done}, {Verdict: Hold}}
 	if n := s.Settle(b, out); n != 1 {
 		t.Fatalf("Settle finished %d, want 1", n)
 	}
@@ -181,5 +217,48 @@ func TestCancelRunning(t *testing.T) {
 	s.Release(b2)
 	if n := s.CancelRunning(p, cause); n != 0 {
 		t.Fatalf("CancelRunning with nothing running: got %d, want 0", n)
+	}
+}
+
+// TestOrphan: a running batch given up on (its call hangs) lets its lanes
+// go at once; its items' owners put copies, one attempt on, in their
+// places; what the hung call reports when it returns never counts: the
+// frontier moves only when the copies finish.
+func TestOrphan(t *testing.T) {
+	s := New[msg, int](Options[msg, int]{Size: 4, MaxInFlight: 100})
+	p := s.NewPartition(16)
+	var off int64
+	feed(t, p, &off, 1, 2, 3)
+	hung, other := s.NewWorker(), s.NewWorker()
+	b := s.NewBatch(hung)
+	s.Next(b, true, nil)
+	if n := s.Orphan(hung); n != 3 {
+		t.Fatalf("Orphan: got %d, want 3", n)
+	}
+	if n := s.Orphan(hung); n != 0 {
+		t.Fatalf("second Orphan: got %d, want 0", n)
+	}
+	p.Advance() // the owner makes the copies
+	if got := p.Orphaned(); got != 3 {
+		t.Fatalf("Orphaned: got %d, want 3", got)
+	}
+	c := s.NewBatch(other)
+	if st := s.Next(c, true, nil); st != Run || len(c.Items) != 3 {
+		t.Fatalf("copies: got %v with %d items, want Run with 3", st, len(c.Items))
+	}
+	for _, it := range c.Items {
+		if it.Attempt != 2 {
+			t.Fatalf("copy of offset %d: attempt %d, want 2", it.Offset(), it.Attempt)
+		}
+	}
+	s.Release(b) // the hung call returns "done": ignored
+	p.Advance()
+	if next, _ := p.Next(); next != 0 || p.Unfinished() != 3 {
+		t.Fatalf("after the hung call returned: frontier %d, unfinished %d; want 0 and 3 (its report ignored)", next, p.Unfinished())
+	}
+	s.Release(c)
+	p.Advance()
+	if next, _ := p.Next(); next != 3 || p.Unfinished() != 0 {
+		t.Fatalf("after the copies finished: frontier %d, unfinished %d; want 3 and 0", next, p.Unfinished())
 	}
 }

@@ -71,13 +71,15 @@ type claimLoop[T any] struct {
 	part   int32
 	resume commit.Done // offsets a previous owner finished (commit metadata)
 
-	held   held        // read while out of share (see held.go)
-	pauser fetchPauser // nil if the claim cannot pause fetching
-	paused bool        // fetching paused through pauser
+	undispatched undispatched // read while out of share (see undispatched.go)
+	pauser       fetchPauser  // nil if the claim cannot pause fetching
+	paused       bool         // fetching paused through pauser
 
-	meta     string // metadata last marked (the offset is st.next)
-	metaFull bool   // the finished set does not fit CommitMetadata: take nothing new
-	ranges   []commit.Range
+	meta       string // metadata last marked (the offset is st.next)
+	metaFull   bool   // the finished set does not fit CommitMetadata: take nothing new
+	ranges     []commit.Range
+	held       []*dispatch.Item[Message, T] // scratch for waiting
+	waitingBuf []commit.Waiting
 }
 
 func (g *Group[T]) consume(sess sarama.ConsumerGroupSession, claim sarama.ConsumerGroupClaim) error {
@@ -110,7 +112,7 @@ func (g *Group[T]) consume(sess sarama.ConsumerGroupSession, claim sarama.Consum
 	c.pauser, _ = claim.(fetchPauser)
 	for {
 		room := c.room()
-		if room && c.held.len() > 0 {
+		if room && c.undispatched.len() > 0 {
 			c.intakeHeld()
 			continue
 		}
@@ -123,7 +125,7 @@ func (g *Group[T]) consume(sess sarama.ConsumerGroupSession, claim sarama.Consum
 			// fetch loop, which waits for every partition to take its
 			// last response, is not held up by this one. Past a
 			// channel's worth, stop fetching more.
-			if c.held.len() >= c.g.cfg.Chan {
+			if c.undispatched.len() >= c.g.cfg.Chan {
 				c.pauseFetch(true)
 			}
 		default:
@@ -174,8 +176,8 @@ func (c *claimLoop[T]) pauseFetch(pause bool) {
 // fetched when held.
 func (c *claimLoop[T]) intakeHeld() {
 	count, bytes := c.p.Quota()
-	for n := min(c.held.len(), c.g.cfg.Chan, max(count, 1)); n > 0; n-- {
-		m := c.held.pop()
+	for n := min(c.undispatched.len(), c.g.cfg.Chan, max(count, 1)); n > 0; n-- {
+		m := c.undispatched.pop()
 		size := msgSize(m)
 		c.intake(m, size)
 		if bytes -= size; bytes <= 0 {
@@ -203,7 +205,7 @@ func (c *claimLoop[T]) intakeBurst(m *sarama.ConsumerMessage, msgs <-chan *saram
 			c.intake(m, size)
 			bytes -= size
 		} else {
-			c.held.push(m)
+			c.undispatched.push(m)
 		}
 		if more <= 0 || bytes <= 0 {
 			break
@@ -267,14 +269,36 @@ func (c *claimLoop[T]) intake(m *sarama.ConsumerMessage, size int64) {
 	v, lane, err := c.g.decode(msg)
 	if err != nil {
 		c.g.ctr.decodeErrors.Add(1)
-		c.log.Warn("decode failed; message skipped", zap.Int64("offset", m.Offset), zap.Error(err))
-		if err := c.p.Skip(it, m.Offset); err != nil {
-			c.badOffset(m.Offset, err)
+		if !c.g.fail.dead.enabled() {
+			c.log.Warn("decode failed; message skipped (no dead-letter destination)", zap.Int64("offset", m.Offset), zap.Error(err))
+			if err := c.p.Skip(it, m.Offset); err != nil {
+				c.badOffset(m.Offset, err)
+			}
+			return
 		}
+		// A poison message: dead-lettered, on a lane of its own (nothing
+		// can follow it in order: it was never decoded), its offset
+		// committed once its dead letter is written.
+		c.log.Warn("decode failed; dead-lettering the message", zap.Int64("offset", m.Offset), zap.Error(err))
+		if err := c.p.Track(it, m.Offset, size); err != nil {
+			c.badOffset(m.Offset, err)
+			return
+		}
+		p := c.p
+		c.g.fail.dead.add(it, func() { p.Complete(it) }, reasonPoison, 0, err)
 		return
 	}
 	it.Val, it.Lane = v, lane
-	if err := c.p.Add(it, m.Offset, size); err != nil {
+	if w, ok := c.resume.WaitingAt(m.Offset); ok {
+		// The previous owner left it waiting for a retry: it goes on at
+		// its attempt, after its backoff.
+		err = c.p.AddHeld(it, m.Offset, size, dispatch.Outcome{Kind: kindResumed, Delay: time.Until(w.NotBefore)})
+		it.Attempt = max(w.Attempt, 1)
+		c.g.ctr.resumedWaiting.Add(1)
+	} else {
+		err = c.p.Add(it, m.Offset, size)
+	}
+	if err != nil {
 		c.badOffset(m.Offset, err)
 	}
 }
@@ -298,8 +322,12 @@ func (c *claimLoop[T]) advance() {
 // cancelled), the final frontier is committed inside the session, and the
 // partition is fenced so that later completions cannot be committed.
 func (c *claimLoop[T]) revoke(reason string) error {
+	// The waiting messages are dropped with the rest of the queued work:
+	// list them first, so that the final commit tells the next owner
+	// where their attempts and backoffs stand.
+	waiting := c.waiting()
 	dropped, abandoned := c.p.Revoke()
-	dropped += c.held.drop()
+	dropped += c.undispatched.drop()
 	c.p.Drain()
 	late, cancelled := int64(0), 0
 	if c.p.Outstanding() > 0 {
@@ -324,10 +352,11 @@ func (c *claimLoop[T]) revoke(reason string) error {
 		timer.Stop()
 	}
 	c.advance()
-	c.mark()
+	c.mark(waiting)
 	c.sess.Commit()
 	next := c.st.next.Load()
 	left := c.p.Close()
+	c.g.fail.forget(c.p)
 	c.g.ctr.dropped.Add(int64(dropped))
 	c.g.ctr.abandoned.Add(int64(abandoned) + late)
 	c.g.ctr.revokes.Add(1)

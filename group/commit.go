@@ -1,6 +1,8 @@
 package group
 
 import (
+	"cmp"
+	"slices"
 	"time"
 
 	"github.com/IBM/sarama"
@@ -99,17 +101,17 @@ func (g *Group[T]) metadataRejected(topic string, part int32, err error) {
 func (c *claimLoop[T]) commitTick() {
 	c.advance()
 	c.p.Trim()
-	c.mark()
+	c.mark(c.waiting())
 	c.st.finishedAbove.Store(c.p.FinishedAbove())
 }
 
-// mark records the frontier, with the finished offsets above it as
-// metadata, for the next commit. It marks again when nothing moved but the
+// mark records the frontier, with the finished offsets above it and the
+// waiting messages (see waiting) as metadata, for the next commit. It marks again when nothing moved but the
 // partition has work left (a stuck head): the commit then goes out anyway,
 // as the Java client's auto-commit does, so lag monitors see a consumer
 // that commits without progress (Burrow's STALL) rather than one that
 // stopped.
-func (c *claimLoop[T]) mark() {
+func (c *claimLoop[T]) mark(waiting []commit.Waiting) {
 	next, ok := c.p.Next()
 	if !ok {
 		return
@@ -118,24 +120,43 @@ func (c *claimLoop[T]) mark() {
 	if limit := c.g.cfg.CommitMetadata; limit >= 0 && !c.st.noMeta.Load() {
 		var ranges []commit.Range
 		next, ranges, _ = c.p.Finished(c.ranges)
-		// What the previous owner finished beyond what this claim has
-		// received is still finished: pass it on.
+		// What the previous owner finished, or left waiting, beyond what
+		// this claim has received still is: pass it on.
 		ranges = c.resume.AppendAfter(ranges, c.p.Last())
 		c.ranges = ranges
-		var left int64
-		meta, left = commit.EncodeMeta(next, ranges, limit)
-		c.watchMetadata(next, len(meta), left, limit)
+		waiting = c.resume.WaitingAfter(waiting, c.p.Last())
+		var leftWaiting int
+		var leftFinished int64
+		meta, leftWaiting, leftFinished = commit.EncodeMeta2(next, waiting, ranges, limit)
+		c.watchMetadata(next, len(meta), leftFinished+int64(leftWaiting), limit)
 	}
 	switch marked := c.st.next.Load(); {
 	case next > marked:
 		c.sess.MarkOffset(c.topic, c.part, next, meta)
-	case next == marked && (meta != c.meta || c.p.Unfinished() > 0 || c.held.len() > 0):
+	case next == marked && (meta != c.meta || c.p.Unfinished() > 0 || c.undispatched.len() > 0):
 		c.sess.ResetOffset(c.topic, c.part, next, meta)
 	default:
 		return
 	}
 	c.meta = meta
 	c.st.next.Store(next)
+}
+
+// waiting lists the partition's messages held first in their lanes (a
+// retry's backoff, a deferral, a dead letter being written) with their
+// attempt count and due time, sorted by offset, for the commit metadata:
+// a new owner continues the count and the backoff.
+func (c *claimLoop[T]) waiting() []commit.Waiting {
+	c.held = c.g.sched.HeldItems(c.p, c.held[:0])
+	w := c.waitingBuf[:0]
+	for _, it := range c.held {
+		due, _ := c.g.fail.dueOf(it)
+		w = append(w, commit.Waiting{Offset: it.Offset(), Attempt: it.Attempt, NotBefore: due})
+	}
+	clear(c.held)
+	slices.SortFunc(w, func(a, b commit.Waiting) int { return cmp.Compare(a.Offset, b.Offset) })
+	c.waitingBuf = w
+	return w
 }
 
 // watchMetadata stops the partition from taking messages while its

@@ -23,6 +23,8 @@ const (
 	DefaultRetryBackoff     = 100 * time.Millisecond
 	DefaultMaxBackoff       = 10 * time.Second
 	DefaultCommitMetadata   = 4000
+	DefaultJitter           = 0.2
+	DefaultMsgTimeout       = 5 * time.Minute
 	maxDrainTimeout         = 30 * time.Second
 )
 
@@ -100,8 +102,48 @@ type Config struct {
 	// Sarama.Consumer.Group.Rebalance.Timeout, at most 30s; it must be below
 	// that timeout or Kafka would evict the member.
 	DrainTimeout time.Duration
-	// Retry is how a failed item is retried.
+	// Retry is how a failed item is retried, and after how many attempts
+	// it is dead-lettered.
 	Retry Retry
+	// MsgTimeout is the deadline of the ctx given to Do, counted from the
+	// call's start (ctx.Deadline reports it). Past it the ctx is cancelled
+	// (context.Cause: ErrTimeout) and, when the call returns, it counts as
+	// a failed attempt (a batch is then split to find the slow item). A Do
+	// that ignores its ctx for MsgTimeout plus a grace of a tenth of it (at
+	// least 1s, at most 30s) marks its worker stuck: logged, counted in
+	// Stats.Stuck. With OrderLanes and OrderPartition its lanes stay
+	// blocked until the call returns: order over liveness. With Unordered
+	// its messages are handed to other workers, as nsqd does, and the late
+	// completion is ignored: it never counts as done and never moves a
+	// frontier (the hung call's side effects may still land:
+	// at-least-once). Run still returns only once every Do has returned.
+	// Default 5m (Kafka's max.poll.interval.ms); -1: no deadline.
+	MsgTimeout time.Duration
+	// Ordering is what Orderly keeps in order: OrderLanes (the default),
+	// OrderPartition or Unordered.
+	Ordering Ordering
+	// DataPath is a directory for the failure path's files: messages
+	// parked by Unordered (see ParkAfter) and the local dead-letter store
+	// (when DeadLetterTopic is ""). It must outlive the process and be one
+	// per instance: parked messages are redelivered by the process that
+	// parked them, also after a restart, and stay with it when their
+	// partition moves to another member (at-least-once). "": nothing on
+	// disk, no parking, and dead letters only to DeadLetterTopic.
+	DataPath string
+	// DeadLetterTopic receives dead letters (after Retry.MaxAttempts, on a
+	// BatchError.DeadLetter, or when New fails), produced with acks from
+	// all in-sync replicas before the source offset may be committed. "":
+	// a local dead-letter store under DataPath (synced to disk before the
+	// source offset may be committed); with no DataPath either, a message
+	// New cannot decode is skipped and counted (Stats.DecodeErrors), and
+	// Retry.MaxAttempts must be 0.
+	DeadLetterTopic string
+	// ParkAfter applies to Unordered with a DataPath: a failed or
+	// deferred message due more than ParkAfter from now is parked, written
+	// durably to the queue under DataPath before the frontier may pass it,
+	// and redelivered when due; one due sooner waits in memory and holds
+	// the frontier. Default 0: every one is parked.
+	ParkAfter time.Duration
 	// CommitMetadata is the most bytes of commit metadata used to record
 	// which messages above the committed offset are already finished, so
 	// that the partition's next owner (after a handoff or a crash) skips
@@ -136,6 +178,47 @@ type Retry struct {
 	Backoff time.Duration
 	// MaxBackoff caps the backoff. Default 10s.
 	MaxBackoff time.Duration
+	// Jitter spreads each backoff at random by up to this fraction of it,
+	// either way, so that items failing together do not retry together.
+	// Default 0.2 (0 means the default); a negative value: no jitter. At
+	// most 1.
+	Jitter float64
+	// MaxAttempts is the most attempts an item gets: once it has failed
+	// MaxAttempts times it is dead-lettered (reason max_attempts, or
+	// timeout when its last attempt ran past MsgTimeout). 0 (the default)
+	// means unlimited. Above 0 it needs DeadLetterTopic or DataPath: a
+	// dead-letter queue in memory would lose what it holds. The count
+	// travels in the commit metadata, so a new owner continues it.
+	MaxAttempts int
+}
+
+// Ordering is what Orderly keeps in order.
+type Ordering int
+
+const (
+	// OrderLanes (the default): messages of a partition with equal Split
+	// (by default, equal keys) reach Do in offset order and never
+	// concurrently; a failing message holds back its lane only.
+	OrderLanes Ordering = iota
+	// OrderPartition: one lane per partition (Split is not called), as a
+	// plain Kafka consumer; a failing message holds back its partition.
+	OrderPartition
+	// Unordered: no message waits for another; a failing one holds back
+	// nothing but the commit frontier, and with a DataPath not even that
+	// (see ParkAfter).
+	Unordered
+)
+
+func (o Ordering) String() string {
+	switch o {
+	case OrderLanes:
+		return "OrderLanes"
+	case OrderPartition:
+		return "OrderPartition"
+	case Unordered:
+		return "Unordered"
+	}
+	return fmt.Sprintf("Ordering(%d)", int(o))
 }
 
 // DefaultSarama returns the client config Orderly uses when Config.Sarama
@@ -183,6 +266,18 @@ func (c Config) withDefaults() Config {
 	if c.Retry.MaxBackoff == 0 {
 		c.Retry.MaxBackoff = DefaultMaxBackoff
 	}
+	switch {
+	case c.Retry.Jitter == 0:
+		c.Retry.Jitter = DefaultJitter
+	case c.Retry.Jitter < 0:
+		c.Retry.Jitter = 0
+	}
+	switch {
+	case c.MsgTimeout == 0:
+		c.MsgTimeout = DefaultMsgTimeout
+	case c.MsgTimeout < 0:
+		c.MsgTimeout = 0
+	}
 	if c.Logger == nil {
 		c.Logger = zap.NewNop()
 	}
@@ -198,6 +293,12 @@ func (c Config) withDefaults() Config {
 	}
 	sc.Consumer.Return.Errors = true
 	sc.Consumer.Offsets.AutoCommit.Enable = false // Orderly commits (see Config.Sarama)
+	if c.DeadLetterTopic != "" {
+		// Dead letters: a SyncProducer on the group's client, acked by
+		// all in-sync replicas before the source offset is committed.
+		sc.Producer.Return.Successes = true
+		sc.Producer.RequiredAcks = sarama.WaitForAll
+	}
 	if c.Chan > 0 && c.Chan <= MaxChan {
 		sc.ChannelBufferSize = c.Chan
 	}
@@ -236,6 +337,16 @@ func (c Config) validate() error {
 		return bad("Retry.Backoff", "is %v: must be positive", c.Retry.Backoff)
 	case c.Retry.MaxBackoff < c.Retry.Backoff:
 		return bad("Retry.MaxBackoff", "is %v: must be at least Retry.Backoff (%v)", c.Retry.MaxBackoff, c.Retry.Backoff)
+	case c.Retry.Jitter > 1:
+		return bad("Retry.Jitter", "is %v: must be at most 1 (a fraction of the backoff)", c.Retry.Jitter)
+	case c.Retry.MaxAttempts < 0:
+		return bad("Retry.MaxAttempts", "is %d: must be positive, or 0 for unlimited", c.Retry.MaxAttempts)
+	case c.Retry.MaxAttempts > 0 && c.DeadLetterTopic == "" && c.DataPath == "":
+		return bad("Retry.MaxAttempts", "is %d but neither DeadLetterTopic nor DataPath is set: dead letters would have nowhere to go (a memory-only dead-letter queue would lose them)", c.Retry.MaxAttempts)
+	case c.Ordering < OrderLanes || c.Ordering > Unordered:
+		return bad("Ordering", "is %d: must be OrderLanes, OrderPartition or Unordered", int(c.Ordering))
+	case c.ParkAfter < 0:
+		return bad("ParkAfter", "is %v: must not be negative", c.ParkAfter)
 	case c.CommitMetadata < -1:
 		return bad("CommitMetadata", "is %d: must be positive, or -1 to disable", c.CommitMetadata)
 	case c.DrainTimeout < 0:

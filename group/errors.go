@@ -37,6 +37,9 @@ var (
 	// ErrShutdown is the context.Cause of a Do call's ctx when Run gives up
 	// on in-flight work (its ctx ended and DrainTimeout passed).
 	ErrShutdown = errors.New("group: Run is giving up on in-flight work")
+	// ErrTimeout is the context.Cause of a Do call's ctx when the call ran
+	// past Config.MsgTimeout.
+	ErrTimeout = errors.New("group: Do ran past MsgTimeout")
 )
 
 // ErrorCounts are Stats.Errors split by cause, as far as sarama's errors

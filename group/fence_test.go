@@ -137,7 +137,7 @@ func stuckGroup(t *testing.T, cfg Config, isStuck func(*Message) bool) (g *Group
 		}
 		return nil
 	})
-	stopWorkers := g.startWorkers(context.Background())
+	stopWorkers := startWorkers(t, g)
 	unstick = func() { releaseOnce.Do(func() { close(release) }) }
 	t.Cleanup(stopWorkers)
 	t.Cleanup(unstick) // cleanups run last-in first-out: this one first

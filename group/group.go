@@ -90,12 +90,15 @@ type Group[T any] struct {
 	sched   *dispatch.Scheduler[Message, T]
 	workers []workerState[T] // per-worker scratch for Do calls
 
-	client  sarama.Client // set by Run; nil in pipeline benchmarks
-	started atomic.Bool
-	pool    *merge.Stats
-	ctr     counters
-	errs    errorCounters
-	failLog rateLimit // "Do failed" warnings
+	client     sarama.Client // set by Run; nil in pipeline benchmarks
+	started    atomic.Bool
+	pool       *merge.Stats
+	workerPool atomic.Pointer[merge.Pool[Message, T]] // set once the workers run
+	paused     atomic.Bool
+	fail       *failures[T]
+	ctr        counters
+	errs       errorCounters
+	failLog    rateLimit // "Do failed" warnings
 
 	claimsMu sync.Mutex
 	claims   map[*claimState]struct{}
@@ -108,11 +111,11 @@ type Group[T any] struct {
 // workerState is one worker's scratch for Do calls, and what Messages
 // reads during them.
 type workerState[T any] struct {
-	vals   []T
-	items  []*dispatch.Item[Message, T]
-	msgs   []*Message
-	failed []int
-	info   batchInfo
+	vals     []T
+	items    []*dispatch.Item[Message, T]
+	msgs     []*Message
+	verdicts []merge.Verdict
+	info     batchInfo
 }
 
 // messages builds the current call's messages for Messages(ctx).
@@ -136,6 +139,8 @@ type counters struct {
 	revokes          atomic.Int64
 	claims           atomic.Int64
 	resumed          atomic.Int64
+	resumedWaiting   atomic.Int64
+	redelivered      atomic.Int64
 	metadataFull     atomic.Int64
 	metadataRejected atomic.Int64
 	// totals of claims that ended
@@ -154,19 +159,22 @@ func New[T any](cfg Config, h Handler[T]) (*Group[T], error) {
 		return nil, err
 	}
 	g := &Group[T]{
-		cfg:  cfg,
-		h:    h,
-		log:  cfg.Logger.With(zap.String("group", cfg.GroupID)),
-		seed: maphash.MakeSeed(),
-		sched: dispatch.New[Message, T](dispatch.Options[Message, T]{
-			Size: cfg.Size, MaxInFlight: cfg.MaxInFlight, MaxInFlightBytes: cfg.MaxInFlightBytes,
-			Window: cfg.Chan, WakeDelay: wakeDelay, Reset: resetFunc(h),
-		}),
+		cfg:      cfg,
+		h:        h,
+		log:      cfg.Logger.With(zap.String("group", cfg.GroupID)),
+		seed:     maphash.MakeSeed(),
 		workers:  make([]workerState[T], cfg.Num),
 		pool:     merge.NewStats(cfg.Num),
 		claims:   make(map[*claimState]struct{}),
 		stopping: make(chan struct{}),
 	}
+	g.fail = newFailures(g)
+	g.sched = dispatch.New[Message, T](dispatch.Options[Message, T]{
+		Size: cfg.Size, MaxInFlight: cfg.MaxInFlight, MaxInFlightBytes: cfg.MaxInFlightBytes,
+		Window: cfg.Chan, WakeDelay: wakeDelay, Reset: resetFunc(h), Hold: g.fail.hold, Copied: copiedFunc(h),
+	})
+	g.fail.outage.onStart = g.outageBegan
+	g.fail.outage.onEnd = g.outageEnded
 	for i := range g.workers {
 		w := &g.workers[i]
 		w.vals = make([]T, 0, cfg.Size)
@@ -214,9 +222,18 @@ func (g *Group[T]) Run(ctx context.Context) error {
 		return fmt.Errorf("%w %v (group %q): %w", ErrConnect, g.cfg.Brokers, g.cfg.GroupID, err)
 	}
 	g.client = client
+	if err := g.fail.open(client); err != nil {
+		_ = cg.Close()
+		return err
+	}
 	runCtx, endRun := context.WithCancelCause(ctx)
 	defer endRun(nil)
-	stopWorkers := g.startWorkers(runCtx)
+	stopWorkers, err := g.startWorkers(runCtx)
+	if err != nil {
+		_ = cg.Close()
+		_ = g.fail.close()
+		return err
+	}
 
 	var errs sync.WaitGroup
 	errs.Go(func() {
@@ -283,11 +300,11 @@ func (g *Group[T]) Run(ctx context.Context) error {
 		g.log.Warn("closing consumer group", zap.Error(err))
 	}
 	errs.Wait()
-	stopWorkers()
+	stopErr := stopWorkers()
 	if err := context.Cause(runCtx); err != nil && ctx.Err() == nil {
-		return err // a fatal error ended Run, not its caller
+		return errors.Join(err, stopErr) // a fatal error ended Run, not its caller
 	}
-	return nil
+	return stopErr
 }
 
 // checkTopics makes sure every configured topic exists (after sarama's
@@ -319,30 +336,98 @@ func (g *Group[T]) awaitClaims(limit time.Duration) {
 	}
 }
 
-// startWorkers starts the worker pool and the commit loop. Do calls see a
-// context that outlives ctx: a shutdown lets started batches finish, and
-// only gives up on them (cancels their context with ErrShutdown) once
-// every partition is drained, in stop.
-func (g *Group[T]) startWorkers(ctx context.Context) (stop func()) {
+// startWorkers starts the worker pool, the failure path and the commit
+// loop. Do calls see a context that outlives ctx: a shutdown lets started
+// batches finish, and only gives up on them (cancels their context with
+// ErrShutdown) once every partition is drained, in stop.
+func (g *Group[T]) startWorkers(ctx context.Context) (stop func() error, err error) {
 	workCtx, cancelWork := context.WithCancelCause(context.WithoutCancel(ctx))
+	if err := g.fail.start(workCtx); err != nil {
+		cancelWork(err)
+		return nil, err
+	}
 	pool := merge.Start(workCtx, g.sched, merge.Config{
-		Num:        g.cfg.Num,
-		Ticker:     g.cfg.Ticker,
-		Backoff:    g.cfg.Retry.Backoff,
-		MaxBackoff: g.cfg.Retry.MaxBackoff,
+		Num:          g.cfg.Num,
+		Ticker:       g.cfg.Ticker,
+		Timeout:      g.cfg.MsgTimeout,
+		TimeoutCause: ErrTimeout,
+		Grace:        stuckGrace(g.cfg.MsgTimeout),
+		OnStuck:      g.onStuck,
 		Context: func(ctx context.Context, worker int) context.Context {
 			return context.WithValue(ctx, batchKey{}, &g.workers[worker].info)
 		},
 	}, g.handle, g.pool)
+	g.workerPool.Store(pool)
 	stopCommits := make(chan struct{})
 	var commits sync.WaitGroup
 	commits.Go(func() { g.commitLoop(stopCommits) })
-	return func() {
+	return func() error {
 		close(stopCommits)
 		commits.Wait()
 		cancelWork(ErrShutdown)
 		pool.Stop()
+		return g.fail.close()
+	}, nil
+}
+
+// stuckGrace is how long past MsgTimeout a call may run before its worker
+// counts as stuck: a tenth of MsgTimeout, between 1s and 30s.
+func stuckGrace(timeout time.Duration) time.Duration {
+	return min(max(timeout/10, time.Second), 30*time.Second)
+}
+
+// onStuck logs a worker whose Do ignored its cancelled ctx past
+// MsgTimeout plus grace (merge.Config.OnStuck).
+// With Unordered its messages are handed to other workers (Orphan) and
+// what the hung call reports is ignored.
+func (g *Group[T]) onStuck(worker int, since time.Time) {
+	redelivered := 0
+	if g.cfg.Ordering == Unordered {
+		if p := g.workerPool.Load(); p != nil {
+			redelivered = g.sched.Orphan(p.Worker(worker))
+			g.ctr.redelivered.Add(int64(redelivered))
+		}
 	}
+	g.log.Warn("worker stuck: Do ran past MsgTimeout and ignored its ctx", zap.Int("worker", worker),
+		zap.Duration("running", time.Since(since)), zap.Duration("timeout", g.cfg.MsgTimeout),
+		zap.Int("redelivered", redelivered))
+}
+
+// Pause stops handing batches to Do (the ones in Do finish); fetching
+// pauses on its own as the partitions' shares fill. For operators, and for
+// handlers that know their dependency is down. Resume undoes it.
+func (g *Group[T]) Pause() {
+	g.paused.Store(true)
+	g.sched.SetLimit(0)
+	g.log.Info("paused")
+}
+
+// Resume lets Do run again after Pause.
+func (g *Group[T]) Resume() {
+	g.paused.Store(false)
+	limit := -1
+	if g.fail.outage.on() {
+		limit = 1
+	}
+	g.sched.SetLimit(limit)
+	g.log.Info("resumed")
+}
+
+// outageBegan: most calls fail over many lanes (see outage): run one batch
+// at a time until one succeeds.
+func (g *Group[T]) outageBegan() {
+	if !g.paused.Load() {
+		g.sched.SetLimit(1)
+	}
+	g.log.Warn("most Do calls fail across many lanes: backing off as a whole, one batch at a time, failures not charged",
+		zap.Int64("outages", g.fail.outage.count.Load()))
+}
+
+func (g *Group[T]) outageEnded(d time.Duration) {
+	if !g.paused.Load() {
+		g.sched.SetLimit(-1)
+	}
+	g.log.Info("a Do call succeeded again: outage over", zap.Duration("lasted", d))
 }
 
 // consumerError counts and logs an error sarama reported while consuming
@@ -367,7 +452,7 @@ func (g *Group[T]) consumerError(err error) error {
 }
 
 // handle is merge's Handle: it calls Do with the items' values.
-func (g *Group[T]) handle(ctx context.Context, worker int, items []*dispatch.Item[Message, T]) ([]int, error) {
+func (g *Group[T]) handle(ctx context.Context, worker int, items []*dispatch.Item[Message, T]) ([]merge.Verdict, error) {
 	w := &g.workers[worker]
 	vals := w.vals[:0] // cap Size: never reallocates, never written back
 	for _, it := range items {
@@ -382,14 +467,17 @@ func (g *Group[T]) handle(ctx context.Context, worker int, items []*dispatch.Ite
 	clear(vals)
 	clear(w.msgs)
 	if err == nil {
+		g.fail.outage.ok(len(items))
 		return nil, nil
 	}
-	var failed []int
+	var verdicts []merge.Verdict
 	if be := batchFailures(err); be != nil {
 		var ok bool
-		if w.failed, ok = be.indexes(w.failed, len(items)); ok {
-			failed = w.failed
+		if w.verdicts, ok = be.verdicts(w.verdicts, len(items)); ok {
+			verdicts = w.verdicts
+			g.fail.outage.ok(len(items) - len(verdicts))
 		} else if be.Len() == 0 {
+			g.fail.outage.ok(len(items))
 			return nil, nil // a BatchError naming nothing: all done
 		}
 	}
@@ -397,8 +485,8 @@ func (g *Group[T]) handle(ctx context.Context, worker int, items []*dispatch.Ite
 	g.failLog.warn(g.log, "Do failed; its failing items will be retried",
 		zap.String("topic", first.Topic), zap.Int32("partition", first.Partition),
 		zap.Int64("offset", first.Offset), zap.Uint64("lane", items[0].Lane),
-		zap.Int("attempt", items[0].Attempt), zap.Int("batch", len(items)), zap.Int("named", len(failed)), zap.Error(err))
-	return failed, err
+		zap.Int("attempt", items[0].Attempt), zap.Int("batch", len(items)), zap.Int("named", len(verdicts)), zap.Error(err))
+	return verdicts, err
 }
 
 func (g *Group[T]) call(ctx context.Context, vals []T) (err error) {
@@ -425,13 +513,35 @@ func resetFunc[T any](h Handler[T]) func(m *Message, v *T) {
 	}
 }
 
+// copiedFunc points a copied item's value at the copy's message when the
+// value is the message itself (Handler.New nil).
+func copiedFunc[T any](h Handler[T]) func(m *Message, v *T) {
+	if h.New != nil {
+		return nil
+	}
+	return func(m *Message, v *T) { *v = any(m).(T) }
+}
+
 // decode runs New and Split for m, turning a panic into an error.
 func (g *Group[T]) decode(m *Message) (v T, lane uint64, err error) {
-	if g.h.New == nil && g.h.Split == nil {
+	if g.h.New == nil && (g.h.Split == nil || g.cfg.Ordering != OrderLanes) {
 		// Nothing of the user's to run: no recover needed.
-		return any(m).(T), maphash.Bytes(g.seed, m.Key), nil
+		return any(m).(T), g.lane(m), nil
 	}
 	return g.decodeUser(m)
+}
+
+// lane is m's ordering lane when Split does not decide it: a hash of the
+// key (OrderLanes), one lane for the partition (OrderPartition), or a lane
+// of its own (Unordered: no message waits for another).
+func (g *Group[T]) lane(m *Message) uint64 {
+	switch g.cfg.Ordering {
+	case OrderPartition:
+		return 0
+	case Unordered:
+		return uint64(m.Offset)
+	}
+	return maphash.Bytes(g.seed, m.Key)
 }
 
 func (g *Group[T]) decodeUser(m *Message) (v T, lane uint64, err error) {
@@ -447,10 +557,10 @@ func (g *Group[T]) decodeUser(m *Message) (v T, lane uint64, err error) {
 	} else {
 		v = any(m).(T)
 	}
-	if g.h.Split != nil {
+	if g.h.Split != nil && g.cfg.Ordering == OrderLanes {
 		return v, g.h.Split(m, v), nil
 	}
-	return v, maphash.Bytes(g.seed, m.Key), nil
+	return v, g.lane(m), nil
 }
 
 // Stats returns a snapshot of the group's counters. Safe to call from any
@@ -470,10 +580,27 @@ func (g *Group[T]) Stats() Stats {
 		Revokes:          g.ctr.revokes.Load(),
 		Claims:           g.ctr.claims.Load(),
 		Resumed:          g.ctr.resumed.Load(),
+		ResumedWaiting:   g.ctr.resumedWaiting.Load(),
 		MetadataFull:     g.ctr.metadataFull.Load(),
 		MetadataRejected: g.ctr.metadataRejected.Load(),
 		InFlight:         g.sched.InFlight(),
-		Retrying:         int64(g.sched.Retrying()),
+		TimedOut:         g.pool.TimedOut.Load(),
+		Redelivered:      g.ctr.redelivered.Load(),
+		Stuck:            g.pool.Stuck.Load(),
+		Paused:           g.paused.Load(),
+	}
+	f := g.fail
+	s.Retrying, s.Deferred = f.retrying.Load(), f.deferred.Load()
+	s.Outages, s.Outage = f.outage.count.Load(), f.outage.on()
+	d := f.dead
+	s.DeadLettered = DeadLetterCounts{MaxAttempts: d.byReason[0].Load(), Rejected: d.byReason[1].Load(),
+		Timeout: d.byReason[2].Load(), Poison: d.byReason[3].Load()}
+	s.DeadLetterSkipped, s.DeadLetterErrors, s.DeadLetterPending = d.skipped.Load(), d.writeErrors.Load(), d.pending.Load()
+	if f.park != nil {
+		s.Parked, s.ParkErrors = f.park.parked.Load(), f.park.writeErrors.Load()
+	}
+	if p := g.workerPool.Load(); p != nil {
+		s.StuckWorkers = int64(p.StuckNow())
 	}
 	s.ErrorsBy, s.Errors = g.errs.snapshot()
 	g.claimsMu.Lock()

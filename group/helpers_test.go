@@ -65,3 +65,19 @@ func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool)
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// startWorkers starts g's workers and failure path without a broker (for
+// tests that drive claims by hand); the returned stop ends them and fails
+// the test if the failure path could not close.
+func startWorkers[T any](tb testing.TB, g *Group[T]) (stop func()) {
+	tb.Helper()
+	stopWorkers, err := g.startWorkers(context.Background())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return func() {
+		if err := stopWorkers(); err != nil {
+			tb.Error(err)
+		}
+	}
+}

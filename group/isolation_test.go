@@ -345,7 +345,7 @@ func TestRevokedBatchContextCancelled(t *testing.T) {
 		causes <- context.Cause(ctx)
 		return ctx.Err()
 	})
-	stopWorkers := g.startWorkers(context.Background())
+	stopWorkers := startWorkers(t, g)
 	t.Cleanup(stopWorkers)
 	sess := &memSession{ctx: context.Background(), marked: map[int32]int64{}}
 	claim := &memClaim{p: 3, msgs: make(chan *sarama.ConsumerMessage, 1)}

@@ -6,11 +6,20 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
+
+	"github.com/orderly-go/orderly/merge"
 )
 
-// BatchError is what Do returns to fail some items of its batch and not
-// others: the items it names are retried (each is charged an attempt and
-// waits out Config.Retry's backoff), the items it does not name are done.
+// BatchError is what Do returns to say what became of some items of its
+// batch, item by item; the items it does not name are done:
+//   - Fail: the item failed; it is charged an attempt and retried after
+//     Config.Retry's backoff (or dead-lettered after Retry.MaxAttempts);
+//   - Defer: run the item again after a delay, without charging an attempt
+//     (the item is not ready yet: a dependency it waits for, a rate limit);
+//   - DeadLetter: the item can never succeed: dead-letter it now (reason
+//     rejected), whatever its attempts.
+//
 // A named item's later messages in its lane wait behind it, in the batch
 // and after it, and are handed out again after it without being charged:
 // lane order holds. Other lanes are not held back.
@@ -32,14 +41,32 @@ type BatchError struct {
 
 type itemError struct {
 	index int
+	kind  merge.Kind
+	delay time.Duration
 	err   error
 }
 
 // Fail marks item i of the batch (its index in the slice Do received) as
 // failed with err.
 func (e *BatchError) Fail(i int, err error) {
-	e.items = append(e.items, itemError{i, err})
+	e.items = append(e.items, itemError{index: i, kind: merge.Failed, err: err})
 }
+
+// Defer asks for item i to be handed out again after d, not counted as
+// an attempt; its lane waits meanwhile.
+func (e *BatchError) Defer(i int, d time.Duration) {
+	e.items = append(e.items, itemError{index: i, kind: merge.Deferred, delay: max(d, 0), err: errDeferred})
+}
+
+// DeadLetter asks for item i to be dead-lettered now, because of reason
+// (its text goes into the __orderly.errors.message header). The source
+// offset is committed past it only once its dead letter is written.
+func (e *BatchError) DeadLetter(i int, reason error) {
+	e.items = append(e.items, itemError{index: i, kind: merge.DeadLettered, err: reason})
+}
+
+// errDeferred is the error of a deferred item in a BatchError's message.
+var errDeferred = errors.New("deferred")
 
 // Len is how many items were marked failed.
 func (e *BatchError) Len() int { return len(e.items) }
@@ -75,17 +102,18 @@ func (e *BatchError) Unwrap() []error {
 	return errs
 }
 
-// indexes appends to dst the valid, distinct failed indexes for a batch of
-// n items, in increasing order; it reports false when none is valid.
-func (e *BatchError) indexes(dst []int, n int) ([]int, bool) {
+// verdicts appends to dst the verdicts on the valid indexes for a batch of
+// n items, in increasing order of index, one per index (the first given
+// wins); it reports false when none is valid.
+func (e *BatchError) verdicts(dst []merge.Verdict, n int) ([]merge.Verdict, bool) {
 	dst = dst[:0]
 	for _, it := range e.items {
 		if it.index >= 0 && it.index < n {
-			dst = append(dst, it.index)
+			dst = append(dst, merge.Verdict{Index: it.index, Kind: it.kind, Delay: it.delay, Err: it.err})
 		}
 	}
-	slices.Sort(dst)
-	dst = slices.Compact(dst)
+	slices.SortStableFunc(dst, func(a, b merge.Verdict) int { return a.Index - b.Index })
+	dst = slices.CompactFunc(dst, func(a, b merge.Verdict) bool { return a.Index == b.Index })
 	return dst, len(dst) > 0
 }
 

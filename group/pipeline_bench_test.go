@@ -82,7 +82,7 @@ func runMemPipeline(tb testing.TB, cfg Config, do func(context.Context, []*Messa
 	cfg.Brokers, cfg.Topics, cfg.GroupID = []string{"mem:0"}, []string{"mem"}, "mem"
 	g := newGroup(tb, cfg, do)
 	sess := &memSession{ctx: context.Background(), marked: map[int32]int64{}}
-	stop := g.startWorkers(context.Background())
+	stop := startWorkers(tb, g)
 	keyBytes := make([][]byte, keys)
 	for i := range keyBytes {
 		keyBytes[i] = fmt.Appendf(nil, "key-%d", i)
@@ -220,7 +220,7 @@ func finishedAboveStuckHead(tb testing.TB, n int) (heap uint64) {
 			}
 			return nil
 		})
-	stop := g.startWorkers(context.Background())
+	stop := startWorkers(tb, g)
 	defer stop()
 	sess := &memSession{ctx: context.Background(), marked: map[int32]int64{}}
 	c := &memClaim{p: 0, msgs: make(chan *sarama.ConsumerMessage, g.cfg.Chan)}

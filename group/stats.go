@@ -19,6 +19,10 @@ type Stats struct {
 	Revokes      int64 // partition claims that ended (rebalance or shutdown)
 	Claims       int64 // partition claims that started
 	Resumed      int64 // messages skipped because a previous owner finished them (commit metadata)
+	// ResumedWaiting counts messages a previous owner left waiting for a
+	// retry (commit metadata): they went on at the attempt and backoff
+	// it had reached.
+	ResumedWaiting int64
 	// MetadataFull counts the times a partition stopped taking messages
 	// because its finished set no longer fit CommitMetadata.
 	MetadataFull int64
@@ -28,9 +32,34 @@ type Stats struct {
 	Errors           int64       // consumer, commit and offset errors (the sum of ErrorsBy)
 	ErrorsBy         ErrorCounts // Errors by cause
 
-	InFlight      int64 // fetched and not yet finished
-	Retrying      int64 // lanes waiting for a failed message's retry
-	FinishedAbove int64 // finished messages above their partition's frontier (as of the last commit)
-	Partitions    int64 // partitions claimed now
-	Lag           int64 // sum over claimed partitions of high watermark minus commit frontier
+	// The failure path.
+	DeadLettered      DeadLetterCounts // messages whose dead letter was written, by reason
+	DeadLetterSkipped int64            // messages to dead-letter with no destination configured: skipped
+	DeadLetterErrors  int64            // failed writes of dead letters (retried)
+	TimedOut          int64            // Do calls that ran past MsgTimeout
+	Stuck             int64            // Do calls that ran past MsgTimeout plus its grace (their worker was stuck)
+	Redelivered       int64            // Unordered: messages of stuck calls handed to other workers
+	Outages           int64            // times most calls failed across many lanes and the group backed off as a whole
+	ParkErrors        int64            // failed writes of parked messages (retried)
+
+	InFlight          int64 // fetched and not yet finished
+	Retrying          int64 // messages waiting out a retry's backoff, first in their lanes
+	Deferred          int64 // messages waiting out a deferral (BatchError.Defer), or a probe delay during an outage
+	Parked            int64 // Unordered messages parked on disk under DataPath
+	DeadLetterPending int64 // messages waiting for their dead letter to be written
+	StuckWorkers      int64 // workers in a Do call past MsgTimeout plus grace now
+	Outage            bool  // an outage is on (see Outages)
+	Paused            bool  // Pause was called and Resume not yet
+	FinishedAbove     int64 // finished messages above their partition's frontier (as of the last commit)
+	Partitions        int64 // partitions claimed now
+	Lag               int64 // sum over claimed partitions of high watermark minus commit frontier
+}
+
+// DeadLetterCounts are dead letters by reason (the __orderly.errors.reason
+// header).
+type DeadLetterCounts struct {
+	MaxAttempts int64 // failed Retry.MaxAttempts times
+	Rejected    int64 // BatchError.DeadLetter
+	Timeout     int64 // failed Retry.MaxAttempts times, the last past MsgTimeout
+	Poison      int64 // New could not decode it
 }

@@ -27,22 +27,52 @@ import (
 
 // Config configures a Pool.
 type Config struct {
-	Num        int           // workers
-	Ticker     time.Duration // a partial batch waits at most this long; < 0: never waits
-	Backoff    time.Duration // before an item's first retry; doubled per attempt
-	MaxBackoff time.Duration // backoff cap
+	Num    int           // workers
+	Ticker time.Duration // a partial batch waits at most this long; < 0: never waits
+	// Timeout is how long a call may run: past it, its context is
+	// cancelled with TimeoutCause (its Deadline says when), and the call
+	// counts as failed when it returns. 0: no limit.
+	Timeout      time.Duration
+	TimeoutCause error
+	// Grace is how long past Timeout a call that ignores its context may
+	// run before its worker counts as stuck (OnStuck, Stats.Stuck).
+	Grace time.Duration
+	// OnStuck, if set, is told once per call of a worker that became
+	// stuck (its call started at since), on the watchdog's goroutine; the
+	// worker is Pool.Worker(worker).
+	OnStuck func(worker int, since time.Time)
 	// Context, if set, wraps each context a worker makes for its calls
 	// (one per worker, made again only after it was cancelled).
 	Context func(ctx context.Context, worker int) context.Context
 }
 
+// Kind is how an item failed, as Handle reports it; it is passed on to the
+// scheduler's Hold as Outcome.Kind.
+type Kind = uint8
+
+const (
+	// Failed: the item failed; it is charged an attempt.
+	Failed Kind = iota + 1
+	// Deferred: run the item again after Verdict.Delay, uncharged.
+	Deferred
+	// DeadLettered: the item is to be dead-lettered now.
+	DeadLettered
+)
+
+// Verdict names one item of a call that did not simply succeed.
+type Verdict struct {
+	Index int // into the items of the call
+	Kind  Kind
+	Delay time.Duration // Deferred
+	Err   error
+}
+
 // Handle calls Do for items: a whole batch, or part of one in a split
 // retry. worker is the calling worker's index (for per-worker scratch
-// space). A nil error means every item is done. A non-nil error with
-// failed == nil means the call failed as a whole; otherwise failed lists
-// the indexes (into items) of the items that failed, and the others are
-// done.
-type Handle[M, T any] func(ctx context.Context, worker int, items []*dispatch.Item[M, T]) (failed []int, err error)
+// space). A nil error means every item is done. A non-nil error with no
+// verdicts means the call failed as a whole; with verdicts, the items they
+// name failed (or are deferred, or dead-lettered) and the others are done.
+type Handle[M, T any] func(ctx context.Context, worker int, items []*dispatch.Item[M, T]) (verdicts []Verdict, err error)
 
 // Stats are the pool's counters. Successful calls are counted per worker,
 // each on its own cache line (a shared atomic per Do call showed up with
@@ -52,6 +82,9 @@ type Stats struct {
 	Retries   atomic.Int64 // items charged a failed attempt: they will be handed out again
 	Splits    atomic.Int64 // calls made on part of a batch that failed as a whole
 	Cancelled atomic.Int64 // failed calls that returned after their context was cancelled
+	TimedOut  atomic.Int64 // calls that ran past Config.Timeout
+	Stuck     atomic.Int64 // calls that ran past Timeout plus Grace (their worker was stuck)
+	Deferred  atomic.Int64 // items deferred by their Do
 	workers   []workerCount
 }
 
@@ -85,13 +118,14 @@ func (s *Stats) Handled() int64 {
 
 // Pool is a set of workers on one scheduler.
 type Pool[M, T any] struct {
-	s      *dispatch.Scheduler[M, T]
-	cfg    Config
-	handle Handle[M, T]
-	stats  *Stats
-	stop   chan struct{}
-	wg     sync.WaitGroup
-	once   sync.Once
+	s       *dispatch.Scheduler[M, T]
+	cfg     Config
+	handle  Handle[M, T]
+	stats   *Stats
+	stop    chan struct{}
+	wg      sync.WaitGroup
+	once    sync.Once
+	workers []*worker[M, T] // each written by its goroutine; call state read by the watchdog
 }
 
 // Start starts cfg.Num workers. Each worker's calls run with a context
@@ -99,12 +133,20 @@ type Pool[M, T any] struct {
 // batch's partition is revoked past its drain; cancel ctx to make every
 // call give up (Stop does not). st must come from NewStats(cfg.Num).
 func Start[M, T any](ctx context.Context, s *dispatch.Scheduler[M, T], cfg Config, h Handle[M, T], st *Stats) *Pool[M, T] {
-	p := &Pool[M, T]{s: s, cfg: cfg, handle: h, stats: st, stop: make(chan struct{})}
-	for i := range cfg.Num {
-		p.wg.Go(func() { p.work(ctx, i) })
+	p := &Pool[M, T]{s: s, cfg: cfg, handle: h, stats: st, stop: make(chan struct{}), workers: make([]*worker[M, T], cfg.Num)}
+	for i := range p.workers { // made before any goroutine starts: the watchdog reads them
+		wk := &worker[M, T]{id: i, root: ctx, w: s.NewWorker(), timer: time.NewTimer(time.Hour), count: &st.workers[i]}
+		wk.timer.Stop()
+		wk.b = s.NewBatch(wk.w)
+		p.workers[i] = wk
+	}
+	for _, wk := range p.workers {
+		p.wg.Go(func() { p.work(wk) })
 	}
 	p.wg.Go(func() { s.RunWaker(p.stop) })
-	p.wg.Go(func() { s.RunRetries(p.stop) })
+	if cfg.Timeout > 0 {
+		p.wg.Go(p.watch)
+	}
 	return p
 }
 
@@ -128,18 +170,10 @@ type worker[M, T any] struct {
 	out   []dispatch.Outcome
 	timer *time.Timer
 	count *workerCount
+	call  callState
 }
 
-func (p *Pool[M, T]) work(root context.Context, id int) {
-	wk := &worker[M, T]{
-		id:    id,
-		root:  root,
-		w:     p.s.NewWorker(),
-		timer: time.NewTimer(time.Hour),
-		count: &p.stats.workers[id],
-	}
-	wk.timer.Stop()
-	wk.b = p.s.NewBatch(wk.w)
+func (p *Pool[M, T]) work(wk *worker[M, T]) {
 	var done *dispatch.Batch[M, T] // succeeded, released by the next Next
 	defer func() {
 		wk.timer.Stop()
@@ -221,149 +255,6 @@ func (p *Pool[M, T]) wait(wk *worker[M, T], d time.Duration) bool {
 	return false
 }
 
-// context returns the worker's context for its next call: the same one
-// until it has been cancelled, so a call allocates nothing.
-func (p *Pool[M, T]) context(wk *worker[M, T]) context.Context {
-	if wk.ctx == nil || wk.ctx.Err() != nil {
-		wk.ctx = p.s.WithCancel(wk.root, wk.w)
-		if p.cfg.Context != nil {
-			wk.ctx = p.cfg.Context(wk.ctx, wk.id)
-		}
-	}
-	return wk.ctx
-}
-
-// run calls the handler for b. It reports whether the call succeeded (the
-// caller releases b); otherwise b has been settled item by item and is
-// empty.
-func (p *Pool[M, T]) run(wk *worker[M, T], b *dispatch.Batch[M, T]) bool {
-	failed, err := p.handle(p.context(wk), wk.id, b.Items)
-	if err == nil {
-		wk.count.batches.Add(1)
-		wk.count.handled.Add(int64(len(b.Items)))
-		return true
-	}
-	if n := len(b.Items); cap(wk.out) < n {
-		wk.out = make([]dispatch.Outcome, n)
-	} else {
-		wk.out = wk.out[:n]
-		clear(wk.out)
-	}
-	if failed == nil && len(b.Items) > 1 && wk.ctx.Err() == nil {
-		b.SortByLane() // before any outcome is recorded: splits keep lane order
-	}
-	p.failed(wk, b, 0, len(b.Items), failed, err)
-	n := p.s.Settle(b, wk.out)
-	wk.count.handled.Add(int64(n))
-	return false
-}
-
-// failed records the outcomes of b.Items[lo:hi] after a call on them
-// failed with err, naming failed (indexes into the range) or none.
-func (p *Pool[M, T]) failed(wk *worker[M, T], b *dispatch.Batch[M, T], lo, hi int, failed []int, err error) {
-	p.stats.Failures.Add(1)
-	switch {
-	case wk.ctx.Err() != nil:
-		// Cancelled: the items of a revoked partition are abandoned by
-		// Settle, the others run again, uncharged.
-		p.stats.Cancelled.Add(1)
-		p.returnRange(wk, lo, hi)
-	case failed != nil:
-		for _, i := range failed {
-			if i >= 0 && i < hi-lo && wk.out[lo+i].Verdict == dispatch.Done {
-				p.charge(wk, b, lo+i)
-			}
-		}
-	case hi-lo == 1:
-		p.charge(wk, b, lo)
-	default:
-		p.bisect(wk, b, lo, hi)
-	}
-}
-
-// bisect calls the handler on the halves of b.Items[lo:hi], which failed
-// as a whole, and records what becomes of each item.
-func (p *Pool[M, T]) bisect(wk *worker[M, T], b *dispatch.Batch[M, T], lo, hi int) {
-	mid, oneLane := splitPoint(b, lo, hi)
-	firstOK := false
-	for _, h := range [2][2]int{{lo, mid}, {mid, hi}} {
-		from, to := h[0], h[1]
-		if oneLane && from == mid && !firstOK {
-			p.returnRange(wk, from, hi) // waits behind the earlier half's failure
-			return
-		}
-		if wk.ctx.Err() != nil || anyRevoked(b.Items[from:to]) {
-			p.returnRange(wk, from, hi)
-			return
-		}
-		p.stats.Splits.Add(1)
-		failed, err := p.handle(wk.ctx, wk.id, b.Items[from:to])
-		if err != nil {
-			p.failed(wk, b, from, to, failed, err)
-			continue
-		}
-		firstOK = true
-		p.s.Finish(b.Items[from:to])
-		for i := from; i < to; i++ {
-			wk.out[i].Verdict = dispatch.Finished
-		}
-		wk.count.batches.Add(1)
-		wk.count.handled.Add(int64(to - from))
-	}
-}
-
-// splitPoint is where to halve b.Items[lo:hi] (at least two items, sorted
-// by lane): the lane boundary nearest the middle, or, when the range is one
-// lane, the middle itself (oneLane: the later half depends on the earlier).
-func splitPoint[M, T any](b *dispatch.Batch[M, T], lo, hi int) (mid int, oneLane bool) {
-	mid = (lo + hi) / 2
-	if b.SameLane(lo, hi-1) {
-		return mid, true
-	}
-	for d := 0; ; d++ {
-		if m := mid - d; m > lo && !b.SameLane(m-1, m) {
-			return m, false
-		}
-		if m := mid + d; m < hi && !b.SameLane(m-1, m) {
-			return m, false
-		}
-	}
-}
-
-func anyRevoked[M, T any](items []*dispatch.Item[M, T]) bool {
-	for _, it := range items {
-		if it.Revoked() {
-			return true
-		}
-	}
-	return false
-}
-
-func (p *Pool[M, T]) returnRange(wk *worker[M, T], lo, hi int) {
-	for i := lo; i < hi; i++ {
-		wk.out[i].Verdict = dispatch.Return
-	}
-}
-
-// charge counts a failed attempt of b.Items[i]: it runs again after its
-// backoff.
-func (p *Pool[M, T]) charge(wk *worker[M, T], b *dispatch.Batch[M, T], i int) {
-	it := b.Items[i]
-	it.Attempt++
-	wk.out[i] = dispatch.Outcome{Verdict: dispatch.Retry, Due: time.Now().Add(p.backoff(it.Attempt))}
-	p.stats.Retries.Add(1)
-}
-
-// backoff is the wait before the given attempt (2 for the first retry):
-// Backoff doubled per retry, capped at MaxBackoff.
-func (p *Pool[M, T]) backoff(attempt int) time.Duration {
-	d := p.cfg.Backoff << min(max(attempt-2, 0), 30)
-	if d > p.cfg.MaxBackoff || d <= 0 {
-		d = p.cfg.MaxBackoff
-	}
-	return d
-}
-
 // batch returns an empty batch for wk to fill, reusing spare ones.
 func (p *Pool[M, T]) batch(wk *worker[M, T]) *dispatch.Batch[M, T] {
 	if n := len(wk.spare); n > 0 {
@@ -374,3 +265,6 @@ func (p *Pool[M, T]) batch(wk *worker[M, T]) *dispatch.Batch[M, T] {
 	}
 	return p.s.NewBatch(wk.w)
 }
+
+// Worker is worker i's handle in the scheduler.
+func (p *Pool[M, T]) Worker(i int) *dispatch.Worker[M, T] { return p.workers[i].w }

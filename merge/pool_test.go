@@ -29,18 +29,35 @@ type rig struct {
 	pool  *Pool[msg, int]
 	stats *Stats
 	off   int64
+	holds atomic.Int64
 }
 
-func newRig(t *testing.T, size int, cfg Config, h func(items []*dispatch.Item[msg, int]) error) *rig {
+func newRig(t *testing.T, size int, cfg Config, backoff time.Duration, h func(items []*dispatch.Item[msg, int]) error) *rig {
 	t.Helper()
-	return newRigCtx(t, size, cfg, func(_ context.Context, items []*dispatch.Item[msg, int]) ([]int, error) { return nil, h(items) })
+	return newRigCtx(t, size, cfg, backoff, func(_ context.Context, items []*dispatch.Item[msg, int]) ([]Verdict, error) { return nil, h(items) })
 }
 
-func newRigCtx(t *testing.T, size int, cfg Config, h func(ctx context.Context, items []*dispatch.Item[msg, int]) ([]int, error)) *rig {
+// newRigCtx is newRig with a handler that sees its context and returns
+// verdicts. A held item's lane goes on after backoff (what group does
+// through its queue), and the rig counts the holds.
+func newRigCtx(t *testing.T, size int, cfg Config, backoff time.Duration, h func(ctx context.Context, items []*dispatch.Item[msg, int]) ([]Verdict, error)) *rig {
 	t.Helper()
-	r := &rig{s: dispatch.New[msg, int](dispatch.Options[msg, int]{Size: size, MaxInFlight: 1 << 20}), stats: NewStats(cfg.Num)}
+	r := &rig{stats: NewStats(cfg.Num)}
+	var timers sync.WaitGroup
+	stop := make(chan struct{})
+	r.s = dispatch.New[msg, int](dispatch.Options[msg, int]{Size: size, MaxInFlight: 1 << 20, Hold: func(it *dispatch.Item[msg, int], o dispatch.Outcome) {
+		r.holds.Add(1)
+		timers.Go(func() {
+			select {
+			case <-time.After(backoff):
+				r.s.Unhold(it, false)
+			case <-stop:
+			}
+		})
+	}})
+	t.Cleanup(func() { close(stop); timers.Wait() })
 	r.p = r.s.NewPartition(64)
-	r.pool = Start(context.Background(), r.s, cfg, func(ctx context.Context, _ int, items []*dispatch.Item[msg, int]) ([]int, error) {
+	r.pool = Start(context.Background(), r.s, cfg, func(ctx context.Context, _ int, items []*dispatch.Item[msg, int]) ([]Verdict, error) {
 		return h(ctx, items)
 	}, r.stats)
 	t.Cleanup(r.pool.Stop)
@@ -97,7 +114,7 @@ func TestFlushOnSizeAndTicker(t *testing.T) {
 			var mu sync.Mutex
 			var sizes []int
 			var first time.Time
-			r := newRig(t, tt.size, Config{Num: 1, Ticker: tt.ticker, Backoff: time.Millisecond, MaxBackoff: time.Millisecond},
+			r := newRig(t, tt.size, Config{Num: 1, Ticker: tt.ticker}, time.Millisecond,
 				func(items []*dispatch.Item[msg, int]) error {
 					mu.Lock()
 					if first.IsZero() {
@@ -145,7 +162,7 @@ func TestLaneOrderAcrossRetries(t *testing.T) {
 		rng     = rand.New(rand.NewPCG(1, 2))
 		order   = make([][]int64, lanes)
 	)
-	r := newRig(t, 8, Config{Num: 6, Ticker: time.Millisecond, Backoff: time.Millisecond, MaxBackoff: 4 * time.Millisecond},
+	r := newRig(t, 8, Config{Num: 6, Ticker: time.Millisecond}, time.Millisecond,
 		func(items []*dispatch.Item[msg, int]) error {
 			seen := map[int]bool{}
 			for _, it := range items {
@@ -204,7 +221,7 @@ func TestLaneOrderAcrossRetries(t *testing.T) {
 func TestFailedLaneDoesNotBlockOthers(t *testing.T) {
 	var done atomic.Int64
 	var attempts atomic.Int64
-	r := newRig(t, 1, Config{Num: 1, Ticker: -1, Backoff: time.Millisecond, MaxBackoff: 2 * time.Millisecond},
+	r := newRig(t, 1, Config{Num: 1, Ticker: -1}, time.Millisecond,
 		func(items []*dispatch.Item[msg, int]) error {
 			if items[0].Msg.lane == 0 {
 				attempts.Add(1)

@@ -22,7 +22,7 @@ func TestPoisonSplit(t *testing.T) {
 	var mu sync.Mutex
 	calls, poisonCalls := 0, 0
 	charged := map[int64]int{}
-	r := newRig(t, size, Config{Num: 1, Ticker: time.Hour, Backoff: time.Hour, MaxBackoff: time.Hour},
+	r := newRig(t, size, Config{Num: 1, Ticker: time.Hour}, time.Hour,
 		func(items []*dispatch.Item[msg, int]) error {
 			mu.Lock()
 			defer mu.Unlock()
@@ -85,8 +85,8 @@ func TestNamedFailure(t *testing.T) {
 	var order []int64
 	attempts := map[int64][]int{}
 	failedOnce := false
-	r := newRigCtx(t, 8, Config{Num: 1, Ticker: -1, Backoff: 20 * time.Millisecond, MaxBackoff: 20 * time.Millisecond},
-		func(_ context.Context, items []*dispatch.Item[msg, int]) ([]int, error) {
+	r := newRigCtx(t, 8, Config{Num: 1, Ticker: -1}, 20*time.Millisecond,
+		func(_ context.Context, items []*dispatch.Item[msg, int]) ([]Verdict, error) {
 			mu.Lock()
 			defer mu.Unlock()
 			for _, it := range items {
@@ -98,7 +98,7 @@ func TestNamedFailure(t *testing.T) {
 					for _, later := range items[i+1:] {
 						order = append(order, later.Msg.off) // the handler ran them anyway
 					}
-					return []int{i}, errPoison
+					return []Verdict{{Index: i, Kind: Failed, Err: errPoison}}, errPoison
 				}
 				order = append(order, it.Msg.off)
 			}
@@ -131,8 +131,8 @@ func TestCancelledCallIsNotCharged(t *testing.T) {
 	var seen []int
 	first := true
 	var r *rig
-	r = newRigCtx(t, 4, Config{Num: 1, Ticker: -1, Backoff: time.Hour, MaxBackoff: time.Hour},
-		func(ctx context.Context, items []*dispatch.Item[msg, int]) ([]int, error) {
+	r = newRigCtx(t, 4, Config{Num: 1, Ticker: -1}, time.Hour,
+		func(ctx context.Context, items []*dispatch.Item[msg, int]) ([]Verdict, error) {
 			mu.Lock()
 			seen = append(seen, items[0].Attempt)
 			cancel := first

@@ -216,6 +216,47 @@ func (b *Broker) RejectCommitMetadata(limit int) {
 	})
 }
 
+// RefuseProduce makes the broker answer, while refusing reports true,
+// every Produce request that writes to topic with NOT_ENOUGH_REPLICAS for
+// all its partitions (what a Kafka cluster with too few in-sync replicas
+// for acks=all answers); it counts each refused request with refused.
+// Requests are otherwise handled normally. A request that also writes to
+// another topic is refused whole: use it for a topic its own producer
+// writes.
+func (b *Broker) RefuseProduce(topic string, refusing func() bool, refused func()) {
+	b.c.ControlKey(kmsg.Produce.Int16(), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		b.c.KeepControl()
+		r, ok := req.(*kmsg.ProduceRequest)
+		if !ok || !refusing() {
+			return nil, nil, false
+		}
+		hit := false
+		for _, t := range r.Topics {
+			hit = hit || t.Topic == topic
+		}
+		if !hit {
+			return nil, nil, false
+		}
+		resp := r.ResponseKind().(*kmsg.ProduceResponse)
+		for _, t := range r.Topics {
+			rt := kmsg.NewProduceResponseTopic()
+			rt.Topic = t.Topic
+			for _, p := range t.Partitions {
+				rp := kmsg.NewProduceResponseTopicPartition()
+				rp.Partition = p.Partition
+				rp.ErrorCode = kerr.NotEnoughReplicas.Code
+				rp.BaseOffset = -1
+				rt.Partitions = append(rt.Partitions, rp)
+			}
+			resp.Topics = append(resp.Topics, rt)
+		}
+		if refused != nil {
+			refused()
+		}
+		return resp, nil, true
+	})
+}
+
 // CaughtUp reports whether group's committed offsets on topic equal the
 // high watermarks of every partition. A topic with no partitions (not
 // created, or misspelt) is never caught up.

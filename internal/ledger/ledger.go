@@ -105,9 +105,10 @@ func (l *Ledger) Record(key, seq uint32, producedAt time.Time) {
 		return
 	}
 	ks.seen[word] |= bit
-	if seq != ks.next {
-		// Either a later seq came before this one (seq < next), or earlier
-		// ones were skipped (seq > next): both break per-key order.
+	if seq < ks.next {
+		// A later seq came before this one. (A seq above next skips
+		// some: if they come later, they count here then; if never,
+		// they are lost, or were dead-lettered.)
 		s.order++
 	}
 	ks.next = max(ks.next, seq+1)

@@ -27,15 +27,17 @@ func TestVerdicts(t *testing.T) {
 		records                 []rec
 		lost, dups, order, unkn int
 	}{
-		{"all in order", []rec{{0, 0}, {1, 0}, {0, 1}, {1, 1}}, 0, 0, 0, 0},
-		{"one lost", []rec{{0, 0}, {1, 0}, {0, 1}}, 1, 0, 0, 0},
-		{"redelivered", []rec{{0, 0}, {0, 1}, {0, 1}, {1, 0}, {1, 1}}, 0, 1, 0, 0},
-		{"swapped within key", []rec{{0, 1}, {0, 0}, {1, 0}, {1, 1}}, 0, 0, 2, 0},
-		{"unknown key", []rec{{0, 0}, {0, 1}, {1, 0}, {1, 1}, {9, 0}}, 0, 0, 0, 1},
+		{"all in order", []rec{{0, 0}, {1, 0}, {0, 1}, {0, 2}, {1, 1}}, 0, 0, 0, 0},
+		{"one lost", []rec{{0, 0}, {1, 0}, {0, 1}, {0, 2}}, 1, 0, 0, 0},
+		{"redelivered", []rec{{0, 0}, {0, 1}, {0, 1}, {0, 2}, {1, 0}, {1, 1}}, 0, 1, 0, 0},
+		{"swapped within key", []rec{{0, 1}, {0, 0}, {0, 2}, {1, 0}, {1, 1}}, 0, 0, 1, 0},
+		{"one skipped (dead-lettered), the rest in order", []rec{{0, 0}, {0, 2}, {1, 0}, {1, 1}}, 1, 0, 0, 0},
+		{"skipped, then late", []rec{{0, 0}, {0, 2}, {0, 1}, {1, 0}, {1, 1}}, 0, 0, 1, 0},
+		{"unknown key", []rec{{0, 0}, {0, 1}, {0, 2}, {1, 0}, {1, 1}, {9, 0}}, 0, 0, 0, 1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			l := New([]uint32{2, 2})
+			l := New([]uint32{3, 2})
 			for _, r := range tt.records {
 				l.Record(r.key, r.seq, time.Time{})
 			}

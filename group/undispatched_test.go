@@ -91,7 +91,7 @@ func TestHeldMessagesKeepOrder(t *testing.T) {
 		}
 		return nil
 	})
-	t.Cleanup(g.startWorkers(context.Background()))
+	t.Cleanup(startWorkers(t, g))
 	sess := &memSession{ctx: context.Background(), marked: map[int32]int64{}}
 	claim := &pausingClaim{memClaim: &memClaim{p: 0, msgs: make(chan *sarama.ConsumerMessage, sent)}}
 	for off := range int64(sent) {
@@ -153,7 +153,7 @@ func TestHeldFIFO(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			var h held
+			var h undispatched
 			for off := range int64(tt.push) {
 				h.push(&sarama.ConsumerMessage{Offset: off})
 			}

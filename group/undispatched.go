@@ -9,8 +9,8 @@ type fetchPauser interface {
 	Resume()
 }
 
-// held is the FIFO of messages a claim loop received while the in-flight
-// budget was exhausted. A claim loop out of budget must keep reading its
+// undispatched is the FIFO of messages a claim loop received while its
+// partition was out of its in-flight share. A claim loop out of budget must keep reading its
 // claim, for two reasons. Under the cooperative protocol the only sign that
 // a partition was revoked is its Messages channel closing, behind whatever
 // is buffered there, and sarama gives ConsumeClaim Rebalance.Timeout to
@@ -19,23 +19,23 @@ type fetchPauser interface {
 // until every partition has taken its last response (or stalls for
 // MaxProcessingTime between two messages), so a loop that reads in
 // trickles as credit comes back holds up every partition of the broker,
-// revoked ones' close included. Past Chan held messages, fetching is paused
-// (fetchPauser), so held stays within what sarama had already fetched: a
-// channel's worth and the rest of the responses in hand. Held messages are
+// revoked ones' close included. Past Chan undispatched messages, fetching is paused
+// (fetchPauser), so undispatched stays within what sarama had already fetched: a
+// channel's worth and the rest of the responses in hand. Undispatched messages are
 // not in flight: they are not dispatched, not tracked and not counted
 // against MaxInFlight until credit returns; on a revoke they are dropped
 // like other unstarted work.
-type held struct {
+type undispatched struct {
 	q    []*sarama.ConsumerMessage
 	head int
 }
 
-func (h *held) len() int { return len(h.q) - h.head }
+func (h *undispatched) len() int { return len(h.q) - h.head }
 
-func (h *held) push(m *sarama.ConsumerMessage) { h.q = append(h.q, m) }
+func (h *undispatched) push(m *sarama.ConsumerMessage) { h.q = append(h.q, m) }
 
-// pop returns the oldest held message; the caller checks len first.
-func (h *held) pop() *sarama.ConsumerMessage {
+// pop returns the oldest undispatched message; the caller checks len first.
+func (h *undispatched) pop() *sarama.ConsumerMessage {
 	m := h.q[h.head]
 	h.q[h.head] = nil
 	h.head++
@@ -47,7 +47,7 @@ func (h *held) pop() *sarama.ConsumerMessage {
 
 // reset empties h, keeping its array unless it grew past a few bursts
 // (a long stall can hold a whole fetch response per partition).
-func (h *held) reset() {
+func (h *undispatched) reset() {
 	if cap(h.q) > maxKeptHeld {
 		h.q, h.head = nil, 0
 		return
@@ -57,8 +57,8 @@ func (h *held) reset() {
 
 const maxKeptHeld = 4096
 
-// drop lets go of every held message and returns how many there were.
-func (h *held) drop() int {
+// drop lets go of every undispatched message and returns how many there were.
+func (h *undispatched) drop() int {
 	n := h.len()
 	clear(h.q)
 	h.reset()

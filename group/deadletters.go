@@ -1,0 +1,262 @@
+package group
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/IBM/sarama"
+	"go.uber.org/zap"
+
+	"github.com/orderly-go/orderly/dispatch"
+	"github.com/orderly-go/orderly/internal/deadletter"
+)
+
+// deadLetters writes dead letters, one goroutine, in batches: to
+// Config.DeadLetterTopic through a sarama SyncProducer (acks from all
+// in-sync replicas), or to the local store under DataPath (fsynced). A
+// job's item stays where it is until its record is written: held first
+// in its lane, or tracked unfinished (a message New could not decode), so
+// its offset is not committed before its dead letter exists. A write that
+// fails is retried with the Retry backoff, counted and logged, never
+// dropped; a crash before it succeeds redelivers the message (at least
+// once, also as a dead letter).
+type deadLetters[T any] struct {
+	g    *Group[T]
+	sink deadSink // nil: no destination configured
+
+	mu    sync.Mutex
+	queue []deadJob[T]
+	kick  chan struct{}
+
+	byReason    [4]atomic.Int64 // max_attempts, rejected, timeout, poison
+	skipped     atomic.Int64    // dead letters with no destination: skipped
+	writeErrors atomic.Int64
+	pending     atomic.Int64
+	errLog      rateLimit
+}
+
+// deadJob is one message to dead-letter; done runs once its record is
+// written (it lets the item's lane go on, or finishes the item).
+type deadJob[T any] struct {
+	it       *dispatch.Item[Message, T]
+	reason   string
+	attempts int
+	err      error
+	done     func()
+}
+
+// deadSink is where dead letters go.
+type deadSink interface {
+	write(recs []deadletter.Record) error
+	close() error
+	name() string // for Stats and logs: the topic, or the store's path
+}
+
+func newDeadLetters[T any](g *Group[T]) *deadLetters[T] {
+	return &deadLetters[T]{g: g, kick: make(chan struct{}, 1)}
+}
+
+// open opens the destination: a producer on client for a dead-letter
+// topic, or the local store. With neither configured it does nothing.
+func (d *deadLetters[T]) open(client sarama.Client) error {
+	switch {
+	case d.g.cfg.DeadLetterTopic != "":
+		if client == nil {
+			return fmt.Errorf("group: dead-letter topic %q needs a Kafka client", d.g.cfg.DeadLetterTopic)
+		}
+		p, err := sarama.NewSyncProducerFromClient(client)
+		if err != nil {
+			return fmt.Errorf("group: producer for the dead-letter topic %q: %w", d.g.cfg.DeadLetterTopic, err)
+		}
+		d.sink = &topicSink{topic: d.g.cfg.DeadLetterTopic, p: p}
+	case d.g.cfg.DataPath != "":
+		dir := filepath.Join(d.g.cfg.DataPath, deadletter.DirName)
+		st, err := deadletter.Open(dir, deadletter.Options{})
+		if err != nil {
+			return fmt.Errorf("group: local dead-letter store: %w", err)
+		}
+		d.sink = &storeSink{st: st, dir: dir}
+	}
+	return nil
+}
+
+// enabled reports whether dead letters have a destination.
+func (d *deadLetters[T]) enabled() bool { return d.sink != nil }
+
+// add queues it to be dead-lettered, with the given reason and the error
+// that made it one; attempts is how many times Do was called with it.
+// Without a destination the message is skipped: logged and counted.
+func (d *deadLetters[T]) add(it *dispatch.Item[Message, T], done func(), reason string, attempts int, err error) {
+	if done == nil {
+		done = func() { d.g.sched.Unhold(it, true) }
+	}
+	if d.sink == nil {
+		d.skipped.Add(1)
+		d.errLog.warn(d.g.log, "no dead-letter destination (DeadLetterTopic, DataPath): message skipped",
+			zap.String("topic", it.Msg.Topic), zap.Int32("partition", it.Msg.Partition), zap.Int64("offset", it.Msg.Offset),
+			zap.String("reason", reason), zap.Int("attempt", attempts), zap.Error(err))
+		done()
+		return
+	}
+	d.pending.Add(1)
+	d.mu.Lock()
+	d.queue = append(d.queue, deadJob[T]{it: it, reason: reason, attempts: attempts, err: err, done: done})
+	d.mu.Unlock()
+	notify(d.kick)
+}
+
+func notify(c chan struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
+	}
+}
+
+// start runs the writer until ctx ends.
+func (d *deadLetters[T]) start(ctx context.Context, wg *sync.WaitGroup) {
+	if d.sink == nil {
+		return
+	}
+	wg.Go(func() { d.run(ctx) })
+}
+
+func (d *deadLetters[T]) run(ctx context.Context) {
+	var jobs []deadJob[T]
+	var recs []deadletter.Record
+	for {
+		select {
+		case <-d.kick:
+		case <-ctx.Done():
+			return
+		}
+		d.mu.Lock()
+		jobs, d.queue = d.queue, jobs[:0]
+		d.mu.Unlock()
+		recs = recs[:0]
+		for _, j := range jobs {
+			recs = append(recs, d.record(j))
+		}
+		wait := d.g.cfg.Retry.Backoff
+		for len(jobs) > 0 {
+			err := d.sink.write(recs)
+			if err == nil {
+				break
+			}
+			d.writeErrors.Add(1)
+			d.errLog.warn(d.g.log, "writing dead letters failed; retrying", zap.String("destination", d.sink.name()),
+				zap.Int("records", len(recs)), zap.Duration("backoff", wait), zap.Error(err))
+			t := time.NewTimer(wait)
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+				return // the items stay unfinished: nothing is committed past them
+			}
+			wait = min(2*wait, d.g.cfg.Retry.MaxBackoff)
+		}
+		for _, j := range jobs {
+			d.byReason[reasonIndex(j.reason)].Add(1)
+			d.pending.Add(-1)
+			d.g.log.Info("dead-lettered", zap.String("topic", j.it.Msg.Topic), zap.Int32("partition", j.it.Msg.Partition),
+				zap.Int64("offset", j.it.Msg.Offset), zap.String("reason", j.reason), zap.Int("attempt", j.attempts),
+				zap.String("destination", d.sink.name()))
+			j.done()
+		}
+		clear(jobs)
+		clear(recs)
+	}
+}
+
+// record builds the dead letter of a job: the message's key, value,
+// headers (less earlier __orderly.errors.* ones) and timestamp, with the
+// __orderly.errors.* headers saying where it came from and why.
+func (d *deadLetters[T]) record(j deadJob[T]) deadletter.Record {
+	m := &j.it.Msg
+	hs := make([]deadletter.Header, len(m.Headers))
+	for i, h := range m.Headers {
+		hs[i] = deadletter.Header{Key: h.Key, Value: h.Value}
+	}
+	first := j.it.FirstFailure
+	if first.IsZero() {
+		first = time.Now()
+	}
+	msg := ""
+	if j.err != nil {
+		msg = j.err.Error()
+	}
+	return deadletter.Record{
+		Key: m.Key, Value: m.Value, Timestamp: m.Timestamp,
+		Headers: deadletter.Headers(hs, deadletter.Info{
+			Topic: m.Topic, Partition: m.Partition, Offset: m.Offset, Timestamp: time.Now(),
+			Group: d.g.cfg.GroupID, Attempts: j.attempts, Reason: j.reason, Message: msg, FirstFailure: first,
+		}),
+	}
+}
+
+func reasonIndex(reason string) int {
+	switch reason {
+	case reasonMaxAttempts:
+		return 0
+	case reasonRejected:
+		return 1
+	case reasonTimeout:
+		return 2
+	}
+	return 3
+}
+
+func (d *deadLetters[T]) close() error {
+	if d.sink == nil {
+		return nil
+	}
+	return d.sink.close()
+}
+
+// topicSink produces dead letters to a Kafka topic.
+type topicSink struct {
+	topic string
+	p     sarama.SyncProducer
+}
+
+func (s *topicSink) write(recs []deadletter.Record) error {
+	msgs := make([]*sarama.ProducerMessage, len(recs))
+	for i, r := range recs {
+		m := &sarama.ProducerMessage{Topic: s.topic, Timestamp: r.Timestamp}
+		if r.Key != nil {
+			m.Key = sarama.ByteEncoder(r.Key)
+		}
+		if r.Value != nil {
+			m.Value = sarama.ByteEncoder(r.Value)
+		}
+		for _, h := range r.Headers {
+			m.Headers = append(m.Headers, sarama.RecordHeader{Key: h.Key, Value: h.Value})
+		}
+		msgs[i] = m
+	}
+	if err := s.p.SendMessages(msgs); err != nil {
+		var perrs sarama.ProducerErrors
+		if errors.As(err, &perrs) && len(perrs) > 0 {
+			return fmt.Errorf("produce %d of %d dead letters to %s: %w", len(perrs), len(msgs), s.topic, perrs[0].Err)
+		}
+		return fmt.Errorf("produce dead letters to %s: %w", s.topic, err)
+	}
+	return nil
+}
+
+func (s *topicSink) close() error { return s.p.Close() }
+func (s *topicSink) name() string { return "topic " + s.topic }
+
+// storeSink appends dead letters to the local store.
+type storeSink struct {
+	st  *deadletter.Store
+	dir string
+}
+
+func (s *storeSink) write(recs []deadletter.Record) error { return s.st.Append(recs...) }
+func (s *storeSink) close() error                         { return s.st.Close() }
+func (s *storeSink) name() string                         { return s.dir }

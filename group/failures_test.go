@@ -1,0 +1,458 @@
+package group
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/IBM/sarama"
+
+	"github.com/orderly-go/orderly/commit"
+	"github.com/orderly-go/orderly/internal/deadletter"
+	"github.com/orderly-go/orderly/internal/ledger"
+)
+
+// failsFor is how many times the message at (partition, offset) fails
+// before it succeeds: 0 for 95% of messages, 1-3 for the rest.
+func failsFor(p int32, off int64) int {
+	h := fnv.New32a()
+	fmt.Fprintf(h, "%d/%d", p, off)
+	v := h.Sum32()
+	if v%20 != 0 {
+		return 0
+	}
+	return int(v/20%3) + 1
+}
+
+// TestRetriesPerItem: 5% of messages fail 1-3 times each (named in a
+// BatchError; the handler skips their later lane mates, as one that keeps
+// lane order does). Everything is handled once, in key order, every
+// delivery's Attempt is 1 plus the failures charged so far, and the final
+// commits reach the high watermarks.
+func TestRetriesPerItem(t *testing.T) {
+	const parts, n, keys = 4, 20_000, 300
+	r := newRig(t, "retries", parts, n, keys)
+	w := r.work(0, 0)
+	var mu sync.Mutex
+	failed := map[[2]int64]int{}
+	var bad []string
+	cfg := r.config("retries")
+	cfg.Size, cfg.Num = 16, 8
+	cfg.Retry = Retry{Backoff: 2 * time.Millisecond, MaxBackoff: 10 * time.Millisecond}
+	g := newGroup(t, cfg, func(ctx context.Context, batch []*Message) error {
+		var be BatchError
+		var ok []*Message
+		skip := map[string]bool{}
+		mu.Lock()
+		for i, m := range batch {
+			k := [2]int64{int64(m.Partition), m.Offset}
+			if m.Attempt != failed[k]+1 {
+				bad = append(bad, fmt.Sprintf("%v: attempt %d after %d failures", k, m.Attempt, failed[k]))
+			}
+			switch {
+			case skip[string(m.Key)]:
+			case failed[k] < failsFor(m.Partition, m.Offset):
+				failed[k]++
+				skip[string(m.Key)] = true
+				be.Fail(i, errors.New("transient"))
+			default:
+				ok = append(ok, m)
+			}
+		}
+		mu.Unlock()
+		if err := w.Do(ctx, ok); err != nil {
+			return err
+		}
+		return be.Err()
+	})
+	stop := run(t, g)
+	r.waitAllCommitted(cfg.GroupID, time.Minute)
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	r.check(false)
+	r.checkFinalCommits(cfg.GroupID)
+	mu.Lock()
+	defer mu.Unlock()
+	if len(bad) > 0 {
+		t.Fatalf("%d deliveries with a wrong Attempt, first: %v", len(bad), bad[:min(5, len(bad))])
+	}
+	total := 0
+	for _, c := range failed {
+		total += c
+	}
+	st := g.Stats()
+	if total == 0 || st.Retries != int64(total) || st.Retrying != 0 {
+		t.Fatalf("failures %d, Stats.Retries %d, Retrying %d: want Retries = failures > 0 and none left waiting", total, st.Retries, st.Retrying)
+	}
+	t.Logf("%d messages failed %d times in all; all handled once, in order", len(failed), total)
+}
+
+// readDeadLetters reads every record of topic from its start.
+func readDeadLetters(t *testing.T, addrs []string, topic string) []*sarama.ConsumerMessage {
+	t.Helper()
+	c, err := sarama.NewConsumer(addrs, DefaultSarama())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	parts, err := c.Partitions(topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []*sarama.ConsumerMessage
+	client, err := sarama.NewClient(addrs, DefaultSarama())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	for _, p := range parts {
+		hw, err := client.GetOffset(topic, p, sarama.OffsetNewest)
+		if err != nil || hw == 0 {
+			continue
+		}
+		pc, err := c.ConsumePartition(topic, p, sarama.OffsetOldest)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for len(out) < 1<<20 {
+			m := <-pc.Messages()
+			out = append(out, m)
+			if m.Offset == hw-1 {
+				break
+			}
+		}
+		pc.Close()
+	}
+	return out
+}
+
+func headerMap(hs []*sarama.RecordHeader) map[string]string {
+	out := map[string]string{}
+	for _, h := range hs {
+		out[string(h.Key)] = string(h.Value)
+	}
+	return out
+}
+
+// TestPoisonDeadLettered: a message that always fails, with MaxAttempts 3,
+// becomes exactly one dead letter, read back from the dead-letter topic
+// with its key, value and headers and the __orderly.errors.* headers; its
+// lane goes on and the commit passes it. A message New cannot decode is
+// dead-lettered the same way (reason poison). With no DeadLetterTopic but a
+// DataPath the same goes to the local store.
+func TestPoisonDeadLettered(t *testing.T) {
+	for _, dest := range []string{"topic", "local"} {
+		t.Run(dest, func(t *testing.T) {
+			const n, keys = 3000, 30
+			r := newRig(t, "poison-dl", 2, n, keys)
+			if err := r.b.CreateTopic("dlq", 1); err != nil {
+				t.Fatal(err)
+			}
+			w := r.work(0, 0)
+			cfg := r.config("poison-dl")
+			cfg.Size, cfg.Num = 8, 4
+			cfg.Retry = Retry{Backoff: 5 * time.Millisecond, MaxBackoff: 10 * time.Millisecond, MaxAttempts: 3}
+			if dest == "topic" {
+				cfg.DeadLetterTopic = "dlq"
+			} else {
+				cfg.DataPath = t.TempDir()
+			}
+			isPoison := func(m *Message) bool { return m.Partition == 0 && m.Offset == 100 }
+			undecodable := func(m *Message) bool { return m.Partition == 1 && m.Offset == 200 }
+			var poisonAttempts atomic.Int64
+			g, err := New(cfg, Handler[*Message]{
+				New: func(m *Message) (*Message, error) {
+					if undecodable(m) {
+						return nil, errors.New("cannot decode")
+					}
+					return m, nil
+				},
+				Do: func(ctx context.Context, batch []*Message) error {
+					for _, m := range batch {
+						if isPoison(m) {
+							poisonAttempts.Add(1)
+							return errors.New("always fails")
+						}
+					}
+					return w.Do(ctx, batch)
+				},
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			stop := run(t, g)
+			r.waitAllCommitted(cfg.GroupID, time.Minute)
+			if err := stop(); err != nil {
+				t.Fatal(err)
+			}
+			// Every message but the two was handled, in order; their lanes went on.
+			rep := r.ledger.Report()
+			if rep.Lost != 2 || rep.Duplicates != 0 || rep.OrderViolations != 0 {
+				t.Fatalf("ledger: lost %d duplicates %d order violations %d; want exactly the 2 dead-lettered lost, no others", rep.Lost, rep.Duplicates, rep.OrderViolations)
+			}
+			var recs []deadletter.Record
+			if dest == "topic" {
+				for _, m := range readDeadLetters(t, r.b.Addrs(), "dlq") {
+					rec := deadletter.Record{Key: m.Key, Value: m.Value, Timestamp: m.Timestamp}
+					for _, h := range m.Headers {
+						rec.Headers = append(rec.Headers, deadletter.Header{Key: h.Key, Value: h.Value})
+					}
+					recs = append(recs, rec)
+				}
+			} else {
+				st, err := deadletter.Open(filepath.Join(cfg.DataPath, deadletter.DirName), deadletter.Options{ReadOnly: true})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := st.Scan(func(_ int64, rec deadletter.Record) error { recs = append(recs, rec); return nil }); err != nil {
+					t.Fatal(err)
+				}
+				st.Close()
+			}
+			if len(recs) != 2 {
+				t.Fatalf("dead letters: got %d, want 2", len(recs))
+			}
+			byReason := map[string]deadletter.Info{}
+			for _, rec := range recs {
+				info, err := deadletter.ParseInfo(rec.Headers)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, _, _, _, err := ledger.Decode(rec.Value); err != nil {
+					t.Fatalf("dead letter value is not the original record: %v", err)
+				}
+				byReason[info.Reason] = info
+			}
+			if got := byReason["max_attempts"]; got.Topic != r.topic || got.Partition != 0 || got.Offset != 100 || got.Attempts != 3 ||
+				got.Group != cfg.GroupID || !strings.Contains(got.Message, "always fails") || got.FirstFailure.IsZero() {
+				t.Fatalf("max_attempts dead letter: got %+v, want %s/0@100 after 3 attempts, group %s, its error, a first failure time", got, r.topic, cfg.GroupID)
+			}
+			if got := byReason["poison"]; got.Partition != 1 || got.Offset != 200 || !strings.Contains(got.Message, "cannot decode") {
+				t.Fatalf("poison dead letter: got %+v, want %s/1@200 and the decode error", got, r.topic)
+			}
+			if poisonAttempts.Load() < 3 {
+				t.Fatalf("the poison message was tried %d times, want at least 3", poisonAttempts.Load())
+			}
+			st := g.Stats()
+			if st.DeadLettered.MaxAttempts != 1 || st.DeadLettered.Poison != 1 || st.DeadLetterPending != 0 {
+				t.Fatalf("Stats.DeadLettered: %+v pending %d; want 1 max_attempts, 1 poison, none pending", st.DeadLettered, st.DeadLetterPending)
+			}
+		})
+	}
+}
+
+// TestDeadLetterRefused: while the broker refuses the dead-letter topic's
+// produce (5 s), the poison message's offset is not committed, its lane
+// waits, and nothing is lost; once the produce goes through, the commit
+// passes it.
+func TestDeadLetterRefused(t *testing.T) {
+	const n, keys = 2000, 20
+	r := newRig(t, "refused", 1, n, keys)
+	if err := r.b.CreateTopic("dlq-refused", 1); err != nil {
+		t.Fatal(err)
+	}
+	var refusing atomic.Bool
+	refusing.Store(true)
+	var refused atomic.Int64
+	r.b.RefuseProduce("dlq-refused", refusing.Load, func() { refused.Add(1) })
+	w := r.work(0, 0)
+	cfg := r.config("refused")
+	cfg.Size, cfg.Num = 4, 4
+	cfg.DeadLetterTopic = "dlq-refused"
+	cfg.Retry = Retry{Backoff: 20 * time.Millisecond, MaxBackoff: 200 * time.Millisecond, MaxAttempts: 2}
+	cfg.Sarama.Producer.Retry.Max = 1
+	cfg.Sarama.Producer.Retry.Backoff = 10 * time.Millisecond
+	g := newGroup(t, cfg, func(ctx context.Context, batch []*Message) error {
+		for _, m := range batch {
+			if m.Offset == 50 {
+				return errors.New("always fails")
+			}
+		}
+		return w.Do(ctx, batch)
+	})
+	stop := run(t, g)
+	start := time.Now()
+	waitFor(t, time.Minute, "the dead-letter produce to be refused", func() bool { return refused.Load() > 0 })
+	for time.Since(start) < 5*time.Second {
+		if c := r.b.Committed(cfg.GroupID, r.topic)[0]; c > 50 {
+			t.Fatalf("committed %d past the poison message at 50 while its dead letter is refused", c)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	waitFor(t, 30*time.Second, "a failed dead-letter write to be counted", func() bool { return g.Stats().DeadLetterErrors > 0 })
+	if st := g.Stats(); st.DeadLetterPending != 1 {
+		t.Fatalf("while refused: DeadLetterPending %d, want 1", st.DeadLetterPending)
+	}
+	if c := r.b.Committed(cfg.GroupID, r.topic)[0]; c > 50 {
+		t.Fatalf("committed %d past the poison message at 50 while its dead letter is refused", c)
+	}
+	refusing.Store(false)
+	r.waitAllCommitted(cfg.GroupID, time.Minute)
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if got := len(readDeadLetters(t, r.b.Addrs(), "dlq-refused")); got < 1 {
+		t.Fatalf("dead letters after the refusal: got %d, want the poison message", got)
+	}
+	rep := r.ledger.Report()
+	if rep.Lost != 1 || rep.Duplicates != 0 || rep.OrderViolations != 0 {
+		t.Fatalf("ledger: lost %d duplicates %d order %d; want only the dead-lettered one lost", rep.Lost, rep.Duplicates, rep.OrderViolations)
+	}
+	t.Logf("produce refused %d times over 5s; %d write errors retried", refused.Load(), g.Stats().DeadLetterErrors)
+}
+
+// attemptLog records each Do call's sight of one offset: its Attempt and
+// when.
+type attemptLog struct {
+	mu    sync.Mutex
+	seen  []int
+	times []time.Time
+}
+
+func (a *attemptLog) add(attempt int) {
+	a.mu.Lock()
+	a.seen = append(a.seen, attempt)
+	a.times = append(a.times, time.Now())
+	a.mu.Unlock()
+}
+
+func (a *attemptLog) get() ([]int, []time.Time) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return append([]int(nil), a.seen...), append([]time.Time(nil), a.times...)
+}
+
+// TestAttemptsSurviveHandoff: a message that failed once under member A
+// waits for its retry; A's commit carries its attempt and not-before
+// time; A leaves gracefully and member B goes on with it at attempt 2, not
+// before the backoff A set, and then at attempt 3.
+func TestAttemptsSurviveHandoff(t *testing.T) {
+	const n, keys, target = 300, 10, 5
+	r := newRig(t, "handoff-attempts", 1, n, keys)
+	w := r.work(0, 0)
+	var log attemptLog
+	do := func(ctx context.Context, batch []*Message) error {
+		for _, m := range batch {
+			if m.Offset == target {
+				log.add(m.Attempt)
+				if m.Attempt < 3 {
+					return errors.New("fails twice")
+				}
+			}
+		}
+		return w.Do(ctx, batch)
+	}
+	cfg := r.config("handoff-attempts")
+	cfg.Size, cfg.Num = 1, 4
+	cfg.Retry = Retry{Backoff: 3 * time.Second, MaxBackoff: 3 * time.Second, Jitter: -1}
+	a := newGroup(t, cfg, do)
+	stopA := run(t, a)
+	var notBefore time.Time
+	waitFor(t, time.Minute, "A's commit to carry the waiting message", func() bool {
+		d, err := commit.DecodeMeta(r.b.Commits(cfg.GroupID, r.topic)[0].Metadata)
+		if err != nil {
+			return false
+		}
+		w, ok := d.WaitingAt(target)
+		notBefore = w.NotBefore
+		return ok && w.Attempt == 2 && !w.NotBefore.IsZero()
+	})
+	if err := stopA(); err != nil {
+		t.Fatal(err)
+	}
+	if seen, _ := log.get(); len(seen) != 1 {
+		t.Fatalf("attempts under A: got %v, want [1] (its retry is 3s away)", seen)
+	}
+	b := newGroup(t, cfg, do)
+	stopB := run(t, b)
+	r.waitAllCommitted(cfg.GroupID, time.Minute)
+	if err := stopB(); err != nil {
+		t.Fatal(err)
+	}
+	seen, times := log.get()
+	if len(seen) != 3 || seen[0] != 1 || seen[1] != 2 || seen[2] != 3 {
+		t.Fatalf("attempts seen: got %v, want [1 2 3] (B continues the count)", seen)
+	}
+	if times[1].Before(notBefore.Add(-scanInterval(cfg.Retry.Backoff))) {
+		t.Fatalf("B's attempt 2 at %v, before the not-before %v A committed", times[1], notBefore)
+	}
+	if st := b.Stats(); st.ResumedWaiting != 1 {
+		t.Fatalf("B's ResumedWaiting: got %d, want 1", st.ResumedWaiting)
+	}
+	r.check(true) // A's handoff metadata lists what it finished; B may not repeat it, but the target repeats by design
+}
+
+// TestHungCall: a Do that ignores its ctx past MsgTimeout plus grace. With
+// Unordered its message is handed to another worker at its next attempt,
+// done once, and the late completion is ignored: the commit reaches the
+// high watermark while the hung call still runs. With OrderLanes the stuck
+// worker is reported and the other lanes flow; the hung lane waits.
+func TestHungCall(t *testing.T) {
+	for _, ordering := range []Ordering{Unordered, OrderLanes} {
+		t.Run(ordering.String(), func(t *testing.T) {
+			const n, keys, target = 400, 20, 7
+			r := newRig(t, "hung", 1, n, keys)
+			w := r.work(0, 0)
+			release := make(chan struct{})
+			defer func() {
+				select {
+				case <-release:
+				default:
+					close(release)
+				}
+			}()
+			var log attemptLog
+			cfg := r.config("hung-" + ordering.String())
+			cfg.Size, cfg.Num, cfg.Ordering, cfg.MsgTimeout = 1, 4, ordering, 200*time.Millisecond
+			g := newGroup(t, cfg, func(ctx context.Context, batch []*Message) error {
+				if batch[0].Offset == target {
+					log.add(batch[0].Attempt)
+					if batch[0].Attempt == 1 {
+						<-release // ignores ctx
+						return nil
+					}
+				}
+				return w.Do(ctx, batch)
+			})
+			stop := run(t, g)
+			if ordering == Unordered {
+				r.waitAllCommitted(cfg.GroupID, time.Minute)
+				st := g.Stats()
+				if st.Redelivered != 1 || st.Stuck != 1 || st.StuckWorkers != 1 {
+					t.Fatalf("Stats: Redelivered %d Stuck %d StuckWorkers %d, want 1 1 1", st.Redelivered, st.Stuck, st.StuckWorkers)
+				}
+				if seen, _ := log.get(); len(seen) != 2 || seen[1] != 2 {
+					t.Fatalf("attempts of the hung message: got %v, want [1 2]", seen)
+				}
+				close(release) // the late completion
+				time.Sleep(100 * time.Millisecond)
+				if err := stop(); err != nil {
+					t.Fatal(err)
+				}
+				r.checkOrder(false, false) // done once; no order to keep
+				return
+			}
+			waitFor(t, time.Minute, "the stuck worker to be reported", func() bool { return g.Stats().StuckWorkers == 1 })
+			waitFor(t, time.Minute, "every message but the hung lane's to finish", func() bool {
+				return g.Stats().Handled >= int64(n-n/keys)
+			})
+			if c := r.b.Committed(cfg.GroupID, r.topic)[0]; c > target {
+				t.Fatalf("committed %d past the hung message at %d", c, target)
+			}
+			close(release)
+			r.waitAllCommitted(cfg.GroupID, time.Minute)
+			if err := stop(); err != nil {
+				t.Fatal(err)
+			}
+			r.check(false)
+		})
+	}
+}

@@ -1,0 +1,212 @@
+package merge
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"time"
+
+	"github.com/orderly-go/orderly/dispatch"
+)
+
+// callState is what the watchdog reads of a worker's call in progress.
+type callState struct {
+	seq   atomic.Uint64 // calls started
+	start atomic.Int64  // unix nanos of the call in progress, 0 between calls
+}
+
+// callCtx is a worker's context with the deadline of its call in
+// progress: Deadline reports Config.Timeout from the call's start, and the
+// watchdog cancels it when that passes. Made once per worker context, so a
+// call allocates nothing.
+type callCtx struct {
+	context.Context
+	call    *callState
+	timeout time.Duration
+}
+
+func (c *callCtx) Deadline() (time.Time, bool) {
+	if start := c.call.start.Load(); start != 0 {
+		return time.Unix(0, start).Add(c.timeout), true
+	}
+	return c.Context.Deadline()
+}
+
+// context returns the worker's context for its next call: the same one
+// until it has been cancelled, so a call allocates nothing.
+func (p *Pool[M, T]) context(wk *worker[M, T]) context.Context {
+	if wk.ctx == nil || wk.ctx.Err() != nil {
+		ctx := p.s.WithCancel(wk.root, wk.w)
+		if p.cfg.Context != nil {
+			ctx = p.cfg.Context(ctx, wk.id)
+		}
+		if p.cfg.Timeout > 0 {
+			ctx = &callCtx{Context: ctx, call: &wk.call, timeout: p.cfg.Timeout}
+		}
+		wk.ctx = ctx
+	}
+	return wk.ctx
+}
+
+// call runs the handler on items and reports whether it ran past
+// Config.Timeout (then it failed, whatever it returned).
+func (p *Pool[M, T]) call(wk *worker[M, T], items []*dispatch.Item[M, T]) (verdicts []Verdict, err error, timedOut bool) {
+	ctx := p.context(wk)
+	start := time.Now()
+	wk.call.seq.Add(1)
+	wk.call.start.Store(start.UnixNano())
+	verdicts, err = p.handle(ctx, wk.id, items)
+	wk.call.start.Store(0)
+	if p.cfg.Timeout > 0 && time.Since(start) >= p.cfg.Timeout {
+		p.stats.TimedOut.Add(1)
+		if err == nil {
+			err = p.cfg.TimeoutCause
+		}
+		return nil, err, true
+	}
+	return verdicts, err, false
+}
+
+// cancelled reports whether the worker's context was cancelled for a
+// reason other than a timeout (its partition revoked, or shutdown): then
+// its items run again, uncharged.
+func (p *Pool[M, T]) cancelled(wk *worker[M, T]) bool {
+	return wk.ctx.Err() != nil && (p.cfg.TimeoutCause == nil || !errors.Is(context.Cause(wk.ctx), p.cfg.TimeoutCause))
+}
+
+// run calls the handler for b. It reports whether the call succeeded (the
+// caller releases b); otherwise b has been settled item by item and is
+// empty.
+func (p *Pool[M, T]) run(wk *worker[M, T], b *dispatch.Batch[M, T]) bool {
+	verdicts, err, timedOut := p.call(wk, b.Items)
+	if err == nil {
+		wk.count.batches.Add(1)
+		wk.count.handled.Add(int64(len(b.Items)))
+		return true
+	}
+	if n := len(b.Items); cap(wk.out) < n {
+		wk.out = make([]dispatch.Outcome, n)
+	} else {
+		wk.out = wk.out[:n]
+		clear(wk.out)
+	}
+	if verdicts == nil && len(b.Items) > 1 && !p.cancelled(wk) {
+		b.SortByLane() // before any outcome is recorded: splits keep lane order
+	}
+	p.failed(wk, b, 0, len(b.Items), verdicts, err, timedOut)
+	n := p.s.Settle(b, wk.out)
+	wk.count.handled.Add(int64(n))
+	return false
+}
+
+// failed records the outcomes of b.Items[lo:hi] after a call on them
+// failed with err, with verdicts on some of them or none.
+func (p *Pool[M, T]) failed(wk *worker[M, T], b *dispatch.Batch[M, T], lo, hi int, verdicts []Verdict, err error, timedOut bool) {
+	p.stats.Failures.Add(1)
+	switch {
+	case !timedOut && p.cancelled(wk):
+		// Cancelled: the items of a revoked partition are abandoned by
+		// Settle, the others run again, uncharged.
+		p.stats.Cancelled.Add(1)
+		p.returnRange(wk, lo, hi)
+	case verdicts != nil:
+		for _, v := range verdicts {
+			if i := lo + v.Index; v.Index >= 0 && i < hi && wk.out[i].Verdict == dispatch.Done {
+				p.verdict(wk, b, i, v)
+			}
+		}
+	case hi-lo == 1:
+		p.charge(wk, b, lo, err)
+	default:
+		p.bisect(wk, b, lo, hi, err)
+	}
+}
+
+// verdict records Do's verdict on b.Items[i].
+func (p *Pool[M, T]) verdict(wk *worker[M, T], b *dispatch.Batch[M, T], i int, v Verdict) {
+	switch v.Kind {
+	case Deferred:
+		p.stats.Deferred.Add(1)
+		wk.out[i] = dispatch.Outcome{Verdict: dispatch.Hold, Kind: Deferred, Delay: v.Delay, Err: v.Err}
+	case DeadLettered:
+		wk.out[i] = dispatch.Outcome{Verdict: dispatch.Hold, Kind: DeadLettered, Err: v.Err}
+	default:
+		p.charge(wk, b, i, v.Err)
+	}
+}
+
+// bisect calls the handler on the halves of b.Items[lo:hi], which failed
+// as a whole with err, and records what becomes of each item.
+func (p *Pool[M, T]) bisect(wk *worker[M, T], b *dispatch.Batch[M, T], lo, hi int, err error) {
+	mid, oneLane := splitPoint(b, lo, hi)
+	firstOK := false
+	for _, h := range [2][2]int{{lo, mid}, {mid, hi}} {
+		from, to := h[0], h[1]
+		if oneLane && from == mid && !firstOK {
+			p.returnRange(wk, from, hi) // waits behind the earlier half's failure
+			return
+		}
+		if p.cancelled(wk) || b.Orphaned() || anyRevoked(b.Items[from:to]) {
+			p.returnRange(wk, from, hi)
+			return
+		}
+		p.stats.Splits.Add(1)
+		verdicts, err, timedOut := p.call(wk, b.Items[from:to])
+		if err != nil {
+			p.failed(wk, b, from, to, verdicts, err, timedOut)
+			continue
+		}
+		firstOK = true
+		if !p.s.Finish(b, from, to) {
+			p.returnRange(wk, from, hi) // given up on (Orphan): ignored
+			return
+		}
+		for i := from; i < to; i++ {
+			wk.out[i].Verdict = dispatch.Finished
+		}
+		wk.count.batches.Add(1)
+		wk.count.handled.Add(int64(to - from))
+	}
+}
+
+// splitPoint is where to halve b.Items[lo:hi] (at least two items, sorted
+// by lane): the lane boundary nearest the middle, or, when the range is one
+// lane, the middle itself (oneLane: the later half depends on the earlier).
+func splitPoint[M, T any](b *dispatch.Batch[M, T], lo, hi int) (mid int, oneLane bool) {
+	mid = (lo + hi) / 2
+	if b.SameLane(lo, hi-1) {
+		return mid, true
+	}
+	for d := 0; ; d++ {
+		if m := mid - d; m > lo && !b.SameLane(m-1, m) {
+			return m, false
+		}
+		if m := mid + d; m < hi && !b.SameLane(m-1, m) {
+			return m, false
+		}
+	}
+}
+
+func anyRevoked[M, T any](items []*dispatch.Item[M, T]) bool {
+	for _, it := range items {
+		if it.Revoked() {
+			return true
+		}
+	}
+	return false
+}
+
+func (p *Pool[M, T]) returnRange(wk *worker[M, T], lo, hi int) {
+	for i := lo; i < hi; i++ {
+		wk.out[i].Verdict = dispatch.Return
+	}
+}
+
+// charge counts a failed attempt of b.Items[i]: its lane is held (the
+// scheduler's Hold decides when it runs again, or whether it is
+// dead-lettered).
+func (p *Pool[M, T]) charge(wk *worker[M, T], b *dispatch.Batch[M, T], i int, err error) {
+	b.Items[i].Attempt++
+	wk.out[i] = dispatch.Outcome{Verdict: dispatch.Hold, Kind: Failed, Err: err}
+	p.stats.Retries.Add(1)
+}

@@ -1,0 +1,117 @@
+package merge
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/orderly-go/orderly/dispatch"
+)
+
+var errTimeout = errors.New("timeout")
+
+// TestTimeout: a call past Config.Timeout has its context cancelled with
+// TimeoutCause, saw that deadline in ctx.Deadline, and counts as a failed
+// attempt when it returns, even if it returned nil.
+func TestTimeout(t *testing.T) {
+	var mu sync.Mutex
+	var causes []error
+	var deadlineOK atomic.Bool
+	first := true
+	r := newRigCtx(t, 1, Config{Num: 1, Ticker: -1, Timeout: 50 * time.Millisecond, TimeoutCause: errTimeout, Grace: time.Hour}, time.Millisecond,
+		func(ctx context.Context, items []*dispatch.Item[msg, int]) ([]Verdict, error) {
+			mu.Lock()
+			slow := first
+			first = false
+			mu.Unlock()
+			if d, ok := ctx.Deadline(); ok && time.Until(d) <= 50*time.Millisecond && time.Until(d) > 0 {
+				deadlineOK.Store(true)
+			}
+			if slow {
+				<-ctx.Done()
+				mu.Lock()
+				causes = append(causes, context.Cause(ctx))
+				mu.Unlock()
+				return nil, nil // ignores the cancel: still a failed attempt
+			}
+			return nil, nil
+		})
+	r.feed(t, 1)
+	r.waitCommitted(t, 1, 10*time.Second)
+	mu.Lock()
+	defer mu.Unlock()
+	if len(causes) != 1 || !errors.Is(causes[0], errTimeout) {
+		t.Fatalf("causes seen by the slow call: %v, want [%v]", causes, errTimeout)
+	}
+	if !deadlineOK.Load() {
+		t.Fatal("ctx.Deadline did not report the call's timeout")
+	}
+	if got := r.stats.TimedOut.Load(); got != 1 {
+		t.Fatalf("TimedOut: got %d, want 1", got)
+	}
+	if got := r.stats.Retries.Load(); got != 1 || r.holds.Load() != 1 {
+		t.Fatalf("Retries %d, holds %d: want 1 and 1 (the timed-out call was a failed attempt)", got, r.holds.Load())
+	}
+}
+
+// TestStuck: a call that ignores its cancelled context past Timeout plus
+// Grace makes its worker stuck: OnStuck is told once, StuckNow counts it
+// until the call returns, and the other worker goes on.
+func TestStuck(t *testing.T) {
+	release := make(chan struct{})
+	stuck := make(chan int, 4)
+	var done atomic.Int64
+	var r *rig
+	r = newRigCtx(t, 1, Config{Num: 2, Ticker: -1, Timeout: 20 * time.Millisecond, TimeoutCause: errTimeout, Grace: 20 * time.Millisecond,
+		OnStuck: func(worker int, since time.Time) { stuck <- worker }}, time.Millisecond,
+		func(ctx context.Context, items []*dispatch.Item[msg, int]) ([]Verdict, error) {
+			if items[0].Msg.lane == 0 && items[0].Attempt == 1 {
+				<-release // ignores ctx
+			}
+			done.Add(1)
+			return nil, nil
+		})
+	t.Cleanup(func() {
+		select {
+		case <-release:
+		default:
+			close(release)
+		}
+	})
+	r.feed(t, 0, 1, 2, 3)
+	select {
+	case <-stuck:
+	case <-time.After(5 * time.Second):
+		t.Fatal("OnStuck not called")
+	}
+	waitUntil(t, 5*time.Second, "the other lanes done on the other worker", func() bool { return done.Load() >= 3 })
+	if got := r.pool.StuckNow(); got != 1 {
+		t.Fatalf("StuckNow: got %d, want 1", got)
+	}
+	time.Sleep(100 * time.Millisecond)
+	if len(stuck) != 0 {
+		t.Fatal("OnStuck called more than once for one call")
+	}
+	close(release)
+	r.waitCommitted(t, 4, 10*time.Second)
+	if got := r.pool.StuckNow(); got != 0 {
+		t.Fatalf("StuckNow after the call returned: got %d, want 0", got)
+	}
+	if got := r.stats.Stuck.Load(); got != 1 {
+		t.Fatalf("Stats.Stuck: got %d, want 1", got)
+	}
+}
+
+func waitUntil(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
