@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -135,10 +136,43 @@ func TestCrashChild(t *testing.T) {
 	if slowKey != "" {
 		cfg.Size = 1
 	}
+	// ORDERLY_CRASH_FAIL: offset of partition 0 that fails on its first
+	// two attempts (its attempts are logged in ORDERLY_CRASH_ATTEMPTS);
+	// with ORDERLY_CRASH_PARK (a DataPath), Unordered, and the offset is
+	// deferred once (a marker file says it was) instead.
+	target, _ := strconv.ParseInt(os.Getenv("ORDERLY_CRASH_FAIL"), 10, 64)
+	parkDir := os.Getenv("ORDERLY_CRASH_PARK")
+	var attempts *os.File
+	if os.Getenv("ORDERLY_CRASH_FAIL") != "" {
+		cfg.Size, cfg.Num = 1, 4
+		cfg.Retry = Retry{Backoff: 2 * time.Second, MaxBackoff: 2 * time.Second, Jitter: -1}
+		if parkDir != "" {
+			cfg.Ordering, cfg.DataPath = Unordered, parkDir
+		}
+		if attempts, err = os.OpenFile(os.Getenv("ORDERLY_CRASH_ATTEMPTS"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		defer attempts.Close()
+	}
 	g := newGroup(t, cfg, func(_ context.Context, batch []*Message) error {
 		time.Sleep(5 * time.Millisecond)
 		if slowKey != "" && string(batch[0].Key) == slowKey {
 			time.Sleep(500 * time.Millisecond) // a slow lane: the frontier waits, the rest finishes above it
+		}
+		if m := batch[0]; attempts != nil && m.Partition == 0 && m.Offset == target {
+			fmt.Fprintf(attempts, "%d %d\n", m.Attempt, time.Now().UnixNano())
+			marker := filepath.Join(parkDir, "deferred")
+			switch _, statErr := os.Stat(marker); {
+			case parkDir == "" && m.Attempt < 3:
+				return errors.New("fails twice")
+			case parkDir != "" && statErr != nil:
+				if err := os.WriteFile(marker, nil, 0o644); err != nil {
+					return err
+				}
+				var be BatchError
+				be.Defer(0, 4*time.Second)
+				return be.Err()
+			}
 		}
 		buf := make([]byte, 0, 16*len(batch)) // Do runs on many workers at once
 		for _, m := range batch {
@@ -272,4 +306,105 @@ func readHandled(t *testing.T, path string) map[[2]int64]bool {
 		out[[2]int64{p, o}] = true
 	}
 	return out
+}
+
+// readAttempts reads an attempts log of TestCrashChild.
+func readAttempts(t *testing.T, path string) (attempts []int, at []time.Time) {
+	t.Helper()
+	data, _ := os.ReadFile(path)
+	for line := range strings.SplitSeq(strings.TrimSpace(string(data)), "\n") {
+		var a int
+		var ns int64
+		if _, err := fmt.Sscanf(line, "%d %d", &a, &ns); err == nil {
+			attempts = append(attempts, a)
+			at = append(at, time.Unix(0, ns))
+		}
+	}
+	return attempts, at
+}
+
+// TestCrashKeepsAttempts: a message fails under a consumer process, which
+// is killed with SIGKILL while the message waits for its retry; the next
+// process goes on at attempt 2 (the commit metadata carried it), then 3,
+// and not before the backoff the first one set.
+func TestCrashKeepsAttempts(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs child processes")
+	}
+	const n, keys, target = 2000, 20, 10
+	r := newRig(t, "crash-attempts", 1, n, keys)
+	dir := t.TempDir()
+	env := []string{"ORDERLY_CRASH_FAIL=" + strconv.Itoa(target), "ORDERLY_CRASH_ATTEMPTS=" + filepath.Join(dir, "attempts.log")}
+	first := startChild(t, r, filepath.Join(dir, "first.log"), env...)
+	var notBefore time.Time
+	waitFor(t, time.Minute, "a commit carrying the failed message's attempt 2", func() bool {
+		d, err := commit.DecodeMeta(r.b.Commits("crash", r.topic)[0].Metadata)
+		w, ok := d.WaitingAt(target)
+		notBefore = w.NotBefore
+		return err == nil && ok && w.Attempt == 2
+	})
+	if err := first.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = first.Wait()
+	if a, _ := readAttempts(t, filepath.Join(dir, "attempts.log")); len(a) != 1 || a[0] != 1 {
+		t.Fatalf("attempts under the first process: %v, want [1]", a)
+	}
+	second := startChild(t, r, filepath.Join(dir, "second.log"), env...)
+	r.waitAllCommitted("crash", time.Minute)
+	if err := second.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	_ = second.Wait()
+	a, at := readAttempts(t, filepath.Join(dir, "attempts.log"))
+	if len(a) != 3 || a[1] != 2 || a[2] != 3 {
+		t.Fatalf("attempts over both processes: %v, want [1 2 3]", a)
+	}
+	if at[1].Before(notBefore.Add(-100 * time.Millisecond)) {
+		t.Fatalf("attempt 2 at %v, before the committed not-before %v", at[1], notBefore)
+	}
+}
+
+// TestCrashKeepsParked: Unordered with a DataPath; a message deferred by
+// 4s is parked and committed past; the process is killed with SIGKILL
+// before it is due; the next process on the same DataPath hands it to Do
+// once due: handled once, by the second process.
+func TestCrashKeepsParked(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs child processes")
+	}
+	const n, keys, target = 2000, 20, 10
+	r := newRig(t, "crash-park", 1, n, keys)
+	dir := t.TempDir()
+	park := filepath.Join(dir, "data")
+	env := []string{"ORDERLY_CRASH_FAIL=" + strconv.Itoa(target), "ORDERLY_CRASH_ATTEMPTS=" + filepath.Join(dir, "attempts.log"), "ORDERLY_CRASH_PARK=" + park}
+	first := startChild(t, r, filepath.Join(dir, "first.log"), env...)
+	waitFor(t, time.Minute, "the commit to pass the parked message", func() bool {
+		return r.b.Committed("crash", r.topic)[0] > target
+	})
+	if err := first.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = first.Wait()
+	if a, _ := readAttempts(t, filepath.Join(dir, "attempts.log")); len(a) != 1 {
+		t.Fatalf("deliveries under the first process: %v, want one (deferred)", a)
+	}
+	second := startChild(t, r, filepath.Join(dir, "second.log"), env...)
+	waitFor(t, time.Minute, "the parked message to be handled by the second process", func() bool {
+		if _, err := os.Stat(filepath.Join(dir, "second.log")); err != nil {
+			return false
+		}
+		return readHandled(t, filepath.Join(dir, "second.log"))[[2]int64{0, target}]
+	})
+	r.waitAllCommitted("crash", time.Minute)
+	if err := second.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	_ = second.Wait()
+	if readHandled(t, filepath.Join(dir, "first.log"))[[2]int64{0, target}] {
+		t.Fatal("the first process handled the parked message: it was not deferred")
+	}
+	if a, _ := readAttempts(t, filepath.Join(dir, "attempts.log")); len(a) != 2 {
+		t.Fatalf("deliveries over both processes: %v, want two (deferred, then handled)", a)
+	}
 }

@@ -50,8 +50,9 @@ type failures[T any] struct {
 	byItem  map[*dispatch.Item[Message, T]]uint64
 	next    uint64
 
-	retrying atomic.Int64 // items waiting out a retry's backoff
-	deferred atomic.Int64 // items waiting out a deferral
+	retrying  atomic.Int64 // items waiting out a retry's backoff
+	uncharged atomic.Int64 // failures not charged: an outage was on
+	deferred  atomic.Int64 // items waiting out a deferral
 
 	outage outage
 	dead   *deadLetters[T]
@@ -152,6 +153,7 @@ func (f *failures[T]) start(ctx context.Context) error {
 // close stops the failure path and releases its queues. Items still held
 // stay unfinished: nothing is committed past them.
 func (f *failures[T]) close() error {
+	f.outage.stop()
 	if f.stop != nil {
 		f.stop()
 	}
@@ -192,6 +194,7 @@ func (f *failures[T]) hold(it *dispatch.Item[Message, T], o dispatch.Outcome) {
 			// The dependency behind Do looks down: the failure does not
 			// count against the item (see outage).
 			it.Attempt--
+			f.uncharged.Add(1)
 			f.wait(it, f.outage.probeDelay(), true)
 			return
 		}

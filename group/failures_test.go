@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -13,10 +14,12 @@ import (
 	"time"
 
 	"github.com/IBM/sarama"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/orderly-go/orderly/commit"
 	"github.com/orderly-go/orderly/internal/deadletter"
 	"github.com/orderly-go/orderly/internal/ledger"
+	"github.com/orderly-go/orderly/localqueue"
 )
 
 // failsFor is how many times the message at (partition, offset) fails
@@ -455,4 +458,175 @@ func TestHungCall(t *testing.T) {
 			r.check(false)
 		})
 	}
+}
+
+// copyDir copies the regular files of src into a new temp dir, as a crash
+// would leave them, and returns it.
+func copyDir(t *testing.T, src string) string {
+	t.Helper()
+	dst := t.TempDir()
+	entries, err := os.ReadDir(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if !e.Type().IsRegular() {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(src, e.Name()))
+		if err != nil {
+			continue // removed meanwhile
+		}
+		if err := os.WriteFile(filepath.Join(dst, e.Name()), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dst
+}
+
+// parkedIn opens a copy of dataPath's parked queue and reports how many
+// messages it holds, deferred or ready.
+func parkedIn(t *testing.T, dataPath string) int {
+	t.Helper()
+	q, err := localqueue.Open(localqueue.Options{Name: "orderly-parked", DataPath: copyDir(t, dataPath), MaxReqTimeout: maxDelay, MaxMsgSize: 64 << 20})
+	if err != nil {
+		t.Fatalf("open a copy of the parked queue: %v", err)
+	}
+	defer q.Close()
+	st := q.Stats()
+	return int(st.Depth) + st.Deferred
+}
+
+// TestUnorderedParking: with Unordered and a DataPath, a message deferred
+// by a few seconds is parked: every OffsetCommit the broker sees that
+// passes its offset comes after it is on disk (a copy of DataPath taken
+// then holds it), the group goes on without it, and after a graceful stop
+// and a restart on the same DataPath it is handled once its time has come.
+func TestUnorderedParking(t *testing.T) {
+	const n, keys, target = 500, 20, 30
+	r := newRig(t, "parking", 1, n, keys)
+	dataPath := t.TempDir()
+	var mu sync.Mutex
+	var passedUnparked []int64
+	commitsPast := 0
+	r.b.ObserveCommits(func(req *kmsg.OffsetCommitRequest) {
+		for _, tp := range req.Topics {
+			for _, p := range tp.Partitions {
+				if tp.Topic != r.topic || p.Offset <= target {
+					continue
+				}
+				mu.Lock()
+				first := commitsPast == 0
+				commitsPast++
+				mu.Unlock()
+				if first && parkedIn(t, filepath.Join(dataPath)) == 0 {
+					mu.Lock()
+					passedUnparked = append(passedUnparked, p.Offset)
+					mu.Unlock()
+				}
+			}
+		}
+	})
+	w := r.work(0, 0)
+	var log attemptLog
+	deferBy := 5 * time.Second
+	var deferredAt atomic.Int64
+	do := func(ctx context.Context, batch []*Message) error {
+		var be BatchError
+		var ok []*Message
+		for i, m := range batch {
+			if m.Offset == target {
+				log.add(m.Attempt)
+				if deferredAt.Load() == 0 {
+					deferredAt.Store(time.Now().UnixNano())
+					r.markParked(m.Partition, m.Offset)
+					be.Defer(i, deferBy)
+					continue
+				}
+			}
+			ok = append(ok, m)
+		}
+		if err := w.Do(ctx, ok); err != nil {
+			return err
+		}
+		return be.Err()
+	}
+	cfg := r.config("parking")
+	cfg.Size, cfg.Num, cfg.Ordering, cfg.DataPath = 8, 4, Unordered, dataPath
+	a := newGroup(t, cfg, do)
+	stopA := run(t, a)
+	waitFor(t, time.Minute, "every message but the parked one committed", func() bool {
+		return r.b.Committed(cfg.GroupID, r.topic)[0] == int64(n) && a.Stats().Parked == 1
+	})
+	if err := stopA(); err != nil { // before the parked message is due
+		t.Fatal(err)
+	}
+	if seen, _ := log.get(); len(seen) != 1 {
+		t.Fatalf("deliveries of the parked message before the restart: %v, want one", seen)
+	}
+	mu.Lock()
+	if commitsPast == 0 || len(passedUnparked) > 0 {
+		mu.Unlock()
+		t.Fatalf("commits past the parked offset: %d, of which before it was on disk: %v", commitsPast, passedUnparked)
+	}
+	mu.Unlock()
+	b := newGroup(t, cfg, do)
+	stopB := run(t, b)
+	waitFor(t, time.Minute, "the parked message to be handled after the restart", func() bool {
+		seen, _ := log.get()
+		return len(seen) == 2 && b.Stats().Parked == 0
+	})
+	if err := stopB(); err != nil {
+		t.Fatal(err)
+	}
+	_, times := log.get()
+	if due := time.Unix(0, deferredAt.Load()).Add(deferBy); times[1].Before(due.Add(-100 * time.Millisecond)) {
+		t.Fatalf("parked message handled at %v, before it was due at %v", times[1], due)
+	}
+	r.checkOrder(false, false)
+}
+
+// TestOutage: every call fails for a few seconds (the dependency behind
+// Do is down). The group backs off as a whole: an outage is counted, fetching
+// stops growing, no message runs out of attempts (MaxAttempts 3: none is
+// dead-lettered), and everything is handled once the dependency is back.
+func TestOutage(t *testing.T) {
+	const n, keys = 6000, 200
+	r := newRig(t, "outage", 2, n, keys)
+	w := r.work(0, 0)
+	var down atomic.Bool
+	down.Store(true)
+	cfg := r.config("outage")
+	cfg.Size, cfg.Num, cfg.MaxInFlight = 16, 8, 1000
+	cfg.DataPath = t.TempDir()
+	cfg.Retry = Retry{Backoff: 20 * time.Millisecond, MaxBackoff: 200 * time.Millisecond, MaxAttempts: 3}
+	g := newGroup(t, cfg, func(ctx context.Context, batch []*Message) error {
+		if down.Load() {
+			return errors.New("database unreachable")
+		}
+		return w.Do(ctx, batch)
+	})
+	stop := run(t, g)
+	waitFor(t, time.Minute, "the outage to be noticed", func() bool { return g.Stats().Outage })
+	waitFor(t, time.Minute, "both partitions to pause their fetching", func() bool {
+		p0, p1 := claimOf(g, r.topic, 0), claimOf(g, r.topic, 1)
+		return p0 != nil && p1 != nil && p0.fetchPaused.Load() && p1.fetchPaused.Load()
+	})
+	time.Sleep(2 * time.Second)
+	st := g.Stats()
+	if st.InFlight > int64(cfg.MaxInFlight)+2 || st.Handled != 0 || !st.Outage {
+		t.Fatalf("during the outage: in flight %d, handled %d, outage %v; want at most MaxInFlight %d, nothing handled, on", st.InFlight, st.Handled, st.Outage, cfg.MaxInFlight)
+	}
+	fetched := st.Fetched
+	down.Store(false)
+	r.waitAllCommitted(cfg.GroupID, time.Minute)
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	r.check(false)
+	st = g.Stats()
+	if st.Outages < 1 || st.Outage || st.DeadLettered != (DeadLetterCounts{}) {
+		t.Fatalf("Stats: Outages %d, Outage %v, DeadLettered %+v; want at least 1 outage, over, none dead-lettered", st.Outages, st.Outage, st.DeadLettered)
+	}
+	t.Logf("outage: %d failed calls, %d retries charged, fetched %d while it lasted", st.Failures, st.Retries, fetched)
 }

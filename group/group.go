@@ -90,15 +90,17 @@ type Group[T any] struct {
 	sched   *dispatch.Scheduler[Message, T]
 	workers []workerState[T] // per-worker scratch for Do calls
 
-	client     sarama.Client // set by Run; nil in pipeline benchmarks
-	started    atomic.Bool
-	pool       *merge.Stats
-	workerPool atomic.Pointer[merge.Pool[Message, T]] // set once the workers run
-	paused     atomic.Bool
-	fail       *failures[T]
-	ctr        counters
-	errs       errorCounters
-	failLog    rateLimit // "Do failed" warnings
+	client      sarama.Client // set by Run; nil in pipeline benchmarks
+	started     atomic.Bool
+	pool        *merge.Stats
+	workerPool  atomic.Pointer[merge.Pool[Message, T]] // set once the workers run
+	paused      atomic.Bool
+	limitMu     sync.Mutex // orders Pause, Resume and the outage's limit
+	outageLimit int        // -1: none
+	fail        *failures[T]
+	ctr         counters
+	errs        errorCounters
+	failLog     rateLimit // "Do failed" warnings
 
 	claimsMu sync.Mutex
 	claims   map[*claimState]struct{}
@@ -159,14 +161,15 @@ func New[T any](cfg Config, h Handler[T]) (*Group[T], error) {
 		return nil, err
 	}
 	g := &Group[T]{
-		cfg:      cfg,
-		h:        h,
-		log:      cfg.Logger.With(zap.String("group", cfg.GroupID)),
-		seed:     maphash.MakeSeed(),
-		workers:  make([]workerState[T], cfg.Num),
-		pool:     merge.NewStats(cfg.Num),
-		claims:   make(map[*claimState]struct{}),
-		stopping: make(chan struct{}),
+		cfg:         cfg,
+		h:           h,
+		log:         cfg.Logger.With(zap.String("group", cfg.GroupID)),
+		seed:        maphash.MakeSeed(),
+		workers:     make([]workerState[T], cfg.Num),
+		pool:        merge.NewStats(cfg.Num),
+		claims:      make(map[*claimState]struct{}),
+		stopping:    make(chan struct{}),
+		outageLimit: -1,
 	}
 	g.fail = newFailures(g)
 	g.sched = dispatch.New[Message, T](dispatch.Options[Message, T]{
@@ -175,6 +178,7 @@ func New[T any](cfg Config, h Handler[T]) (*Group[T], error) {
 	})
 	g.fail.outage.onStart = g.outageBegan
 	g.fail.outage.onEnd = g.outageEnded
+	g.fail.outage.limit = g.setLimit
 	for i := range g.workers {
 		w := &g.workers[i]
 		w.vals = make([]T, 0, cfg.Size)
@@ -353,6 +357,7 @@ func (g *Group[T]) startWorkers(ctx context.Context) (stop func() error, err err
 		TimeoutCause: ErrTimeout,
 		Grace:        stuckGrace(g.cfg.MsgTimeout),
 		OnStuck:      g.onStuck,
+		NoSplit:      g.fail.outage.on,
 		Context: func(ctx context.Context, worker int) context.Context {
 			return context.WithValue(ctx, batchKey{}, &g.workers[worker].info)
 		},
@@ -397,37 +402,40 @@ func (g *Group[T]) onStuck(worker int, since time.Time) {
 // pauses on its own as the partitions' shares fill. For operators, and for
 // handlers that know their dependency is down. Resume undoes it.
 func (g *Group[T]) Pause() {
+	g.limitMu.Lock()
 	g.paused.Store(true)
 	g.sched.SetLimit(0)
+	g.limitMu.Unlock()
 	g.log.Info("paused")
 }
 
-// Resume lets Do run again after Pause.
+// Resume lets Do run again after Pause (as far as an outage lets it).
 func (g *Group[T]) Resume() {
+	g.limitMu.Lock()
 	g.paused.Store(false)
-	limit := -1
-	if g.fail.outage.on() {
-		limit = 1
-	}
-	g.sched.SetLimit(limit)
+	g.sched.SetLimit(g.outageLimit)
+	g.limitMu.Unlock()
 	g.log.Info("resumed")
 }
 
-// outageBegan: most calls fail over many lanes (see outage): run one batch
-// at a time until one succeeds.
-func (g *Group[T]) outageBegan() {
+// setLimit is the outage's limit on batches running at once; Pause wins.
+func (g *Group[T]) setLimit(n int) {
+	g.limitMu.Lock()
+	g.outageLimit = n
 	if !g.paused.Load() {
-		g.sched.SetLimit(1)
+		g.sched.SetLimit(n)
 	}
-	g.log.Warn("most Do calls fail across many lanes: backing off as a whole, one batch at a time, failures not charged",
+	g.limitMu.Unlock()
+}
+
+// outageBegan: most items fail over many lanes (see outage).
+func (g *Group[T]) outageBegan() {
+	g.log.Warn("most Do calls fail across many lanes: backing off as a whole, one probe at a time, failures not charged",
 		zap.Int64("outages", g.fail.outage.count.Load()))
 }
 
 func (g *Group[T]) outageEnded(d time.Duration) {
-	if !g.paused.Load() {
-		g.sched.SetLimit(-1)
-	}
-	g.log.Info("a Do call succeeded again: outage over", zap.Duration("lasted", d))
+	g.log.Info("a Do call succeeded again: outage over", zap.Duration("lasted", d), zap.Int64("probes", g.fail.outage.probes.Load()))
 }
 
 // consumerError counts and logs an error sarama reported while consuming
@@ -570,7 +578,7 @@ func (g *Group[T]) Stats() Stats {
 		Handled:          g.pool.Handled(),
 		Batches:          g.pool.Batches(),
 		Failures:         g.pool.Failures.Load(),
-		Retries:          g.pool.Retries.Load(),
+		Retries:          g.pool.Retries.Load() - g.fail.uncharged.Load(),
 		Splits:           g.pool.Splits.Load(),
 		Cancelled:        g.pool.Cancelled.Load(),
 		DecodeErrors:     g.ctr.decodeErrors.Load(),

@@ -117,6 +117,10 @@ func (p *Pool[M, T]) failed(wk *worker[M, T], b *dispatch.Batch[M, T], lo, hi in
 		}
 	case hi-lo == 1:
 		p.charge(wk, b, lo, err)
+	case p.cfg.NoSplit != nil && p.cfg.NoSplit():
+		for i := lo; i < hi; i++ {
+			p.charge(wk, b, i, err)
+		}
 	default:
 		p.bisect(wk, b, lo, hi, err)
 	}

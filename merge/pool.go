@@ -41,6 +41,11 @@ type Config struct {
 	// stuck (its call started at since), on the watchdog's goroutine; the
 	// worker is Pool.Worker(worker).
 	OnStuck func(worker int, since time.Time)
+	// NoSplit, if set, is asked before a batch that failed as a whole is
+	// split: true charges each of its items instead (then the scheduler's
+	// Hold decides, e.g. not to count them while a dependency is down,
+	// rather than calling Do again on halves).
+	NoSplit func() bool
 	// Context, if set, wraps each context a worker makes for its calls
 	// (one per worker, made again only after it was cancelled).
 	Context func(ctx context.Context, worker int) context.Context
