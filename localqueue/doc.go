@@ -2,9 +2,10 @@
 // channel with the acknowledgement layer go-diskqueue lacks. It is usable
 // on its own as an embedded work queue, and it knows nothing of Kafka or
 // of Orderly's other packages: a queue holds bodies, with an ID,
-// timestamps and a delivery count. Orderly's group package is to hand its
-// failures (retries, deferred messages, dead letters) to it; today it does
-// not import it.
+// timestamps and a delivery count. Orderly's group package times its held
+// messages' retries and deferrals with a memory-only queue, and parks
+// Unordered messages on disk in one; what ties a body to a Kafka message
+// lives in group.
 //
 // # Data flow
 //

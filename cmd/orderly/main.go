@@ -1,9 +1,11 @@
 // Command orderly runs the Orderly demo on an embedded Kafka-protocol broker
-// (the default), a standalone broker, and side-by-side benchmarks.
+// (the default), a standalone broker, side-by-side benchmarks, and the
+// tools for dead letters.
 //
 //	orderly [demo] [flags]   demo traffic consumed with ordered parallelism, live progress, a report
 //	orderly broker [flags]   a standalone in-process broker (kfake) for development and tests
 //	orderly bench [flags]    side-by-side throughput against raw sarama and the databus design
+//	orderly dlq CMD [flags]  list, show, replay and purge dead letters (local store or topic)
 //
 // `orderly --help` and `orderly CMD --help` describe the flags; cli.go
 // holds the conventions every subcommand follows.
