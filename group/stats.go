@@ -1,9 +1,20 @@
 package group
 
+import "github.com/orderly-go/orderly/internal/histogram"
+
+// Histogram is a distribution of durations (Stats.DoDuration,
+// Stats.Latency): Counts[i] observations at most HistogramBounds[i]
+// seconds (and above the bound before), the last above every bound.
+type Histogram = histogram.Snapshot
+
+// HistogramBounds are the buckets' upper bounds in seconds.
+var HistogramBounds = histogram.Bounds
+
 // Stats is a snapshot of a Group's counters. Counters only grow over the
 // Group's life; gauges (InFlight, Retrying, FinishedAbove, Partitions, Lag)
 // are current values.
 type Stats struct {
+	GroupID string // Config.GroupID
 	Fetched      int64 // messages received from Kafka
 	Handled      int64 // messages finished by Do
 	Committed    int64 // messages behind the commit frontier (marked for commit)
@@ -34,6 +45,9 @@ type Stats struct {
 
 	// The failure path.
 	DeadLettered      DeadLetterCounts // messages whose dead letter was written, by reason
+	// DeadLetterDestination is where dead letters go: "topic:NAME",
+	// "local:DIR" (DataPath's store), or "" (none: they are skipped).
+	DeadLetterDestination string
 	DeadLetterSkipped int64            // messages to dead-letter with no destination configured: skipped
 	DeadLetterErrors  int64            // failed writes of dead letters (retried)
 	TimedOut          int64            // Do calls that ran past MsgTimeout
@@ -53,6 +67,17 @@ type Stats struct {
 	FinishedAbove     int64 // finished messages above their partition's frontier (as of the last commit)
 	Partitions        int64 // partitions claimed now
 	Lag               int64 // sum over claimed partitions of high watermark minus commit frontier
+
+	// Status is the group's: its worst partition's, the reason naming it.
+	Status PartitionStatus
+	// PartitionStats are the claimed partitions, by topic and partition.
+	PartitionStats []PartitionStats
+	// Workers are the workers, by index.
+	Workers []WorkerStats
+	// DoDuration is the distribution of Do calls' durations (split calls
+	// included); Latency that of end-to-end latency, record timestamp to
+	// done, of each call's oldest message.
+	DoDuration, Latency Histogram
 }
 
 // DeadLetterCounts are dead letters by reason (the __orderly.errors.reason
