@@ -14,10 +14,11 @@
 //	ORDERLY_WEDGE_RUNS=N       runs (default 1)
 //	ORDERLY_WEDGE_KILLS=N      SIGKILLs per run (default 20)
 //	ORDERLY_WEDGE_STATIC=1     static membership: Consumer.Group.InstanceId per consumer slot (KIP-345)
-//	ORDERLY_WEDGE_WAIT=120s    after the last kill, how long the group has to catch up
+//	ORDERLY_WEDGE_WAIT=120s    after the last kill, how long the group has to catch up (tail included)
 //	ORDERLY_WEDGE_BROKER=PATH  an orderly binary to run as the broker (default: go build ./cmd/orderly)
 //	ORDERLY_WEDGE_RATE=500     messages produced per second during the churn
 //	ORDERLY_WEDGE_VICTIM=N     always kill consumer slot N (0-2); default: a random slot each time
+//	ORDERLY_WEDGE_TAIL=60s     keep producing this long after the last kill (default: stop at it)
 //
 // Each run prints one summary line: stalled (committed offsets did not move
 // for more than 30 s while behind, and the coordinator listed members killed
@@ -25,6 +26,15 @@
 // ORDERLY_WEDGE_WAIT after the last kill), the longest commit stall, how
 // long the group took to catch up after the last kill, and the most killed
 // members listed at once.
+//
+// Measured on the pinned kfake (2 shared cores, session 6 s, rebalance 10 s,
+// 20 kills 2-4 s apart): dynamic membership stalled in 23 of 24 runs (10
+// random victims, 6 always slot 0, 8 with a 60 s traffic tail): commits
+// frozen 46-106 s, up to 18 killed members listed at once, caught up 42-56 s
+// after the last kill (within the tail where there was one), never wedged
+// for good within 2-2.5 min. Static membership: 0 of 13 stalled, commits
+// never frozen more than 1.5 s, no killed member listed, caught up 1.5-3 s
+// after the last kill.
 package wedge
 
 import (
@@ -416,13 +426,17 @@ func runOnce(t *testing.T, bin string, run int) runResult {
 		fmt.Fprintf(timeline, "%6.1fs kill slot %d pid %d\n", time.Since(t0).Seconds(), slot, p.cmd.Process.Pid)
 		startConsumer(slot)
 	}
+	lastKill := time.Now()
+	// With a tail, traffic goes on after the churn: a partition held by a
+	// member that is gone then shows as lag instead of hiding behind a
+	// final commit made before the traffic stopped.
+	time.Sleep(envDur("ORDERLY_WEDGE_TAIL", time.Nanosecond))
 	stopProducing()
 	prodWG.Wait()
 	stopMon()
 	monWG.Wait()
 
-	lastKill := time.Now()
-	lastMove, lastSum = lastKill, -1
+	lastMove, lastSum = time.Now(), -1
 	for time.Since(lastKill) < wait {
 		if sample() {
 			res.caughtUpIn = time.Since(lastKill)
