@@ -1,6 +1,17 @@
 // Package broker runs an in-process Kafka-protocol broker (franz-go's kfake)
 // for the demo, the benchmarks, the tests and `orderly broker`. Clients talk
 // to it over loopback with the real Kafka protocol.
+//
+// It is one broker with no replication, and its classic group coordinator
+// differs from Kafka's where consumer processes die mid-rebalance (issue
+// 11): a member killed while its JoinGroup is parked can stay in the group
+// with no session timer, the rebalance deadline restarts on every join, and
+// a live member parked in JoinGroup is expired after its session timeout
+// with its request never answered (the client waits for its read timeout).
+// coordinator_test.go pins each of these; internal/wedge reproduces what
+// they do to a group of SIGKILLed and restarted processes. Static
+// membership (sarama's Consumer.Group.InstanceId) avoids them when a killed
+// process comes back within the session timeout.
 package broker
 
 import (
