@@ -132,8 +132,10 @@ func Trace(tp trace.TracerProvider, opts ...Option) func(ctx context.Context, ms
 	if tp == nil {
 		tp = gotel.GetTracerProvider()
 	}
+	_, w3c := cfg.prop.(propagation.TraceContext)
 	h := &hook{
 		cfg: cfg,
+		w3c: w3c,
 		t:   tp.Tracer(TracerName, trace.WithSchemaURL(semconv.SchemaURL)),
 		base: []attribute.KeyValue{
 			semconv.MessagingSystemKafka,
@@ -149,6 +151,7 @@ func Trace(tp trace.TracerProvider, opts ...Option) func(ctx context.Context, ms
 
 type hook struct {
 	cfg  config
+	w3c  bool // cfg.prop is propagation.TraceContext: extractW3C reads it
 	t    trace.Tracer
 	base []attribute.KeyValue
 }
@@ -255,8 +258,11 @@ func (h *hook) links(msgs []*group.Message, sameTopic, samePart bool) (links []t
 // SpanContext when it has none. It extracts into a fresh context, so
 // that a span Do's ctx carries is never taken for the message's.
 func (h *hook) extract(m *group.Message) trace.SpanContext {
-	if len(m.Headers) == 0 {
+	switch {
+	case len(m.Headers) == 0:
 		return trace.SpanContext{}
+	case h.w3c:
+		return extractW3C(m.Headers)
 	}
 	c := carrier(m.Headers)
 	return trace.SpanContextFromContext(h.cfg.prop.Extract(context.Background(), &c))

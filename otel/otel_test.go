@@ -292,3 +292,32 @@ func TestTraceState(t *testing.T) {
 		t.Errorf("link's tracestate: got %q, want %q", got, "vendor=abc,other=1")
 	}
 }
+
+// FuzzExtractW3C: the hook's own reading of traceparent and tracestate
+// agrees with propagation.TraceContext's on every input.
+func FuzzExtractW3C(f *testing.F) {
+	sc := spanContexts(9, 1)[0]
+	w3c := traceHeaders(sc)
+	f.Add(string(w3c[0].Value), "")
+	f.Add(string(w3c[0].Value), "vendor=abc,other=1")
+	f.Add("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", "bad state!")
+	f.Add("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-", "")
+	f.Add("01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-09-extra", "")
+	f.Add("00-00000000000000000000000000000000-00f067aa0ba902b7-01", "")
+	f.Add("00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01", "")
+	f.Add("ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", "")
+	f.Add("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-04", "")
+	f.Fuzz(func(t *testing.T, traceparent, tracestate string) {
+		headers := []group.Header{{Key: []byte("traceparent"), Value: []byte(traceparent)}}
+		if tracestate != "" {
+			headers = append(headers, group.Header{Key: []byte("tracestate"), Value: []byte(tracestate)})
+		}
+		got := extractW3C(headers)
+		c := carrier(headers)
+		want := trace.SpanContextFromContext(propagation.TraceContext{}.Extract(context.Background(), &c))
+		if !got.Equal(want) || got.IsRemote() != want.IsRemote() || got.IsValid() != want.IsValid() {
+			t.Fatalf("traceparent %q tracestate %q: got %v %v %v %q, want %v %v %v %q", traceparent, tracestate,
+				got.TraceID(), got.SpanID(), got.TraceFlags(), got.TraceState(), want.TraceID(), want.SpanID(), want.TraceFlags(), want.TraceState())
+		}
+	})
+}
