@@ -177,6 +177,7 @@ committing only behind finished work. Without a command, orderly runs the demo.`
 		return bindEnv(cmd.Flags(), e.lookup)
 	}
 	root.AddCommand(demoCommand(e), brokerCommand(e), benchCommand(e), dlqCommand(e))
+	root.AddCommand(groupCommand(e))
 	return root
 }
 

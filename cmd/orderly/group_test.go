@@ -1,0 +1,315 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/orderly-go/orderly/commit"
+	"github.com/orderly-go/orderly/group"
+	"github.com/orderly-go/orderly/internal/broker"
+	"github.com/orderly-go/orderly/internal/loadgen"
+)
+
+// describeRun runs `orderly group describe args` in-process; it returns
+// stdout, the error line(s) as main prints them and the exit code.
+func describeRun(t *testing.T, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	out, errOut, err := runCmd2(context.Background(), append([]string{"group", "describe"}, args...)...)
+	var rep bytes.Buffer
+	code = report(&rep, err)
+	return out, errOut + rep.String(), code
+}
+
+// describeJSON runs describe --json and decodes its output.
+func describeJSON(t *testing.T, args ...string) groupView {
+	t.Helper()
+	out, stderr, code := describeRun(t, append(args, "--json")...)
+	if code != exitOK {
+		t.Fatalf("orderly group describe %q: exit %d\n%s", args, code, stderr)
+	}
+	var v groupView
+	if err := json.Unmarshal([]byte(out), &v); err != nil {
+		t.Fatalf("describe --json: %v\n%s", err, out)
+	}
+	return v
+}
+
+// TestGroupDescribe: a real group on kfake holds one message stuck in Do
+// (offset 5) and one waiting for a retry an hour away (offset 20) on
+// partition 0, and finishes everything else; `orderly group describe`
+// shows the committed offset stuck at 5, the lag, the finished offsets
+// above it (count and ranges), the waiting message with its attempt and
+// not-before, and the member owning each partition while the group is
+// Stable; after Run ends, the group is Empty and its commits stay.
+func TestGroupDescribe(t *testing.T) {
+	const topic, groupID, n = "ledger-in", "ledger", 60
+	b, err := broker.Start(broker.Config{Topics: []string{topic}, Partitions: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	// Partition 0: n records, each with a key of its own; partition 1:
+	// 10 records, all handled.
+	if err := loadgen.Produce(ctx, b.Addrs(), topic, n+10, func(i int) loadgen.Record {
+		if i >= n {
+			return loadgen.Record{Key: fmt.Appendf(nil, "p1-%d", i), Value: fmt.Appendf(nil, "m%d", i), Pinned: true, Partition: 1}
+		}
+		return loadgen.Record{Key: fmt.Appendf(nil, "k%d", i), Value: fmt.Appendf(nil, "m%d", i), Pinned: true, Partition: 0}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	sc := group.DefaultSarama()
+	sc.Consumer.Offsets.AutoCommit.Interval = 100 * time.Millisecond
+	sc.ClientID = "describe-test"
+	started := time.Now()
+	g, err := group.New(group.Config{
+		Brokers: b.Addrs(), Topics: []string{topic}, GroupID: groupID, Sarama: sc,
+		Size: 1, Num: 4, DrainTimeout: 500 * time.Millisecond,
+		Retry: group.Retry{Backoff: time.Hour, MaxBackoff: time.Hour, Jitter: -1},
+	}, group.Handler[*group.Message]{Do: func(ctx context.Context, batch []*group.Message) error {
+		var failed group.BatchError
+		for i, m := range batch {
+			switch {
+			case m.Partition == 0 && m.Offset == 5:
+				<-ctx.Done() // stuck until shutdown
+				return ctx.Err()
+			case m.Partition == 0 && m.Offset == 20:
+				failed.Fail(i, errors.New("declined"))
+			}
+		}
+		return failed.Err()
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	ran := make(chan error, 1)
+	go func() { ran <- g.Run(runCtx) }()
+	defer func() {
+		stop()
+		<-ran
+	}()
+
+	// Wait until the broker holds the commit that says it all.
+	wantFinished := int64(n - 5 - 2)
+	waitCtx, waitCancel := context.WithTimeout(ctx, 45*time.Second)
+	defer waitCancel()
+	for {
+		c := b.Commits(groupID, topic)
+		d, err := commit.DecodeMeta(c[0].Metadata)
+		if c[0].Offset == 5 && err == nil && d.Count() == wantFinished && len(d.Waiting) == 1 && c[1].Offset == 10 {
+			break
+		}
+		select {
+		case <-waitCtx.Done():
+			t.Fatalf("no commit of the stuck head with its metadata: commits %+v", c)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	// The assignment shows once the group is Stable; wait for it too.
+	var v groupView
+	for {
+		v = describeJSON(t, "--brokers", b.Addrs()[0], "--group", groupID)
+		if v.State == "Stable" && len(v.Parts) == 2 && v.Parts[0].Member != "" {
+			break
+		}
+		select {
+		case <-waitCtx.Done():
+			t.Fatalf("group never shown Stable with an owner: %+v", v)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	if len(v.Members) != 1 || v.Members[0].ClientID != "describe-test" || v.Parts[0].Member != v.Members[0].ID || v.Parts[1].Member != v.Members[0].ID {
+		t.Errorf("members: got %+v, partitions owned by %q and %q; want the one member owning both", v.Members, v.Parts[0].Member, v.Parts[1].Member)
+	}
+	p0, p1 := v.Parts[0], v.Parts[1]
+	if p0.Topic != topic || p0.Partition != 0 || *p0.Committed != 5 || p0.HighWatermark != n || *p0.Lag != n-5 || p0.Metadata != "orderly2" {
+		t.Errorf("partition 0: got %s/%d committed %d hw %d lag %d metadata %q; want %s/0 committed 5 hw %d lag %d orderly2",
+			p0.Topic, p0.Partition, *p0.Committed, p0.HighWatermark, *p0.Lag, p0.Metadata, topic, n, n-5)
+	}
+	wantRanges := []offsetRange{{6, 19}, {21, n - 1}}
+	if p0.FinishedAbove != wantFinished || fmt.Sprint(p0.Finished) != fmt.Sprint(wantRanges) {
+		t.Errorf("partition 0 finished above: got %d in %v, want %d in %v", p0.FinishedAbove, p0.Finished, wantFinished, wantRanges)
+	}
+	if len(p0.Waiting) != 1 || p0.Waiting[0].Offset != 20 || p0.Waiting[0].Attempt != 2 || p0.Waiting[0].NotBefore == nil ||
+		p0.Waiting[0].NotBefore.Before(started.Add(time.Hour)) || p0.Waiting[0].NotBefore.After(time.Now().Add(time.Hour+time.Second)) {
+		t.Errorf("partition 0 waiting: got %+v, want offset 20, attempt 2, not before about an hour from now", p0.Waiting)
+	}
+	if *p1.Committed != 10 || *p1.Lag != 0 || p1.FinishedAbove != 0 || len(p1.Waiting) != 0 {
+		t.Errorf("partition 1: got %+v, want committed 10, no lag, nothing above", p1)
+	}
+	if v.Lag != n-5 || v.FinishedAbove != wantFinished || v.Waiting != 1 {
+		t.Errorf("totals: got lag %d, finished above %d, waiting %d; want %d, %d, 1", v.Lag, v.FinishedAbove, v.Waiting, n-5, wantFinished)
+	}
+
+	// The text table says the same.
+	out, stderr, code := describeRun(t, "--brokers", b.Addrs()[0], "--group", groupID, "--topic", topic)
+	if code != exitOK {
+		t.Fatalf("describe: exit %d\n%s", code, stderr)
+	}
+	t.Logf("orderly group describe:\n%s", out)
+	for _, want := range []string{
+		"group ledger: Stable, 1 member",
+		fmt.Sprintf("lag %d, of which %d finished above the committed offsets", n-5, wantFinished),
+		fmt.Sprintf("%s/0: %d in 2 ranges: 6-19, 21-%d", topic, wantFinished, n-1),
+		fmt.Sprintf("%s/0 offset 20: attempt 2, not before ", topic),
+		"(client describe-test, host ",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("describe: no %q in\n%s", want, out)
+		}
+	}
+	if row := tableRow(out, topic, "0"); strings.Join(row, " ") != fmt.Sprintf("%s 0 5 %d %d %d 1 orderly2 %s", topic, n, n-5, wantFinished, v.Members[0].ID) {
+		t.Errorf("describe: partition 0's row is %q", row)
+	}
+
+	// Once Run has returned, the group is Empty and its commits stay.
+	stop()
+	if err := <-ran; err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	ran <- nil // for the deferred stop
+	v = describeJSON(t, "--brokers", b.Addrs()[0], "--group", groupID)
+	if v.State != "Empty" || len(v.Members) != 0 || len(v.Parts) != 2 || *v.Parts[0].Committed != 5 || v.Parts[0].FinishedAbove != wantFinished ||
+		len(v.Parts[0].Waiting) != 1 || v.Parts[0].Member != "" {
+		t.Errorf("after Run: got %+v, want Empty, no members, partition 0 still committed at 5 with its metadata", v)
+	}
+}
+
+// tableRow is the fields of the table row of topic and partition.
+func tableRow(out, topic, part string) []string {
+	for line := range strings.Lines(out) {
+		f := strings.Fields(line)
+		if len(f) > 2 && f[0] == topic && f[1] == part {
+			return f
+		}
+	}
+	return nil
+}
+
+// TestGroupDescribeErrors: usage mistakes are one line and the hint, exit
+// 2; a group or topic the cluster does not have, and brokers that cannot
+// be reached, one line naming it, exit 1.
+func TestGroupDescribeErrors(t *testing.T) {
+	b, err := broker.Start(broker.Config{Topics: []string{"orders"}, Partitions: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	addr := b.Addrs()[0]
+	// A group that committed once and has no members: it exists (Empty).
+	if err := b.ResetCommitted(context.Background(), "old", "orders", map[int32]int64{0: 0}); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		args []string
+		code int
+		want string // the first line, after "orderly: "
+	}{
+		{[]string{"group"}, exitUsage, "orderly group needs a command: describe"},
+		{[]string{"group", "descrbe"}, exitUsage, `unknown command "descrbe" (did you mean "describe"?)`},
+		{[]string{"group", "describe"}, exitUsage, "orderly group describe needs --brokers HOST:PORT (the Kafka cluster)"},
+		{[]string{"group", "describe", "--brokers", addr}, exitUsage, "orderly group describe needs --group GROUP (the consumer group's id)"},
+		{[]string{"group", "describe", "--brokers", "nohost", "--group", "g"}, exitUsage, `invalid value "nohost" for --brokers: must be host:port`},
+		{[]string{"group", "describe", "--brokers", addr, "--group", ""}, exitUsage, `invalid value "" for --group: must not be empty`},
+		{[]string{"group", "describe", "--brokers", addr, "--group", "g", "extra"}, exitUsage, `unexpected argument "extra" (orderly group describe takes only flags)`},
+		{[]string{"group", "describe", "--brokers", addr, "--group", "nosuch"}, exitError,
+			fmt.Sprintf(`consumer group "nosuch" on --brokers %s: no such consumer group (no members, no committed offsets)`, addr)},
+		{[]string{"group", "describe", "--brokers", addr, "--group", "old", "--topic", "nosuch"}, exitError, "--topic nosuch: no such topic"},
+		{[]string{"group", "describe", "--brokers", "127.0.0.1:1", "--group", "g"}, exitError, "connect to --brokers 127.0.0.1:1: "},
+	}
+	for _, tt := range tests {
+		out, errOut, err := runCmd2(context.Background(), tt.args...)
+		var rep bytes.Buffer
+		code := report(&rep, err)
+		lines := strings.Split(strings.TrimSuffix(rep.String(), "\n"), "\n")
+		ok := code == tt.code && out == "" && errOut == "" && strings.HasPrefix(lines[0], "orderly: "+tt.want)
+		if tt.code == exitUsage {
+			ok = ok && len(lines) == 2 && strings.HasPrefix(lines[1], "see 'orderly group")
+		} else {
+			ok = ok && len(lines) == 1
+		}
+		if !ok {
+			t.Errorf("orderly %q: exit %d, stdout %q, stderr:\n%s%s\nwant exit %d and %q", tt.args, code, out, errOut, rep.String(), tt.code, tt.want)
+		}
+	}
+	// The group that exists shows its commit, with no metadata.
+	v := describeJSON(t, "--brokers", addr, "--group", "old")
+	if v.State != "Empty" || len(v.Parts) != 1 || v.Parts[0].Committed == nil || *v.Parts[0].Committed != 0 || v.Parts[0].Metadata != "" {
+		t.Errorf("group old: got %+v, want Empty, orders/0 committed at 0 without metadata", v)
+	}
+}
+
+// TestDecodeMetaView: what describe makes of each kind of commit
+// metadata.
+func TestDecodeMetaView(t *testing.T) {
+	nb := time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
+	v2, _, _ := commit.EncodeMeta2(100, []commit.Waiting{{Offset: 100, Attempt: 3, NotBefore: nb}, {Offset: 104, Attempt: 2}},
+		[]commit.Range{{Start: 101, End: 104}, {Start: 107, End: 108}}, 4000)
+	v1, _ := commit.EncodeMeta(100, []commit.Range{{Start: 102, End: 103}}, 4000)
+	other, _ := commit.EncodeMeta(90, []commit.Range{{Start: 95, End: 96}}, 4000)
+	tests := []struct {
+		name, meta string
+		want       string // Metadata
+		finished   []offsetRange
+		waiting    string
+		hasErr     bool
+	}{
+		{"none", "", "", nil, "[]", false},
+		{"version 2", v2, "orderly2", []offsetRange{{101, 103}, {107, 107}}, "[100/3/2026-05-01T12:00:00Z 104/2/-]", false},
+		{"version 1", v1, "orderly", []offsetRange{{102, 102}}, "[]", false},
+		{"someone else's", "checkpoint 7", "foreign", nil, "[]", false},
+		{"corrupt", commit.MetaPrefix2 + "!!", "corrupt", nil, "[]", true},
+		{"for another offset", other, "stale", nil, "[]", true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			off := int64(100)
+			pv := partitionView{Committed: &off, Finished: []offsetRange{}, Waiting: []waitingView{}}
+			pv.decodeMeta(tt.meta)
+			var w []string
+			for _, x := range pv.Waiting {
+				nb := "-"
+				if x.NotBefore != nil {
+					nb = x.NotBefore.Format(time.RFC3339)
+				}
+				w = append(w, fmt.Sprintf("%d/%d/%s", x.Offset, x.Attempt, nb))
+			}
+			var count int64
+			for _, r := range tt.finished {
+				count += r.To - r.From + 1
+			}
+			if pv.Metadata != tt.want || fmt.Sprint(pv.Finished) != fmt.Sprint(append([]offsetRange{}, tt.finished...)) ||
+				pv.FinishedAbove != count || fmt.Sprint(w) != tt.waiting && !(tt.waiting == "[]" && w == nil) || (pv.MetadataError != "") != tt.hasErr {
+				t.Errorf("got %q %v (%d) waiting %v error %q; want %q %v (%d) waiting %s, error: %v",
+					pv.Metadata, pv.Finished, pv.FinishedAbove, w, pv.MetadataError, tt.want, tt.finished, count, tt.waiting, tt.hasErr)
+			}
+		})
+	}
+}
+
+// TestGroupHelp: the group commands' help follows the convention.
+func TestGroupHelp(t *testing.T) {
+	for _, args := range [][]string{{"group", "--help"}, {"group", "describe", "--help"}, {"help", "group", "describe"}} {
+		out, err := runCmd(context.Background(), args...)
+		path := "orderly " + strings.Join(args[:len(args)-1], " ")
+		if args[0] == "help" {
+			path = "orderly group describe"
+		}
+		if err != nil || !strings.HasPrefix(out, "Usage: "+path+" [flags]") && !strings.HasPrefix(out, "Usage: "+path+" [command]") || !strings.HasSuffix(out, helpFooter) {
+			t.Errorf("orderly %q: error %v, output:\n%s", args, err, out)
+		}
+	}
+	out, _ := runCmd(context.Background(), "--help")
+	if !strings.Contains(out, "\n  group ") {
+		t.Errorf("orderly --help lists no group command:\n%s", out)
+	}
+}
