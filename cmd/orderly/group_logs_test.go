@@ -136,13 +136,13 @@ func fieldNames(e observer.LoggedEntry) []string {
 
 // TestGroupLogs runs a real group with a zap observer through failures
 // (retries, a panic, dead letters after MaxAttempts, poison records) at
-// two sizes, 400 and 2000 records: every entry uses only the documented
+// two sizes, 400 and 4000 records: every entry uses only the documented
 // field names, an entry about an offset also names its topic and
 // partition, the info entries do not grow with the number of records (no
 // per-message logs at info), and repeated "Do failed" warnings are rate
 // limited (at most one a second, the others counted in "suppressed").
 func TestGroupLogs(t *testing.T) {
-	small, large := runLogScenario(t, 400), runLogScenario(t, 2000)
+	small, large := runLogScenario(t, 400), runLogScenario(t, 4000)
 	infos := map[int]map[string]int{}
 	for _, r := range []logRun{small, large} {
 		infos[r.n] = map[string]int{}
@@ -178,10 +178,11 @@ func TestGroupLogs(t *testing.T) {
 		if _, known := perMessageInfo[msg]; known {
 			continue
 		}
-		// 5 times the records: a per-message entry would be about 5
+		// 10 times the records: a per-message entry would be about 10
 		// times as frequent; lifecycle entries (claims, sessions) are
-		// as many whatever the records.
-		if nSmall := infos[small.n][msg]; nLarge > 2*nSmall+2 {
+		// as many whatever the records, give or take a rebalance or two
+		// on a loaded machine.
+		if nSmall := infos[small.n][msg]; nLarge > 3*nSmall+4 {
 			t.Errorf("info entry %q: %d times for %d records, %d for %d: it grows with the records", msg, nLarge, large.n, nSmall, small.n)
 		}
 	}
