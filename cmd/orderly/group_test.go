@@ -6,9 +6,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/IBM/sarama"
 
 	"github.com/orderly-go/orderly/commit"
 	"github.com/orderly-go/orderly/group"
@@ -311,5 +315,104 @@ func TestGroupHelp(t *testing.T) {
 	out, _ := runCmd(context.Background(), "--help")
 	if !strings.Contains(out, "\n  group ") {
 		t.Errorf("orderly --help lists no group command:\n%s", out)
+	}
+}
+
+// memberHandler is a sarama consumer group handler that reports its
+// session's member id and claims and then holds them until released.
+type memberHandler struct {
+	setup   chan<- sarama.ConsumerGroupSession
+	release <-chan struct{}
+}
+
+func (h memberHandler) Setup(s sarama.ConsumerGroupSession) error {
+	h.setup <- s
+	return nil
+}
+func (memberHandler) Cleanup(sarama.ConsumerGroupSession) error { return nil }
+func (h memberHandler) ConsumeClaim(s sarama.ConsumerGroupSession, c sarama.ConsumerGroupClaim) error {
+	select {
+	case <-h.release:
+	case <-s.Context().Done():
+	}
+	return nil
+}
+
+// TestGroupDescribeMembers: with two members of a plain sarama consumer
+// group (range assignor) splitting 4 partitions, describe names each
+// partition's owner and each member's assignment as the members' own
+// sessions have them.
+func TestGroupDescribeMembers(t *testing.T) {
+	const topic, groupID = "shared", "pair"
+	b, err := broker.Start(broker.Config{Topics: []string{topic}, Partitions: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	release := make(chan struct{})
+	setups := make(chan sarama.ConsumerGroupSession, 16)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer close(release)
+	for i := range 2 {
+		cfg := sarama.NewConfig()
+		cfg.Version = sarama.V3_0_0_0
+		cfg.ClientID = fmt.Sprintf("member-%d", i)
+		cfg.Consumer.Group.Rebalance.GroupStrategies = []sarama.BalanceStrategy{sarama.NewBalanceStrategyRange()}
+		cg, err := sarama.NewConsumerGroup(b.Addrs(), groupID, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer cg.Close()
+			for ctx.Err() == nil {
+				if err := cg.Consume(ctx, []string{topic}, memberHandler{setup: setups, release: release}); err != nil {
+					return
+				}
+			}
+		}()
+		defer cancel() // before wg.Wait: the members leave
+	}
+	// Sessions come and go as the second member joins; describe until it
+	// agrees with the two latest sessions of one generation.
+	latest := map[string]sarama.ConsumerGroupSession{} // by client id
+	var v groupView
+	for {
+		select {
+		case s := <-setups:
+			latest[s.MemberID()[:len("member-0")]] = s
+			continue
+		case <-ctx.Done():
+			t.Fatalf("describe never agreed with the members' sessions %v: %+v", latest, v)
+		case <-time.After(100 * time.Millisecond):
+		}
+		if len(latest) != 2 || latest["member-0"].GenerationID() != latest["member-1"].GenerationID() {
+			continue
+		}
+		v = describeJSON(t, "--brokers", b.Addrs()[0], "--group", groupID)
+		if v.State == "Stable" && len(v.Members) == 2 && len(v.Parts) == 4 && v.Parts[0].Member != "" {
+			break
+		}
+	}
+	owners := map[int32]string{}
+	for _, s := range latest {
+		for _, p := range s.Claims()[topic] {
+			owners[p] = s.MemberID()
+		}
+	}
+	for _, p := range v.Parts {
+		if p.Member != owners[p.Partition] || p.Committed != nil || p.Lag != nil {
+			t.Errorf("%s/%d: owner %q, committed %v; want %q (its session's claim), no commit", p.Topic, p.Partition, p.Member, p.Committed, owners[p.Partition])
+		}
+	}
+	for _, m := range v.Members {
+		s, ok := latest[m.ClientID]
+		if !ok || m.ID != s.MemberID() || fmt.Sprint(m.Assigned[topic]) != fmt.Sprint(slices.Sorted(slices.Values(s.Claims()[topic]))) {
+			t.Errorf("member %s (client %s): assigned %v; want the session's %v", m.ID, m.ClientID, m.Assigned, s.Claims())
+		}
 	}
 }
