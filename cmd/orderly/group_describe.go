@@ -142,14 +142,75 @@ func describeGroup(_ context.Context, o *groupOpts) (*groupView, error) {
 		}
 		topics = slices.Sorted(maps.Keys(set))
 	}
+	parts := map[string][]int32{}
 	for _, topic := range topics {
-		parts, err := v.describeTopic(client, committed, owner, topic)
-		if err != nil {
-			return nil, err
+		ps, err := client.Partitions(topic)
+		if errors.Is(err, sarama.ErrUnknownTopicOrPartition) {
+			return nil, fmt.Errorf("--topic %s: %w", topic, errUnknownTopic)
 		}
-		v.Parts = append(v.Parts, parts...)
+		if err != nil {
+			return nil, fmt.Errorf("partitions of topic %s: %w", topic, err)
+		}
+		parts[topic] = slices.Sorted(slices.Values(ps))
+	}
+	hws, err := highWatermarks(client, parts)
+	if err != nil {
+		return nil, err
+	}
+	for _, topic := range topics {
+		for _, p := range parts[topic] {
+			pv, err := v.describePartition(committed, owner, hws, topicPart{topic, p})
+			if err != nil {
+				return nil, err
+			}
+			v.Parts = append(v.Parts, pv)
+		}
 	}
 	return v, nil
+}
+
+// highWatermarks lists the partitions' high watermarks, one ListOffsets
+// request per leader.
+func highWatermarks(client sarama.Client, parts map[string][]int32) (map[topicPart]int64, error) {
+	type leaderReq struct {
+		b   *sarama.Broker
+		req *sarama.OffsetRequest
+		tps []topicPart
+	}
+	byLeader := map[int32]*leaderReq{}
+	for topic, ps := range parts {
+		for _, p := range ps {
+			b, err := client.Leader(topic, p)
+			if err != nil {
+				return nil, fmt.Errorf("leader of %s/%d: %w", topic, p, err)
+			}
+			lr := byLeader[b.ID()]
+			if lr == nil {
+				lr = &leaderReq{b: b, req: sarama.NewOffsetRequest(groupSarama().Version)}
+				byLeader[b.ID()] = lr
+			}
+			lr.req.AddBlock(topic, p, sarama.OffsetNewest, 1)
+			lr.tps = append(lr.tps, topicPart{topic, p})
+		}
+	}
+	out := make(map[topicPart]int64)
+	for _, lr := range byLeader {
+		resp, err := lr.b.GetAvailableOffsets(lr.req)
+		if err != nil {
+			return nil, fmt.Errorf("high watermarks from broker %d (%s): %w", lr.b.ID(), lr.b.Addr(), err)
+		}
+		for _, tp := range lr.tps {
+			block := resp.GetBlock(tp.topic, tp.part)
+			switch {
+			case block == nil || len(block.Offsets) == 0:
+				return nil, fmt.Errorf("high watermark of %s/%d: broker %d did not answer for it", tp.topic, tp.part, lr.b.ID())
+			case block.Err != sarama.ErrNoError:
+				return nil, fmt.Errorf("high watermark of %s/%d: %w", tp.topic, tp.part, block.Err)
+			}
+			out[tp] = block.Offsets[0] // every version fills Offsets
+		}
+	}
+	return out, nil
 }
 
 type topicPart struct {
@@ -197,38 +258,26 @@ func (v *groupView) describeMembers(admin sarama.ClusterAdmin) (map[topicPart]st
 	return owner, nil
 }
 
-// describeTopic reads topic's partitions, high watermarks and the
-// group's commits on them.
-func (v *groupView) describeTopic(client sarama.Client, committed *sarama.OffsetFetchResponse, owner map[topicPart]string, topic string) ([]partitionView, error) {
-	parts, err := client.Partitions(topic)
-	if errors.Is(err, sarama.ErrUnknownTopicOrPartition) {
-		return nil, fmt.Errorf("--topic %s: %w", topic, errUnknownTopic)
+// describePartition is tp as the group's commit left it.
+func (v *groupView) describePartition(committed *sarama.OffsetFetchResponse, owner map[topicPart]string, hws map[topicPart]int64, tp topicPart) (partitionView, error) {
+	hw := hws[tp]
+	pv := partitionView{Topic: tp.topic, Partition: tp.part, HighWatermark: hw, Finished: []offsetRange{}, Waiting: []waitingView{},
+		Member: owner[tp]}
+	b := committed.GetBlock(tp.topic, tp.part)
+	switch {
+	case b == nil || b.Err == sarama.ErrNoError && b.Offset < 0:
+		return pv, nil // no commit
+	case b.Err != sarama.ErrNoError:
+		return pv, fmt.Errorf("committed offset of group %q at %s/%d: %w", v.Group, tp.topic, tp.part, b.Err)
 	}
-	if err != nil {
-		return nil, fmt.Errorf("partitions of topic %s: %w", topic, err)
-	}
-	out := make([]partitionView, 0, len(parts))
-	for _, p := range slices.Sorted(slices.Values(parts)) {
-		hw, err := client.GetOffset(topic, p, sarama.OffsetNewest)
-		if err != nil {
-			return nil, fmt.Errorf("high watermark of %s/%d: %w", topic, p, err)
-		}
-		pv := partitionView{Topic: topic, Partition: p, HighWatermark: hw, Finished: []offsetRange{}, Waiting: []waitingView{},
-			Member: owner[topicPart{topic, p}]}
-		if b := committed.GetBlock(topic, p); b != nil && b.Err == sarama.ErrNoError && b.Offset >= 0 {
-			off := b.Offset
-			lag := max(hw-off, 0)
-			pv.Committed, pv.Lag = &off, &lag
-			pv.decodeMeta(b.Metadata)
-			v.Lag += lag
-			v.FinishedAbove += pv.FinishedAbove
-			v.Waiting += len(pv.Waiting)
-		} else if b != nil && b.Err != sarama.ErrNoError {
-			return nil, fmt.Errorf("committed offset of group %q at %s/%d: %w", v.Group, topic, p, b.Err)
-		}
-		out = append(out, pv)
-	}
-	return out, nil
+	off := b.Offset
+	lag := max(hw-off, 0)
+	pv.Committed, pv.Lag = &off, &lag
+	pv.decodeMeta(b.Metadata)
+	v.Lag += lag
+	v.FinishedAbove += pv.FinishedAbove
+	v.Waiting += len(pv.Waiting)
+	return pv, nil
 }
 
 // decodeMeta decodes the commit metadata of pv's committed offset.
