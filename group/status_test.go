@@ -1,8 +1,6 @@
 package group
 
 import (
-	"github.com/IBM/sarama"
-
 	"context"
 	"encoding/json"
 	"errors"
@@ -15,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/IBM/sarama"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
