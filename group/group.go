@@ -462,9 +462,9 @@ func (g *Group[T]) outageEnded(d time.Duration) {
 func (g *Group[T]) consumerError(err error) error {
 	cls, fatal := classify(err)
 	g.errs.add(cls)
-	if lostSession(err) {
-		g.sessionLost()
-	}
+	// A lost session is not recorded here: this reader may see an old
+	// generation's refused commit after the member has joined again. The
+	// claims record it (released), before sarama starts the next session.
 	var ce *sarama.ConsumerError
 	if !errors.As(err, &ce) {
 		g.log.Error("consumer error", zap.Error(err))

@@ -14,22 +14,22 @@ var HistogramBounds = histogram.Bounds
 // Group's life; gauges (InFlight, Retrying, FinishedAbove, Partitions, Lag)
 // are current values.
 type Stats struct {
-	GroupID string // Config.GroupID
-	Fetched      int64 // messages received from Kafka
-	Handled      int64 // messages finished by Do
-	Committed    int64 // messages behind the commit frontier (marked for commit)
-	DecodeErrors int64 // messages whose New failed; logged and skipped past
-	Batches      int64 // Do calls that succeeded
-	Failures     int64 // Do calls that returned an error or panicked (split calls included)
-	Panics       int64 // of Failures, how many were panics
-	Retries      int64 // messages handed out again after a failed attempt (charged an attempt)
-	Splits       int64 // Do calls on part of a batch that failed as a whole, to find its failing items
-	Cancelled    int64 // failed Do calls that returned after their ctx was cancelled (ErrRevoked, ErrShutdown)
-	Dropped      int64 // queued, never-failed messages let go on revoke (the next owner gets them)
-	Abandoned    int64 // messages left unfinished at revoke: waiting for a retry, or still in Do after DrainTimeout
-	Revokes      int64 // partition claims that ended (rebalance or shutdown)
-	Claims       int64 // partition claims that started
-	Resumed      int64 // messages skipped because a previous owner finished them (commit metadata)
+	GroupID      string // Config.GroupID
+	Fetched      int64  // messages received from Kafka
+	Handled      int64  // messages finished by Do
+	Committed    int64  // messages behind the commit frontier (marked for commit)
+	DecodeErrors int64  // messages whose New failed; logged and skipped past
+	Batches      int64  // Do calls that succeeded
+	Failures     int64  // Do calls that returned an error or panicked (split calls included)
+	Panics       int64  // of Failures, how many were panics
+	Retries      int64  // messages handed out again after a failed attempt (charged an attempt)
+	Splits       int64  // Do calls on part of a batch that failed as a whole, to find its failing items
+	Cancelled    int64  // failed Do calls that returned after their ctx was cancelled (ErrRevoked, ErrShutdown)
+	Dropped      int64  // queued, never-failed messages let go on revoke (the next owner gets them)
+	Abandoned    int64  // messages left unfinished at revoke: waiting for a retry, or still in Do after DrainTimeout
+	Revokes      int64  // partition claims that ended (rebalance or shutdown)
+	Claims       int64  // partition claims that started
+	Resumed      int64  // messages skipped because a previous owner finished them (commit metadata)
 	// ResumedWaiting counts messages a previous owner left waiting for a
 	// retry (commit metadata): they went on at the attempt and backoff
 	// it had reached.
@@ -44,17 +44,17 @@ type Stats struct {
 	ErrorsBy         ErrorCounts // Errors by cause
 
 	// The failure path.
-	DeadLettered      DeadLetterCounts // messages whose dead letter was written, by reason
+	DeadLettered DeadLetterCounts // messages whose dead letter was written, by reason
 	// DeadLetterDestination is where dead letters go: "topic:NAME",
 	// "local:DIR" (DataPath's store), or "" (none: they are skipped).
 	DeadLetterDestination string
-	DeadLetterSkipped int64            // messages to dead-letter with no destination configured: skipped
-	DeadLetterErrors  int64            // failed writes of dead letters (retried)
-	TimedOut          int64            // Do calls that ran past MsgTimeout
-	Stuck             int64            // Do calls that ran past MsgTimeout plus its grace (their worker was stuck)
-	Redelivered       int64            // Unordered: messages of stuck calls handed to other workers
-	Outages           int64            // times most calls failed across many lanes and the group backed off as a whole
-	ParkErrors        int64            // failed writes of parked messages (retried)
+	DeadLetterSkipped     int64 // messages to dead-letter with no destination configured: skipped
+	DeadLetterErrors      int64 // failed writes of dead letters (retried)
+	TimedOut              int64 // Do calls that ran past MsgTimeout
+	Stuck                 int64 // Do calls that ran past MsgTimeout plus its grace (their worker was stuck)
+	Redelivered           int64 // Unordered: messages of stuck calls handed to other workers
+	Outages               int64 // times most calls failed across many lanes and the group backed off as a whole
+	ParkErrors            int64 // failed writes of parked messages (retried)
 
 	InFlight          int64 // fetched and not yet finished
 	Retrying          int64 // messages waiting out a retry's backoff, first in their lanes

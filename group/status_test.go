@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/IBM/sarama"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
@@ -103,6 +104,7 @@ func (w *commitWatch) count() int {
 // too, naming the stuck offset; once released the partition catches up and
 // is OK.
 func TestStatusStall(t *testing.T) {
+	t.Parallel() // waits on timers mostly: runs beside the others
 	r := newRig(t, "stall", 1, 2000, 20)
 	w := r.work(0, 0)
 	watch := watchCommits(r, 0)
@@ -153,6 +155,7 @@ func TestStatusStall(t *testing.T) {
 // paused (what Burrow calls STOP) and Orderly's status is STOP; after
 // Resume the partition catches up and is OK.
 func TestStatusStop(t *testing.T) {
+	t.Parallel() // waits on timers mostly: runs beside the others
 	r := newRig(t, "stop", 1, 3000, 20)
 	w := r.work(0, 0)
 	watch := watchCommits(r, 0)
@@ -228,6 +231,7 @@ func TestStatusWarn(t *testing.T) {
 // offset below the one it saw committed, and shows REWIND until the
 // rewind leaves the window.
 func TestStatusRewind(t *testing.T) {
+	t.Parallel() // waits on timers mostly: runs beside the others
 	r := newRig(t, "rewind", 1, 1000, 10)
 	w := r.work(0, 0)
 	cfg := statusConfig(r, "rewind")
@@ -275,6 +279,7 @@ func TestStatusRewind(t *testing.T) {
 // while a worker is stuck past MsgTimeout plus its grace, and recovers
 // when the call returns.
 func TestHealth(t *testing.T) {
+	t.Parallel() // waits on timers mostly: runs beside the others
 	r := newRig(t, "health", 2, 500, 10)
 	w := r.work(0, 0)
 	release := make(chan struct{})
@@ -362,6 +367,7 @@ func (l *callbackLog) count(kind string) int {
 // gracefully: OnRevoked, by which time the broker holds the final
 // frontier (every message below it handled).
 func TestCallbacksGraceful(t *testing.T) {
+	t.Parallel() // waits on timers mostly: runs beside the others
 	const parts = 4
 	r := newRig(t, "callbacks", parts, 4000, 40)
 	w := r.work(0, 0)
@@ -416,7 +422,8 @@ func TestCallbacksGraceful(t *testing.T) {
 // LostAfter tiny) and Ready say so, the broker holds less than the final
 // frontier, and the member rejoins with a new generation.
 func TestCallbacksLost(t *testing.T) {
-	r := newRig(t, "lost", 2, 20_000, 40)
+	t.Parallel() // waits on timers mostly: runs beside the others
+	r := newRig(t, "lost", 2, 8000, 40)
 	r.mu.Lock()
 	r.refusedCommits = true // the evicted member's
 	r.mu.Unlock()
@@ -473,4 +480,23 @@ func TestCallbacksLost(t *testing.T) {
 		t.Fatalf("generations assigned: got %v, want the last above the first", gens)
 	}
 	r.check(true)
+}
+
+// TestReadyIgnoresStaleSessionErrors: sarama's error channel is read by a
+// goroutine of its own, so an old generation's refused commit
+// (ILLEGAL_GENERATION) can be read after the member has joined again. It
+// must not mark the current session lost: only a claim that ends with its
+// final commit refused does (released, before the next session starts).
+func TestReadyIgnoresStaleSessionErrors(t *testing.T) {
+	cfg := Config{Brokers: []string{"127.0.0.1:1"}, Topics: []string{"t"}, GroupID: "stale"}
+	g := newGroup(t, cfg, func(context.Context, []*Message) error { return nil })
+	g.joined.Store(true) // as sessionStarted leaves it
+	for _, err := range []error{
+		&sarama.ConsumerError{Topic: "t", Partition: 0, Err: sarama.ErrIllegalGeneration},
+		sarama.ErrUnknownMemberId,
+	} {
+		if g.consumerError(err); !g.Ready() {
+			t.Fatalf("after a consumer error %v read in the new session: got Ready false, want true", err)
+		}
+	}
 }

@@ -225,8 +225,8 @@ func (p *Pool[M, T]) work(wk *worker[M, T]) {
 		case dispatch.Empty:
 			fillStart = time.Time{}
 			if justRan {
-				// Yield once before parking: the claim loops are likely
-				// mid-intake, and a worker that parks after every short
+				// Yield once before blocking: the claim loops are likely
+				// mid-intake, and a worker that blocks after every short
 				// Do call is woken again for the next message, a futex
 				// round trip per message. A wake that arrives meanwhile
 				// stays in the channel and costs one spare Next. With
