@@ -178,10 +178,23 @@ func (s *Scheduler[M, T]) Held() int {
 	return s.held
 }
 
+// HeldItem is a held lane's head as HeldItems saw it under the
+// scheduler's lock: the item (a key for the caller's own maps), and its
+// offset and attempt count, which a worker may change once the lane is let
+// go.
+type HeldItem[M, T any] struct {
+	Item    *Item[M, T]
+	Offset  int64
+	Attempt int
+}
+
 // HeldItems appends to dst the items p's held lanes wait for (their heads),
 // in no particular order. The owner calls it to write them into its commit
 // metadata; it costs O(p's lanes) when any is held, nothing otherwise.
-func (s *Scheduler[M, T]) HeldItems(p *Partition[M, T], dst []*Item[M, T]) []*Item[M, T] {
+// Offset and Attempt are copied under the lock: the moment it is released,
+// a retry that comes due can hand the item to a worker that charges it
+// another attempt.
+func (s *Scheduler[M, T]) HeldItems(p *Partition[M, T], dst []HeldItem[M, T]) []HeldItem[M, T] {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if p.held == 0 || p.revoked {
@@ -189,7 +202,7 @@ func (s *Scheduler[M, T]) HeldItems(p *Partition[M, T], dst []*Item[M, T]) []*It
 	}
 	for _, l := range p.lanes {
 		if l.blocked && l.head != nil {
-			dst = append(dst, l.head)
+			dst = append(dst, HeldItem[M, T]{l.head, l.head.offset, l.head.Attempt})
 		}
 	}
 	return dst

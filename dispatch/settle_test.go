@@ -262,3 +262,43 @@ func TestOrphan(t *testing.T) {
 		t.Fatalf("after the copies finished: frontier %d, unfinished %d; want 3 and 0", next, p.Unfinished())
 	}
 }
+
+// TestHeldItemsSnapshot: HeldItems copies a held head's offset and attempt
+// under the scheduler's lock. Once Unhold lets the lane go, a worker may
+// take the item and charge it another attempt while the owner is still
+// writing the snapshot into its commit metadata (run with -race: reading
+// the item itself there was a data race).
+func TestHeldItemsSnapshot(t *testing.T) {
+	s := New[msg, int](Options[msg, int]{Size: 8, MaxInFlight: 100, Hold: func(*Item[msg, int], Outcome) {}})
+	p := s.NewPartition(16)
+	var off int64
+	feed(t, p, &off, 1)
+	w := s.NewWorker()
+	b := s.NewBatch(w)
+	if st := s.Next(b, true, nil); st != Run || len(b.Items) != 1 {
+		t.Fatalf("Next: got %v with %d items, want Run with 1", st, len(b.Items))
+	}
+	it := b.Items[0]
+	it.Attempt++ // a worker charging the failed attempt, then holding the lane
+	s.Settle(b, []Outcome{{Verdict: Hold}})
+	held := s.HeldItems(p, nil)
+	if len(held) != 1 || held[0].Item != it || held[0].Offset != 0 || held[0].Attempt != 2 {
+		t.Fatalf("HeldItems: got %+v, want one entry for offset 0 at attempt 2", held)
+	}
+	if !s.Unhold(it, false) {
+		t.Fatal("Unhold: got false, want the lane let go")
+	}
+	done := make(chan struct{})
+	go func() { // the retry runs and fails again
+		defer close(done)
+		b := s.NewBatch(w)
+		if st := s.Next(b, true, nil); st == Run {
+			b.Items[0].Attempt++
+			s.Settle(b, []Outcome{{Verdict: Hold}})
+		}
+	}()
+	if got := held[0].Attempt; got != 2 { // the owner writing its metadata meanwhile
+		t.Errorf("snapshot attempt: got %d, want 2", got)
+	}
+	<-done
+}
