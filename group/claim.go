@@ -296,7 +296,7 @@ func (c *claimLoop[T]) intake(m *sarama.ConsumerMessage, size int64) {
 	if err != nil {
 		c.g.ctr.decodeErrors.Add(1)
 		if !c.g.fail.dead.enabled() {
-			c.log.Warn("decode failed; message skipped (no dead-letter destination)", zap.Int64("offset", m.Offset), zap.Error(err))
+			c.g.decodeLog.warn(c.log, "decode failed; message skipped (no dead-letter destination)", zap.Int64("offset", m.Offset), zap.Error(err))
 			c.out.Skipped++
 			if err := c.p.Skip(it, m.Offset); err != nil {
 				c.badOffset(m.Offset, err)
@@ -306,7 +306,6 @@ func (c *claimLoop[T]) intake(m *sarama.ConsumerMessage, size int64) {
 		// A poison message: dead-lettered, on a lane of its own (nothing
 		// can follow it in order: it was never decoded), its offset
 		// committed once its dead letter is written.
-		c.log.Warn("decode failed; dead-lettering the message", zap.Int64("offset", m.Offset), zap.Error(err))
 		if err := c.p.Track(it, m.Offset, size); err != nil {
 			c.badOffset(m.Offset, err)
 			return

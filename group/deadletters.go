@@ -38,6 +38,7 @@ type deadLetters[T any] struct {
 	writeErrors atomic.Int64
 	pending     atomic.Int64
 	errLog      rateLimit
+	writtenLog  rateLimit // "dead-lettered": one line a second, however many
 }
 
 // deadJob is one message to dead-letter; done runs once its record is
@@ -176,9 +177,9 @@ func (d *deadLetters[T]) run(ctx context.Context) {
 		for _, j := range jobs {
 			d.byReason[reasonIndex(j.reason)].Add(1)
 			d.pending.Add(-1)
-			d.g.log.Info("dead-lettered", zap.String("topic", j.it.Msg.Topic), zap.Int32("partition", j.it.Msg.Partition),
+			d.writtenLog.warn(d.g.log, "dead-lettered", zap.String("topic", j.it.Msg.Topic), zap.Int32("partition", j.it.Msg.Partition),
 				zap.Int64("offset", j.it.Msg.Offset), zap.String("reason", j.reason), zap.Int("attempt", j.attempts),
-				zap.String("destination", d.sink.name()))
+				zap.String("destination", d.sink.name()), zap.Error(j.err))
 			j.done()
 		}
 		clear(jobs)

@@ -105,6 +105,7 @@ type Group[T any] struct {
 	ctr         counters
 	errs        errorCounters
 	failLog     rateLimit    // "Do failed" warnings
+	decodeLog   rateLimit    // undecodable messages skipped
 	latency     histogram.H  // fetch-to-Do latency, first message of each call
 	joined      atomic.Bool  // inside a sarama session (Setup ran, Cleanup not yet)
 	lostAt      atomic.Int64 // unix nanos the session was found lost; 0 when healthy
@@ -301,7 +302,7 @@ func (g *Group[T]) Run(ctx context.Context) error {
 			endRun(fmt.Errorf("%w: group %q, topics %v: %w", fatal, g.cfg.GroupID, g.cfg.Topics, err))
 			break
 		}
-		g.log.Error("consume failed; retrying", zap.Strings("topics", g.cfg.Topics), zap.Duration("backoff", wait), zap.Error(err))
+		g.log.Warn("consume failed; retrying", zap.Strings("topics", g.cfg.Topics), zap.Duration("backoff", wait), zap.Error(err))
 		t := time.NewTimer(wait)
 		select {
 		case <-runCtx.Done():

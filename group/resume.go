@@ -39,10 +39,10 @@ func (c *claimLoop[T]) resumeFrom(initial int64) commit.Done {
 		return commit.Done{}
 	case off != initial || done.Base != off:
 		c.log.Warn("ignoring commit metadata for another offset",
-			zap.Int64("offset", initial), zap.Int64("committed", off), zap.Int64("metadataBase", done.Base))
+			zap.Int64("offset", initial), zap.Int64("committed", off), zap.Int64("metadata_base", done.Base))
 		return commit.Done{}
 	}
-	c.log.Debug("resuming", zap.Int64("offset", off), zap.Int64("alreadyFinished", done.Count()))
+	c.log.Debug("resuming", zap.Int64("offset", off), zap.Int64("finished", done.Count()))
 	return done
 }
 
