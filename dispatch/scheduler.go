@@ -207,6 +207,18 @@ func (s *Scheduler[M, T]) SetCancel(w *Worker[M, T], cancel context.CancelCauseF
 	s.mu.Unlock()
 }
 
+// Running returns a copy of the first message of w's running batch, its
+// lane and how many items the batch has (0 when w runs nothing), read under
+// the lock: for a stuck worker's log line.
+func (s *Scheduler[M, T]) Running(w *Worker[M, T]) (first M, lane uint64, n int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if b := w.running; b != nil && len(b.Items) > 0 {
+		first, lane, n = b.Items[0].Msg, b.Items[0].Lane, len(b.Items)
+	}
+	return first, lane, n
+}
+
 // Orphan gives up on w's running batch, whose call hangs: copies of its
 // items run in their place (their partitions' owners make them at their
 // next Advance, and the copies take the items' places in the trackers, one

@@ -15,6 +15,7 @@ import (
 
 	"github.com/IBM/sarama"
 	"github.com/twmb/franz-go/pkg/kmsg"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/orderly-go/orderly/commit"
 	"github.com/orderly-go/orderly/internal/deadletter"
@@ -436,6 +437,8 @@ func TestHungCall(t *testing.T) {
 			var log attemptLog
 			cfg := r.config("hung-" + ordering.String())
 			cfg.Size, cfg.Num, cfg.Ordering, cfg.MsgTimeout = 1, 4, ordering, 200*time.Millisecond
+			var logs *observer.ObservedLogs
+			cfg.Logger, logs = observed()
 			g := newGroup(t, cfg, func(ctx context.Context, batch []*Message) error {
 				if batch[0].Offset == target {
 					log.add(batch[0].Attempt)
@@ -447,6 +450,14 @@ func TestHungCall(t *testing.T) {
 				return w.Do(ctx, batch)
 			})
 			stop := run(t, g)
+			waitFor(t, time.Minute, "the stuck worker's log line", func() bool {
+				return logs.FilterMessage("worker stuck: Do ran past MsgTimeout and ignored its ctx").Len() > 0
+			})
+			if !logged(logs, "worker stuck: Do ran past MsgTimeout and ignored its ctx",
+				map[string]any{"topic": r.topic, "partition": int32(0), "offset": int64(target), "attempt": int64(1)}) {
+				t.Fatalf("stuck worker logged as %v: want topic %q partition 0 offset %d attempt 1",
+					logs.FilterMessage("worker stuck: Do ran past MsgTimeout and ignored its ctx").All()[0].ContextMap(), r.topic, target)
+			}
 			if ordering == Unordered {
 				r.waitAllCommitted(cfg.GroupID, time.Minute)
 				st := g.Stats()

@@ -406,14 +406,20 @@ func stuckGrace(timeout time.Duration) time.Duration {
 // With Unordered its messages are handed to other workers (Orphan) and
 // what the hung call reports is ignored.
 func (g *Group[T]) onStuck(worker int, since time.Time) {
+	p := g.workerPool.Load()
+	if p == nil {
+		return
+	}
+	w := p.Worker(worker)
+	first, lane, n := g.sched.Running(w) // before Orphan lets the batch go
 	redelivered := 0
 	if g.cfg.Ordering == Unordered {
-		if p := g.workerPool.Load(); p != nil {
-			redelivered = g.sched.Orphan(p.Worker(worker))
-			g.ctr.redelivered.Add(int64(redelivered))
-		}
+		redelivered = g.sched.Orphan(w)
+		g.ctr.redelivered.Add(int64(redelivered))
 	}
 	g.log.Warn("worker stuck: Do ran past MsgTimeout and ignored its ctx", zap.Int("worker", worker),
+		zap.String("topic", first.Topic), zap.Int32("partition", first.Partition), zap.Int64("offset", first.Offset),
+		zap.Uint64("lane", lane), zap.Int("attempt", first.Attempt), zap.Int("batch", n),
 		zap.Duration("running", time.Since(since)), zap.Duration("timeout", g.cfg.MsgTimeout),
 		zap.Int("redelivered", redelivered))
 }
