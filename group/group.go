@@ -104,12 +104,13 @@ type Group[T any] struct {
 	fail        *failures[T]
 	ctr         counters
 	errs        errorCounters
-	failLog     rateLimit    // "Do failed" warnings
-	decodeLog   rateLimit    // undecodable messages skipped
-	latency     histogram.H  // fetch-to-Do latency, first message of each call
-	joined      atomic.Bool  // inside a sarama session (Setup ran, Cleanup not yet)
-	lostAt      atomic.Int64 // unix nanos the session was found lost; 0 when healthy
-	history     *history     // committed offsets last read back (readback.go)
+	failLog     rateLimit                // "Do failed" warnings
+	decodeLog   rateLimit                // undecodable messages skipped
+	errLog      [numErrClasses]rateLimit // consumer errors, by cause
+	latency     histogram.H              // fetch-to-Do latency, first message of each call
+	joined      atomic.Bool              // inside a sarama session (Setup ran, Cleanup not yet)
+	lostAt      atomic.Int64             // unix nanos the session was found lost; 0 when healthy
+	history     *history                 // committed offsets last read back (readback.go)
 
 	claimsMu sync.Mutex
 	claims   map[*claimState]struct{}
@@ -297,8 +298,7 @@ func (g *Group[T]) Run(ctx context.Context) error {
 		}
 		cls, fatal := classify(err)
 		g.errs.add(cls)
-		if fatal != nil {
-			g.log.Error("consume failed; stopping", zap.Strings("topics", g.cfg.Topics), zap.Error(err))
+		if fatal != nil { // Run returns it: its caller logs it, once
 			endRun(fmt.Errorf("%w: group %q, topics %v: %w", fatal, g.cfg.GroupID, g.cfg.Topics, err))
 			break
 		}
@@ -473,12 +473,15 @@ func (g *Group[T]) consumerError(err error) error {
 	// generation's refused commit after the member has joined again. The
 	// claims record it (released), before sarama starts the next session.
 	var ce *sarama.ConsumerError
-	if !errors.As(err, &ce) {
-		g.log.Error("consumer error", zap.Error(err))
-	} else if cls == errMetadata {
+	switch {
+	case fatal != nil && cls != errTopic:
+		// Run ends with it: whoever called Run logs it.
+	case !errors.As(err, &ce):
+		g.errLog[cls].error(g.log, "consumer error", zap.Error(err))
+	case cls == errMetadata:
 		g.metadataRejected(ce.Topic, ce.Partition, ce.Err)
-	} else {
-		g.log.Error("consumer error", zap.String("topic", ce.Topic), zap.Int32("partition", ce.Partition), zap.Error(ce.Err))
+	default:
+		g.errLog[cls].error(g.log, "consumer error", zap.String("topic", ce.Topic), zap.Int32("partition", ce.Partition), zap.Error(ce.Err))
 	}
 	if fatal == nil || cls == errTopic {
 		// A partition's fetch reporting an unknown topic is a topic

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 )
 
 // rateLimit lets one log line through per interval and counts the ones it
@@ -19,6 +20,14 @@ type rateLimit struct {
 const logInterval = time.Second
 
 func (r *rateLimit) warn(log *zap.Logger, msg string, fields ...zap.Field) {
+	r.log(log, zapcore.WarnLevel, msg, fields...)
+}
+
+func (r *rateLimit) error(log *zap.Logger, msg string, fields ...zap.Field) {
+	r.log(log, zapcore.ErrorLevel, msg, fields...)
+}
+
+func (r *rateLimit) log(log *zap.Logger, lvl zapcore.Level, msg string, fields ...zap.Field) {
 	now := time.Now().UnixNano()
 	next := r.next.Load()
 	if now < next || !r.next.CompareAndSwap(next, now+int64(logInterval)) {
@@ -28,5 +37,5 @@ func (r *rateLimit) warn(log *zap.Logger, msg string, fields ...zap.Field) {
 	if n := r.suppressed.Swap(0); n > 0 {
 		fields = append(fields, zap.Int64("suppressed", n))
 	}
-	log.Warn(msg, fields...)
+	log.Log(lvl, msg, fields...)
 }
