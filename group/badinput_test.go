@@ -308,3 +308,25 @@ func TestCorruptCommitMetadata(t *testing.T) {
 		t.Fatalf("corrupt metadata not reported with its topic/partition/offset: %v", logs.All())
 	}
 }
+
+// TestConsumerErrorsRateLimited: a consumer error repeated for as long as
+// its cause lasts logs at most one line a second per cause, the rest
+// counted in the next line's suppressed; every one is counted in Stats.
+func TestConsumerErrorsRateLimited(t *testing.T) {
+	log, logs := observed()
+	cfg := Config{Brokers: []string{"127.0.0.1:1"}, Topics: []string{"t"}, GroupID: "limited", Logger: log}
+	g := newGroup(t, cfg, func(context.Context, []*Message) error { return nil })
+	for i := range 100 {
+		for _, e := range []error{sarama.ErrNotLeaderForPartition, sarama.ErrRequestTimedOut} {
+			if err := g.consumerError(&sarama.ConsumerError{Topic: "t", Partition: int32(i % 4), Err: e}); err != nil {
+				t.Fatalf("consumerError(%v): got %v, want nil (retried)", e, err)
+			}
+		}
+	}
+	if got := logs.FilterMessage("consumer error").Len(); got < 2 || got > 4 {
+		t.Fatalf("consumer error lines for 200 errors of 2 causes: got %d, want 2 (one per cause) to 4", got)
+	}
+	if st := g.Stats(); st.Errors != 200 {
+		t.Fatalf("Stats.Errors: got %d, want 200", st.Errors)
+	}
+}
