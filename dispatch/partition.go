@@ -162,6 +162,11 @@ func (p *Partition[M, T]) Track(it *Item[M, T], offset, size int64) error {
 // goroutine; nothing may touch it afterwards.
 func (p *Partition[M, T]) Complete(it *Item[M, T]) { finish([]*Item[M, T]{it}) }
 
+// Released is how many messages the frontier has passed since the
+// partition was made: finished, and skipped (Skip releases at once what
+// the frontier may pass, outside AdvanceFunc).
+func (p *Partition[M, T]) Released() uint64 { return p.tracker.Released() }
+
 // Skip records the message at offset as finished without a Do call (one
 // that could not be decoded, or that a previous owner finished) and
 // recycles it: the frontier moves past it.

@@ -3,6 +3,7 @@ package group
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"strings"
 	"sync"
@@ -328,5 +329,45 @@ func TestConsumerErrorsRateLimited(t *testing.T) {
 	}
 	if st := g.Stats(); st.Errors != 200 {
 		t.Fatalf("Stats.Errors: got %d, want 200", st.Errors)
+	}
+}
+
+// TestSkippedCountedCommitted: a message that does not decode, skipped (no
+// dead-letter destination) while nothing else is unfinished, is passed by
+// the frontier at once, outside the completions the claim loop counts:
+// Stats.Committed must count it too (the demo waits for Committed to reach
+// what it produced).
+func TestSkippedCountedCommitted(t *testing.T) {
+	sc := DefaultSarama()
+	sc.Consumer.Offsets.AutoCommit.Interval = 20 * time.Millisecond
+	g, err := New(Config{Brokers: []string{"mem:0"}, Topics: []string{"mem"}, GroupID: "mem", Sarama: sc, Size: 1, Num: 1},
+		Handler[*Message]{
+			New: func(m *Message) (*Message, error) {
+				if m.Offset%2 == 1 {
+					return nil, errors.New("cannot decode")
+				}
+				return m, nil
+			},
+			Do: func(context.Context, []*Message) error { return nil },
+		})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := startWorkers(t, g)
+	defer stop()
+	sess := &memSession{ctx: context.Background(), marked: map[int32]int64{}}
+	c := &memClaim{p: 0, msgs: make(chan *sarama.ConsumerMessage, 4)}
+	var claim sync.WaitGroup
+	claim.Go(func() { _ = g.consume(sess, c) })
+	defer func() { close(c.msgs); claim.Wait() }()
+	for off := range int64(6) { // 0 handled, 1 skipped, ...
+		c.msgs <- &sarama.ConsumerMessage{Topic: "mem", Offset: off, Key: []byte("k"), Value: []byte("v")}
+		waitFor(t, 10*time.Second, fmt.Sprintf("offset %d behind the frontier", off), func() bool {
+			return claimOf(g, "mem", 0) != nil && claimOf(g, "mem", 0).next.Load() == off+1
+		})
+	}
+	waitFor(t, 10*time.Second, "Stats.Committed to count all 6", func() bool { return g.Stats().Committed == 6 })
+	if st := g.Stats(); st.DecodeErrors != 3 || st.Handled != 3 {
+		t.Fatalf("Stats: got %d decode errors, %d handled, want 3 and 3", st.DecodeErrors, st.Handled)
 	}
 }

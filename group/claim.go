@@ -90,6 +90,7 @@ type claimLoop[T any] struct {
 	metaFull   bool   // the finished set does not fit CommitMetadata: take nothing new
 	ranges     []commit.Range
 	held       []dispatch.HeldItem[Message, T] // scratch for waiting
+	counted    uint64                          // the partition's Released as last counted in committed
 	waitingBuf []commit.Waiting
 	finished   func(*dispatch.Item[Message, T]) // countFinished, made once
 	out        Outcomes                         // counted here, published to st.outcomes by advance
@@ -337,8 +338,10 @@ func (c *claimLoop[T]) badOffset(off int64, err error) {
 // advance takes back finished items and moves the frontier (marked for
 // commit at the next commit tick).
 func (c *claimLoop[T]) advance() {
-	if n := c.p.AdvanceFunc(c.finished); n > 0 {
-		c.st.committed.Add(int64(n))
+	c.p.AdvanceFunc(c.finished)
+	if r := c.p.Released(); r > c.counted { // skipped messages count too
+		c.st.committed.Add(int64(r - c.counted))
+		c.counted = r
 	}
 	c.st.unfinished.Store(c.p.Unfinished())
 	c.st.undispatched.Store(int64(c.undispatched.len()))
