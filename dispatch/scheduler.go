@@ -207,6 +207,25 @@ func (s *Scheduler[M, T]) SetCancel(w *Worker[M, T], cancel context.CancelCauseF
 	s.mu.Unlock()
 }
 
+// Runs reports whether w's running batch holds items of p.
+func (s *Scheduler[M, T]) Runs(w *Worker[M, T], p *Partition[M, T]) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if b := w.running; b != nil {
+		for _, l := range b.lanes {
+			if l.part == p {
+				return true
+			}
+		}
+		for _, it := range b.Items { // an orphaned batch has let its lanes go
+			if it.part == p {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // Running returns a copy of the first message of w's running batch, its
 // lane and how many items the batch has (0 when w runs nothing), read under
 // the lock: for a stuck worker's log line.

@@ -10,6 +10,7 @@ import (
 
 	"github.com/orderly-go/orderly/commit"
 	"github.com/orderly-go/orderly/dispatch"
+	"github.com/orderly-go/orderly/merge"
 )
 
 // binding is the sarama.ConsumerGroupHandler: every claimed partition runs
@@ -91,6 +92,7 @@ type claimLoop[T any] struct {
 	ranges     []commit.Range
 	held       []dispatch.HeldItem[Message, T] // scratch for waiting
 	counted    uint64                          // the partition's Released as last counted in committed
+	workers    []merge.WorkerState             // scratch for observe
 	waitingBuf []commit.Waiting
 	finished   func(*dispatch.Item[Message, T]) // countFinished, made once
 	out        Outcomes                         // counted here, published to st.outcomes by advance

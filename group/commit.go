@@ -133,8 +133,13 @@ func (c *claimLoop[T]) observe(committed bool, held int) {
 	v.mu.Unlock()
 	st := v.observe(sample{at: now, offset: next, lag: lag, committed: committed}, c.g.cfg.Status.StopAfter)
 	stuck := 0
-	if p := c.g.workerPool.Load(); p != nil && st.Code != StatusOK {
-		stuck = p.StuckNow()
+	if p := c.g.workerPool.Load(); p != nil && st.Code != StatusOK && p.StuckNow() > 0 {
+		c.workers = p.Workers(c.workers[:0])
+		for i, w := range c.workers {
+			if w.Stuck && c.g.sched.Runs(p.Worker(i), c.p) {
+				stuck++ // stuck on a call that holds this partition's messages
+			}
+		}
 	}
 	st = explain(st, head, headAge, c.g.cfg.Status.StuckHead, stuck, c.paused)
 	v.mu.Lock()

@@ -249,8 +249,11 @@ func explain(st PartitionStatus, headOffset int64, headAge, stuckHead time.Durat
 	if headOffset >= 0 && headAge >= stuckHead {
 		why = append(why, fmt.Sprintf("stuck head at offset %d for %v", headOffset, headAge.Round(time.Second)))
 	}
-	if stuckWorkers > 0 {
-		why = append(why, fmt.Sprintf("%d workers stuck", stuckWorkers))
+	switch {
+	case stuckWorkers == 1:
+		why = append(why, "1 worker stuck on it")
+	case stuckWorkers > 1:
+		why = append(why, fmt.Sprintf("%d workers stuck on it", stuckWorkers))
 	}
 	if paused {
 		why = append(why, "paused on its in-flight share")

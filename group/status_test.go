@@ -500,3 +500,51 @@ func TestReadyIgnoresStaleSessionErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestStatusNamesOnlyItsStuckWorkers: a partition's status reason names
+// the stuck workers whose call holds its messages, not every stuck worker
+// of the group. Partition 0's call hangs past MsgTimeout; Pause then makes
+// both partitions STOP (lag, no commits): only partition 0's reason names
+// a stuck worker.
+func TestStatusNamesOnlyItsStuckWorkers(t *testing.T) {
+	t.Parallel() // waits on timers mostly: runs beside the others
+	r := newRig(t, "named", 2, 2000, 10)
+	w := r.work(0, 0)
+	release := make(chan struct{})
+	defer func() {
+		select {
+		case <-release:
+		default:
+			close(release)
+		}
+	}()
+	var stuckOnce atomic.Bool
+	cfg := statusConfig(r, "named")
+	cfg.Size, cfg.Num, cfg.MsgTimeout = 1, 4, 200*time.Millisecond
+	g := newGroup(t, cfg, func(ctx context.Context, batch []*Message) error {
+		switch {
+		case batch[0].Partition == 0 && batch[0].Offset == 10 && !stuckOnce.Swap(true):
+			<-release // ignores ctx: stuck past MsgTimeout and grace
+		case batch[0].Partition == 1:
+			time.Sleep(20 * time.Millisecond) // partition 1 still has lag when paused
+		}
+		return w.Do(ctx, batch)
+	})
+	stop := run(t, g)
+	waitFor(t, 30*time.Second, "a stuck worker", func() bool { return g.Stats().StuckWorkers == 1 })
+	g.Pause()
+	p0 := waitStatus(t, g, 0, StatusStop, 30*time.Second)
+	p1 := waitStatus(t, g, 1, StatusStop, 30*time.Second)
+	if !strings.Contains(p0.Status.Reason, "1 worker stuck on it") {
+		t.Fatalf("partition 0 reason: got %q, want it to name its stuck worker", p0.Status.Reason)
+	}
+	if strings.Contains(p1.Status.Reason, "stuck on it") {
+		t.Fatalf("partition 1 reason: got %q, want no stuck worker (the stuck call holds only partition 0's message)", p1.Status.Reason)
+	}
+	close(release)
+	g.Resume()
+	r.waitAllCommitted("named", time.Minute)
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+}
