@@ -16,23 +16,25 @@ import (
 )
 
 // BenchmarkScrape1000 is the cost of looking at a running group with
-// 1,000 claimed partitions (kfake, sarama), per call:
+// 1,000 claimed partitions (kfake, sarama), per call. Stats: one snapshot
+// (what group/stats_bench_test.go measures). Gather: a registry holding
+// only Collector(g) gathered, one Stats and the const metrics built from
+// it (about 17,000 series). Scrape: Gather plus the text encoding
+// (expfmt), what one Prometheus scrape of the collector costs the
+// process. HTTP: GET /metrics of Handler over loopback (its default
+// registry: the collector and the Go and process collectors; gzip, as
+// Go's client and Prometheus ask for it), the body read.
 //
-//   - Stats: one snapshot (what group/stats_bench_test.go measures);
-//
-//   - Gather: a registry holding only Collector(g) gathered: one Stats
-//     and the const metrics built from it (about 18,000 series);
-//
-//   - Scrape: Gather plus the text encoding (expfmt), what one
-//     Prometheus scrape of the collector costs the process;
-//
-//   - HTTP: GET /metrics of Handler over loopback (the default registry:
-//     the collector and the Go and process collectors), the body read.
-//
-//     go test ./admin -run '^$' -bench Scrape1000 -benchtime 50x
-func BenchmarkScrape1000(b *testing.B) {
-	const parts = 1000
-	br, err := broker.Start(broker.Config{Topics: []string{"scrape"}, Partitions: parts})
+//	go test ./admin -run '^$' -bench Scrape -benchtime 50x
+func BenchmarkScrape1000(b *testing.B) { benchScrape(b, 1000) }
+
+// BenchmarkScrape8 is BenchmarkScrape1000 with the 8 partitions of
+// `orderly bench`'s data sets: what one scrape adds to TestScrapeCost's
+// runs (internal/bench).
+func BenchmarkScrape8(b *testing.B) { benchScrape(b, 8) }
+
+func benchScrape(b *testing.B, parts int) {
+	br, err := broker.Start(broker.Config{Topics: []string{"scrape"}, Partitions: int32(parts)})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -54,9 +56,9 @@ func BenchmarkScrape1000(b *testing.B) {
 		}
 	}()
 	deadline := time.Now().Add(2 * time.Minute)
-	for g.Stats().Partitions != parts {
+	for g.Stats().Partitions != int64(parts) {
 		if time.Now().After(deadline) {
-			b.Fatalf("1000 claims: %d after 2 minutes", g.Stats().Partitions)
+			b.Fatalf("%d claims: %d after 2 minutes", parts, g.Stats().Partitions)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

@@ -17,6 +17,7 @@
 //
 //	go admin.Serve(ctx, "127.0.0.1:8080", g, admin.Options{})
 //
-// Every metric, its labels and its meaning are listed in docs/ARCHITECTURE.md
-// ("Operating it") and in the README; the names are fixed.
+// Every metric, its labels and its meaning are listed in the README
+// ("Operating it"); docs/ARCHITECTURE.md ("The operators' view") says how
+// the package is built. The names are fixed.
 package admin

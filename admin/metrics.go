@@ -7,7 +7,7 @@ import (
 )
 
 // The metrics. Names, labels and meanings are fixed: dashboards and alert
-// rules (deploy/) use them, and docs/ARCHITECTURE.md lists them. Every
+// rules (deploy/) use them, and the README lists them. Every
 // series carries consumergroup (a constant label of the collector, so that
 // the collectors of several groups can share a registry); per-partition
 // series carry topic and partition too. Base units (seconds, bytes),
