@@ -244,7 +244,7 @@ func runDemo(ctx context.Context, o *demoOpts, out, logs io.Writer) (err error) 
 	}()
 
 	prog := startProgress(o.progress, out, start, total, p.sent.Load, g.Stats)
-	waitErr := runUntilCommitted(ctx, g, total, prodDone, stopProd)
+	waitErr := runUntilCommitted(ctx, g, total, startOffs, prodDone, stopProd)
 	prog.close()
 
 	r := &demoReport{
@@ -284,6 +284,31 @@ func runDemo(ctx context.Context, o *demoOpts, out, logs io.Writer) (err error) 
 	return &interruptedError{msg: r.summary()}
 }
 
+// allCommitted reports whether total records past the start offsets are
+// committed: Stats.Committed says so, or else the committed offsets read
+// back from the coordinator (PartitionStats.Committed, every
+// Status.ReadBack) do. Stats.Committed has been seen to end one below the
+// committed offsets (5006 against 5007 with --poison 7, every partition's
+// frontier and committed offset at its high watermark), which left the
+// demo waiting until its timeout; the read-back offsets are the commit
+// itself.
+func allCommitted(s group.Stats, total int64, start map[int32]int64) bool {
+	if s.Committed >= total {
+		return true
+	}
+	if len(s.PartitionStats) != len(start) {
+		return false
+	}
+	var n int64
+	for _, p := range s.PartitionStats {
+		if p.Committed < 0 {
+			return false
+		}
+		n += p.Committed - start[p.Partition]
+	}
+	return n >= total
+}
+
 // paced wraps gen so that record i is not generated before i/rate seconds
 // have passed since the first; it stops waiting when ctx ends.
 func paced(ctx context.Context, rate float64, gen loadgen.Gen) loadgen.Gen {
@@ -305,12 +330,12 @@ func paced(ctx context.Context, rate float64, gen loadgen.Gen) loadgen.Gen {
 }
 
 // runUntilCommitted runs g until all total records are produced (the
-// producer sends its result on prodDone) and behind the commit frontier,
+// producer sends its result on prodDone) and committed (see allCommitted),
 // then stops it. It fails if producing fails, Run returns early, or ctx
 // ends (the caller reports that as an interrupted run, with what was done
 // by then); in every case it stops the producer (stopProd) and waits for
 // it.
-func runUntilCommitted(ctx context.Context, g *group.Group[Transfer], total int64, prodDone <-chan error, stopProd func()) error {
+func runUntilCommitted(ctx context.Context, g *group.Group[Transfer], total int64, start map[int32]int64, prodDone <-chan error, stopProd func()) error {
 	var (
 		prodErr  error
 		produced bool
@@ -324,7 +349,7 @@ func runUntilCommitted(ctx context.Context, g *group.Group[Transfer], total int6
 				return false
 			}
 		}
-		return prodErr != nil || g.Stats().Committed >= total
+		return prodErr != nil || allCommitted(g.Stats(), total, start)
 	}, g.Run)
 	stopProd()
 	if !produced {
