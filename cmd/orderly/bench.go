@@ -36,10 +36,11 @@ type benchOpts struct {
 func benchCommand(e env) *cobra.Command {
 	o := &benchOpts{}
 	var c *cobra.Command
-	c = newCommand("bench", "side-by-side benchmarks against raw sarama and the databus/group design",
+	c = newCommand("bench", "side-by-side benchmarks against raw sarama, franz-go and the databus/group design",
 		`Run side-by-side benchmarks on one in-process broker: orderly against a raw
-sarama loop, the databus/group seed design and the plain-goroutine limit, the
-same data for each, medians of alternating rounds. The Markdown table goes to
+sarama loop, a plain franz-go (kgo) loop, the databus/group seed design and
+the plain-goroutine limit, the same data for each, medians of alternating
+rounds. The Markdown table goes to
 stdout (and with --out, results.json, table.md and chart.png to a
 directory), progress to stderr.`,
 		func(ctx context.Context) error { return runBench(ctx, o, commandLine(c), e.stdout, e.stderr) })

@@ -7,6 +7,8 @@
 //
 //   - raw: a plain sarama ConsumerGroup loop, one goroutine per partition,
 //     MarkMessage per message;
+//   - franz: a plain franz-go (kgo) consumer-group loop, one goroutine per
+//     partition, MarkCommitRecords per record (AutoCommitMarks);
 //   - databus: the databus/group design of seed 001 (global commit list,
 //     per-message chan send, Size/Ticker batches), ported in databus.go;
 //   - limit: the same simulated work done by Num plain goroutines, no Kafka
