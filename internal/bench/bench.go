@@ -65,6 +65,9 @@ type Result struct {
 	// CPU is the process's user+system CPU time over the whole run, join,
 	// shutdown and the in-process broker included (set by the harness).
 	CPU time.Duration
+	// RSSStart and RSSPeak are the process's RSS when the run started and
+	// its peak over the run (scale scenario only; 0: not measured).
+	RSSStart, RSSPeak uint64
 }
 
 // CPUPerMsg is the process CPU time per handled message.

@@ -53,6 +53,7 @@ type ScenarioInfo struct {
 	Zipf       float64 `json:"zipf,omitempty"`
 	HotKey     string  `json:"hot_key"`
 	HotCount   int     `json:"hot_count"`
+	Value      int     `json:"value_bytes,omitempty"`
 	ProducedS  Seconds `json:"produced_s"`
 	Note       string  `json:"note"`
 }
@@ -73,6 +74,8 @@ type Row struct {
 	MedianEl Seconds   `json:"median_elapsed_s"`
 	MedianTo Seconds   `json:"median_total_s"`
 	MedCPU   float64   `json:"median_cpu_us_per_msg"`
+	RSSPeak  []uint64  `json:"rss_peak,omitempty"`  // scale: the run's peak RSS (VmHWM), per round
+	RSSAbove []uint64  `json:"rss_above,omitempty"` // scale: that peak less the RSS the run started from
 
 	Baseline string  `json:"baseline,omitempty"` // "raw", "limit", "cap" or "<case>/<contender>"
 	Ratio    float64 `json:"ratio,omitempty"`    // median of per-round rate / baseline rate (PairedRatio)
@@ -128,7 +131,7 @@ func machine() Machine {
 func (r *Report) addScenario(s scenario, ds *dataset) {
 	r.Scenarios = append(r.Scenarios, ScenarioInfo{
 		Name: s.Name, Topic: ds.Topic, Messages: ds.Messages, Partitions: ds.Partitions, Keys: ds.Keys,
-		Zipf: ds.Zipf, HotKey: ds.HotKey, HotCount: ds.HotCount, ProducedS: secs(ds.Produced), Note: s.Note,
+		Zipf: ds.Zipf, Value: ds.valueSize(), HotKey: ds.HotKey, HotCount: ds.HotCount, ProducedS: secs(ds.Produced), Note: s.Note,
 	})
 }
 
@@ -149,6 +152,10 @@ func (row *Row) add(res Result) {
 	row.Totals = append(row.Totals, secs(res.Total))
 	row.Failed = append(row.Failed, res.Failed)
 	row.CPU = append(row.CPU, float64(res.CPUPerMsg())/float64(time.Microsecond))
+	if res.RSSPeak > 0 {
+		row.RSSPeak = append(row.RSSPeak, res.RSSPeak)
+		row.RSSAbove = append(row.RSSAbove, res.RSSPeak-min(res.RSSStart, res.RSSPeak))
+	}
 }
 
 // finish computes medians and ratios.
@@ -288,6 +295,7 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 				row.Scenario, row.Case, row.Contender, median, ratio, row.Baseline, target, elapsed, total, cpu)
 		}
 	}
+	r.writeScale(b)
 	if len(r.Stall) > 0 {
 		b.WriteString("\n")
 		writeStallMarkdown(b, r.Stall)
