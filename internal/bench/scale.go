@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"runtime"
@@ -223,4 +224,23 @@ func (h *harness) runOneRSS(ctx context.Context, con Contender, spec RunSpec) (R
 		r.RSSStart, r.RSSPeak = start, procStatus("VmHWM")
 	}
 	return r, err
+}
+
+// ReadReport loads a results.json written by WriteFiles, so that its
+// tables and charts can be written again (after a change to how they are
+// drawn) without measuring again.
+func ReadReport(path string) (*Report, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("bench: %w", err)
+	}
+	r := &Report{}
+	if err := json.Unmarshal(data, r); err != nil {
+		return nil, fmt.Errorf("bench: read %s: %w", path, err)
+	}
+	r.index = map[[3]string]*Row{}
+	for _, row := range r.Rows {
+		r.index[[3]string{row.Scenario, row.Case, row.Contender}] = row
+	}
+	return r, nil
 }

@@ -95,3 +95,55 @@ func TestScaleOptions(t *testing.T) {
 		t.Errorf("scale value 0: %v", err)
 	}
 }
+
+// TestRedraw writes the tables and charts of the results.json in
+// $ORDERLY_BENCH_REDRAW again, from the numbers it holds:
+//
+//	ORDERLY_BENCH_REDRAW=docs/bench/scale go test ./internal/bench -run TestRedraw
+func TestRedraw(t *testing.T) {
+	dir := os.Getenv("ORDERLY_BENCH_REDRAW")
+	if dir == "" {
+		t.Skip("set ORDERLY_BENCH_REDRAW to a directory holding a results.json")
+	}
+	r, err := ReadReport(filepath.Join(dir, ResultsFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	files, err := r.WriteFiles(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("wrote %v", files)
+}
+
+func TestReadReport(t *testing.T) {
+	dir := t.TempDir()
+	r := &Report{Rounds: 1, index: map[[3]string]*Row{}}
+	s := scenario{Name: ScaleScenario}
+	c := caseSpec{Label: ScaleLabel(8, 10000, 100), Baseline: "raw"}
+	r.addScenario(s, &dataset{dataSpec: dataSpec{Messages: 10, Partitions: 8, Keys: 10000}})
+	for i, name := range []string{"raw", "orderly"} {
+		r.addRow(s, c, name).add(Result{Handled: 10, Elapsed: time.Duration(i+1) * time.Millisecond, CPU: time.Millisecond, RSSStart: 1 << 20, RSSPeak: 2 << 20})
+	}
+	r.finish()
+	if _, err := r.WriteFiles(dir); err != nil {
+		t.Fatal(err)
+	}
+	got, err := ReadReport(filepath.Join(dir, ResultsFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want, again strings.Builder
+	if err := r.WriteMarkdown(&want); err != nil {
+		t.Fatal(err)
+	}
+	if err := got.WriteMarkdown(&again); err != nil {
+		t.Fatal(err)
+	}
+	if want.String() != again.String() {
+		t.Errorf("the table from results.json differs:\n%s\nwant:\n%s", again.String(), want.String())
+	}
+	if !strings.Contains(want.String(), "| p=8 k=10k v=100B | orderly | 5000 | 0.50x |") {
+		t.Errorf("scale table:\n%s", want.String())
+	}
+}

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"fmt"
+	"math"
 	"strconv"
 
 	"gonum.org/v1/plot"
@@ -15,8 +16,8 @@ import (
 const ScaleChartFile = "scale.png"
 
 // writeScaleChart draws the scale scenario's CPU per message against the
-// partition count, one line per contender and (keys, value size), on a
-// log x axis. With no scale rows it writes nothing.
+// partition count, one line per contender and (keys, value size), on log
+// axes (10 KiB values cost tens of times what 100 B ones do). With no scale rows it writes nothing.
 func (r *Report) writeScaleChart(path string) (bool, error) {
 	order, series := r.scaleSeries()
 	if len(order) == 0 {
@@ -44,7 +45,8 @@ func (r *Report) writeScaleChart(path string) (bool, error) {
 	}
 	p.X.Tick.Marker = ticks
 	p.X.Min, p.X.Max = lo/1.4, hi*1.4
-	p.Y.Min = 0
+	p.Y.Scale = plot.LogScale{}
+	p.Y.Tick.Marker = microTicks{}
 	p.Legend.Top = true
 	p.Legend.Left = true
 	p.Add(plotter.NewGrid())
@@ -65,9 +67,25 @@ func (r *Report) writeScaleChart(path string) (bool, error) {
 		p.Add(line, points)
 		p.Legend.Add(k, line, points)
 	}
-	p.Y.Max *= 1.4 // room for the legend
+	p.Y.Min /= 1.3
+	p.Y.Max *= 3 // room for the legend
 	if err := p.Save(8*vg.Inch, 5*vg.Inch, path); err != nil {
 		return false, fmt.Errorf("bench: save scale chart: %w", err)
 	}
 	return true, nil
+}
+
+// microTicks labels a log µs axis at 1, 2 and 5 times powers of ten.
+type microTicks struct{}
+
+func (microTicks) Ticks(lo, hi float64) []plot.Tick {
+	var ticks []plot.Tick
+	for p := math.Pow(10, math.Floor(math.Log10(lo))); p <= hi; p *= 10 {
+		for _, m := range []float64{1, 2, 5} {
+			if v := m * p; v >= lo && v <= hi {
+				ticks = append(ticks, plot.Tick{Value: v, Label: strconv.FormatFloat(v, 'g', 3, 64)})
+			}
+		}
+	}
+	return ticks
 }
