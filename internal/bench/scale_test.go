@@ -99,7 +99,9 @@ func TestScaleOptions(t *testing.T) {
 // TestRedraw writes the tables and charts of the results.json in
 // $ORDERLY_BENCH_REDRAW again, from the numbers it holds:
 //
-//	ORDERLY_BENCH_REDRAW=docs/bench/scale go test ./internal/bench -run TestRedraw
+//	ORDERLY_BENCH_REDRAW=$PWD/docs/bench/scale go test ./internal/bench -run TestRedraw
+//
+// (an absolute path: go test runs in the package directory)
 func TestRedraw(t *testing.T) {
 	dir := os.Getenv("ORDERLY_BENCH_REDRAW")
 	if dir == "" {

@@ -3,7 +3,9 @@ package bench
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
+	"strings"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -50,7 +52,16 @@ func (r *Report) writeScaleChart(path string) (bool, error) {
 	p.Legend.Top = true
 	p.Legend.Left = true
 	p.Add(plotter.NewGrid())
-	for i, k := range order {
+	// One colour per contender, one dash pattern per data series (keys,
+	// value size).
+	var kinds []string
+	for _, k := range order {
+		if _, kind, ok := strings.Cut(k, " "); ok && !slices.Contains(kinds, kind) {
+			kinds = append(kinds, kind)
+		}
+	}
+	for _, k := range order {
+		name, kind, _ := strings.Cut(k, " ")
 		xys := make(plotter.XYs, len(series[k]))
 		for j, pt := range series[k] {
 			xys[j] = plotter.XY{X: pt[0], Y: pt[1]}
@@ -59,16 +70,16 @@ func (r *Report) writeScaleChart(path string) (bool, error) {
 		if err != nil {
 			continue
 		}
-		c := plotutil.Color(i)
+		c := plotutil.Color(slices.Index(ContenderNames, name))
 		line.Color, points.Color = c, c
 		line.Width = vg.Points(2)
-		line.Dashes = plotutil.Dashes(i / 7)
+		line.Dashes = plotutil.Dashes(slices.Index(kinds, kind))
 		points.Shape = draw.CircleGlyph{}
 		p.Add(line, points)
 		p.Legend.Add(k, line, points)
 	}
 	p.Y.Min /= 1.3
-	p.Y.Max *= 3 // room for the legend
+	p.Y.Max *= 20 // room for the legend
 	if err := p.Save(8*vg.Inch, 5*vg.Inch, path); err != nil {
 		return false, fmt.Errorf("bench: save scale chart: %w", err)
 	}
