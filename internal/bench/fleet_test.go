@@ -20,7 +20,8 @@ import (
 
 // The measurements behind docs/SCALING.md's fleet estimates: what one
 // member sends the coordinator per commit, what a lane costs in memory,
-// and how long a rebalance takes, on the kfake broker.
+// and how long a rebalance takes (2 members at 512 partitions, 50 at
+// 500), on the kfake broker.
 //
 //	ORDERLY_BENCH=1 go test ./internal/bench -run TestFleet -v -timeout 30m
 
@@ -277,5 +278,99 @@ func TestFleetRebalance(t *testing.T) {
 			strategy, parts, join.Round(time.Millisecond), a.Stats().Partitions, m2.Stats().Partitions, rebalance.Round(time.Millisecond))
 		cancel()
 		wg.Wait()
+	}
+}
+
+// TestFleetRebalance50: 50 in-process members sharing 500 partitions, each
+// busy (Num 4, 10 ms per message): how long the group takes to settle
+// when all 50 start at once, then when one leaves gracefully, and when it
+// comes back, until every live member holds partitions, together all 500,
+// and the member that changed handles messages again; cooperative-sticky
+// against eager (range).
+func TestFleetRebalance50(t *testing.T) {
+	fleetGate(t)
+	const parts, members = 500, 50
+	b, ds := testData(t, dataSpec{Messages: 400_000, Partitions: parts, Keys: 10_000})
+	for _, strategy := range []string{"cooperative-sticky", "range (eager)"} {
+		groupID := "fleet-rebalance50-" + strategy[:5]
+		newMember := func() *group.Group[*group.Message] {
+			sc := SaramaConfig(DefaultChan)
+			if strategy != "cooperative-sticky" {
+				sc.Consumer.Group.Rebalance.GroupStrategies = []sarama.BalanceStrategy{sarama.NewBalanceStrategyRange()}
+			}
+			g, err := group.New(group.Config{
+				Brokers: b.Addrs(), Topics: []string{ds.Topic}, GroupID: groupID, Sarama: sc,
+				Num: 4, Size: 1, Ticker: -1,
+			}, group.Handler[*group.Message]{Do: func(context.Context, []*group.Message) error {
+				time.Sleep(10 * time.Millisecond)
+				return nil
+			}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return g
+		}
+		type member struct {
+			g      *group.Group[*group.Message]
+			cancel context.CancelFunc
+			done   chan struct{}
+		}
+		start := func() *member {
+			ctx, cancel := context.WithCancel(context.Background())
+			m := &member{g: newMember(), cancel: cancel, done: make(chan struct{})}
+			go func() {
+				defer close(m.done)
+				if err := m.g.Run(ctx); err != nil {
+					t.Error(err)
+				}
+			}()
+			return m
+		}
+		settled := func(ms []*member) bool {
+			var sum int64
+			for _, m := range ms {
+				p := m.g.Stats().Partitions
+				if p == 0 {
+					return false
+				}
+				sum += p
+			}
+			return sum == parts
+		}
+		until := func(what string, ok func() bool) time.Duration {
+			t0 := time.Now()
+			for !ok() {
+				if time.Since(t0) > 3*time.Minute {
+					t.Fatalf("%s: %s: not within 3 min", strategy, what)
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			return time.Since(t0)
+		}
+		ms := make([]*member, members)
+		for i := range ms {
+			ms[i] = start()
+		}
+		all := until("50 members starting at once", func() bool { return settled(ms) })
+		time.Sleep(2 * time.Second)
+		last := ms[members-1]
+		t0 := time.Now()
+		last.cancel()
+		<-last.done
+		leftIn := time.Since(t0)
+		rest := ms[:members-1]
+		leave := until("one member leaving", func() bool { return settled(rest) }) + leftIn
+		time.Sleep(2 * time.Second)
+		back := start()
+		ms[members-1] = back
+		join := until("the member coming back", func() bool { return settled(ms) && back.g.Stats().Handled > 0 })
+		t.Logf("%s, %d partitions, %d members: all starting at once settled in %v; one leaving (its Run returned in %v): the other %d hold all after %v; it coming back: settled and handling after %v",
+			strategy, parts, members, all.Round(time.Millisecond), leftIn.Round(time.Millisecond), members-1, leave.Round(time.Millisecond), join.Round(time.Millisecond))
+		for _, m := range ms {
+			m.cancel()
+		}
+		for _, m := range ms {
+			<-m.done
+		}
 	}
 }
