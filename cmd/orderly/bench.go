@@ -25,6 +25,9 @@ type benchOpts struct {
 	keys        int
 	rounds      int
 	nums        []int
+	scaleParts  []int
+	scaleKeys   []int
+	scaleValues []int
 	chanSize    int
 	maxInFlight int
 	duration    time.Duration
@@ -36,12 +39,21 @@ type benchOpts struct {
 func benchCommand(e env) *cobra.Command {
 	o := &benchOpts{}
 	var c *cobra.Command
-	c = newCommand("bench", "side-by-side benchmarks against raw sarama and the databus/group design",
+	c = newCommand("bench", "side-by-side benchmarks against raw sarama, franz-go and the databus/group design",
 		`Run side-by-side benchmarks on one in-process broker: orderly against a raw
-sarama loop, the databus/group seed design and the plain-goroutine limit, the
-same data for each, medians of alternating rounds. The Markdown table goes to
-stdout (and with --out, results.json, table.md and chart.png to a
-directory), progress to stderr.`,
+sarama loop, a plain franz-go (kgo) loop, the databus/group seed design and
+the plain-goroutine limit, the same data for each, medians of alternating
+rounds. The Markdown table goes to stdout (and with --out, results.json,
+table.md, chart.png and scale.png to a directory), progress to stderr.
+
+The scale scenario (not part of all) consumes one data set per combination
+of --scale-partitions, --scale-keys and --scale-values with a no-op handler
+(raw, franz and orderly by default) and reports msg/s, MB/s, CPU/msg and
+peak RSS, each against raw at the same size, and charts CPU/msg against
+partitions (scale.png). The default is the short run, 8/64/512 partitions,
+10k keys, 100 B values (1M messages each); the full matrix adds
+--scale-keys 10000,1000000 --scale-values 100,10240 (10 KiB: 100k
+messages, about 1 GB in the broker).`,
 		func(ctx context.Context) error { return runBench(ctx, o, commandLine(c), e.stdout, e.stderr) })
 	fs := c.Flags()
 	known := func(names []string, what string) func(string) error {
@@ -52,20 +64,24 @@ directory), progress to stderr.`,
 			return fmt.Errorf("no such %s (known: %s)", what, strings.Join(names, ", "))
 		}
 	}
-	listVar(fs, &o.scenarios, "scenario", []string{"all"}, true, known(append([]string{"all"}, bench.ScenarioNames...), "scenario"),
-		"scenarios, comma-separated: all|"+strings.Join(bench.ScenarioNames, "|"))
+	scenarios := slices.Concat([]string{"all"}, bench.ScenarioNames, bench.ExtraScenarioNames)
+	listVar(fs, &o.scenarios, "scenario", []string{"all"}, true, known(scenarios, "scenario"),
+		"scenarios, comma-separated: "+strings.Join(scenarios, "|")+" (all: "+strings.Join(bench.ScenarioNames, ",")+")")
 	listVar(fs, &o.contenders, "contenders", nil, false, known(bench.ContenderNames, "contender"),
 		"contenders, comma-separated, from "+strings.Join(bench.ContenderNames, ",")+" (default: each scenario's set)")
-	intVar(fs, &o.messages, "messages", 0, 0, math.MaxInt, "messages per data set (0: 1M for noop, 30k for io/batch/skew/fail, 10 x max-inflight for stall)")
+	intVar(fs, &o.messages, "messages", 0, 0, math.MaxInt, "messages per data set (0: 1M for noop, 30k for io/batch/skew/fail, 10 x max-inflight for stall; scale: 1M at values up to 1 KiB, a tenth per 10x value size beyond)")
 	intVar(fs, &o.partitions, "partitions", 0, 0, 1<<16, fmt.Sprintf("partitions per topic (0: %d)", bench.DefaultPartitions))
 	intVar(fs, &o.keys, "keys", 0, 0, math.MaxInt, fmt.Sprintf("distinct message keys (0: %d)", bench.DefaultKeys))
 	intVar(fs, &o.rounds, "rounds", 0, 0, math.MaxInt, fmt.Sprintf("alternating rounds; the table shows medians (0: %d)", bench.DefaultRounds))
 	intListVar(fs, &o.nums, "num", nil, 1, math.MaxInt, "Num values of the io scenario, comma-separated (default "+joinInts(bench.DefaultNums)+")")
+	intListVar(fs, &o.scaleParts, "scale-partitions", nil, 1, 1<<16, "scale scenario: partition counts, comma-separated (default "+joinInts(bench.DefaultScalePartitions)+")")
+	intListVar(fs, &o.scaleKeys, "scale-keys", nil, 1, math.MaxInt, "scale scenario: key counts, comma-separated (default "+joinInts(bench.DefaultScaleKeys)+"; the full matrix: 10000,1000000)")
+	intListVar(fs, &o.scaleValues, "scale-values", nil, 1, 1<<20, "scale scenario: value sizes in bytes, comma-separated (default "+joinInts(bench.DefaultScaleValues)+"; the full matrix: 100,10240)")
 	intVar(fs, &o.chanSize, "chan", 0, 0, math.MaxInt, fmt.Sprintf("sarama ChannelBufferSize for every contender; databus per-worker chan capacity (0: %d)", bench.DefaultChan))
 	intVar(fs, &o.maxInFlight, "max-inflight", 0, 0, math.MaxInt, fmt.Sprintf("orderly MaxInFlight of the stall scenario (0: %d); the others use the group default", bench.DefaultMaxInFlight))
 	durationVar(fs, &o.duration, "duration", 0, 0, fmt.Sprintf("stall scenario: how long memory is sampled once MaxInFlight is reached (0: %v)", bench.DefaultStallDuration))
 	durationVar(fs, &o.timeout, "timeout", 0, 0, fmt.Sprintf("longest a single run may take (0: %v)", bench.DefaultRunTimeout))
-	stringVar(fs, &o.out, "out", "", nil, "directory to write "+bench.ResultsFile+", "+bench.TableFile+" and "+bench.ChartFile+" to")
+	stringVar(fs, &o.out, "out", "", nil, "directory to write "+bench.ResultsFile+", "+bench.TableFile+", "+bench.ChartFile+" and "+bench.ScaleChartFile+" to")
 	fs.BoolVar(&o.quiet, "quiet", false, "no progress lines")
 	return c
 }
@@ -75,20 +91,23 @@ directory), progress to stderr.`,
 // records.
 func runBench(ctx context.Context, o *benchOpts, command string, out, progress io.Writer) error {
 	opts := bench.Options{
-		Scenarios:     o.scenarios,
-		Contenders:    o.contenders,
-		Messages:      o.messages,
-		Partitions:    o.partitions,
-		Keys:          o.keys,
-		Rounds:        o.rounds,
-		Nums:          o.nums,
-		Chan:          o.chanSize,
-		MaxInFlight:   o.maxInFlight,
-		StallDuration: o.duration,
-		RunTimeout:    o.timeout,
-		Out:           o.out,
-		Progress:      progress,
-		Command:       command,
+		Scenarios:       o.scenarios,
+		Contenders:      o.contenders,
+		Messages:        o.messages,
+		Partitions:      o.partitions,
+		Keys:            o.keys,
+		Rounds:          o.rounds,
+		Nums:            o.nums,
+		ScalePartitions: o.scaleParts,
+		ScaleKeys:       o.scaleKeys,
+		ScaleValues:     o.scaleValues,
+		Chan:            o.chanSize,
+		MaxInFlight:     o.maxInFlight,
+		StallDuration:   o.duration,
+		RunTimeout:      o.timeout,
+		Out:             o.out,
+		Progress:        progress,
+		Command:         command,
 	}
 	if o.quiet {
 		opts.Progress = io.Discard

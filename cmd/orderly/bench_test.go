@@ -41,3 +41,24 @@ func TestBenchCommand(t *testing.T) {
 		t.Errorf("table.md: got %q (err %v), want the table printed on stdout:\n%s", table, err, out)
 	}
 }
+
+// TestBenchScale: the scale flags reach the harness: one tiny data set per
+// --scale-partitions value, its rows in the table, scale.png written.
+func TestBenchScale(t *testing.T) {
+	dir := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	out, progress, err := runCmd2(ctx, "bench",
+		"--scenario", "scale", "--contenders", "raw,franz", "--messages", "500", "--rounds", "1",
+		"--scale-partitions", "3", "--scale-keys", "50", "--scale-values", "200", "--out", dir,
+	)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, progress)
+	}
+	if want := "| p=3 k=50 v=200B | franz |"; !strings.Contains(out, want) {
+		t.Errorf("output lacks %q:\n%s", want, out)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "scale.png")); err != nil {
+		t.Error(err)
+	}
+}

@@ -7,6 +7,8 @@
 //
 //   - raw: a plain sarama ConsumerGroup loop, one goroutine per partition,
 //     MarkMessage per message;
+//   - franz: a plain franz-go (kgo) consumer-group loop, one goroutine per
+//     partition, MarkCommitRecords per record (AutoCommitMarks);
 //   - databus: the databus/group design of seed 001 (global commit list,
 //     per-message chan send, Size/Ticker batches), ported in databus.go;
 //   - limit: the same simulated work done by Num plain goroutines, no Kafka
@@ -63,6 +65,9 @@ type Result struct {
 	// CPU is the process's user+system CPU time over the whole run, join,
 	// shutdown and the in-process broker included (set by the harness).
 	CPU time.Duration
+	// RSSStart and RSSPeak are the process's RSS when the run started and
+	// its peak over the run (scale scenario only; 0: not measured).
+	RSSStart, RSSPeak uint64
 }
 
 // CPUPerMsg is the process CPU time per handled message.

@@ -29,6 +29,10 @@ type Options struct {
 	Chan       int      // --chan: ChannelBufferSize / databus Chan; 0: DefaultChan
 	Contenders []string // --contenders; empty: each scenario's default set
 
+	ScalePartitions []int // --scale-partitions: the scale scenario's partition counts; empty: DefaultScalePartitions
+	ScaleKeys       []int // --scale-keys: its key counts; empty: DefaultScaleKeys
+	ScaleValues     []int // --scale-values: its value sizes in bytes; empty: DefaultScaleValues
+
 	MaxInFlight   int           // --max-inflight: stall scenario; 0: DefaultMaxInFlight
 	StallDuration time.Duration // --duration: stall sampling after MaxInFlight is reached; 0: DefaultStallDuration
 	RunTimeout    time.Duration // --timeout per run; 0: DefaultRunTimeout
@@ -62,8 +66,13 @@ func (o *Options) setDefaults() error {
 			return fmt.Errorf("%w: --%s %v: must not be negative (0: the default)", ErrOptions, c.flag, c.v)
 		}
 	}
-	if slices.ContainsFunc(o.Nums, func(n int) bool { return n <= 0 }) {
-		return fmt.Errorf("%w: --num %v: every value must be positive", ErrOptions, o.Nums)
+	for _, l := range []struct {
+		flag string
+		v    []int
+	}{{"num", o.Nums}, {"scale-partitions", o.ScalePartitions}, {"scale-keys", o.ScaleKeys}, {"scale-values", o.ScaleValues}} {
+		if slices.ContainsFunc(l.v, func(n int) bool { return n <= 0 }) {
+			return fmt.Errorf("%w: --%s %v: every value must be positive", ErrOptions, l.flag, l.v)
+		}
 	}
 	for _, c := range o.Contenders {
 		if _, err := newContender(c); err != nil {
@@ -82,6 +91,15 @@ func (o *Options) setDefaults() error {
 	if len(o.Nums) == 0 {
 		o.Nums = DefaultNums
 	}
+	if len(o.ScalePartitions) == 0 {
+		o.ScalePartitions = DefaultScalePartitions
+	}
+	if len(o.ScaleKeys) == 0 {
+		o.ScaleKeys = DefaultScaleKeys
+	}
+	if len(o.ScaleValues) == 0 {
+		o.ScaleValues = DefaultScaleValues
+	}
 	if o.Chan == 0 {
 		o.Chan = DefaultChan
 	}
@@ -97,10 +115,18 @@ func (o *Options) setDefaults() error {
 	if o.Progress == nil {
 		o.Progress = io.Discard
 	}
-	if len(o.Scenarios) == 0 || slices.Contains(o.Scenarios, "all") {
-		o.Scenarios = ScenarioNames
+	if len(o.Scenarios) == 0 {
+		o.Scenarios = []string{"all"}
+	}
+	if i := slices.Index(o.Scenarios, "all"); i >= 0 { // all, and any extra named beside it
+		o.Scenarios = slices.Concat(ScenarioNames, slices.DeleteFunc(slices.Clone(o.Scenarios), func(s string) bool {
+			return s == "all" || slices.Contains(ScenarioNames, s)
+		}))
 	}
 	for _, s := range o.Scenarios {
+		if s == ScaleScenario {
+			continue
+		}
 		if _, err := o.scenario(s); err != nil {
 			return fmt.Errorf("%w: --scenario: %w", ErrOptions, err)
 		}
@@ -126,6 +152,12 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 		}
 	}()
 	for _, name := range opts.Scenarios {
+		if name == ScaleScenario {
+			if err = h.runScale(ctx); err != nil {
+				break
+			}
+			continue
+		}
 		s, _ := opts.scenario(name)
 		if err = h.runScenario(ctx, s); err != nil {
 			err = fmt.Errorf("bench: scenario %s: %w", name, err)
@@ -262,7 +294,11 @@ func (h *harness) runRound(ctx context.Context, s scenario, ds *dataset, names [
 				}
 			}
 			progress := fmt.Sprintf("%s %s round %d/%d %s:", s.Name, c.Label, round, h.opts.Rounds, name)
-			r, err := h.runOne(ctx, con, spec)
+			run := h.runOne
+			if s.Name == ScaleScenario {
+				run = h.runOneRSS
+			}
+			r, err := run(ctx, con, spec)
 			if err != nil {
 				h.logf("%s %v", progress, err)
 				return fmt.Errorf("case %s round %d: %w", c.Label, round, err)
@@ -366,10 +402,19 @@ func (r *Report) WriteFiles(dir string) ([]string, error) {
 	if err != nil {
 		return []string{results}, fmt.Errorf("bench: write %s: %w", table, err)
 	}
+	files := []string{results, table}
 	chart := filepath.Join(dir, ChartFile)
 	drawn, err := r.writeChart(chart)
-	if err != nil || !drawn {
-		return []string{results, table}, err
+	if err != nil {
+		return files, err
 	}
-	return []string{results, table, chart}, nil
+	if drawn {
+		files = append(files, chart)
+	}
+	scale := filepath.Join(dir, ScaleChartFile)
+	drawn, err = r.writeScaleChart(scale)
+	if drawn {
+		files = append(files, scale)
+	}
+	return files, err
 }

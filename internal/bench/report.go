@@ -53,6 +53,7 @@ type ScenarioInfo struct {
 	Zipf       float64 `json:"zipf,omitempty"`
 	HotKey     string  `json:"hot_key"`
 	HotCount   int     `json:"hot_count"`
+	Value      int     `json:"value_bytes,omitempty"`
 	ProducedS  Seconds `json:"produced_s"`
 	Note       string  `json:"note"`
 }
@@ -73,6 +74,8 @@ type Row struct {
 	MedianEl Seconds   `json:"median_elapsed_s"`
 	MedianTo Seconds   `json:"median_total_s"`
 	MedCPU   float64   `json:"median_cpu_us_per_msg"`
+	RSSPeak  []uint64  `json:"rss_peak,omitempty"`  // scale: the run's peak RSS (VmHWM), per round
+	RSSAbove []uint64  `json:"rss_above,omitempty"` // scale: that peak less the RSS the run started from
 
 	Baseline string  `json:"baseline,omitempty"` // "raw", "limit", "cap" or "<case>/<contender>"
 	Ratio    float64 `json:"ratio,omitempty"`    // median of per-round rate / baseline rate (PairedRatio)
@@ -102,6 +105,7 @@ func newReport(opts Options) *Report {
 			"Each round runs every contender back to back, in an order rotated by one every round (A B C, B C A, C A B, ...; each position once over as many rounds as contenders, though a contender always follows the same other one unless it runs first), and every timed run starts after a runtime.GC(), so that no contender pays for collecting the previous run's garbage.",
 			"Ratios are medians of per-round ratios. CPU/msg is the whole process's user+system CPU over the run (join, shutdown and the in-process broker included) per message: less sensitive than msg/s to other load on the machine.",
 			"Every Kafka contender uses the same sarama config: V3_0_0_0, OffsetOldest, cooperative-sticky, ChannelBufferSize=Chan, default fetch sizes.",
+			"franz is a plain franz-go (kgo) consumer-group loop, franz-go's goroutine-per-partition pattern: the handler once per record, MarkCommitRecords per record (AutoCommitMarks); 1 MiB per partition per fetch (both clients' default), sarama's 500 ms fetch wait, from the start, cooperative-sticky.",
 			"raw and databus have no retry concept: a failing call is repeated inline at once; orderly retries it after Retry.Backoff = 1 ms (doubling, at most 10 ms) while other lanes go on.",
 			fmt.Sprintf("databus has no 'never wait': where a case says none, its Ticker is %v (Size > 1) or the seed's 5s (Size = 1, every message is a full batch).", DatabusTicker),
 			"The broker runs in-process: its CPU and memory are included in every measurement.",
@@ -127,7 +131,7 @@ func machine() Machine {
 func (r *Report) addScenario(s scenario, ds *dataset) {
 	r.Scenarios = append(r.Scenarios, ScenarioInfo{
 		Name: s.Name, Topic: ds.Topic, Messages: ds.Messages, Partitions: ds.Partitions, Keys: ds.Keys,
-		Zipf: ds.Zipf, HotKey: ds.HotKey, HotCount: ds.HotCount, ProducedS: secs(ds.Produced), Note: s.Note,
+		Zipf: ds.Zipf, Value: ds.valueSize(), HotKey: ds.HotKey, HotCount: ds.HotCount, ProducedS: secs(ds.Produced), Note: s.Note,
 	})
 }
 
@@ -148,6 +152,10 @@ func (row *Row) add(res Result) {
 	row.Totals = append(row.Totals, secs(res.Total))
 	row.Failed = append(row.Failed, res.Failed)
 	row.CPU = append(row.CPU, float64(res.CPUPerMsg())/float64(time.Microsecond))
+	if res.RSSPeak > 0 {
+		row.RSSPeak = append(row.RSSPeak, res.RSSPeak)
+		row.RSSAbove = append(row.RSSAbove, res.RSSPeak-min(res.RSSStart, res.RSSPeak))
+	}
 }
 
 // finish computes medians and ratios.
@@ -287,6 +295,7 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 				row.Scenario, row.Case, row.Contender, median, ratio, row.Baseline, target, elapsed, total, cpu)
 		}
 	}
+	r.writeScale(b)
 	if len(r.Stall) > 0 {
 		b.WriteString("\n")
 		writeStallMarkdown(b, r.Stall)

@@ -11,13 +11,20 @@ var ScenarioNames = []string{"noop", "io", "batch", "skew", "fail", "stall"}
 
 // ContenderNames are the known contenders, in run order within the first
 // round (see roundOrder).
-var ContenderNames = []string{"raw", "databus", "limit", "orderly"}
+var ContenderNames = []string{"raw", "franz", "databus", "limit", "orderly"}
+
+// workContenders is the default set of the scenarios with simulated work:
+// franz, like raw one goroutine per partition, adds nothing there that raw
+// does not show (ask for it with --contenders).
+var workContenders = []string{"raw", "databus", "limit", "orderly"}
 
 // newContender returns the named contender.
 func newContender(name string) (Contender, error) {
 	switch name {
 	case "raw":
 		return Raw{}, nil
+	case "franz":
+		return Franz{}, nil
 	case "databus":
 		return Databus{}, nil
 	case "limit":
@@ -86,11 +93,11 @@ func (o *Options) scenario(name string) (scenario, error) {
 			Name: name, Data: data(1_000_000, 0),
 			Cases: []caseSpec{{Label: "Size=1024 Num=8", Num: 8, Size: 1024, Ticker: -1,
 				Baseline: "raw", Target: 0.95}},
-			Contenders: []string{"raw", "databus", "orderly"},
+			Contenders: []string{"raw", "franz", "databus", "orderly"},
 			Note:       "no-op handler; limit is not meaningful without work",
 		}, nil
 	case "io":
-		s := scenario{Name: name, Data: data(30_000, 0), Contenders: ContenderNames,
+		s := scenario{Name: name, Data: data(30_000, 0), Contenders: workContenders,
 			Note: "1 ms simulated I/O per message, Size=1; raw runs one goroutine per partition whatever Num is (measured once per round)"}
 		for _, n := range o.Nums {
 			c := caseSpec{Label: fmt.Sprintf("Num=%d", n), Num: n, Size: 1, Ticker: -1, Work: io1, Baseline: "limit"}
@@ -103,13 +110,13 @@ func (o *Options) scenario(name string) (scenario, error) {
 	case "batch":
 		w := Work{PerCall: 2 * time.Millisecond, PerItem: 20 * time.Microsecond}
 		return scenario{
-			Name: name, Data: data(30_000, 0), Contenders: ContenderNames,
+			Name: name, Data: data(30_000, 0), Contenders: workContenders,
 			Cases: []caseSpec{{Label: "Size=100 Num=4", Num: 4, Size: 100, Ticker: -1, Work: w, Baseline: "limit"}},
 			Note:  "batch insert: 2 ms per call + 20 µs per message; raw calls it once per message",
 		}, nil
 	case "skew":
 		return scenario{
-			Name: name, Data: data(30_000, 1.1), Contenders: ContenderNames,
+			Name: name, Data: data(30_000, 1.1), Contenders: workContenders,
 			Cases: []caseSpec{{Label: "Zipf s=1.1 Num=64", Num: 64, Size: 1, Ticker: -1, Work: io1,
 				Baseline: "cap", Target: 0.95}},
 			Note: "1 ms per message, Size=1; cap = messages / (hottest key's messages x 1 ms), also with the measured cost of a 1 ms sleep; limit ignores key order",
