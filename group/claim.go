@@ -70,10 +70,12 @@ type claimLoop[T any] struct {
 	topic  string
 	part   int32
 	resume commit.Done // offsets a previous owner finished (commit metadata)
+	start  int64       // the claim's first offset (for OffsetOldest/Newest: from checkReset); -1 unknown
 
 	undispatched undispatched // read while out of share (see undispatched.go)
 	pauser       fetchPauser  // nil if the claim cannot pause fetching
 	paused       bool         // fetching paused through pauser
+	probe        gapProbe     // side fetches past control records (markers.go)
 
 	meta       string // metadata last marked (the offset is st.next)
 	metaFull   bool   // the finished set does not fit CommitMetadata: take nothing new
@@ -90,6 +92,7 @@ func (g *Group[T]) consume(sess sarama.ConsumerGroupSession, claim sarama.Consum
 		st:    &claimState{claim: claim, sess: sess, topic: claim.Topic(), part: claim.Partition(), tick: make(chan struct{}, 1)},
 		topic: claim.Topic(),
 		part:  claim.Partition(),
+		start: max(claim.InitialOffset(), -1),
 	}
 	c.log = g.log.With(zap.String("topic", c.topic), zap.Int32("partition", c.part), zap.Int32("generation", sess.GenerationID()))
 	c.st.next.Store(max(claim.InitialOffset(), -1)) // OffsetOldest/Newest (< 0): unknown
@@ -143,6 +146,8 @@ func (g *Group[T]) consume(sess sarama.ConsumerGroupSession, claim sarama.Consum
 			c.advance()
 		case <-c.st.tick:
 			c.commitTick()
+		case r := <-c.probe.done:
+			c.gapDone(r)
 		case <-sessDone:
 			return c.revoke("session ended")
 		case <-c.g.stopping:

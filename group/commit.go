@@ -103,6 +103,7 @@ func (c *claimLoop[T]) commitTick() {
 	c.p.Trim()
 	c.mark(c.waiting())
 	c.st.finishedAbove.Store(c.p.FinishedAbove())
+	c.probeGap() // markers.go
 }
 
 // mark records the frontier, with the finished offsets above it and the

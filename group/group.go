@@ -102,6 +102,9 @@ type Group[T any] struct {
 	errs        errorCounters
 	failLog     rateLimit // "Do failed" warnings
 
+	offs   offsetCounters // reset.go, markers.go
+	probes sync.WaitGroup // side fetches of markers.go, waited for after the client closes
+
 	claimsMu sync.Mutex
 	claims   map[*claimState]struct{}
 
@@ -217,6 +220,7 @@ func (g *Group[T]) Run(ctx context.Context) error {
 		}
 		return fmt.Errorf("%w %v (group %q): %w", ErrConnect, g.cfg.Brokers, g.cfg.GroupID, err)
 	}
+	defer g.probes.Wait() // after client.Close (defers run last first), which ends a side fetch
 	defer client.Close()
 	if err := g.checkTopics(client); err != nil {
 		return err
@@ -448,6 +452,8 @@ func (g *Group[T]) consumerError(err error) error {
 		g.log.Error("consumer error", zap.Error(err))
 	} else if cls == errMetadata {
 		g.metadataRejected(ce.Topic, ce.Partition, ce.Err)
+	} else if cls == errOutOfRange {
+		return g.outOfRange(ce) // reset.go
 	} else {
 		g.log.Error("consumer error", zap.String("topic", ce.Topic), zap.Int32("partition", ce.Partition), zap.Error(ce.Err))
 	}
@@ -611,6 +617,7 @@ func (g *Group[T]) Stats() Stats {
 		s.StuckWorkers = int64(p.StuckNow())
 	}
 	s.ErrorsBy, s.Errors = g.errs.snapshot()
+	g.offs.fill(&s)
 	g.claimsMu.Lock()
 	s.Fetched, s.Committed = g.ctr.fetched.Load(), g.ctr.committed.Load()
 	for c := range g.claims {
