@@ -82,3 +82,57 @@ func TestOracleCatches(t *testing.T) {
 		t.Errorf("a sampled commit going back was not reported; problems: %v", o.problems)
 	}
 }
+
+// TestOracleBounds: an unclean end limited to a generation (uncleanEndGen,
+// a member the broker died under) excuses repeats of that generation's
+// completions only; mayRepeat excuses as many repeats as it was called,
+// no more; and feedLogs gives completions from several process logs to
+// the lane order check in time order, whatever order the logs are read in.
+func TestOracleBounds(t *testing.T) {
+	val := func(key, seq uint32) []byte { return ledger.Encode(nil, key, seq, time.Time{}, nil) }
+	t0 := time.Now()
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	tests := []struct {
+		name                string
+		feed                func(o *oracle)
+		dups, unjust, bound int
+		order               int
+	}{
+		{"generation limit", func(o *oracle) {
+			o.done("A", 1, 0, 0, 1, val(0, 0), at(1))
+			o.done("A", 1, 0, 1, 1, val(0, 1), at(2))
+			o.done("A", 1, 0, 1, 1, val(0, 1), at(3)) // gen 1: excused
+			o.done("A", 2, 0, 2, 1, val(0, 2), at(4))
+			o.done("A", 2, 0, 2, 1, val(0, 2), at(5)) // gen 2: not excused by an end at gen 1
+			o.uncleanEndGen("A", 1, map[int32]broker.Commit{0: {Offset: 1}})
+		}, 2, 1, 2, 0},
+		{"mayRepeat", func(o *oracle) {
+			for range 3 {
+				o.done("A", 1, 0, 0, 1, val(0, 0), at(1))
+			}
+			o.done("A", 1, 0, 1, 1, val(0, 1), at(2))
+			o.done("A", 1, 0, 1, 1, val(0, 1), at(3))
+			o.mayRepeat(0, 0) // once: 2 repeats of offset 0 are not both excused
+			o.mayRepeat(0, 1)
+		}, 3, 2, 2, 0},
+		{"logs in time order", func(o *oracle) {
+			// Process B took over key 0 after A was killed: B's log is
+			// read first, yet A handled seqs 0..1 before B handled 1..2.
+			b := childLog{tag: "B", done: []logDone{{p: 0, off: 1, key: 0, seq: 1, gen: 2, at: at(10)}, {p: 0, off: 2, key: 0, seq: 2, gen: 2, at: at(11)}}}
+			a := childLog{tag: "A", done: []logDone{{p: 0, off: 0, key: 0, seq: 0, gen: 1, at: at(1)}, {p: 0, off: 1, key: 0, seq: 1, gen: 1, at: at(2)}}}
+			feedLogs(o, []childLog{b, a})
+			o.uncleanEnd("A", map[int32]broker.Commit{0: {Offset: 1}})
+		}, 1, 0, 1, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			o := newOracle(t, "self", "t", []uint32{3})
+			tt.feed(o)
+			v := o.verdict(map[int32][]int64{0: {0, 1, 2}}, map[int32]int64{0: 3})
+			if v.Duplicates != tt.dups || v.Unjustified != tt.unjust || v.DupBound != tt.bound || v.OrderViolations != tt.order {
+				t.Errorf("got duplicates %d, outside the bound %d, bound %d, order violations %d; want %d, %d, %d, %d",
+					v.Duplicates, v.Unjustified, v.DupBound, v.OrderViolations, tt.dups, tt.unjust, tt.bound, tt.order)
+			}
+		})
+	}
+}
