@@ -157,12 +157,18 @@ func TestScenario03ProcessChurn(t *testing.T) {
 
 // TestScenario04BrokerKill: two in-process members consume a backlog from
 // `orderly broker --data DIR`, which is killed with SIGKILL twice mid-run
-// and started again on the same data and port. Nothing acknowledged is
-// lost by the broker (every produced record is readable after), nothing is
-// lost by the consumers, and a repeat is only of what was finished and not
-// yet covered by the commits the broker held when it died.
+// (ORDERLY_SOAK: once per 10 s of it) and started again on the same data
+// and port. Nothing acknowledged is lost by the broker (every produced
+// record is readable after), nothing is lost by the consumers, and a
+// repeat is only of what a member finished in the generation the broker
+// died under and the commits the broker held then did not cover.
 func TestScenario04BrokerKill(t *testing.T) {
-	const topic, group, partitions, keys, n = "broker-kill", "broker-kill", 4, 200, 30_000
+	const topic, group, partitions, keys = "broker-kill", "broker-kill", 4, 200
+	kills := 2
+	if soak() {
+		kills = max(int(scenarioDuration(0)/(10*time.Second)), 2)
+	}
+	n := 15_000 * kills
 	bin := buildOrderly(t)
 	dir := t.TempDir()
 	data := filepath.Join(dir, "data")
@@ -187,7 +193,8 @@ func TestScenario04BrokerKill(t *testing.T) {
 		return sum
 	}
 	var downFor []time.Duration
-	for _, at := range []int64{n / 4, n / 2} {
+	for i := range kills {
+		at := int64(n * (i + 1) / (kills + 2))
 		waitFor(t, time.Minute, fmt.Sprintf("%d messages handled", at), func() bool { return handled() >= at })
 		commits, err := brokerCommits(admin, group, topic)
 		if err != nil {
