@@ -35,8 +35,12 @@ type Item[M, T any] struct {
 	// the copy took its place in the tracker; it came back from its call.
 	orphan             atomic.Bool
 	replaced, returned bool
-	Val                T // the decoded value handed to Do
-	Msg                M // the message, as the binding built it
+	// Fate is what became of the item, as its owner records it for its
+	// own counts (AdvanceFunc): 0 when a worker finished it, another
+	// value the owner sets before finishing it some other way.
+	Fate uint8
+	Val  T // the decoded value handed to Do
+	Msg  M // the message, as the binding built it
 }
 
 // Offset is the message's Kafka offset.

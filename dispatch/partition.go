@@ -349,6 +349,7 @@ func (p *Partition[M, T]) recycle(it *Item[M, T]) {
 	it.lane, it.arrival = nil, nil
 	it.orphan.Store(false)
 	it.replaced, it.returned = false, false
+	it.Fate = 0
 	it.next = p.free
 	p.free = it
 	p.nfree++

@@ -19,8 +19,7 @@ type binding[T any] struct{ g *Group[T] }
 var _ sarama.ConsumerGroupHandler = (*binding[*Message])(nil)
 
 func (b *binding[T]) Setup(sess sarama.ConsumerGroupSession) error {
-	b.g.log.Info("session started", zap.String("member", sess.MemberID()),
-		zap.Int32("generation", sess.GenerationID()), zap.Any("claims", sess.Claims()))
+	b.g.sessionStarted(sess)
 	return nil
 }
 
@@ -45,8 +44,14 @@ type claimState struct {
 	next          atomic.Int64 // offset last marked for commit (the claim's initial offset at first); -1 unknown
 	finishedAbove atomic.Int64
 	unfinished    atomic.Int64 // fetched, dispatched and not finished (as of the last advance)
-	fetchPaused   atomic.Bool  // sarama's fetching of the partition is paused (out of share)
-	noMeta        atomic.Bool  // the broker refused this partition's commit metadata
+	undispatched  atomic.Int64
+	received      atomic.Int64 // offset after the last message received, -1 none
+	listedHW      atomic.Int64 // high watermark listed by the read-back (readback.go)
+	outcomes      outcomeCounts
+	fetchPaused   atomic.Bool // sarama's fetching of the partition is paused (out of share)
+	noMeta        atomic.Bool // the broker refused this partition's commit metadata
+	generation    int32
+	view          partitionView // published at each commit interval (partitionstats.go)
 }
 
 func (c *claimState) lag() int64 {
@@ -54,7 +59,13 @@ func (c *claimState) lag() int64 {
 	if next < 0 {
 		return 0
 	}
-	return max(c.claim.HighWaterMarkOffset()-next, 0)
+	return max(c.highWatermark()-next, 0)
+}
+
+// highWatermark is the partition's, as of the last fetch response or the
+// read-back's listing, whichever is newer.
+func (c *claimState) highWatermark() int64 {
+	return max(c.claim.HighWaterMarkOffset(), c.listedHW.Load())
 }
 
 // claimLoop is one claim's goroutine state: it reads the claim, decodes,
@@ -77,25 +88,33 @@ type claimLoop[T any] struct {
 	paused       bool         // fetching paused through pauser
 	probe        gapProbe     // side fetches past control records (markers.go)
 
+	marked     bool   // mark has given sarama an offset
 	meta       string // metadata last marked (the offset is st.next)
 	metaFull   bool   // the finished set does not fit CommitMetadata: take nothing new
 	ranges     []commit.Range
 	held       []*dispatch.Item[Message, T] // scratch for waiting
 	waitingBuf []commit.Waiting
+	finished   func(*dispatch.Item[Message, T]) // countFinished, made once
+	out        Outcomes                         // counted here, published to st.outcomes by advance
 }
 
 func (g *Group[T]) consume(sess sarama.ConsumerGroupSession, claim sarama.ConsumerGroupClaim) error {
 	c := &claimLoop[T]{
-		g:     g,
-		sess:  sess,
-		p:     g.sched.NewPartition(g.cfg.Chan),
-		st:    &claimState{claim: claim, sess: sess, topic: claim.Topic(), part: claim.Partition(), tick: make(chan struct{}, 1)},
+		g:    g,
+		sess: sess,
+		p:    g.sched.NewPartition(g.cfg.Chan),
+		st: &claimState{claim: claim, sess: sess, topic: claim.Topic(), part: claim.Partition(), tick: make(chan struct{}, 1),
+			generation: sess.GenerationID()},
 		topic: claim.Topic(),
 		part:  claim.Partition(),
 		start: max(claim.InitialOffset(), -1),
 	}
+	c.finished = c.countFinished
 	c.log = g.log.With(zap.String("topic", c.topic), zap.Int32("partition", c.part), zap.Int32("generation", sess.GenerationID()))
 	c.st.next.Store(max(claim.InitialOffset(), -1)) // OffsetOldest/Newest (< 0): unknown
+	c.st.received.Store(-1)
+	c.st.view.init(g.cfg.Status.Window)
+	c.checkRewind(claim.InitialOffset())
 	c.resume = c.resumeFrom(claim.InitialOffset())
 	g.ctr.claims.Add(1)
 	g.claimsMu.Lock()
@@ -106,6 +125,10 @@ func (g *Group[T]) consume(sess sarama.ConsumerGroupSession, claim sarama.Consum
 		delete(g.claims, c.st)
 		g.ctr.fetched.Add(c.st.fetched.Load())
 		g.ctr.committed.Add(c.st.committed.Load())
+		tp := topicPartition{c.topic, c.part}
+		o := g.ended[tp]
+		o.add(c.st.outcomes.load())
+		g.ended[tp] = o
 		g.claimsMu.Unlock()
 	}()
 	c.log.Info("claim started", zap.Int64("offset", claim.InitialOffset()))
@@ -227,8 +250,11 @@ func (c *claimLoop[T]) intakeBurst(m *sarama.ConsumerMessage, msgs <-chan *saram
 		}
 	}
 	c.st.fetched.Add(n)
+	c.st.received.Store(m.Offset + 1)
 	if room {
 		c.endBurst()
+	} else {
+		c.st.undispatched.Store(int64(c.undispatched.len()))
 	}
 	return closed
 }
@@ -266,6 +292,7 @@ func (c *claimLoop[T]) intake(m *sarama.ConsumerMessage, size int64) {
 	if c.resume.Contains(m.Offset) {
 		// Finished by the previous owner, as its commit metadata says.
 		c.g.ctr.resumed.Add(1)
+		c.out.Resumed++
 		if err := c.p.Skip(it, m.Offset); err != nil {
 			c.badOffset(m.Offset, err)
 		}
@@ -276,6 +303,7 @@ func (c *claimLoop[T]) intake(m *sarama.ConsumerMessage, size int64) {
 		c.g.ctr.decodeErrors.Add(1)
 		if !c.g.fail.dead.enabled() {
 			c.log.Warn("decode failed; message skipped (no dead-letter destination)", zap.Int64("offset", m.Offset), zap.Error(err))
+			c.out.Skipped++
 			if err := c.p.Skip(it, m.Offset); err != nil {
 				c.badOffset(m.Offset, err)
 			}
@@ -316,10 +344,12 @@ func (c *claimLoop[T]) badOffset(off int64, err error) {
 // advance takes back finished items and moves the frontier (marked for
 // commit at the next commit tick).
 func (c *claimLoop[T]) advance() {
-	if n := c.p.Advance(); n > 0 {
+	if n := c.p.AdvanceFunc(c.finished); n > 0 {
 		c.st.committed.Add(int64(n))
 	}
 	c.st.unfinished.Store(c.p.Unfinished())
+	c.st.undispatched.Store(int64(c.undispatched.len()))
+	c.st.outcomes.store(c.out)
 }
 
 // revoke lets the partition go: nothing more is dispatched, queued items are
@@ -365,7 +395,13 @@ func (c *claimLoop[T]) revoke(reason string) error {
 	c.g.ctr.dropped.Add(int64(dropped))
 	c.g.ctr.abandoned.Add(int64(abandoned) + late)
 	c.g.ctr.revokes.Add(1)
-	c.log.Info("partition released", zap.String("reason", reason), zap.Int64("committed", next),
-		zap.Int("dropped", dropped), zap.Int("abandoned", abandoned), zap.Int64("late", late), zap.Int("uncommitted", left))
+	fields := []zap.Field{zap.String("reason", reason), zap.Int64("offset", next),
+		zap.Int("dropped", dropped), zap.Int("abandoned", abandoned), zap.Int64("late", late), zap.Int("uncommitted", left)}
+	if err := c.released(next); err != nil {
+		c.log.Warn("partition lost: its final commit did not reach the coordinator; the next owner repeats what finished since the last one",
+			append(fields, zap.Error(err))...)
+		return nil
+	}
+	c.log.Info("partition released", fields...)
 	return nil
 }

@@ -101,21 +101,59 @@ func (g *Group[T]) metadataRejected(topic string, part int32, err error) {
 func (c *claimLoop[T]) commitTick() {
 	c.advance()
 	c.p.Trim()
-	c.mark(c.waiting())
+	w := c.waiting()
+	committed := c.mark(w)
 	c.st.finishedAbove.Store(c.p.FinishedAbove())
 	c.probeGap() // markers.go
+	c.observe(committed, len(w))
+}
+
+// observe publishes the interval for Stats: the frontier's message and
+// since when it is, the held count, the metadata size, and the status.
+func (c *claimLoop[T]) observe(committed bool, held int) {
+	now := time.Now()
+	v := &c.st.view
+	head := int64(-1)
+	if c.p.Unfinished() > 0 {
+		head, _ = c.p.Next()
+	}
+	next := c.st.next.Load()
+	lag := max(c.st.highWatermark()-next, 0)
+	if next < 0 {
+		lag = 0
+	}
+	v.mu.Lock()
+	if head != v.headOffset {
+		v.headOffset, v.headSince = head, now
+	}
+	v.held, v.metaBytes = int64(held), len(c.meta)
+	headAge := time.Duration(0)
+	if head >= 0 {
+		headAge = now.Sub(v.headSince)
+	}
+	v.mu.Unlock()
+	st := v.observe(sample{at: now, offset: next, lag: lag, committed: committed}, c.g.cfg.Status.StopAfter)
+	stuck := 0
+	if p := c.g.workerPool.Load(); p != nil && st.Code != StatusOK {
+		stuck = p.StuckNow()
+	}
+	st = explain(st, head, headAge, c.g.cfg.Status.StuckHead, stuck, c.paused)
+	v.mu.Lock()
+	v.status = st
+	v.mu.Unlock()
 }
 
 // mark records the frontier, with the finished offsets above it and the
-// waiting messages (see waiting) as metadata, for the next commit. It marks again when nothing moved but the
-// partition has work left (a stuck head): the commit then goes out anyway,
-// as the Java client's auto-commit does, so lag monitors see a consumer
-// that commits without progress (Burrow's STALL) rather than one that
-// stopped.
-func (c *claimLoop[T]) mark(waiting []commit.Waiting) {
+// waiting messages (see waiting) as metadata, for the next commit, and
+// reports whether it marked anything. It marks again when nothing moved
+// but the partition has work left (a stuck head): the commit then goes
+// out anyway, as the Java client's auto-commit does, so lag monitors see a
+// consumer that commits without progress (Burrow's STALL) rather than one
+// that stopped; unless the group is paused (Pause): then it is STOP.
+func (c *claimLoop[T]) mark(waiting []commit.Waiting) bool {
 	next, ok := c.p.Next()
 	if !ok {
-		return
+		return false
 	}
 	var meta string
 	if limit := c.g.cfg.CommitMetadata; limit >= 0 && !c.st.noMeta.Load() {
@@ -134,13 +172,21 @@ func (c *claimLoop[T]) mark(waiting []commit.Waiting) {
 	switch marked := c.st.next.Load(); {
 	case next > marked:
 		c.sess.MarkOffset(c.topic, c.part, next, meta)
-	case next == marked && (meta != c.meta || c.p.Unfinished() > 0 || c.undispatched.len() > 0):
+	case next == marked && (!c.marked || meta != c.meta || (c.p.Unfinished() > 0 || c.undispatched.len() > 0) && !c.g.paused.Load()):
+		// A claim that started at the reset position has st.next set to
+		// it (checkReset) while sarama's offset manager holds no offset
+		// yet, and ResetOffset only moves an offset down: mark first. The
+		// first mark always goes out, so that a claim revoked before it
+		// received anything still leaves its start committed.
+		c.sess.MarkOffset(c.topic, c.part, next, meta)
 		c.sess.ResetOffset(c.topic, c.part, next, meta)
 	default:
-		return
+		return false
 	}
+	c.marked = true
 	c.meta = meta
 	c.st.next.Store(next)
+	return true
 }
 
 // waiting lists the partition's messages held first in their lanes (a

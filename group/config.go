@@ -1,6 +1,7 @@
 package group
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"time"
@@ -200,8 +201,30 @@ type Config struct {
 	// without metadata from then on (Stats.MetadataRejected).
 	CommitMetadata int
 
+	// Status sets how partition statuses (Stats.PartitionStats, the
+	// group's Stats.Status) are evaluated.
+	Status StatusConfig
+
+	// OnAssigned, OnRevoked and OnLost, if set, are told of partitions
+	// this member got, gave up gracefully (their final commit went out),
+	// and lost (the session ended under them, e.g. the member was evicted:
+	// nothing could be committed), with their generation; as franz-go's
+	// OnPartitionsAssigned, Revoked and Lost. They run on Orderly's
+	// goroutines: keep them short.
+	OnAssigned func(topic string, partitions []int32, generation int32)
+	OnRevoked  func(topic string, partitions []int32, generation int32)
+	OnLost     func(topic string, partitions []int32, generation int32)
+
+	// Trace, if set, is called around every Do call with the call's ctx
+	// and messages: it returns the ctx to give Do (e.g. one carrying a
+	// span linked to the messages' trace contexts, from their traceparent
+	// headers) and a func called with Do's result. The otel package
+	// provides one for OpenTelemetry, so that group itself imports none.
+	Trace func(ctx context.Context, msgs []*Message) (context.Context, func(error))
+
 	// Logger receives errors and lifecycle events with topic, partition,
-	// offset, lane and attempt fields. Default zap.NewNop().
+	// offset, lane, attempt, member and generation fields (see the README's
+	// "Logs"). Default zap.NewNop().
 	Logger *zap.Logger
 }
 
@@ -325,6 +348,15 @@ func (c Config) withDefaults() Config {
 	if c.Logger == nil {
 		c.Logger = zap.NewNop()
 	}
+	if c.Status.Window == 0 {
+		c.Status.Window = 10
+	}
+	if c.Status.StuckHead == 0 {
+		c.Status.StuckHead = 30 * time.Second
+	}
+	if c.Status.ReadBack == 0 {
+		c.Status.ReadBack = 5 * time.Second
+	}
 	var sc *sarama.Config
 	if c.Sarama == nil {
 		sc = DefaultSarama()
@@ -352,6 +384,12 @@ func (c Config) withDefaults() Config {
 	c.Sarama = sc
 	if c.DrainTimeout == 0 {
 		c.DrainTimeout = min(sc.Consumer.Group.Rebalance.Timeout/2, maxDrainTimeout)
+	}
+	if c.Status.StopAfter == 0 && c.Status.Window > 0 {
+		c.Status.StopAfter = time.Duration(c.Status.Window) * sc.Consumer.Offsets.AutoCommit.Interval
+	}
+	if c.Status.LostAfter == 0 {
+		c.Status.LostAfter = 2 * sc.Consumer.Group.Session.Timeout
 	}
 	return c
 }
@@ -392,6 +430,12 @@ func (c Config) validate() error {
 		return bad("Retry.MaxAttempts", "is %d but neither DeadLetterTopic nor DataPath is set: dead letters would have nowhere to go (a memory-only dead-letter queue would lose them)", c.Retry.MaxAttempts)
 	case c.Ordering < OrderLanes || c.Ordering > Unordered:
 		return bad("Ordering", "is %d: must be OrderLanes, OrderPartition or Unordered", int(c.Ordering))
+	case c.Status.Window < 2 || c.Status.Window > 1000:
+		return bad("Status.Window", "is %d: must be between 2 and 1000 commit intervals", c.Status.Window)
+	case c.Status.StopAfter < 0 || c.Status.StuckHead < 0 || c.Status.LostAfter < 0:
+		return bad("Status", "has a negative duration: StopAfter %v, StuckHead %v, LostAfter %v", c.Status.StopAfter, c.Status.StuckHead, c.Status.LostAfter)
+	case c.Status.ReadBack > 0 && c.Status.ReadBack < 10*time.Millisecond:
+		return bad("Status.ReadBack", "is %v: at least 10ms (or negative: never)", c.Status.ReadBack)
 	case c.ParkAfter < 0:
 		return bad("ParkAfter", "is %v: must not be negative", c.ParkAfter)
 	case c.CommitMetadata < -1:

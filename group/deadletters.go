@@ -85,6 +85,18 @@ func (d *deadLetters[T]) open(client sarama.Client) error {
 	return nil
 }
 
+// deadLetterDestination names where dead letters go, from the config (as
+// deadLetters.open picks it): "topic:NAME", "local:DIR" or "".
+func (g *Group[T]) deadLetterDestination() string {
+	switch {
+	case g.cfg.DeadLetterTopic != "":
+		return "topic:" + g.cfg.DeadLetterTopic
+	case g.cfg.DataPath != "":
+		return "local:" + filepath.Join(g.cfg.DataPath, deadletter.DirName)
+	}
+	return ""
+}
+
 // enabled reports whether dead letters have a destination.
 func (d *deadLetters[T]) enabled() bool { return d.sink != nil }
 
@@ -95,7 +107,9 @@ func (d *deadLetters[T]) add(it *dispatch.Item[Message, T], done func(), reason 
 	if done == nil {
 		done = func() { d.g.sched.Unhold(it, true) }
 	}
+	it.Fate = fateDeadLettered
 	if d.sink == nil {
+		it.Fate = fateSkipped
 		d.skipped.Add(1)
 		d.errLog.warn(d.g.log, "no dead-letter destination (DeadLetterTopic, DataPath): message skipped",
 			zap.String("topic", it.Msg.Topic), zap.Int32("partition", it.Msg.Partition), zap.Int64("offset", it.Msg.Offset),
@@ -249,7 +263,7 @@ func (s *topicSink) write(recs []deadletter.Record) error {
 }
 
 func (s *topicSink) close() error { return s.p.Close() }
-func (s *topicSink) name() string { return "topic " + s.topic }
+func (s *topicSink) name() string { return "topic:" + s.topic }
 
 // storeSink appends dead letters to the local store.
 type storeSink struct {
@@ -259,4 +273,4 @@ type storeSink struct {
 
 func (s *storeSink) write(recs []deadletter.Record) error { return s.st.Append(recs...) }
 func (s *storeSink) close() error                         { return s.st.Close() }
-func (s *storeSink) name() string                         { return s.dir }
+func (s *storeSink) name() string                         { return "local:" + s.dir }

@@ -193,6 +193,27 @@ func TestPoisonDeadLettered(t *testing.T) {
 			}
 			stop := run(t, g)
 			r.waitAllCommitted(cfg.GroupID, time.Minute)
+			// Per partition: each message counted once by its fate,
+			// adding up to the broker's committed offset; the poison's
+			// three failed attempts counted once it finished.
+			hw := r.b.HighWatermarks(r.topic)
+			committed := r.b.Committed(cfg.GroupID, r.topic)
+			want := map[int32]Outcomes{
+				0: {Handled: hw[0] - 1, DeadLettered: 1, FailedAttempts: 3},
+				1: {Handled: hw[1] - 1, DeadLettered: 1},
+			}
+			var got []PartitionStats
+			waitFor(t, 10*time.Second, fmt.Sprintf("outcomes %v to add up to %v", want, committed), func() bool {
+				got = g.Stats().PartitionStats
+				for _, ps := range got {
+					o := ps.Outcomes
+					if o != want[ps.Partition] || o.Handled+o.DeadLettered != committed[ps.Partition] {
+						t.Logf("partition %d: got %+v", ps.Partition, o)
+						return false
+					}
+				}
+				return true
+			})
 			if err := stop(); err != nil {
 				t.Fatal(err)
 			}

@@ -16,11 +16,14 @@
 package group
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"hash/maphash"
 	"runtime/debug"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -29,6 +32,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/orderly-go/orderly/dispatch"
+	"github.com/orderly-go/orderly/internal/histogram"
 	"github.com/orderly-go/orderly/merge"
 )
 
@@ -100,13 +104,18 @@ type Group[T any] struct {
 	fail        *failures[T]
 	ctr         counters
 	errs        errorCounters
-	failLog     rateLimit // "Do failed" warnings
+	failLog     rateLimit    // "Do failed" warnings
+	latency     histogram.H  // fetch-to-Do latency, first message of each call
+	joined      atomic.Bool  // inside a sarama session (Setup ran, Cleanup not yet)
+	lostAt      atomic.Int64 // unix nanos the session was found lost; 0 when healthy
+	history     *history     // committed offsets last read back (readback.go)
 
 	offs   offsetCounters // reset.go, markers.go
 	probes sync.WaitGroup // side fetches of markers.go, waited for after the client closes
 
 	claimsMu sync.Mutex
 	claims   map[*claimState]struct{}
+	ended    map[topicPartition]Outcomes // of the claims that ended, per partition
 
 	// stopping is closed when Run's ctx ends: claim loops drain, commit
 	// and return while sarama's session still lives (see Run).
@@ -171,8 +180,10 @@ func New[T any](cfg Config, h Handler[T]) (*Group[T], error) {
 		workers:     make([]workerState[T], cfg.Num),
 		pool:        merge.NewStats(cfg.Num),
 		claims:      make(map[*claimState]struct{}),
+		ended:       make(map[topicPartition]Outcomes),
 		stopping:    make(chan struct{}),
 		outageLimit: -1,
+		history:     &history{group: cfg.GroupID, offsets: map[topicPartition]int64{}},
 	}
 	g.fail = newFailures(g)
 	g.sched = dispatch.New[Message, T](dispatch.Options[Message, T]{
@@ -223,6 +234,9 @@ func (g *Group[T]) Run(ctx context.Context) error {
 	defer g.probes.Wait() // after client.Close (defers run last first), which ends a side fetch
 	defer client.Close()
 	if err := g.checkTopics(client); err != nil {
+		return err
+	}
+	if g.history, err = loadHistory(g.cfg.GroupID, g.cfg.DataPath); err != nil {
 		return err
 	}
 	cg, err := sarama.NewConsumerGroupFromClient(g.cfg.GroupID, client)
@@ -302,6 +316,7 @@ func (g *Group[T]) Run(ctx context.Context) error {
 	}
 	endRun(nil)
 	shutdown.Wait()
+	g.joined.Store(false)
 	cancelConsume()
 	if err := cg.Close(); err != nil {
 		g.errs.add(errOther)
@@ -309,6 +324,9 @@ func (g *Group[T]) Run(ctx context.Context) error {
 	}
 	errs.Wait()
 	stopErr := stopWorkers()
+	if err := g.history.save(); err != nil {
+		g.log.Warn("saving the committed offsets seen failed: a REWIND across this restart may go unseen", zap.Error(err))
+	}
 	if err := context.Cause(runCtx); err != nil && ctx.Err() == nil {
 		return errors.Join(err, stopErr) // a fatal error ended Run, not its caller
 	}
@@ -370,6 +388,7 @@ func (g *Group[T]) startWorkers(ctx context.Context) (stop func() error, err err
 	stopCommits := make(chan struct{})
 	var commits sync.WaitGroup
 	commits.Go(func() { g.commitLoop(stopCommits) })
+	commits.Go(func() { g.readBackLoop(stopCommits) })
 	return func() error {
 		close(stopCommits)
 		commits.Wait()
@@ -447,6 +466,9 @@ func (g *Group[T]) outageEnded(d time.Duration) {
 func (g *Group[T]) consumerError(err error) error {
 	cls, fatal := classify(err)
 	g.errs.add(cls)
+	// A lost session is not recorded here: this reader may see an old
+	// generation's refused commit after the member has joined again. The
+	// claims record it (released), before sarama starts the next session.
 	var ce *sarama.ConsumerError
 	if !errors.As(err, &ce) {
 		g.log.Error("consumer error", zap.Error(err))
@@ -476,12 +498,25 @@ func (g *Group[T]) handle(ctx context.Context, worker int, items []*dispatch.Ite
 		vals = append(vals, it.Val)
 	}
 	w.items = items
+	var end func(error)
+	if g.cfg.Trace != nil {
+		ctx, end = g.cfg.Trace(ctx, w.messages())
+	}
 	err := g.call(ctx, vals)
+	if end != nil {
+		end(err)
+	}
 	w.items = nil
 	clear(vals)
 	clear(w.msgs)
 	if err == nil {
 		g.fail.outage.ok(len(items))
+		// End-to-end latency: one observation per call, of its oldest
+		// message (its first), so that it costs a clock read per call,
+		// not per message.
+		if ts := items[0].Msg.Timestamp; !ts.IsZero() {
+			g.latency.Observe(time.Since(ts))
+		}
 		return nil, nil
 	}
 	var verdicts []merge.Verdict
@@ -581,6 +616,7 @@ func (g *Group[T]) decodeUser(m *Message) (v T, lane uint64, err error) {
 // goroutine, at any time.
 func (g *Group[T]) Stats() Stats {
 	s := Stats{
+		GroupID:          g.cfg.GroupID,
 		Handled:          g.pool.Handled(),
 		Batches:          g.pool.Batches(),
 		Failures:         g.pool.Failures.Load(),
@@ -610,6 +646,7 @@ func (g *Group[T]) Stats() Stats {
 	s.DeadLettered = DeadLetterCounts{MaxAttempts: d.byReason[0].Load(), Rejected: d.byReason[1].Load(),
 		Timeout: d.byReason[2].Load(), Poison: d.byReason[3].Load()}
 	s.DeadLetterSkipped, s.DeadLetterErrors, s.DeadLetterPending = d.skipped.Load(), d.writeErrors.Load(), d.pending.Load()
+	s.DeadLetterDestination = g.deadLetterDestination()
 	if f.park != nil {
 		s.Parked, s.ParkErrors = f.park.parked.Load(), f.park.writeErrors.Load()
 	}
@@ -618,15 +655,60 @@ func (g *Group[T]) Stats() Stats {
 	}
 	s.ErrorsBy, s.Errors = g.errs.snapshot()
 	g.offs.fill(&s)
+	s.Status = PartitionStatus{Code: StatusOK}
+	if p := g.workerPool.Load(); p != nil {
+		p.CallDurations(&s.DoDuration)
+		now := time.Now()
+		for _, w := range p.Workers(nil) {
+			ws := WorkerStats{Busy: w.Busy, Stuck: w.Stuck}
+			if w.Busy {
+				ws.BatchAge = now.Sub(w.Since)
+			}
+			s.Workers = append(s.Workers, ws)
+		}
+	}
+	g.latency.AddTo(&s.Latency)
 	g.claimsMu.Lock()
 	s.Fetched, s.Committed = g.ctr.fetched.Load(), g.ctr.committed.Load()
+	s.PartitionStats = make([]PartitionStats, 0, len(g.claims))
 	for c := range g.claims {
 		s.Partitions++
 		s.Fetched += c.fetched.Load()
 		s.Committed += c.committed.Load()
 		s.FinishedAbove += c.finishedAbove.Load()
 		s.Lag += c.lag()
+		ps := c.stats()
+		ps.Outcomes.add(g.ended[topicPartition{c.topic, c.part}])
+		if ps.Status.Code.severity() > s.Status.Code.severity() {
+			s.Status = PartitionStatus{Code: ps.Status.Code, Reason: fmt.Sprintf("%s/%d: %s", ps.Topic, ps.Partition, ps.Status.Reason)}
+		}
+		s.PartitionStats = append(s.PartitionStats, ps)
 	}
 	g.claimsMu.Unlock()
+	slices.SortFunc(s.PartitionStats, func(a, b PartitionStats) int {
+		return cmp.Or(strings.Compare(a.Topic, b.Topic), cmp.Compare(a.Partition, b.Partition))
+	})
 	return s
+}
+
+// Ready reports whether the group has joined and not lost its session
+// since, until Run returns: a standby member with no partitions is ready
+// too.
+func (g *Group[T]) Ready() bool { return g.joined.Load() && g.lostAt.Load() == 0 }
+
+// Live reports whether the group is alive, and why not: no worker stuck
+// past MsgTimeout plus its grace, and the group session not lost for
+// longer than Status.LostAfter. Lag does not count.
+func (g *Group[T]) Live() (bool, string) {
+	if p := g.workerPool.Load(); p != nil {
+		if n := p.StuckNow(); n > 0 {
+			return false, fmt.Sprintf("%d workers stuck in Do past MsgTimeout (%v) and its grace", n, g.cfg.MsgTimeout)
+		}
+	}
+	if at := g.lostAt.Load(); at != 0 {
+		if d := time.Since(time.Unix(0, at)); d > g.cfg.Status.LostAfter {
+			return false, fmt.Sprintf("group session lost %v ago", d.Round(time.Second))
+		}
+	}
+	return true, ""
 }

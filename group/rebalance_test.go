@@ -138,7 +138,7 @@ func TestShutdownReleasesClaimsFirst(t *testing.T) {
 	}
 	for _, e := range released {
 		f := e.ContextMap()
-		p, next := int32(f["partition"].(int32)), f["committed"].(int64)
+		p, next := int32(f["partition"].(int32)), f["offset"].(int64)
 		if f["reason"] != "shutdown" {
 			t.Errorf("partition %d released with reason %q, want \"shutdown\"", p, f["reason"])
 		}

@@ -2,9 +2,7 @@ package group
 
 import (
 	"errors"
-	"fmt"
 
-	"github.com/IBM/sarama"
 	"go.uber.org/zap"
 
 	"github.com/orderly-go/orderly/commit"
@@ -58,21 +56,10 @@ func (c *claimLoop[T]) resumeFrom(initial int64) commit.Done {
 // fetchCommitted asks the group coordinator for the committed offset and
 // metadata of one partition.
 func (g *Group[T]) fetchCommitted(topic string, part int32) (int64, string, error) {
-	b, err := g.client.Coordinator(g.cfg.GroupID)
+	blocks, err := g.fetchCommittedMany(map[string][]int32{topic: {part}})
 	if err != nil {
-		return 0, "", fmt.Errorf("find coordinator of group %q: %w", g.cfg.GroupID, err)
+		return 0, "", err
 	}
-	req := sarama.NewOffsetFetchRequest(g.cfg.Sarama.Version, g.cfg.GroupID, map[string][]int32{topic: {part}})
-	resp, err := b.FetchOffset(req)
-	if err != nil {
-		return 0, "", fmt.Errorf("fetch committed offset of %s/%d: %w", topic, part, err)
-	}
-	block := resp.GetBlock(topic, part)
-	if block == nil {
-		return 0, "", fmt.Errorf("fetch committed offset of %s/%d: no answer for the partition (%w)", topic, part, resp.Err)
-	}
-	if block.Err != sarama.ErrNoError {
-		return 0, "", fmt.Errorf("fetch committed offset of %s/%d: %w", topic, part, block.Err)
-	}
+	block := blocks[topicPartition{topic, part}]
 	return block.Offset, block.Metadata, nil
 }

@@ -1,24 +1,35 @@
 package group
 
+import "github.com/orderly-go/orderly/internal/histogram"
+
+// Histogram is a distribution of durations (Stats.DoDuration,
+// Stats.Latency): Counts[i] observations at most HistogramBounds[i]
+// seconds (and above the bound before), the last above every bound.
+type Histogram = histogram.Snapshot
+
+// HistogramBounds are the buckets' upper bounds in seconds.
+var HistogramBounds = histogram.Bounds
+
 // Stats is a snapshot of a Group's counters. Counters only grow over the
 // Group's life; gauges (InFlight, Retrying, FinishedAbove, Partitions, Lag)
 // are current values.
 type Stats struct {
-	Fetched      int64 // messages received from Kafka
-	Handled      int64 // messages finished by Do
-	Committed    int64 // messages behind the commit frontier (marked for commit)
-	DecodeErrors int64 // messages whose New failed; logged and skipped past
-	Batches      int64 // Do calls that succeeded
-	Failures     int64 // Do calls that returned an error or panicked (split calls included)
-	Panics       int64 // of Failures, how many were panics
-	Retries      int64 // messages handed out again after a failed attempt (charged an attempt)
-	Splits       int64 // Do calls on part of a batch that failed as a whole, to find its failing items
-	Cancelled    int64 // failed Do calls that returned after their ctx was cancelled (ErrRevoked, ErrShutdown)
-	Dropped      int64 // queued, never-failed messages let go on revoke (the next owner gets them)
-	Abandoned    int64 // messages left unfinished at revoke: waiting for a retry, or still in Do after DrainTimeout
-	Revokes      int64 // partition claims that ended (rebalance or shutdown)
-	Claims       int64 // partition claims that started
-	Resumed      int64 // messages skipped because a previous owner finished them (commit metadata)
+	GroupID      string // Config.GroupID
+	Fetched      int64  // messages received from Kafka
+	Handled      int64  // messages finished by Do
+	Committed    int64  // messages behind the commit frontier (marked for commit)
+	DecodeErrors int64  // messages whose New failed; logged and skipped past
+	Batches      int64  // Do calls that succeeded
+	Failures     int64  // Do calls that returned an error or panicked (split calls included)
+	Panics       int64  // of Failures, how many were panics
+	Retries      int64  // messages handed out again after a failed attempt (charged an attempt)
+	Splits       int64  // Do calls on part of a batch that failed as a whole, to find its failing items
+	Cancelled    int64  // failed Do calls that returned after their ctx was cancelled (ErrRevoked, ErrShutdown)
+	Dropped      int64  // queued, never-failed messages let go on revoke (the next owner gets them)
+	Abandoned    int64  // messages left unfinished at revoke: waiting for a retry, or still in Do after DrainTimeout
+	Revokes      int64  // partition claims that ended (rebalance or shutdown)
+	Claims       int64  // partition claims that started
+	Resumed      int64  // messages skipped because a previous owner finished them (commit metadata)
 	// ResumedWaiting counts messages a previous owner left waiting for a
 	// retry (commit metadata): they went on at the attempt and backoff
 	// it had reached.
@@ -50,14 +61,17 @@ type Stats struct {
 	ControlSkipped int64
 
 	// The failure path.
-	DeadLettered      DeadLetterCounts // messages whose dead letter was written, by reason
-	DeadLetterSkipped int64            // messages to dead-letter with no destination configured: skipped
-	DeadLetterErrors  int64            // failed writes of dead letters (retried)
-	TimedOut          int64            // Do calls that ran past MsgTimeout
-	Stuck             int64            // Do calls that ran past MsgTimeout plus its grace (their worker was stuck)
-	Redelivered       int64            // Unordered: messages of stuck calls handed to other workers
-	Outages           int64            // times most calls failed across many lanes and the group backed off as a whole
-	ParkErrors        int64            // failed writes of parked messages (retried)
+	DeadLettered DeadLetterCounts // messages whose dead letter was written, by reason
+	// DeadLetterDestination is where dead letters go: "topic:NAME",
+	// "local:DIR" (DataPath's store), or "" (none: they are skipped).
+	DeadLetterDestination string
+	DeadLetterSkipped     int64 // messages to dead-letter with no destination configured: skipped
+	DeadLetterErrors      int64 // failed writes of dead letters (retried)
+	TimedOut              int64 // Do calls that ran past MsgTimeout
+	Stuck                 int64 // Do calls that ran past MsgTimeout plus its grace (their worker was stuck)
+	Redelivered           int64 // Unordered: messages of stuck calls handed to other workers
+	Outages               int64 // times most calls failed across many lanes and the group backed off as a whole
+	ParkErrors            int64 // failed writes of parked messages (retried)
 
 	InFlight          int64 // fetched and not yet finished
 	Retrying          int64 // messages waiting out a retry's backoff, first in their lanes
@@ -70,6 +84,17 @@ type Stats struct {
 	FinishedAbove     int64 // finished messages above their partition's frontier (as of the last commit)
 	Partitions        int64 // partitions claimed now
 	Lag               int64 // sum over claimed partitions of high watermark minus commit frontier
+
+	// Status is the group's: its worst partition's, the reason naming it.
+	Status PartitionStatus
+	// PartitionStats are the claimed partitions, by topic and partition.
+	PartitionStats []PartitionStats
+	// Workers are the workers, by index.
+	Workers []WorkerStats
+	// DoDuration is the distribution of Do calls' durations (split calls
+	// included); Latency that of end-to-end latency, record timestamp to
+	// done, of each call's oldest message.
+	DoDuration, Latency Histogram
 }
 
 // DeadLetterCounts are dead letters by reason (the __orderly.errors.reason

@@ -130,19 +130,19 @@ func (q *Queue) shutdown(deleting bool) error {
 
 // flush puts what only memory holds on disk. The in-flight messages the
 // journal does not hold yet (taken from the memory chan) are journaled as
-// in flight, as a crash would have left a parked one, so that Open counts
+// in flight, as a crash would have left a journaled one, so that Open counts
 // their delivery as cut short whatever MemQueueSize is (see
 // Options.MaxAttempts). The memory chan, the deferred messages the journal
 // does not hold, and in-flight ones it could not take go to the backend,
-// ready (the in-flight ones from now, Attempts kept). Parked ones stay in
+// ready (the in-flight ones from now, Attempts kept). Journaled ones stay in
 // the journal, which Open replays. Only Close calls it, after closed is
 // set, so nothing else touches the queue's state.
 func (q *Queue) flush() error {
 	now := q.now()
-	var failed, mem, inFlight, deferred, parked int
+	var failed, mem, inFlight, deferred, kept int
 	write := func(r *record, m *Message, n *int) {
-		if r.parked {
-			parked++
+		if r.journaled {
+			kept++
 			return
 		}
 		if err := q.writeBackend(m); err != nil {
@@ -175,7 +175,7 @@ func (q *Queue) flush() error {
 	}
 	q.deferredMu.Unlock()
 	q.log.Debug("flushed to disk", zap.Int("memory", mem), zap.Int("in_flight", inFlight), zap.Int("deferred", deferred),
-		zap.Int("in_flight_journaled", journaled), zap.Int("kept_in_journal", parked-journaled))
+		zap.Int("in_flight_journaled", journaled), zap.Int("kept_in_journal", kept-journaled))
 	if failed > 0 {
 		return fmt.Errorf("%d messages could not be written at close", failed)
 	}
@@ -183,7 +183,7 @@ func (q *Queue) flush() error {
 }
 
 // journalInFlight journals the records of rs that the journal does not
-// hold as in flight (see flush) and marks them parked. It returns how many
+// hold as in flight (see flush) and marks them journaled. It returns how many
 // it journaled; those it could not are logged and left to the backend.
 func (q *Queue) journalInFlight(rs []*record) int {
 	if q.journal == nil {
@@ -192,7 +192,7 @@ func (q *Queue) journalInFlight(rs []*record) int {
 	var todo []*record
 	var ms []*Message
 	for _, r := range rs {
-		if !r.parked {
+		if !r.journaled {
 			todo = append(todo, r)
 			ms = append(ms, &r.m)
 		}
@@ -200,11 +200,11 @@ func (q *Queue) journalInFlight(rs []*record) int {
 	if len(ms) == 0 {
 		return 0
 	}
-	held, err := q.journal.parkClosing(ms)
+	held, err := q.journal.writeClosing(ms)
 	n := 0
 	for i, r := range todo {
 		if held[i] {
-			r.parked = true
+			r.journaled = true
 			n++
 		}
 	}

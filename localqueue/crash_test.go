@@ -25,7 +25,7 @@ const (
 	crashSyncEnv = "LOCALQUEUE_CRASH_SYNC"
 )
 
-// crashEpoch is the fixed clock of the "parked" child and its parent.
+// crashEpoch is the fixed clock of the "journaled" child and its parent.
 var crashEpoch = time.Unix(1_700_000_000, 0)
 
 func TestHelperProcess(t *testing.T) {
@@ -53,13 +53,13 @@ func TestHelperProcess(t *testing.T) {
 			}
 			say("put %s", id)
 		}
-	case "parked":
+	case "journaled":
 		o.now = func() time.Time { return crashEpoch }
 		q, err := Open(o)
 		if err != nil {
 			fail("open", err)
 		}
-		crashParkedChild(q, say, fail)
+		crashJournaledChild(q, say, fail)
 		say("ready")
 		select {} // until killed
 	case "dead":
@@ -74,10 +74,10 @@ func TestHelperProcess(t *testing.T) {
 	}
 }
 
-// crashParkedChild leaves 43 messages in every state: 15 never delivered,
+// crashJournaledChild leaves 43 messages in every state: 15 never delivered,
 // 12 in flight, 3 requeued now, 5 requeued for i minutes, 3 deferred by
 // PutDeferred for 20, 40 and 60 minutes; 5 finished.
-func crashParkedChild(q *Queue, say func(string, ...any), fail func(string, error)) {
+func crashJournaledChild(q *Queue, say func(string, ...any), fail func(string, error)) {
 	for i := range 40 {
 		id, err := q.Put(fmt.Appendf(nil, "body-%d", i))
 		if err != nil {
@@ -280,15 +280,15 @@ func TestCrash(t *testing.T) {
 	}
 }
 
-// TestCrashParked kills a child (MemQueueSize 0, SyncEvery 1) that left
+// TestCrashJournaled kills a child (MemQueueSize 0, SyncEvery 1) that left
 // messages ready, in flight, requeued and deferred, and checks that every
 // one not finished comes back exactly once, with its attempts and due
 // time, and that no finished one does.
-func TestCrashParked(t *testing.T) {
+func TestCrashJournaled(t *testing.T) {
 	dir := t.TempDir()
 	wants := map[ID]want{}
 	bodies := map[ID]string{}
-	runChild(t, dir, "parked", 1, func(line string) bool { return line == "ready" }, func(line string) {
+	runChild(t, dir, "journaled", 1, func(line string) bool { return line == "ready" }, func(line string) {
 		verb, id, rest := fields(t, line)
 		num := func(i int) int64 {
 			n, err := strconv.ParseInt(rest[i], 10, 64)
@@ -318,8 +318,8 @@ func TestCrashParked(t *testing.T) {
 	}
 	clock := &fakeClock{t: crashEpoch}
 	q := openQueue(t, Options{Name: "crash", DataPath: dir, now: clock.Now})
-	if st := q.Stats(); st.Deferred != 8 || st.JournalParked != 23 {
-		t.Fatalf("after kill -9: got %d deferred and %d parked, want 8 (5 requeued, 3 put) and 23 (8 deferred, 12 in flight, 3 requeued)", st.Deferred, st.JournalParked)
+	if st := q.Stats(); st.Deferred != 8 || st.Journaled != 23 {
+		t.Fatalf("after kill -9: got %d deferred and %d journaled, want 8 (5 requeued, 3 put) and 23 (8 deferred, 12 in flight, 3 requeued)", st.Deferred, st.Journaled)
 	}
 	expectExactly(t, q, clock, wants, 2*time.Hour)
 }

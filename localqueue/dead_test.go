@@ -184,8 +184,8 @@ func TestOnDeadBeforeFin(t *testing.T) {
 	if len(again) != 1 || again[0] != id {
 		t.Fatalf("OnDead at Open after a crash during OnDead: got %v, want [%s]", again, id)
 	}
-	if st := q2.Stats(); st.JournalParked != 0 {
-		t.Fatalf("JournalParked after OnDead at Open: got %d, want 0", st.JournalParked)
+	if st := q2.Stats(); st.Journaled != 0 {
+		t.Fatalf("Journaled after OnDead at Open: got %d, want 0", st.Journaled)
 	}
 }
 

@@ -65,7 +65,7 @@
 //     called after putMu is released, so it may call the queue's methods,
 //     and without a DeadLetter queue the FIN follows it, under putMu
 //     again (see afterDead).
-//   - Journal writes (PARK, MOVE, FIN) are made without inFlightMu: the
+//   - Journal writes (COPY, MOVE, FIN) are made without inFlightMu: the
 //     record leaves (or enters) the in-flight table under it, the journal
 //     call comes after (or before), so an fsync never holds up the
 //     in-flight table.
@@ -87,7 +87,7 @@
 // while it waits in the memory chan or the backend again.
 //
 // The journal is a sequence of length-prefixed, versioned, CRC-32C-checked
-// records (journal_format.go): PARK (the whole message, state in flight,
+// records (journal_format.go): COPY (the whole message, state in flight,
 // deferred or ready, attempts, due time) when the journal first takes a
 // message, MOVE (state, attempts, due) when it changes state, FIN when it
 // is finished or dead-lettered. Each is appended before the operation
@@ -108,7 +108,7 @@
 // read from the backend in the last SyncEvery backend operations (up to
 // 65536), which Open needs to recognise go-diskqueue's stale copies.
 //
-// Open replays the journal: a message with a PARK and no FIN comes back,
+// Open replays the journal: a message with a COPY and no FIN comes back,
 // once: a deferred one on the deferred heap with its due time; one that was
 // in flight ready again at once, Attempts kept (the delivery cut short
 // counts: if it was the MaxAttempts-th, the message is dead-lettered); one
@@ -130,7 +130,7 @@
 // Damage in the journal (a torn tail, a bad checksum, garbage) is logged
 // at error level with the journal's path, counted in Stats.JournalCorrupt,
 // and skipped: replay resumes at the next whole record, so the records
-// around the damage are restored. A message whose PARK was damaged is
+// around the damage are restored. A message whose COPY was damaged is
 // lost unless the backend still has it; one whose FIN was damaged comes
 // back.
 //
@@ -177,7 +177,7 @@
 //     Finish under way, or (logged and counted) a journal write that
 //     failed; nothing finished comes back otherwise, as long as SyncEvery
 //     is at most 65536. One narrow window remains: a Get that has received
-//     a record from go-diskqueue but not yet stored its PARK (a few hundred
+//     a record from go-diskqueue but not yet stored its COPY (a few hundred
 //     nanoseconds of work, no I/O wait) loses that message if the process
 //     dies right then and go-diskqueue has already persisted its read
 //     position past the record (it does so when it syncs, and when it
@@ -210,11 +210,11 @@
 //     read. With SyncEvery N above 1, the last N-1 backend operations
 //     (reads and writes count) or the last SyncTimeout of them may be lost
 //     (go-diskqueue always syncs when it starts a new file), and the
-//     journal is fsynced in the background after every N PARK and MOVE
+//     journal is fsynced in the background after every N COPY and MOVE
 //     records or SyncTimeout after the first record not yet fsynced, so a
 //     power loss can lose the journal records since the start of the last
-//     fsync that completed: at most about 2N PARK and MOVE records (and
-//     the FINs among them), or SyncTimeout plus one fsync. A lost PARK or
+//     fsync that completed: at most about 2N COPY and MOVE records (and
+//     the FINs among them), or SyncTimeout plus one fsync. A lost COPY or
 //     MOVE loses that message or brings it back in its older state; a lost
 //     FIN brings a finished message back.
 //

@@ -27,15 +27,15 @@ func (q *Queue) Finish(id ID) error {
 	if err != nil {
 		return err
 	}
-	if r.parked {
-		q.unpark(r)
+	if r.journaled {
+		q.journalFin(r)
 	}
 	q.stats.finished.Add(1)
 	return nil
 }
 
-// unpark appends the FIN of a journaled message that is done here.
-func (q *Queue) unpark(r *record) {
+// journalFin appends the FIN of a journaled message that is done here.
+func (q *Queue) journalFin(r *record) {
 	if err := q.journal.fin(r.m.ID); err != nil {
 		q.log.Error("journal write failed; a crash may bring this finished message back", zap.Stringer("id", r.m.ID), zap.Int("attempts", r.m.Attempts), zap.Error(err))
 	}
@@ -140,7 +140,7 @@ func timedOut(r *record, now time.Time) error {
 // at due, or dead-lettered once it has had MaxAttempts deliveries (it
 // reports whether it was; the caller then calls afterDead(r) once it has
 // released putMu). A journaled message stays journaled: a MOVE records its
-// new state (a deferred one from the memory chan gets a PARK). The caller
+// new state (a deferred one from the memory chan gets a COPY). The caller
 // holds putMu (or is Open, restoring the journal).
 func (q *Queue) retire(r *record, due, now time.Time) (dead bool) {
 	if q.opts.MaxAttempts > 0 && r.m.Attempts >= q.opts.MaxAttempts {
@@ -150,14 +150,14 @@ func (q *Queue) retire(r *record, due, now time.Time) (dead bool) {
 		due = now // the dead-letter queue refused it: redeliver it now
 	}
 	n := newRecord(r.m)
-	n.parked = r.parked
+	n.journaled = r.journaled
 	n.m.Due, n.m.Deadline = due, time.Time{}
 	if due.After(now) {
 		q.deferRecord(n)
 		return false
 	}
-	if n.parked {
-		q.park(n, stateReady)
+	if n.journaled {
+		q.journalWrite(n, stateReady)
 	}
 	q.putReady(n)
 	return false
@@ -176,8 +176,8 @@ func (q *Queue) dead(r *record) bool {
 			log.Error("dead-letter queue refused the message; redelivering it", zap.String("dead_letter", dl.Name()), zap.Error(err))
 			return false
 		}
-		if r.parked {
-			q.unpark(r)
+		if r.journaled {
+			q.journalFin(r)
 		}
 	}
 	q.stats.dead.Add(1)
@@ -197,7 +197,7 @@ func (q *Queue) afterDead(r *record) {
 		m.Deadline = time.Time{}
 		q.opts.OnDead(&m)
 	}
-	if q.opts.DeadLetter != nil || !r.parked {
+	if q.opts.DeadLetter != nil || !r.journaled {
 		return
 	}
 	q.putMu.RLock() // so that Close does not close the journal meanwhile
@@ -206,7 +206,7 @@ func (q *Queue) afterDead(r *record) {
 		q.log.Info("queue closed while OnDead ran; the next Open dead-letters the message again", zap.Stringer("id", r.m.ID))
 		return
 	}
-	q.unpark(r)
+	q.journalFin(r)
 }
 
 // putDead adds a dead message from another queue, keeping its ID,

@@ -16,7 +16,7 @@ import (
 // compacted.
 const DefaultJournalCompactBytes = 32 << 20
 
-// journal is the crash-safe record of parked messages (see
+// journal is the crash-safe record of journaled messages (see
 // journal_format.go for the file layout and doc.go for the guarantees).
 // Every method that changes it appends one record (see appendFile) before
 // it returns and fsyncs on the SyncEvery/SyncTimeout policy; its
@@ -50,9 +50,9 @@ type journal struct {
 	mu        sync.Mutex
 	out       *appendFile // nil until the first record (see openLocked) and once closed
 	closed    bool
-	live      map[ID]jentry   // parked messages: where their PARK is, their state now
-	liveBytes int64           // the live messages' PARK records' bytes
-	keepBytes int64           // what the last rewrite wrote besides PARKs (header, HIST, FIN)
+	live      map[ID]jentry   // journaled messages: where their COPY is, their state now
+	liveBytes int64           // the live messages' COPY records' bytes
+	keepBytes int64           // what the last rewrite wrote besides COPYs (header, HIST, FIN)
 	gen       uint64          // nonce of the backend marker that ends hist; 0: none
 	hist      map[ID]struct{} // IDs whose backend copies before the marker are stale
 	buf       []byte          // encode buffer
@@ -78,8 +78,8 @@ type journal struct {
 	counters   journalCounters
 }
 
-// jentry is where a parked message's PARK record is and what state it is
-// in now (MOVE records change state, attempts and due, not the PARK).
+// jentry is where a journaled message's COPY record is and what state it is
+// in now (MOVE records change state, attempts and due, not the COPY).
 type jentry struct {
 	off      int64
 	size     int32
@@ -105,7 +105,7 @@ type journalCounters struct {
 	compactions atomic.Uint64
 }
 
-// restoreEntry is a parked message found at Open, in journal order.
+// restoreEntry is a journaled message found at Open, in journal order.
 type restoreEntry struct {
 	id ID
 	e  jentry
@@ -115,42 +115,42 @@ func journalPath(dataPath, name string) string {
 	return filepath.Join(dataPath, name+".journal")
 }
 
-// park records that m left the backend or the memory chan for state
+// write records that m left the backend or the memory chan for state
 // (stateInFlight after a Get, stateDeferred when deferred, stateReady when
-// a requeue hands it back ready): a PARK with the
+// a requeue hands it back ready): a COPY with the
 // body if the journal does not have m yet, else a MOVE. readOp is
 // backendOps when m was just read from the backend, else 0. m must not
-// change while park runs. held reports whether the journal holds m
+// change while write runs. held reports whether the journal holds m
 // afterwards (on an error: whether it held it before).
-func (j *journal) park(m *Message, state byte, readOp uint64) (held bool, err error) {
+func (j *journal) write(m *Message, state byte, readOp uint64) (held bool, err error) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	if held, err = j.parkLocked(m, state, readOp); err == nil {
+	if held, err = j.copyOrMoveLocked(m, state, readOp); err == nil {
 		j.afterWriteLocked(true)
 	}
 	return held, err
 }
 
-// parkClosing is park(m, stateInFlight, 0) for each of ms, for Close: the
+// writeClosing is write(m, stateInFlight, 0) for each of ms, for Close: the
 // in-flight messages the journal does not hold yet, so that Open treats
 // them as every delivery cut short. It does without the fsyncs SyncEvery
 // asks for, as close fsyncs the journal next. held[i] reports whether the
 // journal holds ms[i]; err is the first failure.
-func (j *journal) parkClosing(ms []*Message) (held []bool, err error) {
+func (j *journal) writeClosing(ms []*Message) (held []bool, err error) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	held = make([]bool, len(ms))
 	for i, m := range ms {
 		var perr error
-		if held[i], perr = j.parkLocked(m, stateInFlight, 0); perr != nil && err == nil {
+		if held[i], perr = j.copyOrMoveLocked(m, stateInFlight, 0); perr != nil && err == nil {
 			err = perr
 		}
 	}
 	return held, err
 }
 
-// parkLocked appends the PARK or MOVE of park, without the fsync policy.
-func (j *journal) parkLocked(m *Message, state byte, readOp uint64) (held bool, err error) {
+// copyOrMoveLocked appends the COPY or MOVE of write, without the fsync policy.
+func (j *journal) copyOrMoveLocked(m *Message, state byte, readOp uint64) (held bool, err error) {
 	e, known := j.live[m.ID]
 	if err := j.openLocked(); err != nil {
 		return known, err
@@ -159,8 +159,8 @@ func (j *journal) parkLocked(m *Message, state byte, readOp uint64) (held bool, 
 	if known {
 		j.buf = appendMove(j.buf[:0], state, m.ID, m.Attempts, m.Due)
 	} else {
-		kind = "PARK"
-		j.buf = appendPark(j.buf[:0], state, m)
+		kind = "COPY"
+		j.buf = appendCopy(j.buf[:0], state, m)
 		e = jentry{off: j.out.size, size: int32(len(j.buf))}
 	}
 	if err := j.writeLocked(j.buf); err != nil {
@@ -177,7 +177,7 @@ func (j *journal) parkLocked(m *Message, state byte, readOp uint64) (held bool, 
 	return true, nil
 }
 
-// fin records that id is finished or dead-lettered: no longer parked. It
+// fin records that id is finished or dead-lettered: no longer journaled. It
 // writes nothing for an ID the journal does not hold.
 func (j *journal) fin(id ID) error {
 	j.mu.Lock()
@@ -265,7 +265,7 @@ func (j *journal) load(re restoreEntry) (Message, error) {
 	if err := j.openLocked(); err != nil {
 		return Message{}, err
 	}
-	m, buf, err := readPark(j.out.f, re.e, j.scratch)
+	m, buf, err := readCopy(j.out.f, re.e, j.scratch)
 	j.scratch = buf
 	if err != nil {
 		return Message{}, err
@@ -275,7 +275,7 @@ func (j *journal) load(re restoreEntry) (Message, error) {
 	return m, nil
 }
 
-// reset drops every parked message and the dedup history (Empty).
+// reset drops every journaled message and the dedup history (Empty).
 func (j *journal) reset() error {
 	j.compactMu.Lock()
 	defer j.compactMu.Unlock()
@@ -296,7 +296,7 @@ func (j *journal) reset() error {
 
 // close stops the background goroutine (waiting for a compaction under
 // way), compacts the journal if it holds dead records (so that a clean
-// restart replays only what is parked), fsyncs and closes it. The queue
+// restart replays only what is journaled), fsyncs and closes it. The queue
 // calls it after the backend's Close.
 func (j *journal) close() error {
 	j.mu.Lock()
@@ -349,7 +349,7 @@ func (j *journal) remove() error {
 	return err
 }
 
-// stats reports the journal's size (0 once closed) and number of parked
+// stats reports the journal's size (0 once closed) and number of journaled
 // messages.
 func (j *journal) stats() (size int64, live int) {
 	j.mu.Lock()

@@ -17,11 +17,11 @@ import (
 // compacts it without holding mu for the bulk of the work, so that no
 // journaled operation (and no caller's lock: Finish, Get) waits for it:
 //
-//  1. Under mu: snapshot the live entries (where their PARKs are, their
+//  1. Under mu: snapshot the live entries (where their COPYs are, their
 //     state now), the dedup history, the FINs to keep (see recent) and
 //     where the file ends.
 //  2. Without mu: write <path>.tmp: the header, a HIST record per ID of
-//     the history, those FINs, and a PARK of each snapshot entry, read
+//     the history, those FINs, and a COPY of each snapshot entry, read
 //     back from the journal, in its state at the snapshot; fsync it. The
 //     journal goes on taking records meanwhile.
 //  3. Under mu: append what the journal took since the snapshot (the tail)
@@ -45,7 +45,7 @@ import (
 
 // wantCompactLocked reports whether the journal is due for compaction: at
 // least compactMin (and noCompact) bytes, more than twice what a rewrite
-// would write (the live PARKs and what the last rewrite wrote besides
+// would write (the live COPYs and what the last rewrite wrote besides
 // them: header, history, kept FINs).
 func (j *journal) wantCompactLocked() bool {
 	size := j.out.size
@@ -115,7 +115,7 @@ type rewritten struct {
 	f         *os.File
 	size      int64
 	moved     map[ID]jentry // the snapshot's live entries at their new offsets
-	parkBytes int64         // the PARK records' bytes
+	copyBytes int64         // the COPY records' bytes
 	keepBytes int64         // the other bytes: header, HIST and FIN records
 }
 
@@ -126,7 +126,7 @@ func (rw *rewritten) discard() {
 }
 
 // rewrite writes a fresh journal of s to <path>.tmp: the header, HIST
-// records of s.hist, FIN records of s.fins, and the PARK of every live
+// records of s.hist, FIN records of s.fins, and the COPY of every live
 // entry (read back from old, in file order, with its state in s), and
 // fsyncs it. The caller installs it (or renames it into place) or
 // discards it. It does not touch the journal's state, so it runs without
@@ -172,11 +172,11 @@ func (rw *rewritten) write(old *os.File, s *snapshot) error {
 	for _, re := range s.live {
 		var m Message
 		var err error
-		if m, scratch, err = readPark(old, re.e, scratch); err != nil {
+		if m, scratch, err = readCopy(old, re.e, scratch); err != nil {
 			return fmt.Errorf("read back %s: %w", re.id, err)
 		}
 		m.Attempts, m.Due = int(re.e.attempts), time.Unix(0, re.e.due)
-		rec = appendPark(rec[:0], re.e.state, &m)
+		rec = appendCopy(rec[:0], re.e.state, &m)
 		e := re.e
 		e.off, e.size = rw.size, int32(len(rec))
 		if err := put(rec); err != nil {
@@ -184,7 +184,7 @@ func (rw *rewritten) write(old *os.File, s *snapshot) error {
 		}
 		rw.moved[re.id] = e
 	}
-	rw.parkBytes = rw.size - rw.keepBytes
+	rw.copyBytes = rw.size - rw.keepBytes
 	if err := w.Flush(); err != nil {
 		return err
 	}
@@ -197,10 +197,10 @@ func (rw *rewritten) write(old *os.File, s *snapshot) error {
 // On an error nothing changed and rw is discarded. The caller holds mu.
 func (j *journal) installLocked(old *appendFile, rw *rewritten, end int64) error {
 	live := make(map[ID]jentry, len(j.live))
-	var parkBytes int64
+	var copyBytes int64
 	shift := rw.size - end
 	for id, e := range j.live {
-		if e.off >= end { // parked since the snapshot: in the tail
+		if e.off >= end { // journaled since the snapshot: in the tail
 			e.off += shift
 		} else if m, ok := rw.moved[id]; ok {
 			e.off, e.size = m.off, m.size // its state is the one MOVEs set since
@@ -209,7 +209,7 @@ func (j *journal) installLocked(old *appendFile, rw *rewritten, end int64) error
 			return fmt.Errorf("%w: %s: %s is live at %d but not in the snapshot", ErrCorruptJournal, j.path, id, e.off)
 		}
 		live[id] = e
-		parkBytes += int64(e.size)
+		copyBytes += int64(e.size)
 	}
 	tail := old.size - end
 	if tail > 0 {
@@ -239,7 +239,7 @@ func (j *journal) installLocked(old *appendFile, rw *rewritten, end int64) error
 		old.discard()
 	}
 	j.out = newAppendFile(rw.f, rw.size+tail, j.noMap)
-	j.live, j.liveBytes, j.keepBytes = live, parkBytes, rw.keepBytes
+	j.live, j.liveBytes, j.keepBytes = live, copyBytes, rw.keepBytes
 	j.counters.compactions.Add(1)
 	j.log.Debug("journal compacted", zap.String("file", j.path), zap.Int64("before", before), zap.Int64("after", j.out.size),
 		zap.Int64("tail", tail), zap.Int("live", len(live)))
@@ -264,9 +264,9 @@ func sortedLive(live map[ID]jentry) []restoreEntry {
 	return order
 }
 
-// readPark reads the PARK record at e back from f, into buf (grown as
+// readCopy reads the COPY record at e back from f, into buf (grown as
 // needed and returned). Message.Body aliases buf.
-func readPark(f *os.File, e jentry, buf []byte) (Message, []byte, error) {
+func readCopy(f *os.File, e jentry, buf []byte) (Message, []byte, error) {
 	if cap(buf) < int(e.size) {
 		buf = make([]byte, e.size)
 	}
@@ -278,8 +278,8 @@ func readPark(f *os.File, e jentry, buf []byte) (Message, []byte, error) {
 	if _, err := decodeJournalRecord(b, &r); err != nil {
 		return Message{}, buf, fmt.Errorf("%s at %d: %w", f.Name(), e.off, err)
 	}
-	if r.kind != kindPark {
-		return Message{}, buf, fmt.Errorf("%w: %s at %d: kind %d, want PARK", ErrCorruptJournal, f.Name(), e.off, r.kind)
+	if r.kind != kindCopy {
+		return Message{}, buf, fmt.Errorf("%w: %s at %d: kind %d, want COPY", ErrCorruptJournal, f.Name(), e.off, r.kind)
 	}
 	return r.m, buf, nil
 }

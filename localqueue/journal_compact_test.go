@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-// TestJournalCompaction runs many park/finish cycles around a fixed live
+// TestJournalCompaction runs many journal write/finish cycles around a fixed live
 // set: the journal stays bounded, and a crash (or a clean restart) after
 // many compactions restores exactly the live set. go-diskqueue's metadata
 // lags (default SyncEvery, no SyncTimeout), so after the crash it hands out
@@ -63,13 +63,13 @@ func TestJournalCompaction(t *testing.T) {
 			if st.JournalCompactions < 10 {
 				t.Fatalf("compactions: got %d, want at least 10 over %d cycles", st.JournalCompactions, cycles)
 			}
-			// Live: 33 PARKs of about 150 bytes; kept FINs of the recent reads
+			// Live: 33 COPYs of about 150 bytes; kept FINs of the recent reads
 			// (at most SyncEvery) 26 bytes each; twice that plus the limit.
 			if bound := int64(2*(33*200+1500*26) + limit); biggest > bound {
 				t.Fatalf("journal size: got up to %d bytes, want at most %d", biggest, bound)
 			}
-			if st.JournalParked != len(wants) {
-				t.Fatalf("JournalParked: got %d, want %d", st.JournalParked, len(wants))
+			if st.Journaled != len(wants) {
+				t.Fatalf("Journaled: got %d, want %d", st.Journaled, len(wants))
 			}
 			t.Logf("%d cycles: %d compactions, journal at most %d bytes", cycles, st.JournalCompactions, biggest)
 

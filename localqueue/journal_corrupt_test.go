@@ -21,11 +21,11 @@ import (
 // file kept as .bad), restores every record the damage did not hit, and
 // goes on working.
 //
-// The journal holds, in order: PARK m0..m5 (in flight), MOVE m1 (deferred
+// The journal holds, in order: COPY m0..m5 (in flight), MOVE m1 (deferred
 // 10s), FIN m2. SyncEvery is 1, so go-diskqueue has persisted that it
-// handed out m0..m5: a message whose PARK is lost is lost.
+// handed out m0..m5: a message whose COPY is lost is lost.
 func TestJournalCorruption(t *testing.T) {
-	const park0, move, fin = 0, 6, 7 // record indexes
+	const copy0, move, fin = 0, 6, 7 // record indexes
 	tests := []struct {
 		name   string
 		damage func(t *testing.T, path string, offs []int64, end int64)
@@ -42,26 +42,26 @@ func TestJournalCorruption(t *testing.T) {
 		{
 			name: "bad checksum in the middle",
 			damage: func(t *testing.T, path string, offs []int64, end int64) {
-				flip(t, path, offs[park0+3]+recordHeaderSize+20)
+				flip(t, path, offs[copy0+3]+recordHeaderSize+20)
 			},
 			lost: []int{3},
 		},
 		{
 			name: "garbage record",
 			damage: func(t *testing.T, path string, offs []int64, end int64) {
-				garbage := make([]byte, offs[park0+5]-offs[park0+4])
+				garbage := make([]byte, offs[copy0+5]-offs[copy0+4])
 				rng := rand.New(rand.NewPCG(1, 2))
 				for i := range garbage {
 					garbage[i] = byte(rng.Uint32())
 				}
-				writeAt(t, path, offs[park0+4], garbage)
+				writeAt(t, path, offs[copy0+4], garbage)
 			},
 			lost: []int{4},
 		},
 		{
 			name: "garbage length",
 			damage: func(t *testing.T, path string, offs []int64, end int64) {
-				writeAt(t, path, offs[park0], []byte{0xff, 0xff, 0xff, 0xf0})
+				writeAt(t, path, offs[copy0], []byte{0xff, 0xff, 0xff, 0xf0})
 			},
 			lost: []int{0},
 		},
@@ -214,7 +214,7 @@ func TestReplayReadsEachMiBOnce(t *testing.T) {
 	for i := range n {
 		m := sampleMessage("a body of about a hundred bytes, a body of about a hundred bytes, a body of about a hundred", 1)
 		m.ID[0], m.ID[1], m.ID[2] = byte(i), byte(i>>8), byte(i>>16)
-		b = appendPark(b, stateReady, m)
+		b = appendCopy(b, stateReady, m)
 		if i == n/2 {
 			b = append(b, 0xde, 0xad, 0xbe, 0xef, 0, 0, 0, 7) // damage
 		}

@@ -18,9 +18,9 @@ import (
 //	payload: version u8 (journalVersion) | kind u8 | fields of the kind
 //
 //	kind        fields                                      meaning
-//	1 PARK      state u8 | envelope (see envelope.go)        the message is parked here, with its body
-//	2 MOVE      state u8 | ID | attempts u32 | due i64 ns     a parked message changed state
-//	3 FIN       ID                                          finished or dead-lettered: no longer parked
+//	1 COPY      state u8 | envelope (see envelope.go)        the message is journaled here, with its body
+//	2 MOVE      state u8 | ID | attempts u32 | due i64 ns     a journaled message changed state
+//	3 FIN       ID                                          finished or dead-lettered: no longer journaled
 //	4           unused (an earlier draft's GEN): corrupt
 //	5 HIST      ID                                          backend copies of ID read before the next Open's marker are stale
 //
@@ -35,7 +35,7 @@ const (
 	journalHeaderSize = 16
 	recordHeaderSize  = 8 // length, CRC
 
-	kindPark = 1
+	kindCopy = 1
 	kindMove = 2
 	kindFin  = 3
 	kindHist = 5
@@ -44,14 +44,14 @@ const (
 	stateDeferred = 2
 	stateReady    = 3
 
-	parkFixed = 3                // version, kind, state
+	copyFixed = 3                // version, kind, state
 	moveSize  = 3 + 16 + 4 + 8   // version, kind, state, ID, attempts, due
 	finSize   = 2 + 16           // version, kind, ID
 	histSize  = finSize          // version, kind, ID
-	maxRecord = 1<<30 + 64 + 512 // above any PARK of a MaxMsgSize (at most 1 GiB) body
+	maxRecord = 1<<30 + 64 + 512 // above any COPY of a MaxMsgSize (at most 1 GiB) body
 )
 
-// jrec is one decoded journal record. For a PARK, m holds the message and
+// jrec is one decoded journal record. For a COPY, m holds the message and
 // m.Body aliases the decoded bytes.
 type jrec struct {
 	kind     byte
@@ -100,16 +100,16 @@ func endRecord(dst []byte, start int) []byte {
 	return dst
 }
 
-// appendPark appends a PARK record of m in state.
-func appendPark(dst []byte, state byte, m *Message) []byte {
-	dst, start := beginRecord(dst, kindPark)
+// appendCopy appends a COPY record of m in state.
+func appendCopy(dst []byte, state byte, m *Message) []byte {
+	dst, start := beginRecord(dst, kindCopy)
 	dst = append(dst, state)
 	dst = appendEnvelope(dst, m)
 	return endRecord(dst, start)
 }
 
-// parkSize is the encoded size of a PARK record of a body of n bytes.
-func parkSize(n int) int { return recordHeaderSize + parkFixed + envelopeSize(n) }
+// copySize is the encoded size of a COPY record of a body of n bytes.
+func copySize(n int) int { return recordHeaderSize + copyFixed + envelopeSize(n) }
 
 func appendMove(dst []byte, state byte, id ID, attempts int, due time.Time) []byte {
 	dst, start := beginRecord(dst, kindMove)
@@ -159,13 +159,13 @@ func decodeJournalRecord(b []byte, r *jrec) (int, error) {
 		return fmt.Errorf("%w: kind %d record of %d bytes, want %d", ErrCorruptJournal, r.kind, len(p), want)
 	}
 	switch r.kind {
-	case kindPark:
-		if len(p) < parkFixed+envelopeOverhead {
-			return 0, bad(parkFixed + envelopeOverhead)
+	case kindCopy:
+		if len(p) < copyFixed+envelopeOverhead {
+			return 0, bad(copyFixed + envelopeOverhead)
 		}
 		r.state = p[2]
-		if err := decodeEnvelope(p[parkFixed:], &r.m); err != nil {
-			return 0, fmt.Errorf("%w: PARK envelope: %w", ErrCorruptJournal, err)
+		if err := decodeEnvelope(p[copyFixed:], &r.m); err != nil {
+			return 0, fmt.Errorf("%w: COPY envelope: %w", ErrCorruptJournal, err)
 		}
 		r.id, r.attempts, r.due = r.m.ID, r.m.Attempts, r.m.Due
 	case kindMove:
@@ -184,7 +184,7 @@ func decodeJournalRecord(b []byte, r *jrec) (int, error) {
 	default:
 		return 0, fmt.Errorf("%w: unknown record kind %d", ErrCorruptJournal, r.kind)
 	}
-	if (r.kind == kindPark || r.kind == kindMove) && (r.state < stateInFlight || r.state > stateReady) {
+	if (r.kind == kindCopy || r.kind == kindMove) && (r.state < stateInFlight || r.state > stateReady) {
 		return 0, fmt.Errorf("%w: unknown state %d", ErrCorruptJournal, r.state)
 	}
 	return size, nil

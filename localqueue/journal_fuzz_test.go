@@ -10,8 +10,8 @@ import (
 func journalSeeds() [][]byte {
 	m := sampleMessage("body", 2)
 	return [][]byte{
-		appendPark(nil, stateInFlight, m),
-		appendPark(nil, stateDeferred, sampleMessage("", 0)),
+		appendCopy(nil, stateInFlight, m),
+		appendCopy(nil, stateDeferred, sampleMessage("", 0)),
 		appendMove(nil, stateReady, m.ID, 3, time.Unix(5, 6)),
 		appendFin(nil, m.ID),
 		appendHist(nil, m.ID),
@@ -41,8 +41,8 @@ func FuzzJournalRecord(f *testing.F) {
 		}
 		var again []byte
 		switch r.kind {
-		case kindPark:
-			again = appendPark(nil, r.state, &r.m)
+		case kindCopy:
+			again = appendCopy(nil, r.state, &r.m)
 		case kindMove:
 			again = appendMove(nil, r.state, r.id, r.attempts, r.due)
 		case kindFin:
@@ -59,7 +59,7 @@ func FuzzJournalRecord(f *testing.F) {
 }
 
 // FuzzJournalReplay: replay of any file never panics or fails on readable
-// input, and every message it restores points at a PARK record.
+// input, and every message it restores points at a COPY record.
 func FuzzJournalReplay(f *testing.F) {
 	var all []byte
 	for _, s := range journalSeeds() {
@@ -78,8 +78,8 @@ func FuzzJournalReplay(f *testing.F) {
 			if e.off < 0 || e.off+int64(e.size) > int64(len(b)) {
 				t.Fatalf("%s at %d+%d, outside %d bytes", id, e.off, e.size, len(b))
 			}
-			if _, err := decodeJournalRecord(b[e.off:e.off+int64(e.size)], &r); err != nil || r.kind != kindPark || r.id != id {
-				t.Fatalf("%s at %d: got %+v, %v, want its PARK", id, e.off, r, err)
+			if _, err := decodeJournalRecord(b[e.off:e.off+int64(e.size)], &r); err != nil || r.kind != kindCopy || r.id != id {
+				t.Fatalf("%s at %d: got %+v, %v, want its COPY", id, e.off, r, err)
 			}
 		}
 	})

@@ -25,7 +25,7 @@ func (q *Queue) writeMarker() error {
 // through retire, as a delivery that failed (a delivery cut short by a
 // crash counts): ready again now with their attempts, or dead-lettered if
 // they had used up MaxAttempts; the rest (requeued, or deferred and due)
-// ready again with their due time. They stay parked in the journal until
+// ready again with their due time. They stay journaled in the journal until
 // they are finished. The dedup marker goes to the backend first, so that
 // the copies written here are not taken for stale ones.
 func (q *Queue) recover(restore []restoreEntry) error {
@@ -46,11 +46,11 @@ func (q *Queue) recover(restore []restoreEntry) error {
 			// It stays in the journal: the next Open tries again.
 			failed++
 			j.counters.errors.Add(1)
-			q.log.Error("cannot read a parked message back from the journal", zap.Stringer("id", re.id), zap.Error(err))
+			q.log.Error("cannot read a journaled message back from the journal", zap.Stringer("id", re.id), zap.Error(err))
 			continue
 		}
 		r := newRecord(m)
-		r.parked = true
+		r.journaled = true
 		switch {
 		case re.e.state == stateDeferred && m.Due.After(now):
 			q.pushDeferred(r)
@@ -67,7 +67,7 @@ func (q *Queue) recover(restore []restoreEntry) error {
 			ready++
 		}
 	}
-	q.log.Info("restored parked messages from the journal", zap.Int("in_flight", inFlight), zap.Int("deferred", deferred),
+	q.log.Info("restored journaled messages from the journal", zap.Int("in_flight", inFlight), zap.Int("deferred", deferred),
 		zap.Int("due", ready), zap.Int("dead", dead), zap.Int("unreadable", failed))
 	return nil
 }

@@ -13,15 +13,15 @@ import (
 )
 
 // openJournal opens (or creates) the journal of o and replays it: it
-// returns the journal, ready for appending, and the parked messages to
-// restore, in the order they were parked.
+// returns the journal, ready for appending, and the journaled messages to
+// restore, in the order they were journaled.
 //
-// Replay applies the records in order: PARK adds a message, MOVE changes
+// Replay applies the records in order: COPY adds a message, MOVE changes
 // its state, FIN removes it; HIST records carry the dedup history of an
 // earlier Open. A record that fails its checks is counted, logged with the
 // path and skipped: replay resumes at the next offset where a whole record
 // with a valid checksum starts, so the good records after the damage are
-// restored too (a record lost to the damage is lost: a PARK's message, or
+// restored too (a record lost to the damage is lost: a COPY's message, or
 // a FIN's, which then comes back).
 //
 // Dedup: a message the journal holds or finished may also have copies in
@@ -72,7 +72,7 @@ func openJournal(o *Options, log *zap.Logger) (*journal, []restoreEntry, error) 
 		return j, nil, nil
 	}
 
-	rp, err := replay(f, info.Size(), parkSize(o.MaxMsgSize))
+	rp, err := replay(f, info.Size(), copySize(o.MaxMsgSize))
 	if err != nil {
 		f.Close()
 		return nil, nil, fmt.Errorf("localqueue %s: read %s: %w", o.Name, path, err)
@@ -84,7 +84,7 @@ func openJournal(o *Options, log *zap.Logger) (*journal, []restoreEntry, error) 
 			zap.Int("records", rp.records), zap.Error(rp.firstErr))
 	}
 	if rp.orphans > 0 {
-		log.Warn("journal has state changes of messages it does not hold (their PARK was lost to damage)",
+		log.Warn("journal has state changes of messages it does not hold (their COPY was lost to damage)",
 			zap.String("file", path), zap.Int("records", rp.orphans))
 	}
 	for id := range rp.live {
@@ -128,7 +128,7 @@ func openJournal(o *Options, log *zap.Logger) (*journal, []restoreEntry, error) 
 	}
 	f.Close()
 	j.out, j.live = newAppendFile(rw.f, rw.size, j.noMap), rw.moved
-	j.liveBytes, j.keepBytes = rw.parkBytes, rw.keepBytes
+	j.liveBytes, j.keepBytes = rw.copyBytes, rw.keepBytes
 	j.startSyncer()
 	return j, sortedLive(rw.moved), nil
 }
@@ -165,8 +165,8 @@ func nonzeroNonce() uint64 {
 
 // replayed is what replay found in a journal file.
 type replayed struct {
-	live         map[ID]jentry   // parked messages, offsets in the replayed file
-	liveBytes    int64           // their PARK records' bytes
+	live         map[ID]jentry   // journaled messages, offsets in the replayed file
+	liveBytes    int64           // their COPY records' bytes
 	hist         map[ID]struct{} // FIN'd IDs and earlier HIST records
 	records      int             // good records
 	end          int64           // where the last good record ends
@@ -255,7 +255,7 @@ func (rp *replayed) damaged(w *window, off int64, derr error, maxResync int) (in
 func (rp *replayed) apply(off int64, n int, r *jrec) {
 	rp.records++
 	switch r.kind {
-	case kindPark:
+	case kindCopy:
 		if e, ok := rp.live[r.id]; ok {
 			rp.liveBytes -= int64(e.size)
 		}

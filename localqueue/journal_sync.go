@@ -13,7 +13,7 @@ import (
 //
 //   - SyncEvery 1: every record is fsynced (fdatasync on Linux) before the
 //     operation that appended it returns, under the journal's lock.
-//   - SyncEvery N > 1: after every N PARK and MOVE records, or SyncTimeout
+//   - SyncEvery N > 1: after every N COPY and MOVE records, or SyncTimeout
 //     after the first record appended since the last fsync began, the
 //     syncer goroutine fsyncs the journal while the queue goes on (an
 //     fsync takes milliseconds; holding every journaled operation for it
@@ -21,7 +21,7 @@ import (
 //     not count toward N: losing one can only bring a finished message
 //     back (at-least-once), so it rides along with the next fsync, within
 //     SyncTimeout. A power loss can lose the records appended since the
-//     start of the last fsync that completed: at most about 2N PARK and
+//     start of the last fsync that completed: at most about 2N COPY and
 //     MOVE records with the FINs among them, or SyncTimeout plus the
 //     duration of one fsync.
 //

@@ -103,11 +103,11 @@ func expectExactly(t *testing.T, q *Queue, clock *fakeClock, wants map[ID]want, 
 	}
 }
 
-// parkedScenario puts a queue with MemQueueSize 0 through every state a
+// journaledScenario puts a queue with MemQueueSize 0 through every state a
 // message can be in and returns what a restart must bring back: 6 never
 // delivered, 7 in flight, 2 requeued now (back in the backend, still
 // journaled), 2 requeued for later, 3 deferred by PutDeferred; 3 finished.
-func parkedScenario(t *testing.T, q *Queue, clock *fakeClock) map[ID]want {
+func journaledScenario(t *testing.T, q *Queue, clock *fakeClock) map[ID]want {
 	t.Helper()
 	start := clock.Now()
 	wants := map[ID]want{}
@@ -174,14 +174,14 @@ func TestJournalCrash(t *testing.T) {
 			dir := t.TempDir()
 			o := Options{DataPath: dir, SyncEvery: tt.syncEvery, SyncTimeout: time.Hour, now: clock.Now, journalNoMap: tt.noMap}
 			q := openQueue(t, o)
-			wants := parkedScenario(t, q, clock)
+			wants := journaledScenario(t, q, clock)
 			crashed := crashCopy(t, q)
 
 			clock.Add(time.Second)
 			o.DataPath = crashed
 			q2 := openQueue(t, o)
-			if st := q2.Stats(); st.Deferred != 5 || st.JournalParked != 14 {
-				t.Fatalf("after the crash: got %d deferred and %d parked, want 5 and 14", st.Deferred, st.JournalParked)
+			if st := q2.Stats(); st.Deferred != 5 || st.Journaled != 14 {
+				t.Fatalf("after the crash: got %d deferred and %d journaled, want 5 and 14", st.Deferred, st.Journaled)
 			}
 			for id, w := range wants {
 				if w.due.IsZero() { // in flight at the crash: ready from the restart on
@@ -192,8 +192,8 @@ func TestJournalCrash(t *testing.T) {
 			if st := q2.Stats(); tt.stale && st.Duplicates == 0 {
 				t.Errorf("Duplicates: got 0, want the stale copies go-diskqueue replayed counted")
 			}
-			if st := q2.Stats(); st.JournalParked != 0 || st.JournalCorrupt != 0 {
-				t.Errorf("after draining: got %d parked, %d corrupt, want 0, 0", st.JournalParked, st.JournalCorrupt)
+			if st := q2.Stats(); st.Journaled != 0 || st.JournalCorrupt != 0 {
+				t.Errorf("after draining: got %d journaled, %d corrupt, want 0, 0", st.Journaled, st.JournalCorrupt)
 			}
 
 			// A crash after the drain brings nothing back.
@@ -215,7 +215,7 @@ func TestJournalCrashTwice(t *testing.T) {
 	dir := t.TempDir()
 	o := Options{DataPath: dir, SyncTimeout: time.Hour, now: clock.Now}
 	q := openQueue(t, o)
-	wants := parkedScenario(t, q, clock)
+	wants := journaledScenario(t, q, clock)
 	o.DataPath = crashCopy(t, q)
 	q2 := openQueue(t, o) // restores, writes its marker, then crashes untouched
 	clock.Add(time.Second)
@@ -301,8 +301,8 @@ func TestJournalRecordRoundTrip(t *testing.T) {
 		enc  []byte
 		want jrec
 	}{
-		{"PARK in flight", appendPark(nil, stateInFlight, m), jrec{kind: kindPark, state: stateInFlight, id: m.ID, attempts: 3, due: m.Due}},
-		{"PARK deferred, empty body", appendPark(nil, stateDeferred, sampleMessage("", 0)), jrec{kind: kindPark, state: stateDeferred, id: m.ID, due: m.Due}},
+		{"COPY in flight", appendCopy(nil, stateInFlight, m), jrec{kind: kindCopy, state: stateInFlight, id: m.ID, attempts: 3, due: m.Due}},
+		{"COPY deferred, empty body", appendCopy(nil, stateDeferred, sampleMessage("", 0)), jrec{kind: kindCopy, state: stateDeferred, id: m.ID, due: m.Due}},
 		{"MOVE", appendMove(nil, stateDeferred, m.ID, 7, m.Due), jrec{kind: kindMove, state: stateDeferred, id: m.ID, attempts: 7, due: m.Due}},
 		{"FIN", appendFin(nil, m.ID), jrec{kind: kindFin, id: m.ID}},
 		{"HIST", appendHist(nil, m.ID), jrec{kind: kindHist, id: m.ID}},
@@ -321,8 +321,8 @@ func TestJournalRecordRoundTrip(t *testing.T) {
 				got.attempts != tt.want.attempts || !got.due.Equal(tt.want.due) {
 				t.Fatalf("got %+v, want %+v", got, tt.want)
 			}
-			if tt.want.kind == kindPark && string(got.m.Body) != string(tt.enc[len(tt.enc)-4-len(got.m.Body):len(tt.enc)-4]) {
-				t.Fatalf("PARK body: got %q", got.m.Body)
+			if tt.want.kind == kindCopy && string(got.m.Body) != string(tt.enc[len(tt.enc)-4-len(got.m.Body):len(tt.enc)-4]) {
+				t.Fatalf("COPY body: got %q", got.m.Body)
 			}
 		})
 	}
@@ -348,7 +348,7 @@ func TestJournalRecordDecodeErrors(t *testing.T) {
 		{"unused kind 4", appendIDRecordOfKind(4, ID{1}), false},
 		{"FIN of wrong size", endRecord(append(good[:8:8], journalVersion, kindFin, 1, 2), 0), false},
 		{"MOVE with unknown state", endRecord(append(append(good[:8:8], journalVersion, kindMove, 9), make([]byte, moveSize-3)...), 0), false},
-		{"PARK with bad envelope", endRecord(append(append(good[:8:8], journalVersion, kindPark, stateInFlight), make([]byte, envelopeOverhead)...), 0), false},
+		{"COPY with bad envelope", endRecord(append(append(good[:8:8], journalVersion, kindCopy, stateInFlight), make([]byte, envelopeOverhead)...), 0), false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -403,7 +403,7 @@ func allZero(b []byte) bool {
 }
 
 // TestJournalLazy: a disk queue whose journal holds nothing keeps neither
-// its file open nor a syncer goroutine; the first parked message opens it.
+// its file open nor a syncer goroutine; the first journaled message opens it.
 func TestJournalLazy(t *testing.T) {
 	dir := t.TempDir()
 	q := openQueue(t, Options{DataPath: dir})
@@ -414,7 +414,7 @@ func TestJournalLazy(t *testing.T) {
 	}
 	mustPut(t, q, "x") // ready in the backend: not journaled
 	if opened() {
-		t.Fatalf("after a Put: got the journal open, want it closed until something is parked")
+		t.Fatalf("after a Put: got the journal open, want it closed until something is journaled")
 	}
 	m := mustGet(t, q)
 	if !opened() {
@@ -428,7 +428,7 @@ func TestJournalLazy(t *testing.T) {
 	if opened() {
 		t.Fatalf("after reopening an empty journal: got it open, want it closed")
 	}
-	if st := q.Stats(); st.JournalBytes != journalHeaderSize || st.JournalParked != 0 {
-		t.Fatalf("Stats: got %d bytes, %d parked, want %d and 0", st.JournalBytes, st.JournalParked, journalHeaderSize)
+	if st := q.Stats(); st.JournalBytes != journalHeaderSize || st.Journaled != 0 {
+		t.Fatalf("Stats: got %d bytes, %d journaled, want %d and 0", st.JournalBytes, st.Journaled, journalHeaderSize)
 	}
 }

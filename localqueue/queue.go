@@ -26,7 +26,7 @@ type Queue struct {
 	backend  backend      // go-diskqueue, with a DataPath; nil in memory mode
 	readChan <-chan []byte
 	lock     *os.File // the DataPath lock, nil in memory mode
-	journal  *journal // the record of parked messages, nil in memory mode
+	journal  *journal // the record of journaled messages, nil in memory mode
 	idPrefix uint64
 	idSeq    atomic.Uint64
 	bufPool  sync.Pool // *[]byte envelope buffers
@@ -65,7 +65,7 @@ type Queue struct {
 	inFlightMu sync.Mutex
 	inFlight   *idTable               // guarded by inFlightMu
 	inFlightPQ *pqueue.Queue[*record] // guarded by inFlightMu; by deadline
-	// startMu serializes the deliveries of parked records from the check
+	// startMu serializes the deliveries of journaled records from the check
 	// that the ID is not in flight already to its insertion, across the
 	// journal write in between (see startInFlight).
 	startMu sync.Mutex
@@ -239,10 +239,10 @@ func (q *Queue) put(body []byte, delay time.Duration, owned bool) (ID, error) {
 	case delay > 0:
 		r := newReady(id, body, owned, now, now.Add(delay))
 		if q.journal != nil {
-			if _, err := q.journal.park(&r.m, stateDeferred, 0); err != nil {
-				return ID{}, fmt.Errorf("localqueue %s: park message %s: %w", q.opts.Name, id, err)
+			if _, err := q.journal.write(&r.m, stateDeferred, 0); err != nil {
+				return ID{}, fmt.Errorf("localqueue %s: journal message %s: %w", q.opts.Name, id, err)
 			}
-			r.parked = true
+			r.journaled = true
 		}
 		q.pushDeferred(r)
 	case q.recordless():
@@ -450,7 +450,7 @@ func (q *Queue) fromBackend(b []byte, op uint64) *record {
 				return nil
 			}
 		}
-		r.parked, r.readOp = true, op // it left the backend: the journal must have it
+		r.journaled, r.readOp = true, op // it left the backend: the journal must have it
 	}
 	if r.m.Due.After(r.m.Timestamp) && r.m.Due.After(q.now()) { // only deferred records need the clock
 		q.deferRecord(r)
@@ -468,21 +468,21 @@ func (q *Queue) stopDedup(why string) {
 	}
 }
 
-// startInFlight records r as in flight. A parked record is journaled
+// startInFlight records r as in flight. A journaled record is journaled
 // first, so that it is on record before any other goroutine can see it in
 // flight (and Finish it). It reports false, and drops r, when r is a
-// duplicate: a parked record whose ID is in flight already (go-diskqueue
+// duplicate: a journaled record whose ID is in flight already (go-diskqueue
 // hands out records again after a crash, and the journal restores the
 // same messages), which the delivery in flight covers. That check comes
 // before the journal write, which would otherwise overwrite the live
 // delivery's state (its attempts) with the copy's; startMu keeps a second
-// copy from slipping in between. Records that are not parked (fresh Puts
+// copy from slipping in between. Records that are not journaled (fresh Puts
 // and their redeliveries from memory) are the only copy of their message.
 func (q *Queue) startInFlight(r *record, now time.Time) bool {
 	r.m.Attempts++
 	r.m.Deadline = now.Add(q.opts.MsgTimeout)
 	r.e.Deadline = r.m.Deadline
-	if r.parked {
+	if r.journaled {
 		q.startMu.Lock()
 		defer q.startMu.Unlock()
 		q.inFlightMu.Lock()
@@ -493,7 +493,7 @@ func (q *Queue) startInFlight(r *record, now time.Time) bool {
 			q.log.Debug("dropping a duplicate of a message in flight", zap.Stringer("id", r.m.ID), zap.Int("attempts", r.m.Attempts-1))
 			return false
 		}
-		q.park(r, stateInFlight)
+		q.journalWrite(r, stateInFlight)
 	}
 	q.inFlightMu.Lock()
 	q.inFlight.put(r)
@@ -504,14 +504,14 @@ func (q *Queue) startInFlight(r *record, now time.Time) bool {
 	return true
 }
 
-// park journals r in state and sets r.parked to whether the journal holds
+// journalWrite journals r in state and sets r.journaled to whether the journal holds
 // it. A failure is logged and counted, not returned: the message is in
 // memory and goes on (Close writes it to the backend if the journal does
 // not hold it), but a crash before then can lose it, or, if the journal
 // held it already, bring it back in its older state.
-func (q *Queue) park(r *record, state byte) {
-	held, err := q.journal.park(&r.m, state, r.readOp)
-	r.parked = held
+func (q *Queue) journalWrite(r *record, state byte) {
+	held, err := q.journal.write(&r.m, state, r.readOp)
+	r.journaled = held
 	if err != nil {
 		q.log.Error("journal write failed; a crash now can lose this message", zap.Stringer("id", r.m.ID), zap.Int("attempts", r.m.Attempts), zap.Error(err))
 	}
@@ -521,7 +521,7 @@ func (q *Queue) park(r *record, state byte) {
 // the deferred heap.
 func (q *Queue) deferRecord(r *record) {
 	if q.journal != nil {
-		q.park(r, stateDeferred)
+		q.journalWrite(r, stateDeferred)
 	}
 	q.pushDeferred(r)
 }

@@ -36,11 +36,11 @@ type Message struct {
 type record struct {
 	m Message // m.Deadline minus MsgTimeout is when Get handed it out
 	e pqueue.Entry[*record]
-	// parked is set when the journal holds (or must hold from its next
+	// journaled is set when the journal holds (or must hold from its next
 	// state change on) this message: it came from the backend or the
 	// journal, or was deferred. Records Put into the memory chan are not
-	// parked until they are deferred: they are memory-only.
-	parked bool
+	// journaled until they are deferred: they are memory-only.
+	journaled bool
 	// readOp is the journal's backendOps count when this record was read
 	// from the backend (0: it was not).
 	readOp uint64

@@ -73,8 +73,8 @@ func TestRestartDeadLettersSpentDelivery(t *testing.T) {
 			if len(got) != 1 || got[0].ID != spent || got[0].Attempts != 1 || string(got[0].Body) != "spent" {
 				t.Fatalf("OnDead at Open: got %+v, want one call with %s, attempts 1", got, spent)
 			}
-			if st := q2.Stats(); st.Dead != 1 || st.JournalParked != 0 {
-				t.Fatalf("Stats after Open: got dead %d, parked %d, want 1, 0", st.Dead, st.JournalParked)
+			if st := q2.Stats(); st.Dead != 1 || st.Journaled != 0 {
+				t.Fatalf("Stats after Open: got dead %d, journaled %d, want 1, 0", st.Dead, st.Journaled)
 			}
 			expectExactly(t, q2, clock, map[ID]want{kept: {"kept", 1, clock.Now()}}, 0)
 		})
@@ -216,7 +216,7 @@ func TestScannerDeactivateRechecks(t *testing.T) {
 	}
 }
 
-// TestJournalLiveBytes: the journal counts as live only the PARK records of
+// TestJournalLiveBytes: the journal counts as live only the COPY records of
 // live messages, not the FINs a compaction keeps, and compaction does not
 // rewrite those FINs over and over.
 func TestJournalLiveBytes(t *testing.T) {
@@ -226,14 +226,14 @@ func TestJournalLiveBytes(t *testing.T) {
 	check := func(when string) {
 		t.Helper()
 		j.mu.Lock()
-		var parks int64
+		var copies int64
 		for _, e := range j.live {
-			parks += int64(e.size)
+			copies += int64(e.size)
 		}
 		got := j.liveBytes
 		j.mu.Unlock()
-		if got != parks {
-			t.Fatalf("%s: liveBytes: got %d, want %d (the live PARK records)", when, got, parks)
+		if got != copies {
+			t.Fatalf("%s: liveBytes: got %d, want %d (the live COPY records)", when, got, copies)
 		}
 	}
 	var held []ID
@@ -291,7 +291,7 @@ func TestFinishWritesFINOutsideInFlightLock(t *testing.T) {
 }
 
 // TestCompactionKeepsTail: records appended while the background
-// compaction rewrites the journal (a FIN, a MOVE, a new PARK) are carried
+// compaction rewrites the journal (a FIN, a MOVE, a new COPY) are carried
 // over to the new file, and a crash right after it restores exactly what
 // is live.
 func TestCompactionKeepsTail(t *testing.T) {
@@ -316,7 +316,7 @@ func TestCompactionKeepsTail(t *testing.T) {
 	if err := q.Requeue(ids[1], time.Minute); err != nil { // MOVE in the tail
 		t.Fatalf("Requeue: %v", err)
 	}
-	if m := mustGet(t, q); m.ID != ids[3] { // PARK in the tail
+	if m := mustGet(t, q); m.ID != ids[3] { // COPY in the tail
 		t.Fatalf("Get: got %q, want m3", m.Body)
 	}
 	rw, err := j.rewrite(old.f, s)
@@ -327,8 +327,8 @@ func TestCompactionKeepsTail(t *testing.T) {
 	tail := old.size - s.end
 	err = j.installLocked(old, rw, s.end)
 	for id, e := range j.live {
-		if m, _, rerr := readPark(j.out.f, e, nil); rerr != nil || m.ID != id {
-			err = errors.Join(err, fmt.Errorf("live %s at %d: got %s, %v, want its PARK", id, e.off, m.ID, rerr))
+		if m, _, rerr := readCopy(j.out.f, e, nil); rerr != nil || m.ID != id {
+			err = errors.Join(err, fmt.Errorf("live %s at %d: got %s, %v, want its COPY", id, e.off, m.ID, rerr))
 		}
 	}
 	j.mu.Unlock()
@@ -337,7 +337,7 @@ func TestCompactionKeepsTail(t *testing.T) {
 		t.Fatalf("install: %v", err)
 	}
 	if tail == 0 {
-		t.Fatalf("tail: got 0 bytes appended during the rewrite, want the FIN, MOVE and PARK")
+		t.Fatalf("tail: got 0 bytes appended during the rewrite, want the FIN, MOVE and COPY")
 	}
 
 	clock.Add(time.Second)

@@ -45,12 +45,12 @@ type Stats struct {
 	// redelivery that fails is retried a second later.
 	WriteErrors uint64
 
-	// The journal of parked messages (with a DataPath; zero otherwise).
-	// JournalParked is the number of messages it holds: in flight after a
+	// The journal of journaled messages (with a DataPath; zero otherwise).
+	// Journaled is the number of messages it holds: in flight after a
 	// Get from the backend, deferred, or handed back after either and not
 	// yet finished. JournalBytes is its file size.
-	JournalParked int
-	JournalBytes  int64
+	Journaled    int
+	JournalBytes int64
 	// JournalCorrupt counts damaged regions Open found in the journal
 	// (logged with its path; the records around them were restored).
 	JournalCorrupt uint64
@@ -98,7 +98,7 @@ func (q *Queue) Stats() Stats {
 		st.MetadataCorrupt = q.backend.metadataCorrupt()
 	}
 	if j := q.journal; j != nil {
-		st.JournalBytes, st.JournalParked = j.stats()
+		st.JournalBytes, st.Journaled = j.stats()
 		st.JournalCorrupt = j.counters.corrupt.Load()
 		st.JournalErrors = j.counters.errors.Load()
 		st.JournalCompactions = j.counters.compactions.Load()

@@ -57,7 +57,9 @@ func (p *Pool[M, T]) call(wk *worker[M, T], items []*dispatch.Item[M, T]) (verdi
 	wk.call.start.Store(start.UnixNano())
 	verdicts, err = p.handle(ctx, wk.id, items)
 	wk.call.start.Store(0)
-	if p.cfg.Timeout > 0 && time.Since(start) >= p.cfg.Timeout {
+	took := time.Since(start)
+	wk.durations.Observe(took)
+	if p.cfg.Timeout > 0 && took >= p.cfg.Timeout {
 		p.stats.TimedOut.Add(1)
 		if err == nil {
 			err = p.cfg.TimeoutCause

@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/orderly-go/orderly/dispatch"
+	"github.com/orderly-go/orderly/internal/histogram"
 )
 
 // Config configures a Pool.
@@ -166,16 +167,17 @@ func (p *Pool[M, T]) Stop() {
 
 // worker is one worker goroutine's state.
 type worker[M, T any] struct {
-	id    int
-	root  context.Context
-	ctx   context.Context // this worker's calls; made again once cancelled
-	w     *dispatch.Worker[M, T]
-	b     *dispatch.Batch[M, T] // the batch being filled
-	spare []*dispatch.Batch[M, T]
-	out   []dispatch.Outcome
-	timer *time.Timer
-	count *workerCount
-	call  callState
+	id        int
+	root      context.Context
+	ctx       context.Context // this worker's calls; made again once cancelled
+	w         *dispatch.Worker[M, T]
+	b         *dispatch.Batch[M, T] // the batch being filled
+	spare     []*dispatch.Batch[M, T]
+	out       []dispatch.Outcome
+	timer     *time.Timer
+	count     *workerCount
+	call      callState
+	durations histogram.H // of its calls
 }
 
 func (p *Pool[M, T]) work(wk *worker[M, T]) {
@@ -223,8 +225,8 @@ func (p *Pool[M, T]) work(wk *worker[M, T]) {
 		case dispatch.Empty:
 			fillStart = time.Time{}
 			if justRan {
-				// Yield once before parking: the claim loops are likely
-				// mid-intake, and a worker that parks after every short
+				// Yield once before blocking: the claim loops are likely
+				// mid-intake, and a worker that blocks after every short
 				// Do call is woken again for the next message, a futex
 				// round trip per message. A wake that arrives meanwhile
 				// stays in the channel and costs one spare Next. With
@@ -273,3 +275,31 @@ func (p *Pool[M, T]) batch(wk *worker[M, T]) *dispatch.Batch[M, T] {
 
 // Worker is worker i's handle in the scheduler.
 func (p *Pool[M, T]) Worker(i int) *dispatch.Worker[M, T] { return p.workers[i].w }
+
+// CallDurations adds the durations of every worker's calls to s.
+func (p *Pool[M, T]) CallDurations(s *histogram.Snapshot) {
+	for _, wk := range p.workers {
+		wk.durations.AddTo(s)
+	}
+}
+
+// WorkerState is what a worker is doing now.
+type WorkerState struct {
+	Busy  bool
+	Since time.Time // the current call's start
+	Stuck bool      // past Timeout plus Grace
+}
+
+// Workers appends every worker's state to dst.
+func (p *Pool[M, T]) Workers(dst []WorkerState) []WorkerState {
+	now := time.Now().UnixNano()
+	for _, wk := range p.workers {
+		var ws WorkerState
+		if start := wk.call.start.Load(); start != 0 {
+			ws.Busy, ws.Since = true, time.Unix(0, start)
+			ws.Stuck = p.cfg.Timeout > 0 && time.Duration(now-start) >= p.cfg.Timeout+p.cfg.Grace
+		}
+		dst = append(dst, ws)
+	}
+	return dst
+}

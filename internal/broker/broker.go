@@ -1,6 +1,17 @@
 // Package broker runs an in-process Kafka-protocol broker (franz-go's kfake)
 // for the demo, the benchmarks, the tests and `orderly broker`. Clients talk
 // to it over loopback with the real Kafka protocol.
+//
+// It is one broker with no replication, and its classic group coordinator
+// differs from Kafka's where consumer processes die mid-rebalance (issue
+// 11): a member killed while its JoinGroup is parked can stay in the group
+// with no session timer, the rebalance deadline restarts on every join, and
+// a live member parked in JoinGroup is expired after its session timeout
+// with its request never answered (the client waits for its read timeout).
+// coordinator_test.go pins each of these; internal/wedge reproduces what
+// they do to a group of SIGKILLed and restarted processes. Static
+// membership (sarama's Consumer.Group.InstanceId) avoids them when a killed
+// process comes back within the session timeout.
 package broker
 
 import (
@@ -13,7 +24,9 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+	"github.com/twmb/franz-go/pkg/kversion"
 )
 
 // Config describes the broker to start.
@@ -337,4 +350,50 @@ func WaitUntil(ctx context.Context, caughtUp func() bool, fn func(context.Contex
 	}
 	stop()
 	return <-done
+}
+
+// StallHeartbeat makes the broker hold the next Heartbeat request until
+// release returns, then handle it; what the client sends behind it on the
+// same connection waits too, as behind a network stall. Held longer than
+// the session timeout, the member is evicted meanwhile.
+func (b *Broker) StallHeartbeat(release func()) {
+	b.c.ControlKey(kmsg.Heartbeat.Int16(), func(kmsg.Request) (kmsg.Response, error, bool) {
+		b.c.DropControl()
+		b.c.SleepControl(release)
+		return nil, nil, false
+	})
+}
+
+// ResetCommitted commits offsets for group on topic as an admin tool does
+// (generation -1, no member): Kafka accepts it only while the group has
+// no members.
+func (b *Broker) ResetCommitted(ctx context.Context, group, topic string, offsets map[int32]int64) error {
+	// OffsetCommit v10 names topics by ID: stay below it, naming them.
+	cl, err := kgo.NewClient(kgo.SeedBrokers(b.Addrs()...), kgo.MaxVersions(kversion.V3_8_0()))
+	if err != nil {
+		return fmt.Errorf("broker: reset offsets of group %q: %w", group, err)
+	}
+	defer cl.Close()
+	req := kmsg.NewPtrOffsetCommitRequest()
+	req.Group, req.Generation = group, -1
+	rt := kmsg.NewOffsetCommitRequestTopic()
+	rt.Topic = topic
+	for p, off := range offsets {
+		rp := kmsg.NewOffsetCommitRequestTopicPartition()
+		rp.Partition, rp.Offset = p, off
+		rt.Partitions = append(rt.Partitions, rp)
+	}
+	req.Topics = append(req.Topics, rt)
+	resp, err := req.RequestWith(ctx, cl)
+	if err != nil {
+		return fmt.Errorf("broker: reset offsets of group %q: %w", group, err)
+	}
+	for _, t := range resp.Topics {
+		for _, p := range t.Partitions {
+			if err := kerr.ErrorForCode(p.ErrorCode); err != nil {
+				return fmt.Errorf("broker: reset offset of group %q on %s/%d: %w", group, t.Topic, p.Partition, err)
+			}
+		}
+	}
+	return nil
 }

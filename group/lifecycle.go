@@ -1,0 +1,100 @@
+package group
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/IBM/sarama"
+	"go.uber.org/zap"
+)
+
+// Membership: the session's start and end as Ready, Live and the
+// OnAssigned, OnRevoked and OnLost callbacks see them.
+
+// sessionStarted is sarama's Setup: the member joined (again).
+func (g *Group[T]) sessionStarted(sess sarama.ConsumerGroupSession) {
+	g.joined.Store(true)
+	g.lostAt.Store(0)
+	g.log.Info("session started", zap.String("member", sess.MemberID()),
+		zap.Int32("generation", sess.GenerationID()), zap.Any("claims", sess.Claims()))
+	if g.cfg.OnAssigned == nil {
+		return
+	}
+	// Under a cooperative protocol the claims kept across the rebalance
+	// are still running: only the others are new.
+	g.claimsMu.Lock()
+	running := make(map[topicPartition]bool, len(g.claims))
+	for c := range g.claims {
+		running[topicPartition{c.topic, c.part}] = true
+	}
+	g.claimsMu.Unlock()
+	for topic, parts := range sess.Claims() {
+		var added []int32
+		for _, p := range parts {
+			if !running[topicPartition{topic, p}] {
+				added = append(added, p)
+			}
+		}
+		if len(added) > 0 {
+			g.cfg.OnAssigned(topic, added, sess.GenerationID())
+		}
+	}
+}
+
+// sessionLost records that the member lost its session (evicted, or its
+// final commits refused): Live fails once that lasts LostAfter, and
+// Ready until the member joins again.
+func (g *Group[T]) sessionLost() {
+	g.lostAt.CompareAndSwap(0, time.Now().UnixNano())
+}
+
+// lostSession reports whether err says the member's session is gone.
+func lostSession(err error) bool {
+	return errors.Is(err, sarama.ErrUnknownMemberId) || errors.Is(err, sarama.ErrIllegalGeneration) ||
+		errors.Is(err, sarama.ErrFencedInstancedId)
+}
+
+// checkRewind compares the claim's initial offset with the one last seen
+// committed for the partition: lower is a REWIND (the group's offsets
+// reset while it was empty, or another consumer committing older offsets).
+func (c *claimLoop[T]) checkRewind(initial int64) {
+	if initial < 0 {
+		return
+	}
+	prev, ok := c.g.history.seen(topicPartition{c.topic, c.part}, initial)
+	if !ok || initial >= prev {
+		return
+	}
+	c.st.view.seedRewind(prev, initial, time.Now())
+	c.log.Warn("the committed offset is below the one last seen: the group's offsets were reset, or another consumer committed older ones",
+		zap.Int64("offset", initial), zap.Int64("seen", prev))
+}
+
+// released tells OnRevoked or OnLost that the claim ended with the
+// frontier at next: revoked when the coordinator holds next or beyond (the
+// final commit reached it), lost when it does not or cannot say.
+func (c *claimLoop[T]) released(next int64) error {
+	var err error
+	if c.g.client != nil && next >= 0 {
+		var committed int64
+		if committed, _, err = c.g.fetchCommitted(c.topic, c.part); err == nil {
+			c.g.history.seen(topicPartition{c.topic, c.part}, committed)
+			if committed < next {
+				err = fmt.Errorf("the coordinator holds offset %d, below the final frontier %d", committed, next)
+			}
+		}
+	}
+	parts := []int32{c.part}
+	if err != nil {
+		c.g.sessionLost()
+		if c.g.cfg.OnLost != nil {
+			c.g.cfg.OnLost(c.topic, parts, c.st.generation)
+		}
+		return err
+	}
+	if c.g.cfg.OnRevoked != nil {
+		c.g.cfg.OnRevoked(c.topic, parts, c.st.generation)
+	}
+	return nil
+}

@@ -1,0 +1,293 @@
+package group
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/IBM/sarama"
+	"go.uber.org/zap"
+)
+
+// Read-back. sarama does not say what the coordinator acknowledged, so
+// every Status.ReadBack the read-back loop asks it (OffsetFetch, one
+// request for every claimed partition) and publishes the answer as
+// PartitionStats.Committed: what lag monitors (kafka_exporter, Burrow,
+// KEDA) see. It also lists the partitions' high watermarks (ListOffsets,
+// one request per leader): a partition whose fetching is paused gets no
+// fetch responses, and its lag would otherwise stand still. The committed
+// offsets read are remembered, under DataPath when it is set, so that a
+// claim that starts below the offset last seen committed (the group's
+// offsets reset while it was empty) shows REWIND.
+
+// historyFile is the read-back's record under DataPath.
+const historyFile = "committed-offsets.json"
+
+type topicPartition struct {
+	topic string
+	part  int32
+}
+
+// history is the committed offset last read back per partition. Its
+// mutex is taken by the read-back loop and by claim starts.
+type history struct {
+	mu      sync.Mutex
+	group   string
+	path    string // "" without DataPath
+	offsets map[topicPartition]int64
+	dirty   bool
+}
+
+// historyRecord is historyFile's content.
+type historyRecord struct {
+	Group   string                      `json:"group"`
+	Offsets map[string]map[string]int64 `json:"offsets"` // topic, partition
+}
+
+// loadHistory reads the record under dataPath, if any. A record of
+// another group is ignored (and replaced at the next save).
+func loadHistory(group, dataPath string) (*history, error) {
+	h := &history{group: group, offsets: map[topicPartition]int64{}}
+	if dataPath == "" {
+		return h, nil
+	}
+	h.path = filepath.Join(dataPath, historyFile)
+	b, err := os.ReadFile(h.path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return h, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("group: committed offsets seen: %w", err)
+	}
+	var rec historyRecord
+	if err := json.Unmarshal(b, &rec); err != nil {
+		return nil, fmt.Errorf("group: committed offsets seen: %s does not decode (delete it to start afresh): %w", h.path, err)
+	}
+	if rec.Group != group {
+		return h, nil
+	}
+	for topic, parts := range rec.Offsets {
+		for p, off := range parts {
+			n, err := strconv.ParseInt(p, 10, 32)
+			if err != nil {
+				return nil, fmt.Errorf("group: committed offsets seen: %s: topic %q has partition %q: %w", h.path, topic, p, err)
+			}
+			h.offsets[topicPartition{topic, int32(n)}] = off
+		}
+	}
+	return h, nil
+}
+
+// seen records a committed offset read back (or a claim's initial
+// offset), and returns the one seen before, if any.
+func (h *history) seen(tp topicPartition, off int64) (prev int64, ok bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	prev, ok = h.offsets[tp]
+	if !ok || prev != off {
+		h.offsets[tp] = off
+		h.dirty = true
+	}
+	return prev, ok
+}
+
+// save writes the record if it changed: to a temporary file, synced,
+// then renamed over the old one, so that a crash leaves one or the other.
+func (h *history) save() error {
+	h.mu.Lock()
+	if h.path == "" || !h.dirty {
+		h.mu.Unlock()
+		return nil
+	}
+	rec := historyRecord{Group: h.group, Offsets: map[string]map[string]int64{}}
+	for tp, off := range h.offsets {
+		if rec.Offsets[tp.topic] == nil {
+			rec.Offsets[tp.topic] = map[string]int64{}
+		}
+		rec.Offsets[tp.topic][strconv.Itoa(int(tp.part))] = off
+	}
+	h.dirty = false
+	h.mu.Unlock()
+	b, err := json.Marshal(rec)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(h.path), 0o755); err != nil {
+		return fmt.Errorf("group: save committed offsets seen: %w", err)
+	}
+	tmp := h.path + ".tmp"
+	f, err := os.Create(tmp)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(b)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, h.path)
+	}
+	if err != nil {
+		h.mu.Lock()
+		h.dirty = true
+		h.mu.Unlock()
+		return fmt.Errorf("group: save committed offsets seen to %s: %w", h.path, err)
+	}
+	return nil
+}
+
+// readBackLoop reads back the committed offsets every readBackEvery until
+// stop is closed.
+func (g *Group[T]) readBackLoop(stop <-chan struct{}) {
+	if g.cfg.Status.ReadBack < 0 {
+		return
+	}
+	t := time.NewTicker(g.cfg.Status.ReadBack)
+	defer t.Stop()
+	var errLog rateLimit
+	for {
+		select {
+		case <-t.C:
+		case <-stop:
+			return
+		}
+		if err := g.readBack(); err != nil {
+			errLog.warn(g.log, "reading back committed offsets failed", zap.Error(err))
+		}
+	}
+}
+
+// readBack asks the coordinator for the committed offsets of every
+// claimed partition and publishes them.
+func (g *Group[T]) readBack() error {
+	g.claimsMu.Lock()
+	req := map[string][]int32{}
+	claims := make(map[topicPartition]*claimState, len(g.claims))
+	for c := range g.claims {
+		req[c.topic] = append(req[c.topic], c.part)
+		claims[topicPartition{c.topic, c.part}] = c
+	}
+	g.claimsMu.Unlock()
+	if len(claims) == 0 || g.client == nil {
+		return nil
+	}
+	hws, hwErr := g.listHighWatermarks(req)
+	for tp, hw := range hws {
+		claims[tp].listedHW.Store(hw) // this loop is its only writer
+	}
+	blocks, err := g.fetchCommittedMany(req)
+	if err != nil {
+		return errors.Join(err, hwErr)
+	}
+	now := time.Now()
+	for tp, c := range claims {
+		block, ok := blocks[tp]
+		if !ok {
+			continue
+		}
+		off := block.Offset
+		c.view.mu.Lock()
+		c.view.committed, c.view.readAt = off, now
+		c.view.mu.Unlock()
+		if off >= 0 {
+			g.history.seen(tp, off)
+		}
+	}
+	return errors.Join(hwErr, g.history.save())
+}
+
+// listHighWatermarks asks each partition's leader for its high watermark
+// (ListOffsets, latest), one request per leader.
+func (g *Group[T]) listHighWatermarks(parts map[string][]int32) (map[topicPartition]int64, error) {
+	type leaderReq struct {
+		b   *sarama.Broker
+		req *sarama.OffsetRequest
+		tps []topicPartition
+	}
+	byLeader := map[int32]*leaderReq{}
+	var errs []error
+	for topic, ps := range parts {
+		for _, p := range ps {
+			b, err := g.client.Leader(topic, p)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("leader of %s/%d: %w", topic, p, err))
+				continue
+			}
+			lr := byLeader[b.ID()]
+			if lr == nil {
+				lr = &leaderReq{b: b, req: sarama.NewOffsetRequest(g.cfg.Sarama.Version)}
+				byLeader[b.ID()] = lr
+			}
+			lr.req.AddBlock(topic, p, sarama.OffsetNewest, 1)
+			lr.tps = append(lr.tps, topicPartition{topic, p})
+		}
+	}
+	out := make(map[topicPartition]int64)
+	for _, lr := range byLeader {
+		resp, err := lr.b.GetAvailableOffsets(lr.req)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("list high watermarks from broker %d: %w", lr.b.ID(), err))
+			continue
+		}
+		for _, tp := range lr.tps {
+			block := resp.GetBlock(tp.topic, tp.part)
+			switch {
+			case block == nil || len(block.Offsets) == 0:
+				errs = append(errs, fmt.Errorf("list high watermark of %s/%d: no answer for it", tp.topic, tp.part))
+			case block.Err != sarama.ErrNoError:
+				errs = append(errs, fmt.Errorf("list high watermark of %s/%d: %w", tp.topic, tp.part, block.Err))
+			default:
+				out[tp] = block.Offsets[0] // every version fills Offsets
+			}
+		}
+	}
+	return out, errors.Join(errs...)
+}
+
+// fetchCommittedMany asks the group coordinator for the committed offset
+// and metadata of many partitions in one request: the answers of those
+// that answered without error (offset -1 when the group has none).
+func (g *Group[T]) fetchCommittedMany(parts map[string][]int32) (map[topicPartition]*sarama.OffsetFetchResponseBlock, error) {
+	b, err := g.client.Coordinator(g.cfg.GroupID)
+	if err != nil {
+		return nil, fmt.Errorf("find coordinator of group %q: %w", g.cfg.GroupID, err)
+	}
+	resp, err := b.FetchOffset(sarama.NewOffsetFetchRequest(g.cfg.Sarama.Version, g.cfg.GroupID, parts))
+	if err == nil && resp.Err != sarama.ErrNoError {
+		err = resp.Err
+	}
+	if err != nil {
+		if errors.Is(err, sarama.ErrNotCoordinatorForConsumer) {
+			_ = g.client.RefreshCoordinator(g.cfg.GroupID)
+		}
+		return nil, fmt.Errorf("fetch committed offsets of group %q: %w", g.cfg.GroupID, err)
+	}
+	out := make(map[topicPartition]*sarama.OffsetFetchResponseBlock)
+	var blockErr error
+	for topic, ps := range parts {
+		for _, p := range ps {
+			block := resp.GetBlock(topic, p)
+			switch {
+			case block == nil:
+				blockErr = fmt.Errorf("no answer for %s/%d", topic, p)
+			case block.Err != sarama.ErrNoError:
+				blockErr = fmt.Errorf("%s/%d: %w", topic, p, block.Err)
+			default:
+				out[topicPartition{topic, p}] = block
+			}
+		}
+	}
+	if len(out) == 0 && blockErr != nil {
+		return nil, fmt.Errorf("fetch committed offsets of group %q: %w", g.cfg.GroupID, blockErr)
+	}
+	return out, nil
+}

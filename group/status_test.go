@@ -1,0 +1,502 @@
+package group
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/IBM/sarama"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// frontier is the first offset of part that no Do call has finished.
+func (r *rig) frontier(part int32) int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if fin := r.finished[part]; fin != nil {
+		return fin.prefix
+	}
+	return 0
+}
+
+// statusConfig is the rig's config with statuses evaluated over 5 commit
+// intervals of 100ms, read back every 200ms.
+func statusConfig(r *rig, groupID string) Config {
+	cfg := r.config(groupID)
+	cfg.Status = StatusConfig{Window: 5, StuckHead: 300 * time.Millisecond, ReadBack: 200 * time.Millisecond}
+	return cfg
+}
+
+// partitionStats returns g's stats of partition part, if claimed.
+func partitionStats[T any](g *Group[T], part int32) (PartitionStats, bool) {
+	for _, ps := range g.Stats().PartitionStats {
+		if ps.Partition == part {
+			return ps, true
+		}
+	}
+	return PartitionStats{}, false
+}
+
+// waitStatus waits until partition part shows code, and returns its stats.
+func waitStatus[T any](t *testing.T, g *Group[T], part int32, code Status, timeout time.Duration) PartitionStats {
+	t.Helper()
+	var last PartitionStats
+	deadline := time.Now().Add(timeout)
+	for {
+		ps, ok := partitionStats(g, part)
+		if ok && ps.Status.Code == code {
+			return ps
+		}
+		last = ps
+		if time.Now().After(deadline) {
+			t.Fatalf("partition %d status: got %v (%s), want %v within %v", part, last.Status.Code, last.Status.Reason, code, timeout)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// commitWatch counts the OffsetCommit requests the broker receives for
+// one partition, by offset.
+type commitWatch struct {
+	mu      sync.Mutex
+	offsets []int64
+}
+
+func watchCommits(r *rig, part int32) *commitWatch {
+	w := &commitWatch{}
+	r.b.ObserveCommits(func(req *kmsg.OffsetCommitRequest) {
+		for _, t := range req.Topics {
+			for _, p := range t.Partitions {
+				if t.Topic == r.topic && p.Partition == part {
+					w.mu.Lock()
+					w.offsets = append(w.offsets, p.Offset)
+					w.mu.Unlock()
+				}
+			}
+		}
+	})
+	return w
+}
+
+func (w *commitWatch) since(n int) []int64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return append([]int64(nil), w.offsets[min(n, len(w.offsets)):]...)
+}
+
+func (w *commitWatch) count() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.offsets)
+}
+
+// TestStatusStall: a stuck head with lag. Orderly commits the unmoved
+// frontier at every interval, so the broker keeps receiving commits at the
+// same offset (what Burrow calls STALL), and Orderly's own status is STALL
+// too, naming the stuck offset; once released the partition catches up and
+// is OK.
+func TestStatusStall(t *testing.T) {
+	t.Parallel() // waits on timers mostly: runs beside the others
+	r := newRig(t, "stall", 1, 2000, 20)
+	w := r.work(0, 0)
+	watch := watchCommits(r, 0)
+	do, stuck, release := stuckDo(func(m *Message) bool { return m.Offset == 0 }, w.Do)
+	cfg := statusConfig(r, "stall")
+	cfg.Size, cfg.Num = 1, 4
+	g := newGroup(t, cfg, do)
+	stop := run(t, g)
+	defer release()
+	<-stuck
+	ps := waitStatus(t, g, 0, StatusStall, 30*time.Second)
+	if !strings.Contains(ps.Status.Reason, "stuck head at offset 0") {
+		t.Fatalf("STALL reason: got %q, want it to name the stuck head at offset 0", ps.Status.Reason)
+	}
+	if ps.Frontier != 0 || ps.Lag != 2000 || ps.InFlight == 0 || ps.OldestUnfinished < cfg.Status.StuckHead {
+		t.Fatalf("stalled partition: got frontier %d lag %d in flight %d oldest unfinished %v, want 0, 2000, > 0, >= %v",
+			ps.Frontier, ps.Lag, ps.InFlight, ps.OldestUnfinished, cfg.Status.StuckHead)
+	}
+	if s := g.Stats().Status; s.Code != StatusStall || !strings.HasPrefix(s.Reason, "stall/0: ") {
+		t.Fatalf("group status: got %v %q, want STALL naming stall/0", s.Code, s.Reason)
+	}
+	// What the broker sees: commits keep coming, all at offset 0.
+	n := watch.count()
+	waitFor(t, 10*time.Second, "3 more commits of partition 0", func() bool { return watch.count() >= n+3 })
+	for _, off := range watch.since(n) {
+		if off != 0 {
+			t.Fatalf("commit while stuck: got offset %d, want 0", off)
+		}
+	}
+	waitFor(t, 10*time.Second, "the read-back to see offset 0 committed", func() bool {
+		ps, _ := partitionStats(g, 0)
+		return ps.Committed == 0 && !ps.CommittedAt.IsZero()
+	})
+	release()
+	r.waitAllCommitted("stall", time.Minute)
+	ps = waitStatus(t, g, 0, StatusOK, 10*time.Second)
+	waitFor(t, 10*time.Second, "the read-back to see offset 2000 committed", func() bool {
+		ps, _ := partitionStats(g, 0)
+		return ps.Committed == 2000
+	})
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	r.check(false)
+}
+
+// TestStatusStop: Pause with lag. No commit reaches the broker while
+// paused (what Burrow calls STOP) and Orderly's status is STOP; after
+// Resume the partition catches up and is OK.
+func TestStatusStop(t *testing.T) {
+	t.Parallel() // waits on timers mostly: runs beside the others
+	r := newRig(t, "stop", 1, 3000, 20)
+	w := r.work(0, 0)
+	watch := watchCommits(r, 0)
+	cfg := statusConfig(r, "stop")
+	cfg.Size, cfg.Num = 1, 1
+	g := newGroup(t, cfg, func(ctx context.Context, batch []*Message) error {
+		time.Sleep(time.Millisecond)
+		return w.Do(ctx, batch)
+	})
+	stop := run(t, g)
+	waitFor(t, 30*time.Second, "some progress", func() bool { return r.b.Committed("stop", r.topic)[0] >= 200 })
+	g.Pause()
+	ps := waitStatus(t, g, 0, StatusStop, 30*time.Second)
+	if !strings.Contains(ps.Status.Reason, "no commit for") || ps.Lag == 0 {
+		t.Fatalf("STOP: got reason %q lag %d, want 'no commit for' and lag above 0", ps.Status.Reason, ps.Lag)
+	}
+	n := watch.count()
+	time.Sleep(500 * time.Millisecond)
+	if got := watch.since(n); len(got) != 0 {
+		t.Fatalf("commits while paused: got %v, want none", got)
+	}
+	g.Resume()
+	r.waitAllCommitted("stop", time.Minute)
+	waitStatus(t, g, 0, StatusOK, 10*time.Second)
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	r.check(false)
+}
+
+// TestStatusWarn: messages produced faster than Do handles them. The
+// committed offset moves (the broker's commits grow) but lag grows at
+// every interval: WARN.
+func TestStatusWarn(t *testing.T) {
+	r := newRig(t, "warn", 1, 40_000, 20)
+	w := r.work(0, 0)
+	cfg := statusConfig(r, "warn")
+	cfg.Size, cfg.Num, cfg.MaxInFlight = 1, 1, 1<<20
+	g := newGroup(t, cfg, func(ctx context.Context, batch []*Message) error {
+		time.Sleep(2 * time.Millisecond)
+		return w.Do(ctx, batch)
+	})
+	stop := run(t, g)
+	ctx, cancel := context.WithCancel(context.Background())
+	produced := make(chan struct{})
+	go func() { // about 4000 a second, against Do's 500
+		defer close(produced)
+		for i := 0; i < 40_000 && ctx.Err() == nil; i += 40 {
+			r.produce(i, i+40)
+			time.Sleep(10 * time.Millisecond)
+		}
+	}()
+	defer func() { cancel(); <-produced }()
+	ps := waitStatus(t, g, 0, StatusWarn, 30*time.Second)
+	if !strings.Contains(ps.Status.Reason, "lag grew") {
+		t.Fatalf("WARN reason: got %q, want 'lag grew ...'", ps.Status.Reason)
+	}
+	a := r.b.Committed("warn", r.topic)[0]
+	time.Sleep(300 * time.Millisecond)
+	if b := r.b.Committed("warn", r.topic)[0]; b <= a {
+		t.Fatalf("broker's committed offset while WARN: got %d then %d, want it moving", a, b)
+	}
+	cancel()
+	<-produced
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestStatusRewind: a group runs to the end of its partition and stops;
+// its offsets are reset below (the group being empty, as Kafka requires);
+// the same consumer restarted with the same DataPath finds the committed
+// offset below the one it saw committed, and shows REWIND until the
+// rewind leaves the window.
+func TestStatusRewind(t *testing.T) {
+	t.Parallel() // waits on timers mostly: runs beside the others
+	r := newRig(t, "rewind", 1, 1000, 10)
+	w := r.work(0, 0)
+	cfg := statusConfig(r, "rewind")
+	cfg.DataPath = t.TempDir()
+	first := newGroup(t, cfg, w.Do)
+	stop := run(t, first)
+	r.waitAllCommitted("rewind", time.Minute)
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	// The committed offset seen is on disk.
+	b, err := os.ReadFile(filepath.Join(cfg.DataPath, historyFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rec historyRecord
+	if err := json.Unmarshal(b, &rec); err != nil {
+		t.Fatal(err)
+	}
+	if got := rec.Offsets["rewind"]["0"]; rec.Group != "rewind" || got != 1000 {
+		t.Fatalf("%s: got group %q offset %d, want group rewind offset 1000", historyFile, rec.Group, got)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := r.b.ResetCommitted(ctx, "rewind", "rewind", map[int32]int64{0: 100}); err != nil {
+		t.Fatal(err)
+	}
+	if got := r.b.Committed("rewind", r.topic)[0]; got != 100 {
+		t.Fatalf("after the reset: got committed %d, want 100", got)
+	}
+	second := newGroup(t, cfg, r.work(1, 0).Do)
+	stop = run(t, second)
+	ps := waitStatus(t, second, 0, StatusRewind, 30*time.Second)
+	if want := "went back from 1000 (last seen) to 100"; !strings.Contains(ps.Status.Reason, want) {
+		t.Fatalf("REWIND reason: got %q, want it to contain %q", ps.Status.Reason, want)
+	}
+	r.waitAllCommitted("rewind", time.Minute)
+	waitStatus(t, second, 0, StatusOK, 10*time.Second)
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestHealth: Ready is false before the join and after Run; Live fails
+// while a worker is stuck past MsgTimeout plus its grace, and recovers
+// when the call returns.
+func TestHealth(t *testing.T) {
+	t.Parallel() // waits on timers mostly: runs beside the others
+	r := newRig(t, "health", 2, 500, 10)
+	w := r.work(0, 0)
+	release := make(chan struct{})
+	var stuckOnce atomic.Bool
+	cfg := r.config("health")
+	cfg.Size, cfg.Num, cfg.MsgTimeout = 1, 4, 200*time.Millisecond
+	g := newGroup(t, cfg, func(ctx context.Context, batch []*Message) error {
+		if batch[0].Offset == 10 && batch[0].Partition == 0 && !stuckOnce.Swap(true) {
+			<-release // ignores ctx: stuck past MsgTimeout and grace
+		}
+		return w.Do(ctx, batch)
+	})
+	if g.Ready() {
+		t.Fatal("Ready before Run: got true, want false")
+	}
+	stop := run(t, g)
+	waitFor(t, 30*time.Second, "Ready", g.Ready)
+	waitFor(t, 30*time.Second, "Live to fail on the stuck worker", func() bool { ok, _ := g.Live(); return !ok })
+	ok, why := g.Live()
+	if ok || !strings.Contains(why, "1 workers stuck in Do") {
+		t.Fatalf("Live while stuck: got %v %q, want false naming 1 stuck worker", ok, why)
+	}
+	stuck := 0
+	for _, ws := range g.Stats().Workers {
+		if ws.Stuck {
+			stuck++
+			if !ws.Busy || ws.BatchAge < cfg.MsgTimeout {
+				t.Fatalf("stuck worker: got busy %v batch age %v, want busy and at least %v", ws.Busy, ws.BatchAge, cfg.MsgTimeout)
+			}
+		}
+	}
+	if stuck != 1 {
+		t.Fatalf("stuck workers in Stats: got %d, want 1", stuck)
+	}
+	close(release)
+	waitFor(t, 30*time.Second, "Live to recover", func() bool { ok, _ := g.Live(); return ok })
+	r.waitAllCommitted("health", time.Minute)
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if g.Ready() {
+		t.Fatal("Ready after Run returned: got true, want false")
+	}
+}
+
+// callbackLog records OnAssigned, OnRevoked and OnLost calls.
+type callbackLog struct {
+	mu     sync.Mutex
+	events []string
+	gens   map[string][]int32
+}
+
+func (l *callbackLog) install(cfg *Config, also func(kind string, parts []int32, gen int32)) {
+	l.gens = map[string][]int32{}
+	rec := func(kind string) func(string, []int32, int32) {
+		return func(topic string, parts []int32, gen int32) {
+			if also != nil {
+				also(kind, parts, gen)
+			}
+			l.mu.Lock()
+			defer l.mu.Unlock()
+			for _, p := range parts {
+				l.events = append(l.events, fmt.Sprintf("%s %s/%d", kind, topic, p))
+			}
+			l.gens[kind] = append(l.gens[kind], gen)
+		}
+	}
+	cfg.OnAssigned, cfg.OnRevoked, cfg.OnLost = rec("assigned"), rec("revoked"), rec("lost")
+}
+
+func (l *callbackLog) count(kind string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for _, e := range l.events {
+		if strings.HasPrefix(e, kind+" ") {
+			n++
+		}
+	}
+	return n
+}
+
+// TestCallbacksGraceful: OnAssigned on joining with the session's
+// generation; a second member joining makes the first give up partitions
+// gracefully: OnRevoked, by which time the broker holds the final
+// frontier (every message below it handled).
+func TestCallbacksGraceful(t *testing.T) {
+	t.Parallel() // waits on timers mostly: runs beside the others
+	const parts = 4
+	r := newRig(t, "callbacks", parts, 4000, 40)
+	w := r.work(0, 0)
+	var log callbackLog
+	var mismatch atomic.Value
+	cfg := r.config("callbacks")
+	cfg.Size, cfg.Num = 8, 4
+	log.install(&cfg, func(kind string, ps []int32, gen int32) {
+		if kind != "revoked" {
+			return
+		}
+		for _, p := range ps {
+			committed, frontier := r.b.Committed("callbacks", r.topic)[p], r.frontier(p)
+			if committed != frontier {
+				mismatch.Store(fmt.Errorf("partition %d: broker committed %d, frontier of handled messages %d", p, committed, frontier))
+			}
+		}
+	})
+	first := newGroup(t, cfg, func(ctx context.Context, b []*Message) error {
+		time.Sleep(time.Millisecond) // still working when the second joins
+		return w.Do(ctx, b)
+	})
+	stop1 := run(t, first)
+	waitFor(t, 30*time.Second, "the first member to be assigned every partition", func() bool { return log.count("assigned") == parts })
+	cfg2 := cfg
+	cfg2.OnAssigned, cfg2.OnRevoked, cfg2.OnLost = nil, nil, nil
+	second := newGroup(t, cfg2, r.work(1, 0).Do)
+	stop2 := run(t, second)
+	waitFor(t, 30*time.Second, "the first member to give up partitions", func() bool { return log.count("revoked") > 0 })
+	r.waitAllCommitted("callbacks", time.Minute)
+	if err := errors.Join(stop2(), stop1()); err != nil {
+		t.Fatal(err)
+	}
+	if m := mismatch.Load(); m != nil {
+		t.Fatalf("at OnRevoked: %v", m)
+	}
+	if n := log.count("lost"); n != 0 {
+		t.Fatalf("OnLost: got %d calls in a graceful handoff, want 0", n)
+	}
+	log.mu.Lock()
+	defer log.mu.Unlock()
+	if g := log.gens["assigned"]; g[0] <= 0 {
+		t.Fatalf("OnAssigned generation: got %v, want above 0", g)
+	}
+	r.check(true)
+}
+
+// TestCallbacksLost: the member's connection stalls past the session
+// timeout (its heartbeats and commits held by the broker), so the
+// coordinator evicts it. When the stall ends its commits are refused: the
+// partitions are lost, not revoked. OnLost is called while Live (with
+// LostAfter tiny) and Ready say so, the broker holds less than the final
+// frontier, and the member rejoins with a new generation.
+func TestCallbacksLost(t *testing.T) {
+	t.Parallel() // waits on timers mostly: runs beside the others
+	r := newRig(t, "lost", 2, 8000, 40)
+	r.mu.Lock()
+	r.refusedCommits = true // the evicted member's
+	r.mu.Unlock()
+	w := r.work(0, 0)
+	var log callbackLog
+	type lostState struct {
+		ready, live         bool
+		why                 string
+		committed, frontier int64
+	}
+	var inLost atomic.Pointer[lostState]
+	cfg := r.config("lost")
+	cfg.Size, cfg.Num = 1, 2
+	cfg.Status.LostAfter = time.Nanosecond
+	var g *Group[*Message]
+	log.install(&cfg, func(kind string, ps []int32, gen int32) {
+		if kind != "lost" {
+			return
+		}
+		st := &lostState{ready: g.Ready()}
+		st.live, st.why = g.Live()
+		st.committed, st.frontier = r.b.Committed("lost", r.topic)[ps[0]], r.frontier(ps[0])
+		inLost.CompareAndSwap(nil, st)
+	})
+	g = newGroup(t, cfg, func(ctx context.Context, b []*Message) error {
+		time.Sleep(time.Millisecond)
+		return w.Do(ctx, b)
+	})
+	stop := run(t, g)
+	waitFor(t, 30*time.Second, "both partitions assigned", func() bool { return log.count("assigned") == 2 })
+	waitFor(t, 30*time.Second, "some commits", func() bool { return r.b.Committed("lost", r.topic)[0] > 0 })
+	stall := make(chan struct{})
+	r.b.StallHeartbeat(func() { <-stall })
+	time.AfterFunc(cfg.Sarama.Consumer.Group.Session.Timeout+2*time.Second, func() { close(stall) })
+	waitFor(t, time.Minute, "OnLost", func() bool { return log.count("lost") > 0 })
+	st := inLost.Load()
+	if st.ready || st.live || !strings.HasPrefix(st.why, "group session lost") {
+		t.Fatalf("in OnLost: got ready %v live %v (%q), want both false, the session lost", st.ready, st.live, st.why)
+	}
+	if st.committed >= st.frontier {
+		t.Fatalf("in OnLost: the broker holds %d, the handled frontier is %d: want less (the final commit was refused)", st.committed, st.frontier)
+	}
+	t.Logf("in OnLost: broker committed %d, handled frontier %d", st.committed, st.frontier)
+	waitFor(t, time.Minute, "the member to be assigned again", func() bool { return log.count("assigned") > 2 })
+	waitFor(t, 10*time.Second, "Ready again", g.Ready)
+	r.waitAllCommitted("lost", 2*time.Minute)
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	log.mu.Lock()
+	gens := log.gens["assigned"]
+	log.mu.Unlock()
+	if gens[len(gens)-1] <= gens[0] {
+		t.Fatalf("generations assigned: got %v, want the last above the first", gens)
+	}
+	r.check(true)
+}
+
+// TestReadyIgnoresStaleSessionErrors: sarama's error channel is read by a
+// goroutine of its own, so an old generation's refused commit
+// (ILLEGAL_GENERATION) can be read after the member has joined again. It
+// must not mark the current session lost: only a claim that ends with its
+// final commit refused does (released, before the next session starts).
+func TestReadyIgnoresStaleSessionErrors(t *testing.T) {
+	cfg := Config{Brokers: []string{"127.0.0.1:1"}, Topics: []string{"t"}, GroupID: "stale"}
+	g := newGroup(t, cfg, func(context.Context, []*Message) error { return nil })
+	g.joined.Store(true) // as sessionStarted leaves it
+	for _, err := range []error{
+		&sarama.ConsumerError{Topic: "t", Partition: 0, Err: sarama.ErrIllegalGeneration},
+		sarama.ErrUnknownMemberId,
+	} {
+		if g.consumerError(err); !g.Ready() {
+			t.Fatalf("after a consumer error %v read in the new session: got Ready false, want true", err)
+		}
+	}
+}
