@@ -484,13 +484,20 @@ func (o *oracle) check(addrs []string, final map[int32]int64, w want) verdict {
 }
 
 // scenarioDuration is how long a churn scenario runs: short by default,
-// ORDERLY_SOAK (a duration) for the long version.
+// ORDERLY_SOAK (a duration, or 1 for soakDefault) for the long version.
 func scenarioDuration(short time.Duration) time.Duration {
-	if d, err := time.ParseDuration(os.Getenv("ORDERLY_SOAK")); err == nil && d > 0 {
+	env := os.Getenv("ORDERLY_SOAK")
+	if env == "1" {
+		return soakDefault
+	}
+	if d, err := time.ParseDuration(env); err == nil && d > 0 {
 		return d
 	}
 	return short
 }
+
+// soakDefault is the long versions' length with ORDERLY_SOAK=1.
+const soakDefault = 5 * time.Minute
 
 // soak reports whether the long versions run (ORDERLY_SOAK is set).
 func soak() bool { return scenarioDuration(0) > 0 }

@@ -163,6 +163,7 @@ func TestScenario03ProcessChurn(t *testing.T) {
 // repeat is only of what a member finished in the generation the broker
 // died under and the commits the broker held then did not cover.
 func TestScenario04BrokerKill(t *testing.T) {
+	t.Parallel() // waits on processes and timers mostly: runs beside the others
 	const topic, group, partitions, keys = "broker-kill", "broker-kill", 4, 200
 	kills := 2
 	if soak() {
@@ -244,18 +245,20 @@ func memberGen[T any](g *Group[T], topic string, partitions int32) (gen int32) {
 // pass them) and dead-letters 1% (failing 3 times, parked between
 // attempts, then appended to the local dead-letter store, fdatasync'ed,
 // before the parked copy is let go), under 1000 messages a second; it is
-// killed with SIGKILL three times mid-run and started again on the same
-// DataPath. Every message is handled or dead-lettered (a parked one by
-// the process that parked it or by the next one on that DataPath), every
-// poison message is in the dead-letter store, and a repeat (of a handled
-// message or a dead letter) is only of what a killed process had touched
-// and the commits (or, for a parked message, the queue's journal) did not
-// cover at the kill.
+// killed with SIGKILL three times mid-run (ORDERLY_SOAK: once per 5 s of
+// it) and started again on the same DataPath. Every message is handled or
+// dead-lettered (a parked one by the process that parked it or by the
+// next one on that DataPath), every poison message is in the dead-letter
+// store, and a repeat (of a handled message or a dead letter) is only of
+// what a killed process had touched and the commits (or, for a parked
+// message, the queue's journal) did not cover at the kill.
 func TestScenario11ParkAndDeadLetterKill(t *testing.T) {
-	const group, partitions, keys, kills, rate = "park-kill", 2, 80, 3, 1000
-	n := 8000
-	if soak() {
+	t.Parallel() // waits on processes and timers mostly: runs beside the others
+	const group, partitions, keys, rate = "park-kill", 2, 80, 1000
+	n, kills := 8000, 3
+	if soak() { // a kill per 5 s of it
 		n = int(scenarioDuration(0).Seconds()) * rate
+		kills = max(n/(5*rate), 3)
 	}
 	r, o := oracleRig(t, "11 parking and dead letters, SIGKILL", "park-kill", partitions, n, keys)
 	produced := r.produceAtRate(rate)
