@@ -153,7 +153,19 @@ func (c *claimLoop[T]) observe(committed bool, held int) {
 func (c *claimLoop[T]) mark(waiting []commit.Waiting) bool {
 	next, ok := c.p.Next()
 	if !ok {
-		return false
+		// Nothing received yet. A claim that started at the reset
+		// position knows it (checkReset): mark it once, so that a claim
+		// revoked before it received anything leaves its start committed
+		// (one that started at a committed offset has it committed, with
+		// the previous owner's metadata, which must stay).
+		start := c.st.next.Load()
+		if c.marked || start < 0 || c.st.claim.InitialOffset() >= 0 {
+			return false
+		}
+		c.sess.MarkOffset(c.topic, c.part, start, "")
+		c.sess.ResetOffset(c.topic, c.part, start, "")
+		c.marked = true
+		return true
 	}
 	var meta string
 	if limit := c.g.cfg.CommitMetadata; limit >= 0 && !c.st.noMeta.Load() {

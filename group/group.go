@@ -647,8 +647,8 @@ func (g *Group[T]) Stats() Stats {
 		Timeout: d.byReason[2].Load(), Poison: d.byReason[3].Load()}
 	s.DeadLetterSkipped, s.DeadLetterErrors, s.DeadLetterPending = d.skipped.Load(), d.writeErrors.Load(), d.pending.Load()
 	s.DeadLetterDestination = g.deadLetterDestination()
-	if f.park != nil {
-		s.Parked, s.ParkErrors = f.park.parked.Load(), f.park.writeErrors.Load()
+	if pk := f.parkView.Load(); pk != nil {
+		s.Parked, s.ParkErrors = pk.parked.Load(), pk.writeErrors.Load()
 	}
 	if p := g.workerPool.Load(); p != nil {
 		s.StuckWorkers = int64(p.StuckNow())
