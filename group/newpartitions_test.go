@@ -47,6 +47,7 @@ func TestNewPartitionsDelay(t *testing.T) {
 		mu.Unlock()
 		return w.Do(ctx, planned)
 	})
+	started := time.Now()
 	stop := run(t, g)
 	r.waitAllCommitted(cfg.GroupID, time.Minute)
 	admin := clusterAdmin(t, r.b.Addrs())
@@ -82,5 +83,6 @@ func TestNewPartitionsDelay(t *testing.T) {
 	if took > bound {
 		t.Fatalf("new partitions consumed %v after they were added, want at most %v (two metadata refreshes and a rebalance)", took, bound)
 	}
-	t.Logf("new partitions consumed %v after they were added (Metadata.RefreshFrequency %v)", took.Round(100*time.Millisecond), DefaultMetadataRefresh)
+	t.Logf("new partitions, added %v after Run started, consumed %v after they were added (Metadata.RefreshFrequency %v)",
+		added.Sub(started).Round(100*time.Millisecond), took.Round(100*time.Millisecond), DefaultMetadataRefresh)
 }
