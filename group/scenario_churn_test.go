@@ -11,7 +11,10 @@ import (
 
 // Reliability scenarios 1 and 2: membership churn with graceful stops,
 // under live traffic. Every handoff is graceful, so the oracle wants no
-// duplicate at all, besides no loss, lane order and clean commits.
+// duplicate at all, besides no loss, lane order and clean commits. The
+// members are dynamic (no InstanceID), so each stop is a LeaveGroup and
+// a rebalance at once; static members' graceful stops (no LeaveGroup)
+// are TestStaticMembershipRestart's.
 
 // churnConfig is the member config of the churn scenarios: small batches
 // and a short call, so that each member keeps up with the traffic alone
