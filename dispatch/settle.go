@@ -178,6 +178,31 @@ func (s *Scheduler[M, T]) Held() int {
 	return s.held
 }
 
+// HeldHead is a held lane's head as HeldHeads saw it. Attempt is copied
+// under the scheduler's lock: once the lane is let go the item runs again
+// and its worker charges Attempt without that lock.
+type HeldHead[M, T any] struct {
+	Item    *Item[M, T]
+	Offset  int64
+	Attempt int
+}
+
+// HeldHeads is HeldItems with each head's offset and attempt count as
+// they were while its lane was held.
+func (s *Scheduler[M, T]) HeldHeads(p *Partition[M, T], dst []HeldHead[M, T]) []HeldHead[M, T] {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if p.held == 0 || p.revoked {
+		return dst
+	}
+	for _, l := range p.lanes {
+		if l.blocked && l.head != nil {
+			dst = append(dst, HeldHead[M, T]{Item: l.head, Offset: l.head.offset, Attempt: l.head.Attempt})
+		}
+	}
+	return dst
+}
+
 // HeldItems appends to dst the items p's held lanes wait for (their heads),
 // in no particular order. The owner calls it to write them into its commit
 // metadata; it costs O(p's lanes) when any is held, nothing otherwise.

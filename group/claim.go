@@ -92,7 +92,7 @@ type claimLoop[T any] struct {
 	meta       string // metadata last marked (the offset is st.next)
 	metaFull   bool   // the finished set does not fit CommitMetadata: take nothing new
 	ranges     []commit.Range
-	held       []*dispatch.Item[Message, T] // scratch for waiting
+	held       []dispatch.HeldHead[Message, T] // scratch for waiting
 	waitingBuf []commit.Waiting
 	finished   func(*dispatch.Item[Message, T]) // countFinished, made once
 	out        Outcomes                         // counted here, published to st.outcomes by advance

@@ -206,11 +206,11 @@ func (c *claimLoop[T]) mark(waiting []commit.Waiting) bool {
 // attempt count and due time, sorted by offset, for the commit metadata:
 // a new owner continues the count and the backoff.
 func (c *claimLoop[T]) waiting() []commit.Waiting {
-	c.held = c.g.sched.HeldItems(c.p, c.held[:0])
+	c.held = c.g.sched.HeldHeads(c.p, c.held[:0]) // Attempt read under the scheduler's lock
 	w := c.waitingBuf[:0]
-	for _, it := range c.held {
-		due, _ := c.g.fail.dueOf(it)
-		w = append(w, commit.Waiting{Offset: it.Offset(), Attempt: it.Attempt, NotBefore: due})
+	for _, h := range c.held {
+		due, _ := c.g.fail.dueOf(h.Item)
+		w = append(w, commit.Waiting{Offset: h.Offset, Attempt: h.Attempt, NotBefore: due})
 	}
 	clear(c.held)
 	slices.SortFunc(w, func(a, b commit.Waiting) int { return cmp.Compare(a.Offset, b.Offset) })
