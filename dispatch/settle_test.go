@@ -74,6 +74,17 @@ func TestSettleHoldsOnlyTheFailedLane(t *testing.T) {
 	if got := s.HeldItems(p, nil); len(got) != 2 {
 		t.Fatalf("HeldItems: got %d, want 2", len(got))
 	}
+	var heads []int64
+	for _, h := range s.HeldItems(p, nil) {
+		if h.Offset != h.Item.Offset() || h.Attempt != h.Item.Attempt {
+			t.Fatalf("HeldItems: got offset %d attempt %d, want the item's %d and %d", h.Offset, h.Attempt, h.Item.Offset(), h.Item.Attempt)
+		}
+		heads = append(heads, h.Offset)
+	}
+	slices.Sort(heads)
+	if want := []int64{2, 5}; !slices.Equal(heads, want) {
+		t.Fatalf("HeldItems offsets: got %v, want %v (the failed heads of lanes 1 and 2)", heads, want)
+	}
 	// Lane 3's new item runs at once; lanes 1 and 2 wait.
 	if got := takeAll(t, s, w); !slices.Equal(got, []int{7}) {
 		t.Fatalf("taken while held: got %v, want [7] (lane 3 only)", got)

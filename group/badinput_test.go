@@ -56,6 +56,14 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		{"huge MaxInFlight", func(c *Config) { c.MaxInFlight = 1 << 40 }, "MaxInFlight"},
 		{"Size just past the bound", func(c *Config) { c.Size = MaxSize + 1 }, "Size"},
 		{"Num just past the bound", func(c *Config) { c.Num = MaxNum + 1 }, "Num"},
+		{"bad OnOffsetReset", func(c *Config) { c.OnOffsetReset = ResetRefuse + 1 }, "OnOffsetReset"},
+		{"InstanceID with a space", func(c *Config) { c.InstanceID = "pod 1" }, "InstanceID"},
+		{"InstanceID too long", func(c *Config) { c.InstanceID = strings.Repeat("a", 250) }, "InstanceID"},
+		{"InstanceID set twice, differently", func(c *Config) {
+			sc := DefaultSarama()
+			sc.Consumer.Group.InstanceId = "a"
+			c.Sarama, c.InstanceID = sc, "b"
+		}, "InstanceID"},
 		{"no commit interval", func(c *Config) {
 			sc := sarama.NewConfig()
 			sc.Consumer.Offsets.AutoCommit.Interval = 0

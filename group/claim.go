@@ -82,11 +82,14 @@ type claimLoop[T any] struct {
 	topic  string
 	part   int32
 	resume commit.Done // offsets a previous owner finished (commit metadata)
+	start  int64       // the claim's first offset (for OffsetOldest/Newest: from checkReset); -1 unknown
 
 	undispatched undispatched // read while out of share (see undispatched.go)
 	pauser       fetchPauser  // nil if the claim cannot pause fetching
 	paused       bool         // fetching paused through pauser
+	probe        gapProbe     // side fetches past control records (markers.go)
 
+	marked     bool   // mark has given sarama an offset
 	meta       string // metadata last marked (the offset is st.next)
 	metaFull   bool   // the finished set does not fit CommitMetadata: take nothing new
 	ranges     []commit.Range
@@ -107,6 +110,7 @@ func (g *Group[T]) consume(sess sarama.ConsumerGroupSession, claim sarama.Consum
 			generation: sess.GenerationID()},
 		topic: claim.Topic(),
 		part:  claim.Partition(),
+		start: max(claim.InitialOffset(), -1),
 	}
 	c.finished = c.countFinished
 	c.log = g.log.With(zap.String("topic", c.topic), zap.Int32("partition", c.part), zap.Int32("generation", sess.GenerationID()))
@@ -168,6 +172,8 @@ func (g *Group[T]) consume(sess sarama.ConsumerGroupSession, claim sarama.Consum
 			c.advance()
 		case <-c.st.tick:
 			c.commitTick()
+		case r := <-c.probe.done:
+			c.gapDone(r)
 		case <-sessDone:
 			return c.revoke("session ended")
 		case <-c.g.stopping:

@@ -104,6 +104,7 @@ func (c *claimLoop[T]) commitTick() {
 	w := c.waiting()
 	committed := c.mark(w)
 	c.st.finishedAbove.Store(c.p.FinishedAbove())
+	c.probeGap() // markers.go
 	c.observe(committed, len(w))
 }
 
@@ -157,7 +158,19 @@ func (c *claimLoop[T]) observe(committed bool, held int) {
 func (c *claimLoop[T]) mark(waiting []commit.Waiting) bool {
 	next, ok := c.p.Next()
 	if !ok {
-		return false
+		// Nothing received yet. A claim that started at the reset
+		// position knows it (checkReset): mark it once, so that a claim
+		// revoked before it received anything leaves its start committed
+		// (one that started at a committed offset has it committed, with
+		// the previous owner's metadata, which must stay).
+		start := c.st.next.Load()
+		if c.marked || start < 0 || c.st.claim.InitialOffset() >= 0 {
+			return false
+		}
+		c.sess.MarkOffset(c.topic, c.part, start, "")
+		c.sess.ResetOffset(c.topic, c.part, start, "")
+		c.marked = true
+		return true
 	}
 	var meta string
 	if limit := c.g.cfg.CommitMetadata; limit >= 0 && !c.st.noMeta.Load() {
@@ -176,11 +189,18 @@ func (c *claimLoop[T]) mark(waiting []commit.Waiting) bool {
 	switch marked := c.st.next.Load(); {
 	case next > marked:
 		c.sess.MarkOffset(c.topic, c.part, next, meta)
-	case next == marked && (meta != c.meta || (c.p.Unfinished() > 0 || c.undispatched.len() > 0) && !c.g.paused.Load()):
+	case next == marked && (!c.marked || meta != c.meta || (c.p.Unfinished() > 0 || c.undispatched.len() > 0) && !c.g.paused.Load()):
+		// A claim that started at the reset position has st.next set to
+		// it (checkReset) while sarama's offset manager holds no offset
+		// yet, and ResetOffset only moves an offset down: mark first. The
+		// first mark always goes out, so that a claim revoked before it
+		// received anything still leaves its start committed.
+		c.sess.MarkOffset(c.topic, c.part, next, meta)
 		c.sess.ResetOffset(c.topic, c.part, next, meta)
 	default:
 		return false
 	}
+	c.marked = true
 	c.meta = meta
 	c.st.next.Store(next)
 	return true
@@ -191,7 +211,7 @@ func (c *claimLoop[T]) mark(waiting []commit.Waiting) bool {
 // attempt count and due time, sorted by offset, for the commit metadata:
 // a new owner continues the count and the backoff.
 func (c *claimLoop[T]) waiting() []commit.Waiting {
-	c.held = c.g.sched.HeldItems(c.p, c.held[:0])
+	c.held = c.g.sched.HeldItems(c.p, c.held[:0]) // Attempt read under the scheduler's lock
 	w := c.waitingBuf[:0]
 	for _, h := range c.held {
 		due, _ := c.g.fail.dueOf(h.Item)

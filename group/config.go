@@ -53,14 +53,52 @@ type Config struct {
 	// groupID). Required.
 	GroupID string
 	// Sarama is an optional base client config (TLS, SASL, version,
-	// rebalance strategy, ...). It is copied, never modified. nil means
-	// DefaultSarama(). Orderly always sets Consumer.Return.Errors (errors
-	// are logged and counted), ChannelBufferSize = Chan, and turns
-	// sarama's auto-commit off (Consumer.Offsets.AutoCommit.Enable):
-	// Orderly commits every partition itself, every
-	// Consumer.Offsets.AutoCommit.Interval (default 1s), each commit
-	// carrying the partition's finished offsets as metadata.
+	// rebalance strategy, ...). It is copied, never modified, and Groups
+	// built from one base share none of its mutable state: sarama's
+	// built-in balance strategies are made anew by name and each Group
+	// has its own metrics registry (a balance strategy of your own type
+	// is used as given: it must be safe for concurrent use, or given to
+	// one Group only). nil means DefaultSarama(). Orderly always sets
+	// Consumer.Return.Errors (errors are logged and counted),
+	// ChannelBufferSize = Chan, Consumer.Group.ResetInvalidOffsets from
+	// OnOffsetReset, Consumer.Group.InstanceId from InstanceID (when
+	// set), and turns sarama's auto-commit off
+	// (Consumer.Offsets.AutoCommit.Enable): Orderly commits every
+	// partition itself, every Consumer.Offsets.AutoCommit.Interval
+	// (default 1s), each commit carrying the partition's finished offsets
+	// as metadata.
+	//
+	// A config of your own is otherwise used as given; start from
+	// DefaultSarama() rather than sarama.NewConfig(), or set what it sets
+	// yourself: above all Consumer.IsolationLevel = sarama.ReadCommitted
+	// (sarama's zero value reads uncommitted, so records of aborted
+	// transactions reach Do), and Metadata.RefreshFrequency (sarama's 10
+	// minutes delays new partitions by up to 20).
 	Sarama *sarama.Config
+	// InstanceID makes this Group a static member of its consumer group
+	// (KIP-345, sarama's Consumer.Group.InstanceId): give each instance a
+	// stable ID of its own (a pod name, a host name), the same across its
+	// restarts. An instance that comes back within the session timeout
+	// (Sarama.Consumer.Group.Session.Timeout) with the same subscription
+	// gets its partitions back without a rebalance, and no other member
+	// stops; the coordinator also never mistakes a killed process for a
+	// live one. The price: a static member sends no LeaveGroup when Run
+	// returns, so the partitions of an instance that stops for good
+	// (graceful or not) are consumed by no one until the session timeout
+	// passes and the group rebalances. Orderly's graceful handoff (drain,
+	// final commit, no repeats) still happens when Run returns; the next
+	// owner just starts later. "": a dynamic member (the default), which
+	// leaves the group when Run returns. Letters, digits, '.', '_', '-',
+	// at most 249 characters; two live instances with one ID fence each
+	// other (FENCED_INSTANCE_ID).
+	InstanceID string
+	// OnOffsetReset is what happens when a partition's committed offset is
+	// out of range (records deleted by retention or DeleteRecords before
+	// the group handled them, or the topic recreated), at a claim's start
+	// or while it runs: ResetFollow (the default: go on from
+	// Sarama.Consumer.Offsets.Initial, with a warning and Stats counters)
+	// or ResetRefuse (Run ends with ErrOffsetReset naming the partition).
+	OnOffsetReset ResetPolicy
 
 	// Size is the most messages per Do call. Default 1024.
 	Size int
@@ -246,15 +284,21 @@ func (o Ordering) String() string {
 
 // DefaultSarama returns the client config Orderly uses when Config.Sarama
 // is nil: Kafka version 3.0.0 (accepted by Kafka 3.x and kfake),
-// Consumer.Offsets.Initial = OffsetOldest, the cooperative-sticky rebalance
-// strategy, Metadata.AllowAutoTopicCreation off (a misspelt topic is an
-// error, ErrUnknownTopic, not a new topic), and sarama's defaults
+// Consumer.Offsets.Initial = OffsetOldest, Consumer.IsolationLevel =
+// ReadCommitted (records of aborted transactions never reach Do, and
+// records of open transactions wait until they commit), the
+// cooperative-sticky rebalance strategy, Metadata.RefreshFrequency =
+// DefaultMetadataRefresh (30s: partitions added to a topic are consumed
+// within a minute), Metadata.AllowAutoTopicCreation off (a misspelt topic
+// is an error, ErrUnknownTopic, not a new topic), and sarama's defaults
 // otherwise. Start from it to change a few settings.
 func DefaultSarama() *sarama.Config {
 	sc := sarama.NewConfig()
 	sc.Version = sarama.V3_0_0_0
 	sc.Consumer.Offsets.Initial = sarama.OffsetOldest
+	sc.Consumer.IsolationLevel = sarama.ReadCommitted
 	sc.Consumer.Group.Rebalance.GroupStrategies = []sarama.BalanceStrategy{sarama.NewBalanceStrategyCooperativeSticky()}
+	sc.Metadata.RefreshFrequency = DefaultMetadataRefresh
 	sc.Metadata.AllowAutoTopicCreation = false
 	return sc
 }
@@ -317,8 +361,11 @@ func (c Config) withDefaults() Config {
 	if c.Sarama == nil {
 		sc = DefaultSarama()
 	} else {
-		copied := *c.Sarama
-		sc = &copied
+		sc = saramaFor(c.Sarama) // shares nothing mutable with the base
+	}
+	applyResetPolicy(sc, c.OnOffsetReset)
+	if c.InstanceID != "" && sc.Consumer.Group.InstanceId == "" {
+		sc.Consumer.Group.InstanceId = c.InstanceID
 	}
 	if sc.ClientID == "" || sc.ClientID == "sarama" {
 		sc.ClientID = "orderly"
@@ -395,6 +442,12 @@ func (c Config) validate() error {
 		return bad("CommitMetadata", "is %d: must be positive, or -1 to disable", c.CommitMetadata)
 	case c.DrainTimeout < 0:
 		return bad("DrainTimeout", "is %v: must be positive", c.DrainTimeout)
+	case c.OnOffsetReset < ResetFollow || c.OnOffsetReset > ResetRefuse:
+		return bad("OnOffsetReset", "is %d: must be ResetFollow or ResetRefuse", int(c.OnOffsetReset))
+	case c.InstanceID != "" && c.Sarama.Consumer.Group.InstanceId != c.InstanceID:
+		return bad("InstanceID", "is %q but Sarama.Consumer.Group.InstanceId is %q: set one of them", c.InstanceID, c.Sarama.Consumer.Group.InstanceId)
+	case !validInstanceID(c.Sarama.Consumer.Group.InstanceId):
+		return bad("InstanceID", "is %q: use at most 249 letters, digits, '.', '_' and '-'", c.Sarama.Consumer.Group.InstanceId)
 	case c.DrainTimeout >= c.Sarama.Consumer.Group.Rebalance.Timeout:
 		return bad("DrainTimeout", "is %v: must be below Sarama.Consumer.Group.Rebalance.Timeout (%v)",
 			c.DrainTimeout, c.Sarama.Consumer.Group.Rebalance.Timeout)

@@ -57,6 +57,8 @@ type failures[T any] struct {
 	outage outage
 	dead   *deadLetters[T]
 	park   *parking[T] // nil unless Unordered with a DataPath
+	// parkView is park for Stats, which may run while Run opens it.
+	parkView atomic.Pointer[parking[T]]
 
 	stop context.CancelFunc
 	wg   sync.WaitGroup
@@ -110,6 +112,7 @@ func (f *failures[T]) open(client sarama.Client) error {
 		sc.Close()
 		return errors.Join(err, f.dead.close())
 	}
+	f.parkView.Store(f.park)
 	return nil
 }
 

@@ -112,6 +112,9 @@ type Group[T any] struct {
 	lostAt      atomic.Int64             // unix nanos the session was found lost; 0 when healthy
 	history     *history                 // committed offsets last read back (readback.go)
 
+	offs   offsetCounters // reset.go, markers.go
+	probes sync.WaitGroup // side fetches of markers.go, waited for after the client closes
+
 	claimsMu sync.Mutex
 	claims   map[*claimState]struct{}
 	ended    map[topicPartition]Outcomes // of the claims that ended, per partition
@@ -230,6 +233,7 @@ func (g *Group[T]) Run(ctx context.Context) error {
 		}
 		return fmt.Errorf("%w %v (group %q): %w", ErrConnect, g.cfg.Brokers, g.cfg.GroupID, err)
 	}
+	defer g.probes.Wait() // after client.Close (defers run last first), which ends a side fetch
 	defer client.Close()
 	if err := g.checkTopics(client); err != nil {
 		return err
@@ -480,6 +484,8 @@ func (g *Group[T]) consumerError(err error) error {
 		g.errLog[cls].error(g.log, "consumer error", zap.Error(err))
 	case cls == errMetadata:
 		g.metadataRejected(ce.Topic, ce.Partition, ce.Err)
+	case cls == errOutOfRange:
+		return g.outOfRange(ce) // reset.go
 	default:
 		g.errLog[cls].error(g.log, "consumer error", zap.String("topic", ce.Topic), zap.Int32("partition", ce.Partition), zap.Error(ce.Err))
 	}
@@ -651,13 +657,14 @@ func (g *Group[T]) Stats() Stats {
 		Timeout: d.byReason[2].Load(), Poison: d.byReason[3].Load()}
 	s.DeadLetterSkipped, s.DeadLetterErrors, s.DeadLetterPending = d.skipped.Load(), d.writeErrors.Load(), d.pending.Load()
 	s.DeadLetterDestination = g.deadLetterDestination()
-	if f.park != nil {
-		s.Parked, s.ParkErrors = f.park.parked.Load(), f.park.writeErrors.Load()
+	if pk := f.parkView.Load(); pk != nil {
+		s.Parked, s.ParkErrors = pk.parked.Load(), pk.writeErrors.Load()
 	}
 	if p := g.workerPool.Load(); p != nil {
 		s.StuckWorkers = int64(p.StuckNow())
 	}
 	s.ErrorsBy, s.Errors = g.errs.snapshot()
+	g.offs.fill(&s)
 	s.Status = PartitionStatus{Code: StatusOK}
 	if p := g.workerPool.Load(); p != nil {
 		p.CallDurations(&s.DoDuration)

@@ -42,6 +42,7 @@ type parking[T any] struct {
 type parkJob[T any] struct {
 	it    *dispatch.Item[Message, T]
 	delay time.Duration
+	err   error // the last write's error
 }
 
 func newParking[T any](g *Group[T], sc *localqueue.Scanner) (*parking[T], error) {
@@ -67,7 +68,7 @@ func newParking[T any](g *Group[T], sc *localqueue.Scanner) (*parking[T], error)
 // add parks it, to run again after delay.
 func (p *parking[T]) add(it *dispatch.Item[Message, T], delay time.Duration) {
 	p.mu.Lock()
-	p.queue = append(p.queue, parkJob[T]{it, delay})
+	p.queue = append(p.queue, parkJob[T]{it: it, delay: delay})
 	p.mu.Unlock()
 	notify(p.kick)
 }
@@ -83,7 +84,8 @@ func (p *parking[T]) close() error { return p.q.Close() }
 // park writes the queued jobs, syncs once for all of them, and only then
 // lets their items finish.
 func (p *parking[T]) park(ctx context.Context) {
-	var jobs []parkJob[T]
+	var jobs, written []parkJob[T]
+	var replaced []localqueue.ID
 	for {
 		select {
 		case <-p.kick:
@@ -91,17 +93,21 @@ func (p *parking[T]) park(ctx context.Context) {
 			return
 		}
 		p.mu.Lock()
-		jobs, p.queue = p.queue, jobs[:0]
+		jobs, p.queue = append(jobs, p.queue...), p.queue[:0]
 		p.mu.Unlock()
 		wait := p.g.cfg.Retry.Backoff
-		for len(jobs) > 0 {
-			err := p.write(jobs)
+		for {
+			jobs, written, replaced = p.write(jobs, written, replaced)
+			err := p.writeErr(jobs)
+			if err == nil {
+				err = p.q.Sync()
+			}
 			if err == nil {
 				break
 			}
 			p.writeErrors.Add(1)
 			p.errLog.warn(p.g.log, "parking messages failed; retrying", zap.String("path", p.g.cfg.DataPath),
-				zap.Int("messages", len(jobs)), zap.Duration("backoff", wait), zap.Error(err))
+				zap.Int("messages", len(jobs)+len(written)), zap.Duration("backoff", wait), zap.Error(err))
 			t := time.NewTimer(wait)
 			select {
 			case <-t.C:
@@ -111,39 +117,57 @@ func (p *parking[T]) park(ctx context.Context) {
 			}
 			wait = min(2*wait, p.g.cfg.Retry.MaxBackoff)
 		}
-		for _, j := range jobs {
+		for _, id := range replaced {
+			if err := p.q.Finish(id); err != nil {
+				// Its replacement is on disk: at worst the old one runs
+				// again after a restart (at-least-once).
+				p.g.log.Warn("finishing a re-parked message's old copy failed", zap.String("path", p.g.cfg.DataPath),
+					zap.String("id", id.String()), zap.Error(err))
+			}
+		}
+		for _, j := range written {
 			p.g.sched.Unhold(j.it, true)
 		}
-		clear(jobs)
+		clear(written)
+		written, replaced, jobs = written[:0], replaced[:0], jobs[:0]
 	}
 }
 
-// write parks every job durably. A side item (a parked message that failed
-// again) is requeued in place; the others are put, deferred. A job whose
-// write failed is retried with the rest (a duplicate park is at-least-once).
-func (p *parking[T]) write(jobs []parkJob[T]) error {
-	var errs []error
+// write parks each job, deferred, and returns the jobs whose write failed
+// (to retry), those written (to finish once synced) and the queue messages
+// replaced. Every job is written anew with its attempt count: a side item
+// (a parked message that failed again) replaces its queue message, which
+// is finished only after the new one is synced (Requeue would keep the old
+// body, and with it the attempt count of the first park, so such a message
+// would never run out of attempts).
+func (p *parking[T]) write(jobs, written []parkJob[T], replaced []localqueue.ID) (failed, _ []parkJob[T], _ []localqueue.ID) {
 	for _, j := range jobs {
+		if _, err := p.q.PutDeferred(encodeParked(nil, &j.it.Msg, j.it.Attempt, j.it.FirstFailure), j.delay); err != nil {
+			j.err = fmt.Errorf("%s/%d offset %d: %w", j.it.Msg.Topic, j.it.Msg.Partition, j.it.Msg.Offset, err)
+			failed = append(failed, j)
+			continue
+		}
 		p.mu.Lock()
 		id, side := p.ids[j.it]
-		if side {
-			delete(p.ids, j.it) // it finishes without finishing its queue message
-		}
+		delete(p.ids, j.it) // it finishes without finishing its queue message
 		p.mu.Unlock()
-		var err error
 		if side {
-			err = p.q.Requeue(id, j.delay)
-		} else if _, err = p.q.PutDeferred(encodeParked(nil, &j.it.Msg, j.it.Attempt, j.it.FirstFailure), j.delay); err == nil {
+			replaced = append(replaced, id)
+		} else {
 			p.parked.Add(1)
 		}
-		if err != nil {
-			errs = append(errs, fmt.Errorf("%s/%d offset %d: %w", j.it.Msg.Topic, j.it.Msg.Partition, j.it.Msg.Offset, err))
-		}
+		written = append(written, j)
 	}
-	if err := errors.Join(errs...); err != nil {
-		return err
+	return failed, written, replaced
+}
+
+// writeErr joins the write errors of jobs.
+func (p *parking[T]) writeErr(jobs []parkJob[T]) error {
+	errs := make([]error, 0, len(jobs))
+	for _, j := range jobs {
+		errs = append(errs, j.err)
 	}
-	return p.q.Sync()
+	return errors.Join(errs...)
 }
 
 // redeliver hands parked messages back to the workers as they come due, at

@@ -15,7 +15,9 @@ import (
 // range strategy and once with cooperative-sticky. Nothing may be lost,
 // per-key order must hold, no commit may pass unfinished work or go
 // backwards (a zombie), and since every handoff is graceful, no message
-// may be handled twice.
+// may be handled twice. The members are dynamic (no InstanceID): the
+// first one's LeaveGroup starts the handoff at once. Static members are
+// TestStaticMembershipRestart's.
 func TestRebalanceHandoff(t *testing.T) {
 	tests := []struct {
 		name     string

@@ -19,7 +19,14 @@ import (
 // partition and returns the finished offsets it lists, if the metadata was
 // written by orderly for the offset the claim starts from.
 func (c *claimLoop[T]) resumeFrom(initial int64) commit.Done {
-	if c.g.client == nil || initial < 0 || c.g.cfg.CommitMetadata < 0 {
+	if c.g.client == nil {
+		return commit.Done{}
+	}
+	if initial < 0 {
+		c.checkReset(initial) // no commit yet, or sarama reset it (reset.go)
+		return commit.Done{}
+	}
+	if c.g.cfg.CommitMetadata < 0 {
 		return commit.Done{}
 	}
 	off, meta, err := c.g.fetchCommitted(c.topic, c.part)

@@ -43,6 +43,23 @@ type Stats struct {
 	Errors           int64       // consumer, commit and offset errors (the sum of ErrorsBy)
 	ErrorsBy         ErrorCounts // Errors by cause
 
+	// OffsetResets counts claims that started from the reset position
+	// because the committed offset was out of range (below the log start:
+	// records deleted before the group handled them; above the high
+	// watermark: the topic recreated); see Config.OnOffsetReset.
+	// SkippedByReset is how many records those resets skipped (from the
+	// committed offset up to where the claim started).
+	OffsetResets, SkippedByReset int64
+	// OutOfRangeMidRun counts fetches that ran out of range while
+	// consuming (retention overtook a lagging consumer); with ResetFollow
+	// each is followed by a reset counted in OffsetResets.
+	OutOfRangeMidRun int64
+	// ControlSkipped counts offsets the commit frontier passed that hold
+	// no record for Do: transaction markers and aborted transactions'
+	// records, found by a side fetch once a partition is idle with
+	// nothing unfinished (so that lag reaches 0 after a marker).
+	ControlSkipped int64
+
 	// The failure path.
 	DeadLettered DeadLetterCounts // messages whose dead letter was written, by reason
 	// DeadLetterDestination is where dead letters go: "topic:NAME",

@@ -44,6 +44,10 @@ type Config struct {
 	Topics []string
 	// Partitions per topic in Topics. Default 8.
 	Partitions int32
+	// Brokers is the number of brokers in the cluster (leaders and
+	// coordinators spread over them), on free ports: Addr must then be
+	// "". Default 1.
+	Brokers int
 }
 
 // Broker is a running in-process broker.
@@ -62,7 +66,7 @@ func Start(cfg Config) (*Broker, error) {
 	if cfg.Partitions < 0 {
 		return nil, fmt.Errorf("broker: partitions %d: must be positive", cfg.Partitions)
 	}
-	opts := []kfake.Opt{kfake.NumBrokers(1), kfake.ClusterID("orderly")}
+	opts := []kfake.Opt{kfake.NumBrokers(max(cfg.Brokers, 1)), kfake.ClusterID("orderly")}
 	if cfg.Addr != "" {
 		host, portStr, err := net.SplitHostPort(cfg.Addr)
 		if err != nil {

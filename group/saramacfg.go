@@ -1,0 +1,107 @@
+package group
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/IBM/sarama"
+	"github.com/rcrowley/go-metrics"
+)
+
+// DefaultMetadataRefresh is DefaultSarama's Metadata.RefreshFrequency.
+// sarama's group leader compares the partition counts of the subscribed
+// topics with its cached metadata once per RefreshFrequency, and the
+// cache itself is refreshed once per RefreshFrequency, so partitions added
+// to a topic are claimed (from their start, with OffsetOldest) at most two
+// periods later, one minute here, plus the rebalance; sarama's own default
+// (10 minutes) made it up to 20.
+const DefaultMetadataRefresh = 30 * time.Second
+
+// saramaFor returns the client config of one Group: a copy of base that
+// shares no mutable state with base or with another Group built from it.
+//
+// A plain struct copy shares what base points to. Two parts of that are
+// written while a group runs: the balance strategies (sarama's sticky and
+// cooperative-sticky strategies keep their partition movements in the
+// strategy object, written by every Plan: two groups sharing one raced)
+// and the metrics registry (every client registers and updates its
+// meters in it). The built-in strategies are therefore made again by
+// name, and each Group gets a registry of its own. A strategy of the
+// user's own (any other type) is kept as given, shared: Orderly cannot
+// copy it, and it must be safe for concurrent use or be given to one
+// Group only. Everything else sarama only reads (TLS config, SASL
+// callbacks, interceptors, the partitioner constructor).
+func saramaFor(base *sarama.Config) *sarama.Config {
+	copied := *base
+	sc := &copied
+	sc.MetricRegistry = metrics.NewRegistry()
+	if s := base.Consumer.Group.Rebalance.GroupStrategies; s != nil {
+		sc.Consumer.Group.Rebalance.GroupStrategies = make([]sarama.BalanceStrategy, len(s))
+		for i, st := range s {
+			sc.Consumer.Group.Rebalance.GroupStrategies[i] = freshStrategy(st)
+		}
+	}
+	// The deprecated single Strategy, which sarama still reads when
+	// GroupStrategies is empty.
+	if st := base.Consumer.Group.Rebalance.Strategy; st != nil {
+		sc.Consumer.Group.Rebalance.Strategy = freshStrategy(st)
+	}
+	return sc
+}
+
+// builtinStrategies are sarama's strategies by name, with the dynamic type
+// of each, so that a user's own strategy that happens to use a built-in
+// name is not replaced.
+var builtinStrategies = func() map[string]struct {
+	typ  string
+	make func() sarama.BalanceStrategy
+} {
+	out := map[string]struct {
+		typ  string
+		make func() sarama.BalanceStrategy
+	}{}
+	for _, mk := range []func() sarama.BalanceStrategy{
+		sarama.NewBalanceStrategyRange,
+		sarama.NewBalanceStrategyRoundRobin,
+		sarama.NewBalanceStrategySticky,
+		sarama.NewBalanceStrategyCooperativeSticky,
+	} {
+		s := mk()
+		out[s.Name()] = struct {
+			typ  string
+			make func() sarama.BalanceStrategy
+		}{fmt.Sprintf("%T", s), mk}
+	}
+	return out
+}()
+
+// freshStrategy returns a new instance of a built-in strategy, or st
+// itself when it is not one of sarama's (see saramaFor).
+func freshStrategy(st sarama.BalanceStrategy) sarama.BalanceStrategy {
+	if st == nil {
+		return nil
+	}
+	if b, ok := builtinStrategies[st.Name()]; ok && b.typ == fmt.Sprintf("%T", st) {
+		return b.make()
+	}
+	return st
+}
+
+// validInstanceID reports whether id is a usable static member ID ("" is:
+// no static membership). Kafka's rule for group.instance.id, which is its
+// rule for topic names: at most 249 of [a-zA-Z0-9._-], and not "." or "..".
+func validInstanceID(id string) bool {
+	if id == "" {
+		return true
+	}
+	if len(id) > 249 || id == "." || id == ".." {
+		return false
+	}
+	for _, r := range id {
+		ok := r == '.' || r == '_' || r == '-' || (r >= 'a' && r <= 'z') || (r >= 'A' && r <= 'Z') || (r >= '0' && r <= '9')
+		if !ok {
+			return false
+		}
+	}
+	return true
+}

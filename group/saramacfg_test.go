@@ -1,0 +1,177 @@
+package group
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/IBM/sarama"
+)
+
+// ownStrategy is a balance strategy of the user's own: Orderly cannot copy
+// it and must use it as given.
+type ownStrategy struct{ sarama.BalanceStrategy }
+
+// TestDefaultSarama: read-committed, and metadata refreshed often enough
+// that new partitions start within a minute.
+func TestDefaultSarama(t *testing.T) {
+	sc := DefaultSarama()
+	if sc.Consumer.IsolationLevel != sarama.ReadCommitted {
+		t.Errorf("Consumer.IsolationLevel: got %v, want ReadCommitted", sc.Consumer.IsolationLevel)
+	}
+	if got := sc.Metadata.RefreshFrequency; got != DefaultMetadataRefresh || 2*got > time.Minute {
+		t.Errorf("Metadata.RefreshFrequency: got %v, want %v (two periods within a minute)", got, DefaultMetadataRefresh)
+	}
+	if err := sc.Validate(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestSaramaNotShared: Groups built from one Config.Sarama get balance
+// strategies and metrics registries of their own, the base is left as it
+// was, a strategy of the user's own is kept, and the fields Orderly owns
+// are set from the Config.
+func TestSaramaNotShared(t *testing.T) {
+	base := DefaultSarama()
+	own := ownStrategy{sarama.NewBalanceStrategyRange()}
+	base.Consumer.Group.Rebalance.GroupStrategies = []sarama.BalanceStrategy{
+		sarama.NewBalanceStrategyCooperativeSticky(), sarama.NewBalanceStrategySticky(),
+		sarama.NewBalanceStrategyRoundRobin(), sarama.NewBalanceStrategyRange(), own,
+	}
+	base.Consumer.Group.Rebalance.Strategy = sarama.NewBalanceStrategySticky()
+	baseStrategies := append([]sarama.BalanceStrategy(nil), base.Consumer.Group.Rebalance.GroupStrategies...)
+	baseRegistry := base.MetricRegistry
+	mk := func(instance string, policy ResetPolicy) *sarama.Config {
+		t.Helper()
+		cfg := Config{Brokers: []string{"localhost:9092"}, Topics: []string{"t"}, GroupID: "g", Sarama: base,
+			InstanceID: instance, OnOffsetReset: policy}
+		g, err := New(cfg, Handler[*Message]{Do: func(context.Context, []*Message) error { return nil }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return g.cfg.Sarama
+	}
+	a, b := mk("pod-a", ResetFollow), mk("", ResetRefuse)
+	for i, s := range baseStrategies {
+		as, bs := a.Consumer.Group.Rebalance.GroupStrategies[i], b.Consumer.Group.Rebalance.GroupStrategies[i]
+		if as.Name() != s.Name() || bs.Name() != s.Name() {
+			t.Errorf("strategy %d: got %q and %q, want %q", i, as.Name(), bs.Name(), s.Name())
+		}
+		if _, isOwn := s.(ownStrategy); isOwn {
+			if as != s || bs != s {
+				t.Errorf("strategy %d of the user's own type: replaced, want it kept as given", i)
+			}
+			continue
+		}
+		if s.Name() == sarama.RoundRobinBalanceStrategyName {
+			continue // a pointer to an empty struct, no state: new ones may share an address
+		}
+		if as == s || bs == s || as == bs {
+			t.Errorf("strategy %d (%s): shared between the base and the groups, want a new one for each", i, s.Name())
+		}
+		if fmt.Sprintf("%T", as) != fmt.Sprintf("%T", s) {
+			t.Errorf("strategy %d: got type %T, want %T", i, as, s)
+		}
+	}
+	if a.Consumer.Group.Rebalance.Strategy == base.Consumer.Group.Rebalance.Strategy {
+		t.Error("the deprecated Rebalance.Strategy is shared with the base, want a new one")
+	}
+	if a.MetricRegistry == baseRegistry || b.MetricRegistry == baseRegistry || a.MetricRegistry == b.MetricRegistry {
+		t.Error("metrics registry shared, want one per group")
+	}
+	for i, s := range baseStrategies {
+		if base.Consumer.Group.Rebalance.GroupStrategies[i] != s {
+			t.Errorf("base strategy %d was modified", i)
+		}
+	}
+	if base.MetricRegistry != baseRegistry || base.Consumer.Group.InstanceId != "" || !base.Consumer.Group.ResetInvalidOffsets {
+		t.Error("the base config was modified")
+	}
+	if a.Consumer.Group.InstanceId != "pod-a" || b.Consumer.Group.InstanceId != "" {
+		t.Errorf("InstanceId: got %q and %q, want \"pod-a\" and \"\"", a.Consumer.Group.InstanceId, b.Consumer.Group.InstanceId)
+	}
+	if !a.Consumer.Group.ResetInvalidOffsets || b.Consumer.Group.ResetInvalidOffsets {
+		t.Errorf("ResetInvalidOffsets: got %v (ResetFollow) and %v (ResetRefuse), want true and false",
+			a.Consumer.Group.ResetInvalidOffsets, b.Consumer.Group.ResetInvalidOffsets)
+	}
+}
+
+// TestGroupsFromOneBase: four Groups built from one Config.Sarama, two
+// consumer groups of two members each, run at once against one broker.
+// Run with -race: with the base's cooperative-sticky strategy shared, the
+// two leaders' Plans raced on its partition movements. Each consumer
+// group consumes everything.
+func TestGroupsFromOneBase(t *testing.T) {
+	const partitions, n, keys = 4, 4000, 40
+	r := newRig(t, "one-base", partitions, n, keys)
+	base := r.config("unused").Sarama
+	ids := []string{"one-base-a", "one-base-b"}
+	members := map[string][]*Group[*Message]{}
+	for _, id := range ids {
+		for range 2 {
+			cfg := r.config(id)
+			cfg.Sarama = base
+			members[id] = append(members[id], newGroup(t, cfg, func(context.Context, []*Message) error { return nil }))
+		}
+	}
+	for _, id := range ids {
+		for _, g := range members[id] {
+			run(t, g)
+		}
+	}
+	for _, id := range ids {
+		r.waitAllCommitted(id, time.Minute)
+		var handled int64
+		for _, g := range members[id] {
+			handled += g.Stats().Handled
+		}
+		if handled < n {
+			t.Errorf("group %s: handled %d, want all %d", id, handled, n)
+		}
+	}
+}
+
+// TestStrategiesPlanConcurrently: the leaders of two consumer groups whose
+// Groups were built from one Config.Sarama plan their assignments at the
+// same time. Run with -race: sarama's sticky strategies write their
+// partition movements in Plan, which raced when the base's strategy
+// object was shared (the race detector cannot see it through a whole
+// group run against an in-process broker, whose channels order
+// everything, so the Plans are called here directly).
+func TestStrategiesPlanConcurrently(t *testing.T) {
+	base := DefaultSarama()
+	base.Consumer.Group.Rebalance.GroupStrategies = []sarama.BalanceStrategy{
+		sarama.NewBalanceStrategyCooperativeSticky(), sarama.NewBalanceStrategySticky(), sarama.NewBalanceStrategyRange(),
+	}
+	members := map[string]sarama.ConsumerGroupMemberMetadata{
+		"m1": {Version: 1, Topics: []string{"t"}}, "m2": {Version: 1, Topics: []string{"t"}},
+	}
+	topics := map[string][]int32{"t": {0, 1, 2, 3, 4, 5, 6, 7}}
+	var plans []sarama.BalanceStrategy
+	for range 2 {
+		g, err := New(Config{Brokers: []string{"localhost:9092"}, Topics: []string{"t"}, GroupID: "g", Sarama: base},
+			Handler[*Message]{Do: func(context.Context, []*Message) error { return nil }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		plans = append(plans, g.cfg.Sarama.Consumer.Group.Rebalance.GroupStrategies...)
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, len(plans)*20)
+	for _, st := range plans {
+		wg.Go(func() {
+			for range 20 {
+				if _, err := st.Plan(members, topics); err != nil {
+					errs <- err
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatalf("Plan: %v", err)
+	}
+}

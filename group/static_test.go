@@ -1,0 +1,99 @@
+package group
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/IBM/sarama"
+	"github.com/twmb/franz-go/pkg/kfake"
+)
+
+// assignmentOf returns the partitions of topic the coordinator assigned to
+// the member with instanceID, and the group's generation.
+func assignmentOf(c *kfake.Cluster, group, topic, instanceID string) (parts []int32, gen int32, ok bool) {
+	gi := c.GroupInfo(group)
+	if gi == nil {
+		return nil, 0, false
+	}
+	for _, m := range gi.Members {
+		if m.InstanceID != nil && *m.InstanceID == instanceID {
+			parts = slices.Clone(m.Assignment[topic])
+			slices.Sort(parts)
+			return parts, gi.Epoch, gi.State == "Stable"
+		}
+	}
+	return nil, gi.Epoch, false
+}
+
+// TestStaticMembershipRestart: two static members (Config.InstanceID, the
+// range strategy, whose subscription does not change across restarts).
+// One stops gracefully and a new Group with its InstanceID starts within
+// the session timeout: it gets the same partitions back in the same
+// generation (no rebalance: the coordinator's group info says so), the
+// other member never lets go of anything, and nothing is handled twice.
+// Then it stops for good: a static member sends no LeaveGroup, so its
+// partitions move to the other member only once the session timeout has
+// passed.
+func TestStaticMembershipRestart(t *testing.T) {
+	const partitions, n, keys = 4, 20_000, 200
+	r, o := oracleRig(t, "static membership restart", "static", partitions, n, keys)
+	produced := r.produceAtRate(2000)
+	cfg := r.config("static")
+	cfg.Sarama.Consumer.Group.Rebalance.GroupStrategies = []sarama.BalanceStrategy{sarama.NewBalanceStrategyRange()}
+	cfg.Size, cfg.Num = 8, 2
+	cluster := r.b.Cluster()
+	cfgA, cfgB := cfg, cfg
+	cfgA.InstanceID, cfgB.InstanceID = "pod-a", "pod-b"
+	a, b := &member{tag: "a1", o: o, delay: time.Millisecond}, &member{tag: "b", o: o, delay: time.Millisecond}
+	stopA := a.start(t, cfgA)
+	stopB := b.start(t, cfgB)
+	var partsA []int32
+	var gen int32
+	waitFor(t, 30*time.Second, "both members assigned partitions in a stable group", func() bool {
+		pa, g1, okA := assignmentOf(cluster, cfg.GroupID, r.topic, "pod-a")
+		pb, _, okB := assignmentOf(cluster, cfg.GroupID, r.topic, "pod-b")
+		partsA, gen = pa, g1
+		return okA && okB && len(pa) > 0 && len(pb) > 0 && a.g.Load().Stats().Partitions == int64(len(pa)) &&
+			b.g.Load().Stats().Partitions == int64(len(pb))
+	})
+	waitFor(t, 30*time.Second, "both members to handle messages", func() bool { return a.n.Load() > 0 && b.n.Load() > 0 })
+	revokesB := b.g.Load().Stats().Revokes
+	if err := stopA(); err != nil {
+		t.Fatal(err)
+	}
+	restarted := time.Now()
+	a2 := &member{tag: "a2", o: o, delay: time.Millisecond}
+	stopA2 := a2.start(t, cfgA)
+	waitFor(t, 30*time.Second, "the restarted member to claim its partitions", func() bool {
+		return a2.g.Load().Stats().Partitions == int64(len(partsA)) && a2.n.Load() > 0
+	})
+	back := time.Since(restarted)
+	pa2, gen2, ok := assignmentOf(cluster, cfg.GroupID, r.topic, "pod-a")
+	if !ok || !slices.Equal(pa2, partsA) || gen2 != gen {
+		t.Fatalf("after the restart: pod-a holds %v in generation %d (stable %v), want %v in generation %d (no rebalance)", pa2, gen2, ok, partsA, gen)
+	}
+	if got := b.g.Load().Stats().Revokes; got != revokesB {
+		t.Fatalf("the other member let go of %d partitions during the restart, want 0", got-revokesB)
+	}
+	// Gone for good: no LeaveGroup, so the partitions wait for the session
+	// timeout.
+	if err := stopA2(); err != nil {
+		t.Fatal(err)
+	}
+	gone := time.Now()
+	waitFor(t, 30*time.Second, "the other member to take every partition", func() bool {
+		return b.g.Load().Stats().Partitions == partitions
+	})
+	moved := time.Since(gone)
+	if session := cfg.Sarama.Consumer.Group.Session.Timeout; moved < session-time.Second {
+		t.Errorf("a stopped static member's partitions moved after %v, before the session timeout %v: did it leave the group?", moved, session)
+	}
+	produced()
+	r.finalCheck(o, cfg.GroupID, time.Minute, want{all: true})
+	if err := stopB(); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("restarted within the session timeout: partitions %v back after %v in generation %d; stopped for good: taken over after %v (session timeout %v)",
+		partsA, back.Round(time.Millisecond), gen, moved.Round(time.Millisecond), cfg.Sarama.Consumer.Group.Session.Timeout)
+}
