@@ -27,9 +27,9 @@ import (
 // when it has a value, at the head of the value, and a payload derived
 // from (key, seq): Do checks each record against what was produced.
 
-// rec is one record to produce: ledger key and seq, its Kafka key (nil: a
+// rec12 is one record to produce: ledger key and seq, its Kafka key (nil: a
 // null key, pinned to part), whether its value is null, its payload size.
-type rec struct {
+type rec12 struct {
 	key, seq  uint32
 	kafkaKey  []byte
 	part      int32 // for null keys
@@ -38,14 +38,14 @@ type rec struct {
 }
 
 const (
-	hdrProducer = "orderly-test-producer"
+	hdrProducer = "orderly-test-producer12"
 	hdrLedger   = "orderly-test-ledger"
 	hdrEmpty    = "orderly-test-empty"
 )
 
-// payloadOf is the payload of (key, seq): size bytes that compress well
+// payload12 is the payload of (key, seq): size bytes that compress well
 // but differ from record to record.
-func payloadOf(key, seq uint32, size int) []byte {
+func payload12(key, seq uint32, size int) []byte {
 	b := make([]byte, 0, size+32)
 	for len(b) < size {
 		b = fmt.Appendf(b, "key %d seq %d; ", key, seq)
@@ -54,11 +54,11 @@ func payloadOf(key, seq uint32, size int) []byte {
 }
 
 // value is the record's value: nil for a tombstone.
-func (r rec) value() []byte {
+func (r rec12) value() []byte {
 	if r.tombstone {
 		return nil
 	}
-	return ledger.Encode(nil, r.key, r.seq, time.Time{}, payloadOf(r.key, r.seq, r.size))
+	return ledger.Encode(nil, r.key, r.seq, time.Time{}, payload12(r.key, r.seq, r.size))
 }
 
 // fnv32a is sarama's key hash (NewHashPartitioner).
@@ -96,13 +96,13 @@ func (p saramaPinned) Partition(m *sarama.ProducerMessage, n int32) (int32, erro
 
 func (saramaPinned) RequiresConsistency() bool { return true }
 
-// producer writes records to a topic and returns once all are acknowledged.
-type producer struct {
+// producer12 writes records to a topic and returns once all are acknowledged.
+type producer12 struct {
 	name    string
-	produce func(t *testing.T, topic string, recs []rec)
+	produce func(t *testing.T, topic string, recs []rec12)
 }
 
-func headersOf(name string, r rec) [][2][]byte {
+func headers12(name string, r rec12) [][2][]byte {
 	return [][2][]byte{
 		{[]byte(hdrProducer), []byte(name)},
 		{[]byte(hdrLedger), ledger.Encode(nil, r.key, r.seq, time.Time{}, nil)},
@@ -112,19 +112,19 @@ func headersOf(name string, r rec) [][2][]byte {
 
 // kgoProducer is a kgo client (idempotent, as kgo is by default) with
 // codec and opts, partitioning like sarama.
-func kgoProducer(t *testing.T, addrs []string, name string, codec kgo.CompressionCodec, opts ...kgo.Opt) producer {
+func kgoProducer(t *testing.T, addrs []string, name string, codec kgo.CompressionCodec, opts ...kgo.Opt) producer12 {
 	cl := newKgo(t, addrs, append([]kgo.Opt{kgo.ProducerBatchCompression(codec), kgo.RecordPartitioner(saramaCompat())}, opts...)...)
-	return producer{name: name, produce: func(t *testing.T, topic string, recs []rec) {
+	return producer12{name: name, produce: func(t *testing.T, topic string, recs []rec12) {
 		t.Helper()
 		produceKgo(t, cl, kgoRecords(name, topic, recs)...)
 	}}
 }
 
-func kgoRecords(name, topic string, recs []rec) []*kgo.Record {
+func kgoRecords(name, topic string, recs []rec12) []*kgo.Record {
 	out := make([]*kgo.Record, len(recs))
 	for i, r := range recs {
 		kr := &kgo.Record{Topic: topic, Key: r.kafkaKey, Value: r.value(), Partition: r.part}
-		for _, h := range headersOf(name, r) {
+		for _, h := range headers12(name, r) {
 			kr.Headers = append(kr.Headers, kgo.RecordHeader{Key: string(h[0]), Value: h[1]})
 		}
 		out[i] = kr
@@ -133,7 +133,7 @@ func kgoRecords(name, topic string, recs []rec) []*kgo.Record {
 }
 
 // saramaProducer is an idempotent sarama SyncProducer with codec.
-func saramaProducer(t *testing.T, addrs []string, name string, codec sarama.CompressionCodec, maxBytes int) producer {
+func saramaProducer(t *testing.T, addrs []string, name string, codec sarama.CompressionCodec, maxBytes int) producer12 {
 	t.Helper()
 	sc := sarama.NewConfig()
 	sc.Version = sarama.V3_0_0_0
@@ -151,10 +151,10 @@ func saramaProducer(t *testing.T, addrs []string, name string, codec sarama.Comp
 	sc.Producer.Partitioner = func(topic string) sarama.Partitioner { return saramaPinned{sarama.NewHashPartitioner(topic)} }
 	p, err := sarama.NewSyncProducer(addrs, sc)
 	if err != nil {
-		t.Fatalf("sarama producer %s: %v", name, err)
+		t.Fatalf("sarama producer12 %s: %v", name, err)
 	}
 	t.Cleanup(func() { _ = p.Close() })
-	return producer{name: name, produce: func(t *testing.T, topic string, recs []rec) {
+	return producer12{name: name, produce: func(t *testing.T, topic string, recs []rec12) {
 		t.Helper()
 		msgs := make([]*sarama.ProducerMessage, len(recs))
 		for i, r := range recs {
@@ -165,13 +165,13 @@ func saramaProducer(t *testing.T, addrs []string, name string, codec sarama.Comp
 			if v := r.value(); v != nil {
 				m.Value = sarama.ByteEncoder(v)
 			}
-			for _, h := range headersOf(name, r) {
+			for _, h := range headers12(name, r) {
 				m.Headers = append(m.Headers, sarama.RecordHeader{Key: h[0], Value: h[1]})
 			}
 			msgs[i] = m
 		}
 		if err := p.SendMessages(msgs); err != nil {
-			t.Fatalf("sarama producer %s: %v", name, err)
+			t.Fatalf("sarama producer12 %s: %v", name, err)
 		}
 	}}
 }
@@ -181,20 +181,20 @@ type plan12 struct {
 	counts []uint32
 }
 
-func (p *plan12) next(key uint32, kafkaKey []byte, part int32, tombstone bool, size int) rec {
+func (p *plan12) next(key uint32, kafkaKey []byte, part int32, tombstone bool, size int) rec12 {
 	for int(key) >= len(p.counts) {
 		p.counts = append(p.counts, 0)
 	}
-	r := rec{key: key, seq: p.counts[key], kafkaKey: kafkaKey, part: part, tombstone: tombstone, size: size}
+	r := rec12{key: key, seq: p.counts[key], kafkaKey: kafkaKey, part: part, tombstone: tombstone, size: size}
 	p.counts[key]++
 	return r
 }
 
-// checker is the Do of scenario 12: it checks each record against what was
+// checker12 is the Do of scenario 12: it checks each record against what was
 // produced (ledger header, payload, headers, null key, null value), that
 // every Kafka key lives on one partition, that no aborted record arrives,
 // and reports the rest to the oracle.
-type checker struct {
+type checker12 struct {
 	tag string
 	o   *oracle
 	g   atomic.Pointer[Group[*Message]]
@@ -209,17 +209,17 @@ type checker struct {
 	codecs   map[string]int // records by producer
 }
 
-func newChecker(tag string, o *oracle) *checker {
-	return &checker{tag: tag, o: o, keyPart: map[string]int32{}, codecs: map[string]int{}}
+func newChecker12(tag string, o *oracle) *checker12 {
+	return &checker12{tag: tag, o: o, keyPart: map[string]int32{}, codecs: map[string]int{}}
 }
 
-func (c *checker) problem(m *Message, format string, args ...any) {
+func (c *checker12) problem(m *Message, format string, args ...any) {
 	if len(c.problems) < 20 {
 		c.problems = append(c.problems, fmt.Sprintf("%s/%d@%d: ", m.Topic, m.Partition, m.Offset)+fmt.Sprintf(format, args...))
 	}
 }
 
-func (c *checker) Do(_ context.Context, batch []*Message) error {
+func (c *checker12) Do(_ context.Context, batch []*Message) error {
 	now := time.Now()
 	g := c.g.Load()
 	c.mu.Lock()
@@ -251,7 +251,7 @@ func (c *checker) Do(_ context.Context, batch []*Message) error {
 			case vk != key || vs != seq:
 				c.problem(m, "value says key %d seq %d, header says key %d seq %d", vk, vs, key, seq)
 				continue
-			case !bytes.Equal(payload, payloadOf(key, seq, len(payload))):
+			case !bytes.Equal(payload, payload12(key, seq, len(payload))):
 				c.problem(m, "payload of %d bytes differs from what was produced for key %d seq %d", len(payload), key, seq)
 				continue
 			}
@@ -278,7 +278,7 @@ func (c *checker) Do(_ context.Context, batch []*Message) error {
 }
 
 // start runs a Group with the checker as its Do.
-func (c *checker) start(t *testing.T, cfg Config) (stop func() error) {
+func (c *checker12) start(t *testing.T, cfg Config) (stop func() error) {
 	t.Helper()
 	g := newGroup(t, cfg, c.Do)
 	c.g.Store(g)
@@ -286,7 +286,7 @@ func (c *checker) start(t *testing.T, cfg Config) (stop func() error) {
 }
 
 // report fails the test on what the checker found.
-func (c *checker) report(t *testing.T) {
+func (c *checker12) report(t *testing.T) {
 	t.Helper()
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -303,7 +303,7 @@ func (c *checker) report(t *testing.T) {
 type scenario12 struct {
 	b   *broker.Broker
 	o   *oracle
-	c   *checker
+	c   *checker12
 	cfg Config
 }
 
@@ -321,7 +321,7 @@ func startScenario12(t *testing.T, name, topic string, partitions int32, configs
 	b.ObserveCommits(o.observe)
 	cfg := fastConfig(t, b.Addrs(), topic, topic)
 	cfg.Size, cfg.Num, cfg.Ticker = 16, 4, 5*time.Millisecond
-	return &scenario12{b: b, o: o, c: newChecker("c", o), cfg: cfg}
+	return &scenario12{b: b, o: o, c: newChecker12("c", o), cfg: cfg}
 }
 
 // waitClaimed waits until the checker's group holds n partitions.
@@ -364,9 +364,9 @@ func TestScenario12Producers(t *testing.T) {
 		{"lz4", kgo.Lz4Compression(), sarama.CompressionLZ4},
 		{"zstd", kgo.ZstdCompression(), sarama.CompressionZSTD},
 	}
-	var phases [][]rec
+	var phases [][]rec12
 	for range 2 * len(codecs) {
-		var recs []rec
+		var recs []rec12
 		for i := range keys * perKey {
 			k := uint32(i % keys)
 			recs = append(recs, p.next(k, fmt.Appendf(nil, "k%d", k), 0, i%5 == 4, size))
@@ -380,7 +380,7 @@ func TestScenario12Producers(t *testing.T) {
 	}
 	s := startScenario12(t, "12 real producers: kgo and sarama, every codec, headers, null keys and values", "producers", partitions, nil, p.counts)
 	addrs := s.b.Addrs()
-	var producers []producer
+	var producers []producer12
 	for i, c := range codecs {
 		kp := kgoProducer(t, addrs, "kgo-"+c.name, c.kgo)
 		sp := saramaProducer(t, addrs, "sarama-"+c.name, c.saram, 0)
@@ -473,8 +473,8 @@ func (o *oracle) lastHandled(p int32) int64 {
 	return last
 }
 
-// aborted are records of a transaction that is aborted: never to reach Do.
-func aborted(topic string, n int, key func(i int) []byte) []*kgo.Record {
+// abortedRecords are records of a transaction that is aborted: never to reach Do.
+func abortedRecords(topic string, n int, key func(i int) []byte) []*kgo.Record {
 	out := make([]*kgo.Record, n)
 	for i := range out {
 		out[i] = &kgo.Record{Topic: topic, Key: key(i), Value: []byte("aborted")}
@@ -491,7 +491,7 @@ func aborted(topic string, n int, key func(i int) []byte) []*kgo.Record {
 func TestScenario12Transactions(t *testing.T) {
 	const partitions, rounds, perKey, size = 2, 8, 4, 200
 	var p plan12
-	type round struct{ txn, plain []rec }
+	type round struct{ txn, plain []rec12 }
 	var plan []round
 	for range rounds {
 		var rd round
@@ -511,7 +511,7 @@ func TestScenario12Transactions(t *testing.T) {
 	stop := s.c.start(t, s.cfg)
 	s.waitClaimed(t, partitions)
 	abortAll := func() []*kgo.Record {
-		return aborted(s.o.topic, 10*perKey, func(i int) []byte { return fmt.Appendf(nil, "k%d", i%10) })
+		return abortedRecords(s.o.topic, 10*perKey, func(i int) []byte { return fmt.Appendf(nil, "k%d", i%10) })
 	}
 	for _, rd := range plan {
 		transaction(t, txn, true, kgoRecords("kgo-transactional", s.o.topic, rd.txn)...)
@@ -538,9 +538,9 @@ func TestScenario12Transactions(t *testing.T) {
 	t.Logf("%d transactions committed, %d aborted; high watermarks %v, committed %v; %d offsets passed as control or aborted", rounds, rounds+1, hw, committed, st.ControlSkipped)
 }
 
-// gaps counts the holes in each partition's readable offsets (a first
+// logGaps counts the holes in each partition's readable offsets (a first
 // offset above 0 counts as one).
-func gaps(records map[int32][]int64) int {
+func logGaps(records map[int32][]int64) int {
 	n := 0
 	for _, offs := range records {
 		next := int64(0)
@@ -565,7 +565,7 @@ func gaps(records map[int32][]int64) int {
 func TestScenario12Compacted(t *testing.T) {
 	const partitions, keys, before, during, size = 2, 20, 10, 5, 100
 	var p plan12
-	rounds := make([][]rec, before+during)
+	rounds := make([][]rec12, before+during)
 	for r := range rounds {
 		for k := range uint32(keys) {
 			deleted := k%4 == 0 && r >= 8
@@ -582,7 +582,7 @@ func TestScenario12Compacted(t *testing.T) {
 		prod.produce(t, s.o.topic, recs)
 	}
 	s.b.Cluster().Compact()
-	if n := gaps(readable(t, addrs, s.o.topic)); n < 2*partitions {
+	if n := logGaps(readable(t, addrs, s.o.topic)); n < 2*partitions {
 		t.Fatalf("after compaction: %d gaps in the log, want at least %d (did kfake compact?)", n, 2*partitions)
 	}
 	stop := s.c.start(t, s.cfg)
@@ -595,7 +595,7 @@ func TestScenario12Compacted(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	v := s.finish(t, stop, want{all: true, deleted: -1})
-	n := gaps(readable(t, addrs, s.o.topic))
+	n := logGaps(readable(t, addrs, s.o.topic))
 	if v.Deleted == 0 || n < 2*partitions || s.c.nulls == 0 {
 		t.Errorf("compaction: %d records deleted, %d gaps, %d tombstones handled; want some deleted, at least %d gaps, and tombstones", v.Deleted, n, s.c.nulls, 2*partitions)
 	}
@@ -615,7 +615,7 @@ func TestScenario12NearMaxMessageBytes(t *testing.T) {
 	for _, fetch := range []int32{0, 64 << 10} {
 		t.Run(fmt.Sprintf("fetch %d", fetch), func(t *testing.T) {
 			var p plan12
-			var viaSarama, viaKgo []rec
+			var viaSarama, viaKgo []rec12
 			for i := range keys * perKey {
 				k := uint32(i % keys)
 				viaSarama = append(viaSarama, p.next(k, fmt.Appendf(nil, "k%d", k), 0, false, size))
@@ -634,10 +634,10 @@ func TestScenario12NearMaxMessageBytes(t *testing.T) {
 			stop := s.c.start(t, s.cfg)
 			s.waitClaimed(t, partitions)
 			for _, r := range viaSarama {
-				sp.produce(t, s.o.topic, []rec{r})
+				sp.produce(t, s.o.topic, []rec12{r})
 			}
 			for _, r := range viaKgo {
-				kp.produce(t, s.o.topic, []rec{r})
+				kp.produce(t, s.o.topic, []rec12{r})
 			}
 			s.finish(t, stop, want{all: true, deleted: 0})
 			// Near the limit: a record 250 bytes larger is refused by
@@ -645,8 +645,8 @@ func TestScenario12NearMaxMessageBytes(t *testing.T) {
 			big := newKgo(t, addrs, kgo.ProducerBatchMaxBytes(2*maxBytes), kgo.ProducerBatchCompression(kgo.NoCompression()), kgo.RecordRetries(0))
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			over := rec{key: 0, seq: 1 << 20, kafkaKey: []byte("k0"), size: size + 250} // never consumed
-			err := big.ProduceSync(ctx, kgoRecords("kgo-over", s.o.topic, []rec{over})...).FirstErr()
+			over := rec12{key: 0, seq: 1 << 20, kafkaKey: []byte("k0"), size: size + 250} // never consumed
+			err := big.ProduceSync(ctx, kgoRecords("kgo-over", s.o.topic, []rec12{over})...).FirstErr()
 			if !errors.Is(err, kerr.MessageTooLarge) {
 				t.Errorf("a record 250 bytes larger: got %v, want MESSAGE_TOO_LARGE from the broker", err)
 			}

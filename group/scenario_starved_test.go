@@ -159,8 +159,8 @@ func (o *oracle) committedBy(member string, gen int32, parts []int32) bool {
 	return true
 }
 
-// partsOf returns the partitions g holds.
-func partsOf[T any](g *Group[T]) []int32 {
+// heldPartitions returns the partitions g holds.
+func heldPartitions[T any](g *Group[T]) []int32 {
 	g.claimsMu.Lock()
 	defer g.claimsMu.Unlock()
 	var out []int32
@@ -275,9 +275,9 @@ func TestScenario07HeartbeatsStarved(t *testing.T) {
 		vID, gen0 = victim.memberID()
 		oID, _ := other.memberID()
 		return vID != "" && oID != "" && victim.n.Load() > 0 && other.n.Load() > 0 &&
-			len(partsOf(victim.g.Load()))+len(partsOf(other.g.Load())) == partitions
+			len(heldPartitions(victim.g.Load()))+len(heldPartitions(other.g.Load())) == partitions
 	})
-	vParts := partsOf(victim.g.Load())
+	vParts := heldPartitions(victim.g.Load())
 	release := make(chan struct{})
 	var releaseOnce sync.Once
 	let := func() { releaseOnce.Do(func() { close(release) }) }
@@ -296,7 +296,7 @@ func TestScenario07HeartbeatsStarved(t *testing.T) {
 	}
 	oID, _ := other.memberID()
 	waitFor(t, 30*time.Second, "the other member to take the victim's partitions and commit them in a new generation", func() bool {
-		return len(partsOf(other.g.Load())) == partitions && o.committedBy(oID, gen0, vParts)
+		return len(heldPartitions(other.g.Load())) == partitions && o.committedBy(oID, gen0, vParts)
 	})
 	evictedAfter := time.Since(starvedAt)
 	o.uncleanEnd("victim/"+vID, held)
@@ -359,21 +359,24 @@ func TestScenario08SlowerThanRebalance(t *testing.T) {
 			cfg.Sarama.Consumer.Group.Rebalance.GroupStrategies = []sarama.BalanceStrategy{tt.strategy()}
 			cfg.Size, cfg.Num, cfg.Ticker = 4, 8, 5*time.Millisecond
 			slow, joiner := newSlowMember("slow", o, tt.honour), newSlowMember("joiner", o, true)
-			stopS := slow.start(t, cfg)
-			waitFor(t, 30*time.Second, "the slow member to handle records", func() bool { return slow.n.Load() > 0 })
-			slowID, gen0 := slow.memberID()
 			slow.slow.Store(int64(call))
-			waitFor(t, 10*time.Second, "slow calls in Do", func() bool { return slow.inDo.Load() >= int32(partitions) })
+			stopS := slow.start(t, cfg)
+			var slowID string
+			var gen0 int32
+			waitFor(t, 30*time.Second, "the slow member to hold every partition with calls in Do", func() bool {
+				slowID, gen0 = slow.memberID()
+				return len(heldPartitions(slow.g.Load())) == partitions && slow.inDo.Load() >= int32(partitions)
+			})
 			// What the broker holds now covers none of the calls in Do:
 			// those that finish after their revoke are repeats to expect.
 			held := r.b.Commits(cfg.GroupID, r.topic)
 			joined := time.Now()
 			stopJ := joiner.start(t, cfg)
-			waitFor(t, 30*time.Second, "the joiner to hold partitions", func() bool { return len(partsOf(joiner.g.Load())) > 0 })
+			waitFor(t, 30*time.Second, "the joiner to hold partitions", func() bool { return len(heldPartitions(joiner.g.Load())) > 0 })
 			rebalanced := time.Since(joined)
 			slow.slow.Store(0)
 			waitFor(t, 30*time.Second, "both members to hold partitions", func() bool {
-				return len(partsOf(slow.g.Load())) > 0 && len(partsOf(joiner.g.Load()))+len(partsOf(slow.g.Load())) == partitions
+				return len(heldPartitions(slow.g.Load())) > 0 && len(heldPartitions(joiner.g.Load()))+len(heldPartitions(slow.g.Load())) == partitions
 			})
 			if id, gen := slow.memberID(); id != slowID || gen <= gen0 {
 				t.Errorf("the slow member after the rebalance: member %q generation %d, want %q in a generation above %d (kept, not dropped)", id, gen, slowID, gen0)
