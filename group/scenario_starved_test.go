@@ -29,8 +29,9 @@ type slowMember struct {
 	tag    string
 	o      *oracle
 	g      atomic.Pointer[Group[*Message]]
-	slow   atomic.Int64 // each call sleeps this long (ns) first
-	honour bool         // a slow call returns early with the cause when its ctx ends
+	slow   atomic.Int64  // each call sleeps this long (ns) first
+	gate   chan struct{} // if set (before start), each call waits until it is closed first
+	honour bool          // a slow call returns early with the cause when its ctx ends
 	inDo   atomic.Int32
 	n      atomic.Int64
 
@@ -56,20 +57,25 @@ func newSlowMember(tag string, o *oracle, honour bool) *slowMember {
 func (m *slowMember) Do(ctx context.Context, batch []*Message) error {
 	m.inDo.Add(1)
 	defer m.inDo.Add(-1)
-	if d := time.Duration(m.slow.Load()); d > 0 {
+	var timer <-chan time.Time
+	if d := time.Duration(m.slow.Load()); d > 0 && m.gate == nil {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		timer = t.C
+	}
+	if timer != nil || m.gate != nil {
+		var done <-chan struct{}
 		if m.honour {
-			t := time.NewTimer(d)
-			select {
-			case <-t.C:
-			case <-ctx.Done():
-				t.Stop()
-				m.mu.Lock()
-				m.nCancel++
-				m.mu.Unlock()
-				return context.Cause(ctx)
-			}
-		} else {
-			time.Sleep(d)
+			done = ctx.Done()
+		}
+		select {
+		case <-timer:
+		case <-m.gate:
+		case <-done:
+			m.mu.Lock()
+			m.nCancel++
+			m.mu.Unlock()
+			return context.Cause(ctx)
 		}
 	}
 	now := time.Now()
@@ -329,8 +335,10 @@ func TestScenario07HeartbeatsStarved(t *testing.T) {
 }
 
 // TestScenario08SlowerThanRebalance: one member consumes with calls that
-// take longer than the rebalance timeout (4 s against 3 s; DrainTimeout
-// is half of it); a second member joins. The slow member's revoked
+// take longer than the rebalance timeout (they last until a second member
+// has joined and got partitions, and at least 4 s, against a rebalance
+// timeout of 3 s; DrainTimeout is half of it), calls in Do on every
+// partition; the second member joins. The slow member's revoked
 // partitions cannot wait for their calls: after DrainTimeout their ctx is
 // cancelled, the final frontier is committed, and the member rejoins in
 // time, keeping its member ID (it is not dropped from the group). A
@@ -357,16 +365,23 @@ func TestScenario08SlowerThanRebalance(t *testing.T) {
 			cfg := r.config("slow-handler")
 			cfg.Sarama.Consumer.Group.Rebalance.Timeout = rebalance
 			cfg.Sarama.Consumer.Group.Rebalance.GroupStrategies = []sarama.BalanceStrategy{tt.strategy()}
-			cfg.Size, cfg.Num, cfg.Ticker = 4, 8, 5*time.Millisecond
+			// 64 workers on 80 lanes (20 keys per partition), one message
+			// per call: once all are in Do, every partition has at least
+			// 4 calls there, whichever partitions the rebalance moves.
+			cfg.Size, cfg.Num, cfg.Ticker = 1, 64, 5*time.Millisecond
 			slow, joiner := newSlowMember("slow", o, tt.honour), newSlowMember("joiner", o, true)
-			slow.slow.Store(int64(call))
+			slow.gate = make(chan struct{})
+			var gateOnce sync.Once
+			openGate := func() { gateOnce.Do(func() { close(slow.gate) }) }
+			t.Cleanup(openGate) // before stopS's cleanup runs (cleanups run last first)
 			stopS := slow.start(t, cfg)
 			var slowID string
 			var gen0 int32
 			waitFor(t, 30*time.Second, "the slow member to hold every partition with calls in Do", func() bool {
 				slowID, gen0 = slow.memberID()
-				return len(heldPartitions(slow.g.Load())) == partitions && slow.inDo.Load() >= int32(partitions)
+				return len(heldPartitions(slow.g.Load())) == partitions && slow.inDo.Load() == int32(cfg.Num)
 			})
+			calling := time.Now()
 			// What the broker holds now covers none of the calls in Do:
 			// those that finish after their revoke are repeats to expect.
 			held := r.b.Commits(cfg.GroupID, r.topic)
@@ -374,7 +389,10 @@ func TestScenario08SlowerThanRebalance(t *testing.T) {
 			stopJ := joiner.start(t, cfg)
 			waitFor(t, 30*time.Second, "the joiner to hold partitions", func() bool { return len(heldPartitions(joiner.g.Load())) > 0 })
 			rebalanced := time.Since(joined)
-			slow.slow.Store(0)
+			// The calls end once the rebalance is over and they ran
+			// longer than the rebalance timeout.
+			time.Sleep(time.Until(calling.Add(call)))
+			openGate()
 			waitFor(t, 30*time.Second, "both members to hold partitions", func() bool {
 				return len(heldPartitions(slow.g.Load())) > 0 && len(heldPartitions(joiner.g.Load()))+len(heldPartitions(slow.g.Load())) == partitions
 			})
