@@ -1,7 +1,9 @@
 package group
 
 import (
+	"fmt"
 	"math/rand/v2"
+	"sync"
 	"testing"
 	"time"
 
@@ -55,6 +57,20 @@ func TestScenario06Brokers(t *testing.T) {
 	d := scenarioDuration(8 * time.Second)
 	r, o := newClusterRig(t, "6 three brokers: fetch errors, leaders and coordinators moved", "brokers", partitions, brokers, int(d.Seconds()*rate), keys)
 	cluster := r.b.Cluster()
+	// Which brokers the members' commits and fetches reach (CurrentNode is
+	// valid inside a control function): they must follow the moves.
+	var nodesMu sync.Mutex
+	nodes := map[string]map[int32]int{"OffsetCommit": {}, "Fetch": {}}
+	for _, k := range []kmsg.Key{kmsg.OffsetCommit, kmsg.Fetch} {
+		name := k.Name()
+		cluster.ControlKey(k.Int16(), func(kmsg.Request) (kmsg.Response, error, bool) {
+			cluster.KeepControl()
+			nodesMu.Lock()
+			nodes[name][cluster.CurrentNode()]++
+			nodesMu.Unlock()
+			return nil, nil, false
+		})
+	}
 	produced := r.produceAtRate(rate)
 	cfg := r.config("brokers")
 	cfg.Size, cfg.Num, cfg.Ticker = 8, 4, 5*time.Millisecond
@@ -95,11 +111,19 @@ func TestScenario06Brokers(t *testing.T) {
 	if hits == 0 || counts["leader moved"] == 0 || counts["coordinator moved"] == 0 {
 		t.Errorf("faults that took effect: %d fetch errors answered, %v; want some of each", hits, counts)
 	}
+	nodesMu.Lock()
+	for name, by := range nodes {
+		if len(by) < 2 {
+			t.Errorf("%s requests by broker: %v, want them at 2 brokers or more (following the moves)", name, by)
+		}
+	}
+	reached := fmt.Sprint(nodes)
+	nodesMu.Unlock()
 	errsA, errsB := a.g.Load().Stats().ErrorsBy, b.g.Load().Stats().ErrorsBy
 	for _, stop := range []func() error{stopA, stopB} {
 		if err := stop(); err != nil {
 			t.Fatal(err)
 		}
 	}
-	t.Logf("%d fetch errors answered, %v; errors seen by the members: a %+v, b %+v; %d commits checked", hits, counts, errsA, errsB, v.Commits)
+	t.Logf("%d fetch errors answered, %v; requests by broker %s; errors seen by the members: a %+v, b %+v; %d commits checked", hits, counts, reached, errsA, errsB, v.Commits)
 }

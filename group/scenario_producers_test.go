@@ -406,7 +406,8 @@ func TestScenario12Producers(t *testing.T) {
 	}
 	// Read back with kgo, a second client: the batches of each producer
 	// carry its codec (kgo's RecordAttrs: 0 none, 1 gzip, 2 snappy, 3 lz4,
-	// 4 zstd), so the consumer above did decompress every codec.
+	// 4 zstd), so the consumer above did decompress every codec, and a
+	// producer ID (idempotent).
 	got := codecsOf(t, addrs, s.o.topic, len(phases)*len(phases[0]))
 	for i, c := range codecs {
 		for _, pr := range []string{"kgo-" + c.name, "sarama-" + c.name} {
@@ -423,11 +424,13 @@ func TestScenario12Producers(t *testing.T) {
 }
 
 // codecsOf reads n records of topic back with kgo and returns the codecs of
-// each producer's batches (by the producer header).
+// each producer's batches (by the producer header); it fails the test on a
+// record written without a producer ID (not idempotently).
 func codecsOf(t *testing.T, addrs []string, topic string, n int) map[string][]uint8 {
 	t.Helper()
 	cl := newKgo(t, addrs, kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
 	seen := map[string]map[uint8]bool{}
+	notIdempotent := map[string]int{}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	for got := 0; got < n; {
@@ -447,7 +450,13 @@ func codecsOf(t *testing.T, addrs []string, topic string, n int) map[string][]ui
 				seen[who] = map[uint8]bool{}
 			}
 			seen[who][r.Attrs.CompressionType()] = true
+			if r.ProducerID < 0 {
+				notIdempotent[who]++
+			}
 		})
+	}
+	for who, n := range notIdempotent {
+		t.Errorf("%d records of %s without a producer ID, want every one written idempotently", n, who)
 	}
 	out := map[string][]uint8{}
 	for who, cs := range seen {
