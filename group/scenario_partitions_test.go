@@ -37,6 +37,7 @@ func (o *oracle) firstCompletion(p int32) (at time.Time, ok bool) {
 // period) plus a rebalance. The default suite uses a 2 s period;
 // ORDERLY_SOAK uses DefaultSarama's (DefaultMetadataRefresh).
 func TestScenario10PartitionsAdded(t *testing.T) {
+	t.Parallel() // mostly waiting on metadata refreshes
 	const before, after, perOld, perNew, keysPer = 4, 8, 2500, 1000, 25
 	refresh := 2 * time.Second
 	if soak() {
