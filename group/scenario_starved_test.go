@@ -265,7 +265,7 @@ func watchCommitted(t *testing.T, r *rig, o *oracle, group string) (check func(m
 // a graceful handoff. Repeats are only the victim's completions not
 // covered by the broker's commits when its heartbeats stopped.
 func TestScenario07HeartbeatsStarved(t *testing.T) {
-	t.Parallel() // mostly waiting: on the session timeout, on metadata refreshes
+	t.Parallel() // mostly waiting on the session timeout
 	const partitions, rate, keys = 4, 1500, 200
 	d := scenarioDuration(12 * time.Second)
 	n := int(d.Seconds() * rate)
