@@ -96,7 +96,8 @@ func (p saramaPinned) Partition(m *sarama.ProducerMessage, n int32) (int32, erro
 
 func (saramaPinned) RequiresConsistency() bool { return true }
 
-// producer12 writes records to a topic and returns once all are acknowledged.
+// producer12 writes records to a topic and returns once all are
+// acknowledged.
 type producer12 struct {
 	name    string
 	produce func(t *testing.T, topic string, recs []rec12)
@@ -113,6 +114,7 @@ func headers12(name string, r rec12) [][2][]byte {
 // kgoProducer is a kgo client (idempotent, as kgo is by default) with
 // codec and opts, partitioning like sarama.
 func kgoProducer(t *testing.T, addrs []string, name string, codec kgo.CompressionCodec, opts ...kgo.Opt) producer12 {
+	t.Helper()
 	cl := newKgo(t, addrs, append([]kgo.Opt{kgo.ProducerBatchCompression(codec), kgo.RecordPartitioner(saramaCompat())}, opts...)...)
 	return producer12{name: name, produce: func(t *testing.T, topic string, recs []rec12) {
 		t.Helper()
@@ -151,7 +153,7 @@ func saramaProducer(t *testing.T, addrs []string, name string, codec sarama.Comp
 	sc.Producer.Partitioner = func(topic string) sarama.Partitioner { return saramaPinned{sarama.NewHashPartitioner(topic)} }
 	p, err := sarama.NewSyncProducer(addrs, sc)
 	if err != nil {
-		t.Fatalf("sarama producer12 %s: %v", name, err)
+		t.Fatalf("sarama producer %s: %v", name, err)
 	}
 	t.Cleanup(func() { _ = p.Close() })
 	return producer12{name: name, produce: func(t *testing.T, topic string, recs []rec12) {
@@ -171,7 +173,7 @@ func saramaProducer(t *testing.T, addrs []string, name string, codec sarama.Comp
 			msgs[i] = m
 		}
 		if err := p.SendMessages(msgs); err != nil {
-			t.Fatalf("sarama producer12 %s: %v", name, err)
+			t.Fatalf("sarama producer %s: %v", name, err)
 		}
 	}}
 }
