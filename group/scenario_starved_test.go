@@ -298,6 +298,9 @@ func TestScenario07HeartbeatsStarved(t *testing.T) {
 	}
 	starvedAt := time.Now()
 	held := r.b.Commits(cfg.GroupID, r.topic) // all the victim's commits that will ever count
+	// The generation the victim's commits carry (its claims may have
+	// started in an earlier one: cooperative claims outlive rebalances).
+	gen0 = r.b.Cluster().GroupInfo(cfg.GroupID).Epoch
 	if inDo == 0 {
 		t.Errorf("the victim had no call in Do when its heartbeats stopped, want it mid-batch")
 	}
