@@ -264,6 +264,7 @@ func watchCommitted(t *testing.T, r *rig, o *oracle, group string) (check func(m
 // violation). It rejoins as a new member and gets partitions back through
 // a graceful handoff. Repeats are only the victim's completions not
 // covered by the broker's commits when its heartbeats stopped.
+// Cooperative-sticky (ORDERLY_SOAK_EAGER=1: range).
 func TestScenario07HeartbeatsStarved(t *testing.T) {
 	t.Parallel() // mostly waiting on the session timeout
 	const partitions, rate, keys = 4, 1500, 200
@@ -273,6 +274,9 @@ func TestScenario07HeartbeatsStarved(t *testing.T) {
 	produced := r.produceAtRate(rate)
 	cfg := r.config("starved")
 	cfg.Size, cfg.Num, cfg.Ticker = 16, 4, 5*time.Millisecond
+	if envSet("ORDERLY_SOAK_EAGER") { // the default is cooperative-sticky
+		cfg.Sarama.Consumer.Group.Rebalance.GroupStrategies = []sarama.BalanceStrategy{sarama.NewBalanceStrategyRange()}
+	}
 	victim, other := newSlowMember("victim", o, false), newSlowMember("other", o, false)
 	victim.slow.Store(int64(100 * time.Millisecond))
 	stopV, stopO := victim.start(t, cfg), other.start(t, cfg)
