@@ -239,7 +239,8 @@ func (g *Group[T]) Run(ctx context.Context) error {
 		return err
 	}
 	if g.history, err = loadHistory(g.cfg.GroupID, g.cfg.DataPath); err != nil {
-		return err
+		g.errs.add(errOffsets)
+		g.log.Warn("ignoring the committed offsets seen before this start: a rewind across it goes unseen", zap.Error(err))
 	}
 	cg, err := sarama.NewConsumerGroupFromClient(g.cfg.GroupID, client)
 	if err != nil {

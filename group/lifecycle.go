@@ -76,18 +76,26 @@ func (c *claimLoop[T]) checkRewind(initial int64) {
 // final commit reached it), lost when it does not or cannot say.
 func (c *claimLoop[T]) released(next int64) error {
 	var err error
+	refused := false // the final commit did not reach the coordinator
 	if c.g.client != nil && next >= 0 {
 		var committed int64
 		if committed, _, err = c.g.fetchCommitted(c.topic, c.part); err == nil {
 			c.g.history.seen(topicPartition{c.topic, c.part}, committed)
 			if committed < next {
+				refused = true
 				err = fmt.Errorf("the coordinator holds offset %d, below the final frontier %d", committed, next)
 			}
 		}
 	}
 	parts := []int32{c.part}
 	if err != nil {
-		c.g.sessionLost()
+		// OnLost either way: nothing confirms the final frontier. The
+		// session counts as lost (Ready, Live) only when the coordinator
+		// says so; a read-back that failed for a network error says
+		// nothing about the session.
+		if refused || lostSession(err) {
+			c.g.sessionLost()
+		}
 		if c.g.cfg.OnLost != nil {
 			c.g.cfg.OnLost(c.topic, parts, c.st.generation)
 		}

@@ -51,7 +51,9 @@ type historyRecord struct {
 }
 
 // loadHistory reads the record under dataPath, if any. A record of
-// another group is ignored (and replaced at the next save).
+// another group is ignored (and replaced at the next save). On error it
+// returns an empty history that saves to the same path, with the error:
+// the record only serves REWIND across restarts, so it must not stop Run.
 func loadHistory(group, dataPath string) (*history, error) {
 	h := &history{group: group, offsets: map[topicPartition]int64{}}
 	if dataPath == "" {
@@ -63,11 +65,11 @@ func loadHistory(group, dataPath string) (*history, error) {
 		return h, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("group: committed offsets seen: %w", err)
+		return h.fresh(), fmt.Errorf("group: committed offsets seen: %w", err)
 	}
 	var rec historyRecord
 	if err := json.Unmarshal(b, &rec); err != nil {
-		return nil, fmt.Errorf("group: committed offsets seen: %s does not decode (delete it to start afresh): %w", h.path, err)
+		return h.fresh(), fmt.Errorf("group: committed offsets seen: %s does not decode (delete it to start afresh): %w", h.path, err)
 	}
 	if rec.Group != group {
 		return h, nil
@@ -76,12 +78,19 @@ func loadHistory(group, dataPath string) (*history, error) {
 		for p, off := range parts {
 			n, err := strconv.ParseInt(p, 10, 32)
 			if err != nil {
-				return nil, fmt.Errorf("group: committed offsets seen: %s: topic %q has partition %q: %w", h.path, topic, p, err)
+				return h.fresh(), fmt.Errorf("group: committed offsets seen: %s: topic %q has partition %q: %w", h.path, topic, p, err)
 			}
 			h.offsets[topicPartition{topic, int32(n)}] = off
 		}
 	}
 	return h, nil
+}
+
+// fresh empties h (after a record that could not be read).
+func (h *history) fresh() *history {
+	h.offsets = map[topicPartition]int64{}
+	h.dirty = true // the next save replaces what could not be read
+	return h
 }
 
 // seen records a committed offset read back (or a claim's initial

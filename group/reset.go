@@ -114,8 +114,8 @@ func (c *claimLoop[T]) checkReset(initial int64) {
 	g.offs.resets.Add(1)
 	g.offs.skipped.Add(skipped)
 	c.log.Warn("committed offset out of range: reset; records below the log start were deleted before this group handled them",
-		zap.Int64("committed", committed), zap.Int64("logStart", logStart), zap.Int64("highWatermark", hw),
-		zap.Int64("resetTo", start), zap.Int64("skipped", skipped), zap.Stringer("policy", g.cfg.OnOffsetReset))
+		zap.Int64("committed", committed), zap.Int64("log_start", logStart), zap.Int64("high_watermark", hw),
+		zap.Int64("reset_to", start), zap.Int64("skipped", skipped), zap.Stringer("policy", g.cfg.OnOffsetReset))
 }
 
 // logBounds returns a partition's log start offset and high watermark.
@@ -147,9 +147,8 @@ func (g *Group[T]) outOfRange(ce *sarama.ConsumerError) error {
 			logStart, hw = ls, h
 		}
 	}
-	fields = append(fields, zap.Int64("committed", committed), zap.Int64("logStart", logStart), zap.Int64("highWatermark", hw))
-	if g.cfg.OnOffsetReset == ResetRefuse {
-		g.log.Error("offset out of range; stopping (OnOffsetReset is ResetRefuse)", fields...)
+	fields = append(fields, zap.Int64("committed", committed), zap.Int64("log_start", logStart), zap.Int64("high_watermark", hw))
+	if g.cfg.OnOffsetReset == ResetRefuse { // Run returns it: its caller logs it, once
 		return fmt.Errorf("%w: group %q, %s/%d: committed offset %d, log start %d, high watermark %d: %w",
 			ErrOffsetReset, g.cfg.GroupID, ce.Topic, ce.Partition, committed, logStart, hw, ce.Err)
 	}

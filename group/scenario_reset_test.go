@@ -102,7 +102,7 @@ func TestScenario09ResetAtStart(t *testing.T) {
 			warned := resetWarnings(logs)
 			for p, c := range committed {
 				f := warned[p]
-				if f == nil || f["committed"] != c || f["logStart"] != c+gone || f["skipped"] != int64(gone) {
+				if f == nil || f["committed"] != c || f["log_start"] != c+gone || f["skipped"] != int64(gone) {
 					t.Errorf("partition %d: reset warning %v, want committed %d, logStart %d, skipped %d", p, f, c, c+gone, gone)
 				}
 			}
@@ -201,7 +201,7 @@ func TestScenario09ResetMidRun(t *testing.T) {
 				t.Errorf("Stats.OutOfRangeMidRun %d, OffsetResets %d, SkippedByReset %d; want at least 1, at least 1, and %d (deleted before they were handled)",
 					st.OutOfRangeMidRun, st.OffsetResets, st.SkippedByReset, deleteTo-handledBelow)
 			}
-			if f := resetWarnings(logs)[0]; f == nil || f["logStart"] != int64(deleteTo) || f["skipped"] != deleteTo-handledBelow {
+			if f := resetWarnings(logs)[0]; f == nil || f["log_start"] != int64(deleteTo) || f["skipped"] != deleteTo-handledBelow {
 				t.Errorf("reset warning: got %v, want logStart %d and skipped %d", f, deleteTo, deleteTo-handledBelow)
 			}
 			o.check(r.b.Addrs(), r.b.Committed(cfg.GroupID, r.topic), want{all: true, deleted: deleteTo})

@@ -15,6 +15,7 @@ import (
 
 	"github.com/IBM/sarama"
 	"github.com/twmb/franz-go/pkg/kmsg"
+	"go.uber.org/zap/zaptest/observer"
 )
 
 // frontier is the first offset of part that no Do call has finished.
@@ -546,5 +547,39 @@ func TestStatusNamesOnlyItsStuckWorkers(t *testing.T) {
 	r.waitAllCommitted("named", time.Minute)
 	if err := stop(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestCorruptHistoryIgnored: a committed-offsets.json that does not decode
+// only costs the REWIND check across that restart: Run goes on (warning,
+// counted), consumes everything, and saves a record that decodes.
+func TestCorruptHistoryIgnored(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, "history", 1, 500, 10)
+	w := r.work(0, 0)
+	cfg := statusConfig(r, "history")
+	cfg.DataPath = t.TempDir()
+	path := filepath.Join(cfg.DataPath, historyFile)
+	if err := os.WriteFile(path, []byte("{not json"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var logs *observer.ObservedLogs
+	cfg.Logger, logs = observed()
+	g := newGroup(t, cfg, w.Do)
+	stop := run(t, g)
+	r.waitAllCommitted("history", time.Minute)
+	waitFor(t, 10*time.Second, "a record that decodes", func() bool {
+		b, err := os.ReadFile(path)
+		var rec historyRecord
+		return err == nil && json.Unmarshal(b, &rec) == nil && rec.Offsets["history"]["0"] == 500
+	})
+	if err := stop(); err != nil {
+		t.Fatalf("Run: got %v, want nil (a corrupt %s is not fatal)", err, historyFile)
+	}
+	if logs.FilterMessage("ignoring the committed offsets seen before this start: a rewind across it goes unseen").Len() != 1 {
+		t.Fatalf("warnings about %s: got %d, want 1", historyFile, logs.FilterMessage("ignoring the committed offsets seen before this start: a rewind across it goes unseen").Len())
+	}
+	if st := g.Stats(); st.ErrorsBy.Offsets != 1 {
+		t.Fatalf("Stats.ErrorsBy.Offsets: got %d, want 1", st.ErrorsBy.Offsets)
 	}
 }
