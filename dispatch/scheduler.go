@@ -21,7 +21,7 @@
 // held (Options.Hold decides for how long, and calls Unhold), so a failure
 // holds back only its own lane.
 //
-// Ownership: lanes, the ready and retry queues, batch membership and the
+// Ownership: lanes, the ready queue, held lanes, batch membership and the
 // idle list are guarded by the Scheduler's mutex. A Partition's tracker,
 // free list and counts are owned by the partition's goroutine; workers hand
 // finished items back through a lock-free stack and a non-blocking wake of
