@@ -287,11 +287,8 @@ func runDemo(ctx context.Context, o *demoOpts, out, logs io.Writer) (err error) 
 // allCommitted reports whether total records past the start offsets are
 // committed: Stats.Committed says so, or else the committed offsets read
 // back from the coordinator (PartitionStats.Committed, every
-// Status.ReadBack) do. Stats.Committed has been seen to end one below the
-// committed offsets (5006 against 5007 with --poison 7, every partition's
-// frontier and committed offset at its high watermark), which left the
-// demo waiting until its timeout; the read-back offsets are the commit
-// itself.
+// Status.ReadBack) do: those are the commit as the broker holds it, the
+// report's ground truth.
 func allCommitted(s group.Stats, total int64, start map[int32]int64) bool {
 	if s.Committed >= total {
 		return true
