@@ -379,3 +379,25 @@ func TestSkippedCountedCommitted(t *testing.T) {
 		t.Fatalf("Stats: got %d decode errors, %d handled, want 3 and 3", st.DecodeErrors, st.Handled)
 	}
 }
+
+// TestBurstEndsAtClose: a claim whose messages channel closes behind its
+// buffered messages (a revoke) takes the burst and ends; the burst's last
+// offset, not the closed channel's nil, is what it received last.
+func TestBurstEndsAtClose(t *testing.T) {
+	g := newGroup(t, Config{Brokers: []string{"mem:0"}, Topics: []string{"mem"}, GroupID: "mem", Size: 4, Num: 1},
+		func(context.Context, []*Message) error { return nil })
+	stop := startWorkers(t, g)
+	defer stop()
+	sess := &memSession{ctx: context.Background(), marked: map[int32]int64{}}
+	c := &memClaim{p: 0, msgs: make(chan *sarama.ConsumerMessage, 4)}
+	for off := range int64(3) {
+		c.msgs <- &sarama.ConsumerMessage{Topic: "mem", Offset: off, Key: []byte("k"), Value: []byte("v")}
+	}
+	close(c.msgs) // before the claim loop reads: its burst meets the close
+	if err := g.consume(sess, c); err != nil {
+		t.Fatalf("consume: got %v, want nil", err)
+	}
+	if got := g.Stats().Fetched; got != 3 {
+		t.Fatalf("Stats.Fetched: got %d, want 3", got)
+	}
+}

@@ -228,9 +228,10 @@ func (c *claimLoop[T]) intakeBurst(m *sarama.ConsumerMessage, msgs <-chan *saram
 		count, b := c.p.Quota()
 		more, bytes = min(more, count-1), b
 	}
-	n := int64(0)
+	n, next := int64(0), int64(0)
 	for {
 		n++
+		next = m.Offset + 1 // m is nil once a receive finds msgs closed
 		if room {
 			size := msgSize(m)
 			c.intake(m, size)
@@ -253,7 +254,7 @@ func (c *claimLoop[T]) intakeBurst(m *sarama.ConsumerMessage, msgs <-chan *saram
 		}
 	}
 	c.st.fetched.Add(n)
-	c.st.received.Store(m.Offset + 1)
+	c.st.received.Store(next)
 	if room {
 		c.endBurst()
 	} else {
