@@ -178,6 +178,14 @@ func (s *Scheduler[M, T]) Held() int {
 	return s.held
 }
 
+// Uncharge takes back the attempt a held item was charged (its failure
+// does not count: an outage), under the lock HeldItems reads Attempt with.
+func (s *Scheduler[M, T]) Uncharge(it *Item[M, T]) {
+	s.mu.Lock()
+	it.Attempt--
+	s.mu.Unlock()
+}
+
 // HeldItem is a held lane's head as HeldItems saw it under the
 // scheduler's lock: the item (a key for the caller's own maps), and its
 // offset and attempt count, which a worker may change once the lane is let

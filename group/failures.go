@@ -196,7 +196,7 @@ func (f *failures[T]) hold(it *dispatch.Item[Message, T], o dispatch.Outcome) {
 		if f.outage.failed(it.Lane) {
 			// The dependency behind Do looks down: the failure does not
 			// count against the item (see outage).
-			it.Attempt--
+			f.g.sched.Uncharge(it) // the commit metadata may be reading it
 			f.uncharged.Add(1)
 			f.wait(it, f.outage.probeDelay(), true)
 			return
