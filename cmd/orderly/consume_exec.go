@@ -135,7 +135,7 @@ func (s *execSink) send(ctx context.Context, batch []*group.Message) error {
 		}
 		return deferAll(len(batch), d)
 	}
-	s.ctr.rejected.Add(int64(len(batch)))
+	s.ctr.rejected.Add(1)
 	return rejectAll(batch, why)
 }
 

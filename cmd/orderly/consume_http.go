@@ -156,7 +156,7 @@ func (s *httpSink) send(ctx context.Context, batch []*group.Message) error {
 		}
 		return deferAll(len(batch), d)
 	case code >= 400 && code < 500:
-		s.ctr.rejected.Add(int64(len(batch)))
+		s.ctr.rejected.Add(1)
 		return rejectAll(batch, fmt.Errorf("POST %s: %s: %s", s.url, status, snippet(body)))
 	}
 	s.ctr.failed.Add(1)

@@ -123,7 +123,7 @@ func TestConsumeHTTP(t *testing.T) {
 	}
 	got := finalFigures(t, p.stdout.String())
 	wantFigures(t, got, map[string]float64{
-		"handled": n - 1, "committed": n, "dead-lettered": 1, "rejected": 1, "rejected records": 1,
+		"handled": n - 1, "committed": n, "dead-lettered": 1, "rejected": 1, "rejected calls": 1,
 		"failed calls": failFirst, "throttled": 1, "retries": float64(charged), "endpoint errors": 0,
 	})
 	if got["outages"] < 1 {

@@ -127,7 +127,7 @@ func applyOutcomes(batch []*group.Message, outs []outcomeJSON, defDelay time.Dur
 			ctr.itemRetry.Add(1)
 			be.Defer(i, d)
 		case "reject":
-			ctr.rejected.Add(1)
+			ctr.itemRej.Add(1)
 			be.DeadLetter(i, itemErr(m, fmt.Errorf("%s rejected it: %s", src, why)))
 		default:
 			return fmt.Errorf("%s: %w: index %d: outcome %q (want done, retry, defer or reject)", src, errBadOutcome, i, o.Outcome)

@@ -30,8 +30,9 @@ type sinkCounters struct {
 	throttled atomic.Int64 // 429 and 503: the endpoint paused
 	failed    atomic.Int64 // 5xx, timeouts, refused connections; exit 75: retried with backoff
 	endpoint  atomic.Int64 // 3xx, 401, 403, 404, 407; exit 126, 127: retried, never dead-lettered
-	rejected  atomic.Int64 // records rejected (other 4xx, other exits, per-item reject)
-	itemRetry atomic.Int64 // records a call's outcomes asked to retry or defer
+	rejected  atomic.Int64 // calls answered other 4xx, or other exits: their records are dead-lettered
+	itemRetry atomic.Int64 // records a successful call's outcomes named retry or defer
+	itemRej   atomic.Int64 // records a successful call's outcomes named reject
 
 	mu           sync.Mutex
 	lastEndpoint string // the last endpoint error, for the progress line
