@@ -50,9 +50,15 @@ type consumeProc struct {
 // process is killed at the end of the test if it still runs.
 func startConsume(t *testing.T, args ...string) *consumeProc {
 	t.Helper()
+	return startConsumeWith(t, nil, args...)
+}
+
+// startConsumeWith is startConsume with the ORDERLY_* variables vars.
+func startConsumeWith(t *testing.T, vars []string, args ...string) *consumeProc {
+	t.Helper()
 	p := &consumeProc{t: t, done: make(chan struct{})}
 	p.cmd = exec.Command(orderlyBin(t), append([]string{"consume"}, args...)...)
-	p.cmd.Env = procEnv()
+	p.cmd.Env = procEnv(vars...)
 	p.cmd.Stdout, p.cmd.Stderr = &p.stdout, &p.stderr
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
