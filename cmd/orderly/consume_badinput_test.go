@@ -16,7 +16,7 @@ import (
 func TestConsumeBadInput(t *testing.T) {
 	t.Parallel()
 	b := newTopic(t, "present", 1)
-	ep := newEndpoint(t, 0, func(hit) (int, http.Header, string) { return http.StatusOK, nil, "" })
+	ep := newEndpoint(t, 0, func([]hit) (int, http.Header, string) { return http.StatusOK, nil, "" })
 	kafka := []string{"--brokers", b.Addrs()[0], "--group", "g"}
 	args := func(extra ...string) []string { return append(append([]string{"consume"}, kafka...), extra...) }
 	tests := []struct {

@@ -15,6 +15,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/IBM/sarama"
+
+	"github.com/orderly-go/orderly/group"
 	"github.com/orderly-go/orderly/internal/broker"
 	"github.com/orderly-go/orderly/internal/loadgen"
 )
@@ -196,4 +199,20 @@ func newTopic(t *testing.T, topic string, parts int32) *broker.Broker {
 	}
 	t.Cleanup(b.Close)
 	return b
+}
+
+// produceRecords produces recs to topic with a sync producer (keys,
+// values and headers as given).
+func produceRecords(t *testing.T, b *broker.Broker, recs ...*sarama.ProducerMessage) {
+	t.Helper()
+	cfg := group.DefaultSarama()
+	cfg.Producer.Return.Successes = true
+	p, err := sarama.NewSyncProducer(b.Addrs(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if err := p.SendMessages(recs); err != nil {
+		t.Fatal(err)
+	}
 }

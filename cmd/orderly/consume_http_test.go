@@ -7,6 +7,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/IBM/sarama"
 )
 
 // TestConsumeHTTP runs `orderly consume --http --size 1` against an
@@ -23,15 +25,18 @@ import (
 func TestConsumeHTTP(t *testing.T) {
 	t.Parallel()
 	const (
-		n, keys   = 400, 20
+		n, keys   = 401, 20 // and one more with a binary key
 		failFirst = 30
 		rejected  = "v123"
 	)
 	b := newTopic(t, "orders", 4)
-	produceKeyed(t, b, "orders", n, keys)
+	produceKeyed(t, b, "orders", n-1, keys)
+	binKey := "\xff\x00k"
+	produceRecords(t, b, &sarama.ProducerMessage{Topic: "orders", Key: sarama.StringEncoder(binKey), Value: sarama.StringEncoder("vbin")})
 	var throttledAt time.Time
 	var throttled coord
-	ep := newEndpoint(t, 2*time.Millisecond, func(h hit) (int, http.Header, string) {
+	ep := newEndpoint(t, 2*time.Millisecond, func(hs []hit) (int, http.Header, string) {
+		h := hs[0]
 		switch {
 		case h.n < failFirst:
 			return http.StatusInternalServerError, nil, "database down"
@@ -59,6 +64,9 @@ func TestConsumeHTTP(t *testing.T) {
 	var rejectedAt *hit
 	status := map[int]int{}
 	for _, h := range hits {
+		if h.value == "vbin" && (h.key != binKey || !h.keyBase64) {
+			t.Errorf("binary key: got %q (base64 %v), want %q sent as base64 with Kafka-Key-Encoding", h.key, h.keyBase64, binKey)
+		}
 		status[h.status]++
 		final[h.coord()] = h
 		if h.status == http.StatusOK {

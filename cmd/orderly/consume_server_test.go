@@ -27,10 +27,13 @@ type hit struct {
 	status      int
 	batch       int // records in the request (1 for raw requests)
 	contentType string
+	keyBase64   bool   // the key came base64-encoded
+	auth        string // the request's Authorization header
 }
 
-// answer decides the response to a request: its status and headers.
-type answer func(h hit) (status int, header http.Header, body string)
+// answer decides the response to a request (its records, in the order
+// sent): its status, headers and body.
+type answer func(hs []hit) (status int, header http.Header, body string)
 
 // endpoint is an httptest server that records every record it is sent
 // and checks that no two requests for one key are ever in flight at once.
@@ -44,6 +47,7 @@ type endpoint struct {
 	hits       []hit
 	inflight   map[string]int
 	concurrent []string // keys that had two requests in flight at once
+	bodies     [][]byte // of every request, in arrival order
 }
 
 func newEndpoint(t *testing.T, delay time.Duration, a answer) *endpoint {
@@ -65,10 +69,12 @@ func (e *endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	now := time.Now()
 	e.mu.Lock()
+	e.bodies = append(e.bodies, body)
 	keys := map[string]bool{}
 	for i := range recs {
 		recs[i].n, recs[i].at, recs[i].batch = e.n, now, len(recs)
 		recs[i].contentType = r.Header.Get("Content-Type")
+		recs[i].auth = r.Header.Get("Authorization")
 		keys[recs[i].key] = true
 	}
 	for k := range keys {
@@ -78,7 +84,7 @@ func (e *endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		e.inflight[k]++
 	}
 	e.n++
-	status, hdr, respBody := e.answer(recs[0])
+	status, hdr, respBody := e.answer(recs)
 	e.mu.Unlock()
 	if e.delay > 0 {
 		time.Sleep(e.delay)
@@ -111,7 +117,8 @@ func parseRequest(r *http.Request, body []byte) ([]hit, error) {
 		}
 		h.partition, h.offset, h.attempt = int32(p), o, a
 		h.key = r.Header.Get("Kafka-Key")
-		if r.Header.Get("Kafka-Key-Encoding") == "base64" {
+		h.keyBase64 = r.Header.Get("Kafka-Key-Encoding") == "base64"
+		if h.keyBase64 {
 			k, err := base64.StdEncoding.DecodeString(h.key)
 			if err != nil {
 				return nil, err
@@ -132,6 +139,13 @@ func parseRequest(r *http.Request, body []byte) ([]hit, error) {
 		out[i] = hit{topic: rec.Topic, partition: rec.Partition, offset: rec.Offset, attempt: rec.Attempt}
 		if rec.Key != nil {
 			out[i].key = *rec.Key
+			if rec.KeyBase64 {
+				k, err := base64.StdEncoding.DecodeString(*rec.Key)
+				if err != nil {
+					return nil, err
+				}
+				out[i].key, out[i].keyBase64 = string(k), true
+			}
 		}
 		if rec.Value != nil {
 			out[i].value = *rec.Value

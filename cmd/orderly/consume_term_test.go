@@ -19,7 +19,7 @@ func TestConsumeSIGTERM(t *testing.T) {
 	const n, keys = 3000, 50
 	b := newTopic(t, "events", 4)
 	produceKeyed(t, b, "events", n, keys)
-	ep := newEndpoint(t, 10*time.Millisecond, func(hit) (int, http.Header, string) { return http.StatusOK, nil, "" })
+	ep := newEndpoint(t, 10*time.Millisecond, func([]hit) (int, http.Header, string) { return http.StatusOK, nil, "" })
 
 	first := startConsumeEnv(t, []string{
 		"ORDERLY_BROKERS=" + b.Addrs()[0], "ORDERLY_TOPIC=events", "ORDERLY_GROUP=relay",
