@@ -5,11 +5,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -46,14 +48,21 @@ type endpoint struct {
 	n          int
 	hits       []hit
 	inflight   map[string]int
-	concurrent []string // keys that had two requests in flight at once
-	bodies     [][]byte // of every request, in arrival order
+	concurrent []string     // keys that had two requests in flight at once
+	bodies     [][]byte     // of every request, in arrival order
+	conns      atomic.Int64 // connections accepted
 }
 
 func newEndpoint(t *testing.T, delay time.Duration, a answer) *endpoint {
 	t.Helper()
 	e := &endpoint{answer: a, delay: delay, inflight: map[string]int{}}
-	e.srv = httptest.NewServer(e)
+	e.srv = httptest.NewUnstartedServer(e)
+	e.srv.Config.ConnState = func(_ net.Conn, st http.ConnState) {
+		if st == http.StateNew {
+			e.conns.Add(1)
+		}
+	}
+	e.srv.Start()
 	t.Cleanup(e.srv.Close)
 	return e
 }
@@ -116,6 +125,9 @@ func parseRequest(r *http.Request, body []byte) ([]hit, error) {
 			return nil, fmt.Errorf("bad Kafka-* headers: %v", r.Header)
 		}
 		h.partition, h.offset, h.attempt = int32(p), o, a
+		if _, err := time.Parse(timestampFormat, r.Header.Get("Kafka-Timestamp")); err != nil {
+			return nil, fmt.Errorf("bad Kafka-Timestamp: %w", err)
+		}
 		h.key = r.Header.Get("Kafka-Key")
 		h.keyBase64 = r.Header.Get("Kafka-Key-Encoding") == "base64"
 		if h.keyBase64 {

@@ -11,7 +11,8 @@ import (
 // exits 0 after draining, and its final line's committed count is what
 // the broker holds; a second run of the same group then goes on from
 // there and repeats nothing: every record is answered 2xx exactly once
-// over the two runs, per key in offset order. The first run is configured
+// over the two runs, per key in offset order, over at most --num kept-alive
+// connections a run. The first run is configured
 // through ORDERLY_* variables, with ORDERLY_NUM set to garbage and --num
 // given on the command line: the flag wins, the variable is not read.
 func TestConsumeSIGTERM(t *testing.T) {
@@ -60,6 +61,11 @@ func TestConsumeSIGTERM(t *testing.T) {
 				t.Errorf("%v sent %d times, want once: a drained and committed run leaves nothing to repeat", c, k)
 			}
 		}
+	}
+	// Keep-alive: each run's 8 workers reuse their connections (and the
+	// start-up check dials one of its own).
+	if c := ep.conns.Load(); c > 2*(8+1) {
+		t.Errorf("%d requests over %d connections, want at most %d: a keep-alive pool of --num per run", len(hits), c, 2*(8+1))
 	}
 	if len(seen) != n || len(hits) != n {
 		t.Errorf("got %d requests for %d distinct records (%d in the first run), want %d each", len(hits), len(seen), firstOK, n)

@@ -1,0 +1,144 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/orderly-go/orderly/group"
+)
+
+// TestHTTPStatusPolicy sends one batch to a real HTTP server answering
+// each status, through the sink's send (what the group's Do calls), and
+// checks how consume classes the answer: done, the endpoint paused (429,
+// 503: for Retry-After), retried with backoff (other 5xx), an endpoint
+// error (3xx, 401, 403, 404, 407: retried after the endpoint backoff,
+// never dead-lettered), or rejected (other 4xx: dead-lettered).
+func TestHTTPStatusPolicy(t *testing.T) {
+	tests := []struct {
+		status int
+		class  string // ok, throttled, failed, endpoint, rejected
+		pause  time.Duration
+	}{
+		{200, "ok", 0}, {201, "ok", 0}, {204, "ok", 0},
+		{301, "endpoint", time.Second}, {307, "endpoint", time.Second},
+		{400, "rejected", 0}, {409, "rejected", 0}, {422, "rejected", 0},
+		{401, "endpoint", time.Second}, {403, "endpoint", time.Second}, {404, "endpoint", time.Second}, {407, "endpoint", time.Second},
+		{429, "throttled", 2 * time.Second}, {503, "throttled", 2 * time.Second},
+		{500, "failed", 0}, {502, "failed", 0}, {504, "failed", 0},
+	}
+	for _, tt := range tests {
+		t.Run(strconv.Itoa(tt.status), func(t *testing.T) {
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if tt.status == 301 || tt.status == 307 {
+					w.Header().Set("Location", "/elsewhere")
+				}
+				w.Header().Set("Retry-After", "2")
+				w.WriteHeader(tt.status)
+			}))
+			defer srv.Close()
+			ctr := &sinkCounters{}
+			gt := &gate{}
+			defer gt.stop()
+			s, err := newHTTPSink(&consumeOpts{httpURL: srv.URL, size: 1, num: 2, backoff: time.Second, maxBackoff: 4 * time.Second}, gt, ctr, zap.NewNop())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.close()
+			batch := []*group.Message{{Topic: "t", Partition: 3, Offset: 42, Key: []byte("k"), Value: []byte("v"), Attempt: 1}}
+			err = s.send(context.Background(), batch)
+			var be *group.BatchError
+			switch {
+			case tt.class == "ok" && err != nil:
+				t.Errorf("send: %v, want nil (done)", err)
+			case tt.class != "ok" && (!errors.As(err, &be) || be.Len() != 1):
+				t.Errorf("send: %v, want a BatchError naming the one item", err)
+			case tt.class == "rejected" || tt.class == "failed":
+				if !strings.Contains(err.Error(), "t/3@42") || !strings.Contains(err.Error(), "HTTP "+strconv.Itoa(tt.status)) {
+					t.Errorf("send: %v, want the error to name t/3@42 and the status", err)
+				}
+			}
+			got := map[string]int64{"ok": ctr.ok.Load(), "throttled": ctr.throttled.Load(), "failed": ctr.failed.Load(),
+				"endpoint": ctr.endpoint.Load(), "rejected": ctr.rejected.Load()}
+			for class, n := range got {
+				want := int64(0)
+				if class == tt.class {
+					want = 1
+				}
+				if n != want {
+					t.Errorf("counter %s: got %d, want %d", class, n, want)
+				}
+			}
+			// Pauses: Retry-After for 429 and 503, the endpoint backoff
+			// (--backoff) for endpoint errors, none otherwise.
+			if rem := gt.remaining(); rem > tt.pause || rem < tt.pause-500*time.Millisecond {
+				t.Errorf("gate closed for %v more, want about %v", rem, tt.pause)
+			}
+		})
+	}
+}
+
+// TestRetryAfter reads Retry-After as seconds or an HTTP date; what is
+// missing, negative or garbled means 1s, and it is capped at an hour.
+func TestRetryAfter(t *testing.T) {
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	tests := []struct {
+		v    string
+		want time.Duration
+	}{
+		{"", time.Second}, {"0", 0}, {"3", 3 * time.Second}, {" 7 ", 7 * time.Second}, {"-1", time.Second},
+		{"soon", time.Second}, {"99999", time.Hour},
+		{now.Add(90 * time.Second).Format(http.TimeFormat), 90 * time.Second},
+		{now.Add(-time.Minute).Format(http.TimeFormat), 0},
+	}
+	for _, tt := range tests {
+		if got := retryAfter(tt.v, now); got != tt.want {
+			t.Errorf("retryAfter(%q): got %v, want %v", tt.v, got, tt.want)
+		}
+	}
+}
+
+// TestApplyOutcomes: the items an endpoint or command names become the
+// BatchError's items; a bad index or outcome is an error naming it.
+func TestApplyOutcomes(t *testing.T) {
+	batch := []*group.Message{{Topic: "t", Offset: 1}, {Topic: "t", Offset: 2}, {Topic: "t", Offset: 3}}
+	idx := func(i int) *int { return &i }
+	ms := func(n int64) *int64 { return &n }
+	tests := []struct {
+		name  string
+		outs  []outcomeJSON
+		named int    // items in the BatchError; -1: an error that is not one
+		err   string // in the error
+	}{
+		{"none", nil, 0, ""},
+		{"done only", []outcomeJSON{{Index: idx(0), Outcome: "done"}}, 0, ""},
+		{"retry", []outcomeJSON{{Index: idx(1), Outcome: "retry", Error: "busy"}}, 1, "t/0@2: POST x said retry: busy"},
+		{"defer and reject", []outcomeJSON{{Index: idx(0), Outcome: "defer", DelayMS: ms(20)}, {Index: idx(2), Outcome: "reject", Error: "bad"}}, 2, "t/0@3: POST x rejected it: bad"},
+		{"index out of range", []outcomeJSON{{Index: idx(3), Outcome: "retry"}}, -1, "index 3 outside the batch of 3"},
+		{"no index", []outcomeJSON{{Outcome: "retry"}}, -1, "index none outside the batch of 3"},
+		{"twice", []outcomeJSON{{Index: idx(1), Outcome: "retry"}, {Index: idx(1), Outcome: "reject"}}, -1, "index 1 named twice"},
+		{"unknown", []outcomeJSON{{Index: idx(1), Outcome: "maybe"}}, -1, `outcome "maybe"`},
+		{"negative delay", []outcomeJSON{{Index: idx(1), Outcome: "defer", DelayMS: ms(-5)}}, -1, "delay_ms -5 is negative"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := applyOutcomes(batch, tt.outs, time.Second, "POST x", &sinkCounters{})
+			var be *group.BatchError
+			switch {
+			case tt.named == 0 && err != nil:
+				t.Errorf("got %v, want nil", err)
+			case tt.named > 0 && (!errors.As(err, &be) || be.Len() != tt.named || !strings.Contains(err.Error(), tt.err)):
+				t.Errorf("got %v, want a BatchError of %d items naming %q", err, tt.named, tt.err)
+			case tt.named < 0 && (!errors.Is(err, errBadOutcome) || !strings.Contains(err.Error(), tt.err)):
+				t.Errorf("got %v, want errBadOutcome naming %q", err, tt.err)
+			}
+		})
+	}
+}
