@@ -283,6 +283,11 @@ func (o *consumeOpts) explain(err error) error {
 	switch {
 	case errors.Is(err, group.ErrUnknownTopic):
 		return fmt.Errorf("--topic %s: %w", strings.Join(o.topics, ","), err)
+	case errors.Is(err, group.ErrConnect) && o.kafka.saslMechanism != "":
+		// Some brokers (kfake among them) close the connection on bad
+		// credentials instead of answering with an authentication error.
+		return fmt.Errorf("--brokers %s: %w (or they refused --sasl-user %q, --sasl-mechanism %s)",
+			strings.Join(o.brokers, ","), err, o.kafka.saslUser, o.kafka.saslMechanism)
 	case errors.Is(err, group.ErrConnect):
 		return fmt.Errorf("--brokers %s: %w", strings.Join(o.brokers, ","), err)
 	case errors.Is(err, group.ErrAuth):

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -55,6 +56,13 @@ type endpoint struct {
 
 func newEndpoint(t *testing.T, delay time.Duration, a answer) *endpoint {
 	t.Helper()
+	return startEndpoint(t, delay, a, false)
+}
+
+// startEndpoint is newEndpoint, serving HTTPS when tls is set (with
+// httptest's certificate: e.srv.Certificate()).
+func startEndpoint(t *testing.T, delay time.Duration, a answer, tls bool) *endpoint {
+	t.Helper()
 	e := &endpoint{answer: a, delay: delay, inflight: map[string]int{}}
 	e.srv = httptest.NewUnstartedServer(e)
 	e.srv.Config.ConnState = func(_ net.Conn, st http.ConnState) {
@@ -62,7 +70,14 @@ func newEndpoint(t *testing.T, delay time.Duration, a answer) *endpoint {
 			e.conns.Add(1)
 		}
 	}
-	e.srv.Start()
+	if tls {
+		// The start-up check's bare TCP dial is logged as a failed
+		// handshake: not an error here.
+		e.srv.Config.ErrorLog = log.New(io.Discard, "", 0)
+		e.srv.StartTLS()
+	} else {
+		e.srv.Start()
+	}
 	t.Cleanup(e.srv.Close)
 	return e
 }
