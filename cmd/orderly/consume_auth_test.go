@@ -145,13 +145,20 @@ func selfSigned(t *testing.T) ([]byte, tls.Certificate) {
 }
 
 // TestConsumeHTTPS forwards to an https endpoint whose certificate is
-// signed by a private CA given with --http-ca: every record arrives.
+// signed by a private CA given with --http-ca: every record arrives. The
+// endpoint answers 400 to v5, and with no dead-letter destination the
+// record is skipped and counted, and the commit passes it.
 func TestConsumeHTTPS(t *testing.T) {
 	t.Parallel()
 	const n = 20
 	b := newTopic(t, "tls", 1)
 	produceKeyed(t, b, "tls", n, 4)
-	ep := startEndpoint(t, 0, func([]hit) (int, http.Header, string) { return http.StatusOK, nil, "" }, true)
+	ep := startEndpoint(t, 0, func(hs []hit) (int, http.Header, string) {
+		if hs[0].value == "v5" {
+			return http.StatusBadRequest, nil, "no"
+		}
+		return http.StatusOK, nil, ""
+	}, true)
 	ca := filepath.Join(t.TempDir(), "ca.pem")
 	if err := os.WriteFile(ca, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ep.srv.Certificate().Raw}), 0o600); err != nil {
 		t.Fatal(err)
@@ -165,7 +172,11 @@ func TestConsumeHTTPS(t *testing.T) {
 	if code := p.stop(syscall.SIGTERM); code != 0 {
 		t.Fatalf("exit %d after SIGTERM, want 0\n%s", code, p.output())
 	}
-	if got := ep.okCount(); got != n {
-		t.Errorf("got %d records over https, want %d", got, n)
+	if got := ep.okCount(); got != n-1 {
+		t.Errorf("got %d records answered 200 over https, want %d", got, n-1)
+	}
+	wantFigures(t, finalFigures(t, p.stdout.String()), map[string]float64{"skipped": 1, "dead-lettered": 0, "rejected calls": 1, "committed": n})
+	if !strings.Contains(p.stdout.String(), "no dead-letter destination") {
+		t.Errorf("no warning about the missing dead-letter destination:\n%s", p.stdout.String())
 	}
 }

@@ -32,7 +32,8 @@ func TestConsumeHTTPBatch(t *testing.T) {
 	produceKeyed(t, b, "batches", n, keys)
 	binKey := "\xff\x00k"
 	produceRecords(t, b, &sarama.ProducerMessage{Topic: "batches", Key: sarama.StringEncoder(binKey), Value: sarama.StringEncoder("vbin"),
-		Headers: []sarama.RecordHeader{{Key: []byte("trace"), Value: []byte("abc")}}})
+		Headers: []sarama.RecordHeader{{Key: []byte("trace"), Value: []byte("abc")}}},
+		&sarama.ProducerMessage{Topic: "batches", Value: sarama.StringEncoder("vnull")}) // no key: null
 	named := map[string]bool{}
 	ep := newEndpoint(t, 0, func(hs []hit) (int, http.Header, string) {
 		if hs[0].n == 0 {
@@ -120,8 +121,8 @@ func TestConsumeHTTPBatch(t *testing.T) {
 			t.Errorf("%s done %d times, want once (v21: never)", v, k)
 		}
 	}
-	if len(done) != n {
-		t.Errorf("got %d records done, want %d (all but v21, and vbin)", len(done), n)
+	if len(done) != n+1 {
+		t.Errorf("got %d records done, want %d (all but v21, and vbin and vnull)", len(done), n+1)
 	}
 	if s := seen["v7"]; len(s) < 2 || s[0].attempt != 1 || s[len(s)-1].attempt != 2 {
 		t.Errorf("v7 deliveries %+v, want attempt 1 (named retry) then attempt 2", s)
@@ -136,7 +137,7 @@ func TestConsumeHTTPBatch(t *testing.T) {
 	}
 	checkBatchJSON(t, ep, binKey)
 	wantFigures(t, finalFigures(t, p.stdout.String()), map[string]float64{
-		"committed": n + 1, "endpoint errors": 1, "items named retry": 2, "items named reject": 1,
+		"committed": n + 2, "endpoint errors": 1, "items named retry": 2, "items named reject": 1,
 		"dead-lettered": 1, "rejected": 1, "failed calls": 0, "retries": 1,
 	})
 	if committed, hw := b.Committed("batcher", "batches"), b.HighWatermarks("batches"); fmt.Sprint(committed) != fmt.Sprint(hw) {
@@ -170,6 +171,12 @@ func checkBatchJSON(t *testing.T, ep *endpoint, binKey string) {
 			}
 			if ts, _ := r["timestamp"].(string); len(ts) != len("2006-01-02T15:04:05.000Z") {
 				t.Errorf("timestamp %q, want RFC 3339 with milliseconds in UTC", ts)
+			}
+			if r["value"] == "vnull" {
+				if r["key"] != nil || r["key_base64"] != false {
+					t.Errorf("record without a key %v: want key null", r)
+				}
+				continue
 			}
 			if r["value"] != "vbin" {
 				if r["key_base64"] != false || r["value_base64"] != false {

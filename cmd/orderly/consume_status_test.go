@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"errors"
+	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -140,5 +142,69 @@ func TestApplyOutcomes(t *testing.T) {
 				t.Errorf("got %v, want errBadOutcome naming %q", err, tt.err)
 			}
 		})
+	}
+}
+
+// TestHTTPUnreachableAndTimeout: a refused connection fails the call's
+// records (retried with backoff); a call past its ctx's deadline (the
+// group's MsgTimeout, --timeout) returns the ctx's error, which the group
+// counts as a failed attempt.
+func TestHTTPUnreachableAndTimeout(t *testing.T) {
+	batch := []*group.Message{{Topic: "t", Partition: 1, Offset: 9, Value: []byte("v"), Attempt: 1}}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	refused := "http://" + ln.Addr().String() + "/hook"
+	ln.Close()
+	ctr := &sinkCounters{}
+	s, err := newHTTPSink(&consumeOpts{httpURL: refused, size: 1, num: 1, backoff: time.Second, maxBackoff: time.Second}, &gate{}, ctr, zap.NewNop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = s.send(context.Background(), batch)
+	var be *group.BatchError
+	if !errors.As(err, &be) || be.Len() != 1 || ctr.failed.Load() != 1 || !strings.Contains(err.Error(), "connection refused") {
+		t.Errorf("refused: got %v, failed %d; want the record failed (connection refused), counted", err, ctr.failed.Load())
+	}
+
+	slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body) // then the server notices the client hang up
+		select {
+		case <-r.Context().Done():
+		case <-time.After(10 * time.Second):
+		}
+	}))
+	defer slow.Close()
+	s, err = newHTTPSink(&consumeOpts{httpURL: slow.URL, size: 1, num: 1, backoff: time.Second, maxBackoff: time.Second}, &gate{}, ctr, zap.NewNop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.close()
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	err = s.send(ctx, batch)
+	if !errors.Is(err, context.DeadlineExceeded) || errors.As(err, &be) || time.Since(start) > 5*time.Second {
+		t.Errorf("timeout: got %v after %v, want the ctx's deadline error at once (not a BatchError)", err, time.Since(start))
+	}
+}
+
+// TestExecNotFound: a command the shell cannot find (exit 127) is a
+// command error: the batch runs again after the backoff, uncharged,
+// never dead-lettered.
+func TestExecNotFound(t *testing.T) {
+	ctr := &sinkCounters{}
+	gt := &gate{}
+	defer gt.stop()
+	s := newExecSink(&consumeOpts{execCmd: "/nonexistent/handler --flag", backoff: time.Second, maxBackoff: time.Second}, gt, ctr, zap.NewNop())
+	err := s.send(context.Background(), []*group.Message{{Topic: "t", Offset: 1, Value: []byte("v"), Attempt: 1}})
+	var be *group.BatchError
+	if !errors.As(err, &be) || be.Len() != 1 || ctr.endpoint.Load() != 1 || ctr.rejected.Load() != 0 || gt.remaining() <= 0 {
+		t.Errorf("got %v, endpoint errors %d, rejected %d, pause %v; want the record deferred, a command error counted, the gate closed",
+			err, ctr.endpoint.Load(), ctr.rejected.Load(), gt.remaining())
+	}
+	if ctr.lastEndpointError() != "exit 127" {
+		t.Errorf("last command error %q, want exit 127", ctr.lastEndpointError())
 	}
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"net/http"
+	"regexp"
 	"syscall"
 	"testing"
 	"time"
@@ -43,8 +44,12 @@ func TestConsumeSIGTERM(t *testing.T) {
 	firstOK := ep.okCount()
 
 	second := startConsume(t, "--brokers", b.Addrs()[0], "--topic", "events", "--group", "relay",
-		"--http", ep.url(), "--num", "8", "--progress", "off", "--log-level", "warn")
+		"--http", ep.url(), "--num", "8", "--progress-every", "1s", "--log-level", "warn")
 	second.waitCommitted(b, "relay", "events")
+	// stdout is not a terminal: a plain progress line every --progress-every.
+	second.waitFor(30*time.Second, "a progress line", func() bool {
+		return progressRE.MatchString(second.stdout.String())
+	})
 	if code := second.stop(syscall.SIGTERM); code != 0 {
 		t.Fatalf("second run: exit %d after SIGTERM, want 0\n%s", code, second.output())
 	}
@@ -71,6 +76,8 @@ func TestConsumeSIGTERM(t *testing.T) {
 		t.Errorf("got %d requests for %d distinct records (%d in the first run), want %d each", len(hits), len(seen), firstOK, n)
 	}
 }
+
+var progressRE = regexp.MustCompile(`(?m)^ +[0-9.]+s  \S+/s  handled \S+  committed \S+  lag \S+  in flight \S+  retries \d+  dead-lettered \d+  throttled \d+  failed calls \d+  endpoint errors \d+$`)
 
 // startConsumeEnv is startConsume with ORDERLY_* variables.
 func startConsumeEnv(t *testing.T, vars []string, args ...string) *consumeProc {
