@@ -151,7 +151,7 @@ func TestConsumeExec(t *testing.T) {
 			case held[k]:
 				continue
 			case c.exit == "1":
-				dead[at] = "exit status 1"
+				dead[at] = "exit status 1; stderr: bad record v57"
 				held[k] = true
 				continue
 			case v == "v150":
