@@ -35,23 +35,33 @@ func (l *lockedBuffer) String() string {
 	return l.b.String()
 }
 
-// startMain runs the example's main in a process of its own.
-func startMain(t *testing.T, args ...string) (*exec.Cmd, *lockedBuffer, *lockedBuffer) {
+// proc is the example's main running in a process of its own.
+type proc struct {
+	cmd            *exec.Cmd
+	stdout, stderr lockedBuffer
+	done           chan struct{} // closed when it has exited
+	err            error         // Wait's, once done
+}
+
+// startMain runs the example's main in a process of its own; it is killed
+// at the end of the test if it still runs.
+func startMain(t *testing.T, args ...string) *proc {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], args...)
-	cmd.Env = append(os.Environ(), asMain+"=1")
-	var stdout, stderr lockedBuffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Start(); err != nil {
+	p := &proc{cmd: exec.Command(os.Args[0], args...), done: make(chan struct{})}
+	p.cmd.Env = append(os.Environ(), asMain+"=1")
+	p.cmd.Stdout, p.cmd.Stderr = &p.stdout, &p.stderr
+	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	go func() {
+		p.err = p.cmd.Wait()
+		close(p.done)
+	}()
 	t.Cleanup(func() {
-		if cmd.ProcessState == nil {
-			cmd.Process.Kill()
-			cmd.Wait()
-		}
+		p.cmd.Process.Kill()
+		<-p.done
 	})
-	return cmd, &stdout, &stderr
+	return p
 }
 
 // appliedSoFar sums the transfers applied in the database at path (0
@@ -105,30 +115,35 @@ func TestLedgerKilled(t *testing.T) {
 	args := []string{"--brokers", b.Addrs()[0], "--mode", "ordered", "--db", dir, "--group", "crash",
 		"--transfers", strconv.Itoa(n), "--accounts", strconv.Itoa(accounts), "--seed", strconv.Itoa(seed)}
 
-	first, out1, err1 := startMain(t, append(args, "--commit-interval", "30s")...)
+	first := startMain(t, append(args, "--commit-interval", "30s")...)
+	out1, err1 := &first.stdout, &first.stderr
 	deadline := time.Now().Add(90 * time.Second)
 	for appliedSoFar(t, db) < n/4 {
+		select {
+		case <-first.done:
+			t.Fatalf("the first run ended before it was killed (%v)\nstdout:\n%s\nstderr:\n%s", first.err, out1, err1)
+		default:
+		}
 		if time.Now().After(deadline) {
 			t.Fatalf("the first run applied %d transfers in 90s, want %d\nstdout:\n%s\nstderr:\n%s", appliedSoFar(t, db), n/4, out1, err1)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	if err := first.Process.Signal(syscall.SIGKILL); err != nil {
+	if err := first.cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	first.Wait()
+	<-first.done
 	before := appliedSoFar(t, db)
 	if c := b.Committed("crash-ordered", "transfers"); len(c) > 0 || before >= n {
 		t.Fatalf("at the kill: committed %v, applied %d of %d; want nothing committed and work left", c, before, n)
 	}
 
-	second, out2, err2 := startMain(t, args...)
-	waitErr := make(chan error, 1)
-	go func() { waitErr <- second.Wait() }()
+	second := startMain(t, args...)
+	out2, err2 := &second.stdout, &second.stderr
 	select {
-	case err := <-waitErr:
-		if err != nil {
-			t.Fatalf("second run: %v\nstdout:\n%s\nstderr:\n%s", err, out2, err2)
+	case <-second.done:
+		if second.err != nil {
+			t.Fatalf("second run: %v\nstdout:\n%s\nstderr:\n%s", second.err, out2, err2)
 		}
 	case <-time.After(2 * time.Minute):
 		t.Fatalf("second run did not catch up in 2 minutes\nstdout:\n%s\nstderr:\n%s", out2, err2)

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 
@@ -122,7 +123,13 @@ func (o *offsets) caughtUp(groupID, topic string, target map[int32]int64) (bool,
 		ps = append(ps, p)
 	}
 	resp, err := o.admin.ListConsumerGroupOffsets(groupID, map[string][]int32{topic: ps})
-	if err != nil {
+	if err == nil && resp.Err != sarama.ErrNoError {
+		err = resp.Err
+	}
+	switch {
+	case errors.Is(err, sarama.ErrGroupIDNotFound):
+		return false, nil // the group has not joined yet
+	case err != nil:
 		return false, fmt.Errorf("committed offsets of %s on %s: %w", groupID, topic, err)
 	}
 	for p, hw := range target {
