@@ -74,15 +74,27 @@ Dead letters go to --dead-letter-topic, or the local store under --data
 (read them with 'orderly dlq'); with neither, a rejected record is logged,
 counted and skipped.
 
-Progress: a live line on a terminal, else one summary line a minute, and a
-final one at exit. SIGINT or SIGTERM: stop fetching, let the calls in flight
+Progress: a live line on a terminal, else a line every --progress-every
+(1m), and a final line of counts at exit. SIGINT or SIGTERM: stop fetching, let the calls in flight
 finish, commit, print the final line, exit 0.`
+
+// The exit status of consume differs from the other commands': it has no
+// planned end, so a signal is how it stops, and that is a success.
+const (
+	helpExitStatus = `Exit status: 0 done; 1 error, or a failed check; 2 usage error; 3 interrupted
+(SIGINT, SIGTERM or --timeout) before the run finished.
+`
+	consumeExitStatus = `Exit status: 0 stopped by SIGINT or SIGTERM, after draining and committing;
+1 error (the run could not start or go on); 2 usage error.
+`
+)
 
 // consumeCommand is `orderly consume`.
 func consumeCommand(e env) *cobra.Command {
 	o := &consumeOpts{}
 	c := newCommand("consume", "forward Kafka records to an HTTP endpoint or a command, in order per key, many at a time",
 		consumeLong, func(ctx context.Context) error { return runConsume(ctx, o, e) })
+	c.SetHelpTemplate(strings.Replace(helpTemplate, helpExitStatus, consumeExitStatus, 1))
 	fs := c.Flags()
 	listVar(fs, &o.brokers, "brokers", nil, false, dialAddr, "comma-separated host:port of the Kafka cluster (required)")
 	listVar(fs, &o.topics, "topic", nil, false, nil, "comma-separated topics to consume (required)")
