@@ -123,6 +123,11 @@ func (s *httpSink) send(ctx context.Context, batch []*group.Message) error {
 	io.Copy(io.Discard, io.LimitReader(resp.Body, maxResponse)) // so the connection is reused
 	resp.Body.Close()
 	code := resp.StatusCode
+	if code >= 200 && code < 300 && rerr == nil && len(body) == 0 {
+		s.endpoint.ok()
+		s.ctr.ok.Add(1)
+		return nil // the common case: done, nothing to read
+	}
 	status := fmt.Sprintf("HTTP %d %s", code, http.StatusText(code))
 	switch {
 	case code >= 200 && code < 300:
@@ -173,15 +178,19 @@ func (s *httpSink) warnf(batch []*group.Message, msg string, err error) {
 // request builds the POST of a batch: a JSON array, or for --size 1 the
 // raw value with the record's coordinates in Kafka-* headers.
 func (s *httpSink) request(ctx context.Context, batch []*group.Message) (*http.Request, error) {
-	var body bytes.Buffer
+	var body []byte
 	ctype := "application/json"
 	if s.raw {
-		body.Write(batch[0].Value)
+		body = batch[0].Value // never reused by the group (see group.Message)
 		ctype = "application/octet-stream"
-	} else if err := appendBatchJSON(&body, batch); err != nil {
-		return nil, fmt.Errorf("encode %s: %w", where(batch), err)
+	} else {
+		var buf bytes.Buffer
+		if err := appendBatchJSON(&buf, batch); err != nil {
+			return nil, fmt.Errorf("encode %s: %w", where(batch), err)
+		}
+		body = buf.Bytes()
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.url, bytes.NewReader(body.Bytes()))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.url, bytes.NewReader(body))
 	if err != nil {
 		return nil, fmt.Errorf("POST %s: %w", s.url, err)
 	}

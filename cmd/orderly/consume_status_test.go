@@ -208,3 +208,12 @@ func TestExecNotFound(t *testing.T) {
 		t.Errorf("last command error %q, want exit 127", ctr.lastEndpointError())
 	}
 }
+
+// TestOrderingFlag maps --ordering onto the group's Ordering.
+func TestOrderingFlag(t *testing.T) {
+	for flag, want := range map[string]group.Ordering{"key": group.OrderLanes, "partition": group.OrderPartition, "none": group.Unordered} {
+		if got := (&consumeOpts{ordering: flag}).orderingValue(); got != want {
+			t.Errorf("--ordering %s: got %v, want %v", flag, got, want)
+		}
+	}
+}
