@@ -7,7 +7,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -79,6 +81,22 @@ func (l *limited) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
+// secretVars are not passed on to the command: it needs the records, not
+// consume's credentials.
+var secretVars = []string{envName("sasl-password")}
+
+// commandEnv is consume's environment without secretVars.
+func commandEnv(environ []string) []string {
+	out := make([]string, 0, len(environ))
+	for _, kv := range environ {
+		name, _, _ := strings.Cut(kv, "=")
+		if !slices.Contains(secretVars, name) {
+			out = append(out, kv)
+		}
+	}
+	return out
+}
+
 // send is the group's Do: one run of the command for the batch.
 func (s *execSink) send(ctx context.Context, batch []*group.Message) error {
 	if d := s.gate.remaining(); d > 0 {
@@ -92,6 +110,7 @@ func (s *execSink) send(ctx context.Context, batch []*group.Message) error {
 	killGroupOnCancel(cmd)
 	cmd.WaitDelay = 2 * time.Second // a leftover child holding the pipes cannot hold the call
 	cmd.Stdin = &in
+	cmd.Env = commandEnv(os.Environ())
 	stdout := &limited{limit: maxResponse}
 	stderr := &tail{n: 2048}
 	cmd.Stdout, cmd.Stderr = stdout, stderr

@@ -217,3 +217,13 @@ func TestOrderingFlag(t *testing.T) {
 		}
 	}
 }
+
+// TestCommandEnv: the --exec command gets consume's environment without
+// the SASL password.
+func TestCommandEnv(t *testing.T) {
+	got := commandEnv([]string{"PATH=/bin", "ORDERLY_SASL_PASSWORD=s3cret", "ORDERLY_SASL_USER=alice", "HOME=/root"})
+	want := []string{"PATH=/bin", "ORDERLY_SASL_USER=alice", "HOME=/root"}
+	if strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Errorf("got %q, want %q", got, want)
+	}
+}
