@@ -116,6 +116,15 @@ func (s *execSink) send(ctx context.Context, batch []*group.Message) error {
 	cmd.Stdout, cmd.Stderr = stdout, stderr
 	s.ctr.calls.Add(1)
 	err := cmd.Run()
+	if errors.Is(err, exec.ErrWaitDelay) {
+		// It exited 0, but something it started still holds its stdout
+		// or stderr: the batch is done; what that child writes is lost.
+		if s.warn.allow() {
+			s.log.Warn("command exited 0 but left a process holding its output open; not waiting for it",
+				append(batchFields(batch), zap.String("exec", s.cmd))...)
+		}
+		err = nil
+	}
 	var exit *exec.ExitError
 	switch {
 	case ctx.Err() != nil:
@@ -146,7 +155,10 @@ func (s *execSink) send(ctx context.Context, batch []*group.Message) error {
 		return failAll(batch, why)
 	case exitNotExecutable, exitNotFound:
 		s.ctr.endpointError(fmt.Sprintf("exit %d", code))
-		d := s.gate.close(s.endpoint.failed())
+		d := s.gate.remaining() // runs in flight when the first error came do not double the backoff
+		if d <= 0 {
+			d = s.gate.close(s.endpoint.failed())
+		}
 		if s.warn.allow() {
 			s.log.Error("command not found or not executable: check --exec; retrying, never dead-lettered",
 				append(batchFields(batch), zap.String("exec", s.cmd), zap.Int("exit", code),

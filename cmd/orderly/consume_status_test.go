@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -225,5 +226,56 @@ func TestCommandEnv(t *testing.T) {
 	want := []string{"PATH=/bin", "ORDERLY_SASL_USER=alice", "HOME=/root"}
 	if strings.Join(got, " ") != strings.Join(want, " ") {
 		t.Errorf("got %q, want %q", got, want)
+	}
+}
+
+// TestExecLeftoverChild: a command that exits 0 but leaves a child holding
+// its stdout is done after the wait delay, not retried.
+func TestExecLeftoverChild(t *testing.T) {
+	ctr := &sinkCounters{}
+	s := newExecSink(&consumeOpts{execCmd: "sleep 30 & echo started", backoff: time.Second, maxBackoff: time.Second}, &gate{}, ctr, zap.NewNop())
+	start := time.Now()
+	err := s.send(context.Background(), []*group.Message{{Topic: "t", Offset: 1, Value: []byte("v"), Attempt: 1}})
+	if err != nil || ctr.ok.Load() != 1 || time.Since(start) > 20*time.Second {
+		t.Errorf("got %v, ok %d after %v; want done after the wait delay (2s)", err, ctr.ok.Load(), time.Since(start))
+	}
+}
+
+// TestEndpointErrorsInFlight: four calls in flight at once all get 403;
+// the errors answered while the gate is already closed do not double the
+// endpoint backoff again.
+func TestEndpointErrorsInFlight(t *testing.T) {
+	const calls = 4
+	var arrived sync.WaitGroup
+	arrived.Add(calls)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		arrived.Done()
+		arrived.Wait() // all four are in flight before any is answered
+		w.WriteHeader(http.StatusForbidden)
+	}))
+	defer srv.Close()
+	ctr := &sinkCounters{}
+	gt := &gate{}
+	defer gt.stop()
+	s, err := newHTTPSink(&consumeOpts{httpURL: srv.URL, size: 1, num: calls, backoff: time.Second, maxBackoff: time.Minute}, gt, ctr, zap.NewNop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.close()
+	var wg sync.WaitGroup
+	for i := range calls {
+		wg.Go(func() {
+			s.send(context.Background(), []*group.Message{{Topic: "t", Offset: int64(i), Value: []byte("v"), Attempt: 1}})
+		})
+	}
+	wg.Wait()
+	if ctr.endpoint.Load() != calls {
+		t.Fatalf("endpoint errors %d, want %d", ctr.endpoint.Load(), calls)
+	}
+	if rem := gt.remaining(); rem > time.Second {
+		t.Errorf("gate closed for %v, want at most the first backoff (1s)", rem)
+	}
+	if next := s.endpoint.failed(); next != 2*time.Second {
+		t.Errorf("next endpoint backoff %v, want 2s: one doubling for errors answered at once", next)
 	}
 }
