@@ -21,8 +21,8 @@ import (
 // as the README documents them (a binary key as base64 with key_base64,
 // headers, timestamp, attempt), the --header on every request, that the
 // 401 spent no attempt and dead-lettered nothing, that the retry was
-// charged and the deferral not (and waited), that v21 is in the local
-// dead-letter store, that a named item's later records of its key in the
+// charged and the deferral not (and waited), that v21 is on the
+// dead-letter topic (--dead-letter-topic), that a named item's later records of its key in the
 // batch came again while everything else was done once, per key in
 // offset order, and the commit is at the high watermarks.
 func TestConsumeHTTPBatch(t *testing.T) {
@@ -55,10 +55,12 @@ func TestConsumeHTTPBatch(t *testing.T) {
 		}
 		return http.StatusOK, http.Header{"Content-Type": {"application/json"}}, `{"items": [` + strings.Join(items, ",") + `]}`
 	})
-	data := t.TempDir()
+	if err := b.CreateTopic("batches-dlq", 1); err != nil {
+		t.Fatal(err)
+	}
 	p := startConsume(t, "--brokers", b.Addrs()[0], "--topic", "batches", "--group", "batcher",
 		"--http", ep.url(), "--header", "Authorization: Bearer t0ken", "--size", "10", "--num", "2", "--ticker", "20ms",
-		"--backoff", "300ms", "--max-backoff", "600ms", "--data", data, "--progress", "off", "--log-level", "error")
+		"--backoff", "300ms", "--max-backoff", "600ms", "--dead-letter-topic", "batches-dlq", "--progress", "off", "--log-level", "error")
 	p.waitCommitted(b, "batcher", "batches")
 	if code := p.stop(syscall.SIGTERM); code != 0 {
 		t.Fatalf("exit %d after SIGTERM, want 0\n%s", code, p.output())
@@ -130,7 +132,7 @@ func TestConsumeHTTPBatch(t *testing.T) {
 	if s := seen["v14"]; len(s) < 2 || s[len(s)-1].attempt != 1 || s[1].at.Sub(s[0].at) < 290*time.Millisecond {
 		t.Errorf("v14 deliveries %+v, want it again at attempt 1 (a deferral is not charged) at least 300ms later", s)
 	}
-	dead := jsonLines[entryJSON](t, dlqRun(t, "list", "--data", data, "--json"))
+	dead := jsonLines[entryJSON](t, dlqRun(t, "list", "--brokers", b.Addrs()[0], "--topic", "batches-dlq", "--json"))
 	if len(dead) != 1 || dead[0].Reason != "rejected" || !strings.Contains(dead[0].Error, "malformed") ||
 		seen["v21"] == nil || dead[0].Offset != seen["v21"][0].offset {
 		t.Errorf("dead letters %+v, want v21 alone, reason rejected, error naming malformed", dead)
