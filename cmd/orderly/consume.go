@@ -32,6 +32,7 @@ type consumeOpts struct {
 
 	size, num   int
 	ticker      time.Duration
+	chanSize    int
 	maxInFlight int
 
 	backoff, maxBackoff time.Duration
@@ -109,6 +110,7 @@ func consumeCommand(e env) *cobra.Command {
 	intVar(fs, &o.size, "size", 1, 1, group.MaxSize, "most records per request or command run; 1 with --http: the raw value as the body")
 	intVar(fs, &o.num, "num", 32, 1, group.MaxNum, "requests or commands running at once (and HTTP connections kept alive)")
 	durationVar(fs, &o.ticker, "ticker", 100*time.Millisecond, math.MinInt64, "how long a partial batch waits for more records; negative: never")
+	intVar(fs, &o.chanSize, "chan", 1024, 1, group.MaxChan, "records each partition buffers ahead of dispatch (the group's Chan; sarama's ChannelBufferSize)")
 	intVar(fs, &o.maxInFlight, "max-in-flight", 0, 0, group.MaxMaxInFlight, "records fetched and not yet finished; 0: the group's default (65536)")
 	durationVar(fs, &o.backoff, "backoff", group.DefaultRetryBackoff, 0, "first retry's backoff, doubled each attempt")
 	durationVar(fs, &o.maxBackoff, "max-backoff", group.DefaultMaxBackoff, 0, "longest backoff")
@@ -236,6 +238,7 @@ func runConsume(ctx context.Context, o *consumeOpts, e env) error {
 		Size:            o.size,
 		Num:             o.num,
 		Ticker:          o.ticker,
+		Chan:            max(o.chanSize, o.size),
 		MaxInFlight:     o.maxInFlight,
 		MsgTimeout:      o.timeout,
 		Ordering:        o.orderingValue(),
