@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -277,5 +278,52 @@ func TestEndpointErrorsInFlight(t *testing.T) {
 	}
 	if next := s.endpoint.failed(); next != 2*time.Second {
 		t.Errorf("next endpoint backoff %v, want 2s: one doubling for errors answered at once", next)
+	}
+}
+
+// TestConsumeMaxAttempts: a record the endpoint always answers 500 is
+// sent --max-attempts times, at attempts 1, 2, 3, each after the backoff,
+// then dead-lettered with reason max_attempts; the rest is done and the
+// commit passes it.
+func TestConsumeMaxAttempts(t *testing.T) {
+	t.Parallel()
+	const n = 20
+	b := newTopic(t, "flaky", 1)
+	produceKeyed(t, b, "flaky", n, 4)
+	ep := newEndpoint(t, 0, func(hs []hit) (int, http.Header, string) {
+		if hs[0].value == "v3" {
+			return http.StatusInternalServerError, nil, "always"
+		}
+		return http.StatusOK, nil, ""
+	})
+	data := t.TempDir()
+	p := startConsume(t, "--brokers", b.Addrs()[0], "--topic", "flaky", "--group", "flaky", "--http", ep.url(),
+		"--max-attempts", "3", "--backoff", "200ms", "--max-backoff", "400ms", "--jitter", "0", "--data", data,
+		"--progress", "off", "--log-level", "error")
+	p.waitCommitted(b, "flaky", "flaky")
+	if code := p.stop(syscall.SIGTERM); code != 0 {
+		t.Fatalf("exit %d after SIGTERM, want 0\n%s", code, p.output())
+	}
+	var tries []hit
+	for _, h := range ep.snapshot() {
+		if h.value == "v3" {
+			tries = append(tries, h)
+		}
+	}
+	if len(tries) != 3 {
+		t.Fatalf("v3 sent %d times, want 3 (--max-attempts)", len(tries))
+	}
+	for i, h := range tries {
+		if h.attempt != i+1 {
+			t.Errorf("v3 try %d at attempt %d, want %d", i, h.attempt, i+1)
+		}
+		// --backoff 200ms doubling, no jitter: 200ms, then 400ms.
+		if want := 200 * time.Millisecond << max(i-1, 0); i > 0 && h.at.Sub(tries[i-1].at) < want {
+			t.Errorf("v3 try %d came %v after the one before, want at least %v", i, h.at.Sub(tries[i-1].at), want)
+		}
+	}
+	dead := jsonLines[entryJSON](t, dlqRun(t, "list", "--data", data, "--json"))
+	if len(dead) != 1 || dead[0].Reason != "max_attempts" || dead[0].Attempts != 3 || dead[0].Offset != tries[0].offset {
+		t.Errorf("dead letters %+v, want v3 alone, reason max_attempts after 3 attempts", dead)
 	}
 }
