@@ -20,8 +20,8 @@ import (
 // hit is one request an endpoint received, with the record's coordinates
 // (from the Kafka-* headers of a --size 1 request, or the batch's JSON).
 type hit struct {
-	n           int // arrival order
-	at          time.Time
+	n           int       // arrival order
+	at, end     time.Time // arrival, and when its answer was decided after the delay
 	topic       string
 	partition   int32
 	offset      int64
@@ -114,8 +114,9 @@ func (e *endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		time.Sleep(e.delay)
 	}
 	e.mu.Lock()
+	end := time.Now()
 	for i := range recs {
-		recs[i].status = status
+		recs[i].status, recs[i].end = status, end
 		e.hits = append(e.hits, recs[i])
 	}
 	for k := range keys {

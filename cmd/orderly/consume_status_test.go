@@ -327,3 +327,46 @@ func TestConsumeMaxAttempts(t *testing.T) {
 		t.Errorf("dead letters %+v, want v3 alone, reason max_attempts after 3 attempts", dead)
 	}
 }
+
+// TestConsumeOrdering runs the same traffic with --ordering key and
+// --ordering partition: by key, requests of one partition overlap (many
+// keys at once); by partition, never, and each partition's offsets come
+// in order.
+func TestConsumeOrdering(t *testing.T) {
+	t.Parallel()
+	for _, ordering := range []string{"key", "partition"} {
+		t.Run(ordering, func(t *testing.T) {
+			t.Parallel()
+			b := newTopic(t, "ord", 2)
+			produceKeyed(t, b, "ord", 200, 20)
+			ep := newEndpoint(t, 3*time.Millisecond, func([]hit) (int, http.Header, string) { return http.StatusOK, nil, "" })
+			p := startConsume(t, "--brokers", b.Addrs()[0], "--topic", "ord", "--group", "ord", "--http", ep.url(),
+				"--num", "8", "--ordering", ordering, "--progress", "off", "--log-level", "error")
+			p.waitCommitted(b, "ord", "ord")
+			if code := p.stop(syscall.SIGTERM); code != 0 {
+				t.Fatalf("exit %d\n%s", code, p.output())
+			}
+			overlaps, outOfOrder := 0, 0
+			last := map[int32]hit{}
+			for _, h := range ep.snapshot() {
+				if prev, ok := last[h.partition]; ok {
+					if h.at.Before(prev.end) {
+						overlaps++
+					}
+					if h.offset <= prev.offset {
+						outOfOrder++
+					}
+				}
+				if prev, ok := last[h.partition]; !ok || h.end.After(prev.end) {
+					last[h.partition] = h
+				}
+			}
+			switch {
+			case ordering == "key" && overlaps == 0:
+				t.Errorf("--ordering key: no two requests of a partition overlapped, want many keys at once")
+			case ordering == "partition" && (overlaps > 0 || outOfOrder > 0):
+				t.Errorf("--ordering partition: %d overlapping requests of a partition, %d out of offset order; want none", overlaps, outOfOrder)
+			}
+		})
+	}
+}
