@@ -331,14 +331,18 @@ func TestConsumeMaxAttempts(t *testing.T) {
 // TestConsumeOrdering runs the same traffic with --ordering key and
 // --ordering partition: by key, requests of one partition overlap (many
 // keys at once); by partition, never, and each partition's offsets come
-// in order.
+// in order. With --ordering none, requests of a single key overlap.
 func TestConsumeOrdering(t *testing.T) {
 	t.Parallel()
-	for _, ordering := range []string{"key", "partition"} {
+	for _, ordering := range []string{"key", "partition", "none"} {
 		t.Run(ordering, func(t *testing.T) {
 			t.Parallel()
 			b := newTopic(t, "ord", 2)
-			produceKeyed(t, b, "ord", 200, 20)
+			keys := 20
+			if ordering == "none" {
+				keys = 1
+			}
+			produceKeyed(t, b, "ord", 200, keys)
 			ep := newEndpoint(t, 3*time.Millisecond, func([]hit) (int, http.Header, string) { return http.StatusOK, nil, "" })
 			p := startConsume(t, "--brokers", b.Addrs()[0], "--topic", "ord", "--group", "ord", "--http", ep.url(),
 				"--num", "8", "--ordering", ordering, "--progress", "off", "--log-level", "error")
@@ -366,6 +370,12 @@ func TestConsumeOrdering(t *testing.T) {
 				t.Errorf("--ordering key: no two requests of a partition overlapped, want many keys at once")
 			case ordering == "partition" && (overlaps > 0 || outOfOrder > 0):
 				t.Errorf("--ordering partition: %d overlapping requests of a partition, %d out of offset order; want none", overlaps, outOfOrder)
+			}
+			ep.mu.Lock()
+			concurrent := len(ep.concurrent)
+			ep.mu.Unlock()
+			if (ordering == "none") != (concurrent > 0) {
+				t.Errorf("--ordering %s: %d requests arrived while another of their key was in flight, want some only with none", ordering, concurrent)
 			}
 		})
 	}
