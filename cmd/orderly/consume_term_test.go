@@ -84,3 +84,35 @@ func startConsumeEnv(t *testing.T, vars []string, args ...string) *consumeProc {
 	t.Helper()
 	return startConsumeWith(t, vars, args...)
 }
+
+// TestConsumeSIGTERMWhilePaused: an endpoint that answers every request
+// 429 with Retry-After: 60 pauses the group; a SIGTERM during the pause
+// still drains and exits 0 at once, committing nothing it did not do.
+func TestConsumeSIGTERMWhilePaused(t *testing.T) {
+	t.Parallel()
+	b := newTopic(t, "paused", 2)
+	produceKeyed(t, b, "paused", 50, 5)
+	ep := newEndpoint(t, 0, func([]hit) (int, http.Header, string) {
+		return http.StatusTooManyRequests, http.Header{"Retry-After": {"60"}}, ""
+	})
+	p := startConsume(t, "--brokers", b.Addrs()[0], "--topic", "paused", "--group", "paused", "--http", ep.url(),
+		"--num", "4", "--progress", "off", "--log-level", "error")
+	p.waitFor(60*time.Second, "a 429 answered", func() bool { return len(ep.snapshot()) > 0 })
+	time.Sleep(200 * time.Millisecond) // let the pause take hold
+	start := time.Now()
+	if code := p.stop(syscall.SIGTERM); code != 0 {
+		t.Fatalf("exit %d after SIGTERM, want 0\n%s", code, p.output())
+	}
+	if d := time.Since(start); d > 20*time.Second {
+		t.Errorf("took %v to stop during a 60s pause, want well under the pause", d)
+	}
+	for part, off := range b.Committed("paused", "paused") {
+		if off != 0 {
+			t.Errorf("partition %d committed at %d, want nothing past records never answered 2xx", part, off)
+		}
+	}
+	got := finalFigures(t, p.stdout.String())
+	if got["throttled"] < 1 || got["handled"] != 0 {
+		t.Errorf("final line: throttled %v, handled %v; want at least one 429 and nothing handled", got["throttled"], got["handled"])
+	}
+}
