@@ -35,9 +35,10 @@ CREATE TABLE IF NOT EXISTS applied (
 	PRIMARY KEY (partition, offset)
 );`
 
-// openStore opens (creating it if needed) the database at path: WAL, and
-// synchronous=FULL so that a committed transaction survives a crash of
-// the machine too, not only of the process.
+// openStore opens (creating it if needed) the database at path, in WAL
+// mode with synchronous=FULL: SQLite syncs the log at every commit, so a
+// transaction Do committed is on disk before its offset may be committed
+// to Kafka. (The test kills the process, not the machine.)
 func openStore(path string) (*store, error) {
 	dsn := "file:" + url.PathEscape(path) + "?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)"
 	db, err := sql.Open("sqlite", dsn)
