@@ -42,6 +42,12 @@ type demoOpts struct {
 	timeout     time.Duration
 	progress    string
 	logLevel    string
+
+	msgTimeout     time.Duration
+	statusWindow   int
+	stuckHead      time.Duration
+	stuckPartition int
+	admin          adminOpts
 }
 
 // Defaults of the traffic and the simulated I/O. The default run should
@@ -92,6 +98,11 @@ fall short, or if the run was interrupted.`,
 	durationVar(fs, &o.timeout, "timeout", 3*time.Minute, 1, "stop after this long, report what happened, exit 3")
 	stringVar(fs, &o.progress, "progress", "auto", oneOf("auto", "on", "off"), "live progress: auto (on a terminal), on, off")
 	stringVar(fs, &o.logLevel, "log-level", "", logLevel, "group log level to stderr (debug, info, warn, error); empty: no logs")
+	durationVar(fs, &o.msgTimeout, "msg-timeout", group.DefaultMsgTimeout, 1, "group MsgTimeout: the deadline of Do's ctx; a call past it plus a grace (a tenth, 1s to 30s) counts as a stuck worker")
+	intVar(fs, &o.statusWindow, "status-window", 10, 2, 1000, "group Status.Window: how many commit intervals (1s) the partition statuses look at")
+	durationVar(fs, &o.stuckHead, "stuck-head", 30*time.Second, 1, "group Status.StuckHead: how long the frontier's record may stay unfinished before a status's reason names it")
+	intVar(fs, &o.stuckPartition, "stuck-partition", -1, -1, 1<<16-1, "fault injection: the first Do call on a record of this partition hangs, ignoring its ctx, until the run ends (SIGINT, SIGTERM, --timeout), so the partition STALLs and a worker is stuck past --msg-timeout (with --size above 1 the call may hold other partitions' records too: use --size 1 to stall this one alone); the run cannot complete; -1: none")
+	o.admin.flags(fs)
 	return c
 }
 
@@ -135,16 +146,13 @@ func (o *demoOpts) logger(logs io.Writer) *zap.Logger {
 // error (so the exit code is non-zero) if anything was lost, repeated or out
 // of order, if the committed offsets are not at the high watermarks, or if
 // the run was interrupted (ctx ended: a signal, or --timeout).
-func runDemo(ctx context.Context, o *demoOpts, out, logs io.Writer) error {
+func runDemo(ctx context.Context, o *demoOpts, out, logs io.Writer) (err error) {
 	start := time.Now()
 	ctx, cancel := context.WithTimeoutCause(ctx, o.timeout, fmt.Errorf("timed out after %v (--timeout)", o.timeout))
 	defer cancel()
 
 	p := newPlan(o.messages, o.keys, o.poison, o.zipf, o.seed)
-	var (
-		c   cluster
-		err error
-	)
+	var c cluster
 	where := "embedded broker"
 	if len(o.brokers) > 0 {
 		c, err = dialRemote(o.brokers)
@@ -160,6 +168,9 @@ func runDemo(ctx context.Context, o *demoOpts, out, logs io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if o.stuckPartition >= int(parts) {
+		return usagef("--stuck-partition %d: %q has partitions 0 to %d", o.stuckPartition, o.topic, parts-1)
+	}
 	startOffs, err := c.highWatermarks(o.topic)
 	if err != nil {
 		return err
@@ -174,6 +185,7 @@ func runDemo(ctx context.Context, o *demoOpts, out, logs io.Writer) error {
 
 	done := newFinished(startOffs)
 	bank := newBank(p, done, o.io, o.ioItem, o.fail, o.seed)
+	bank.stuckPartition, bank.release = int32(o.stuckPartition), ctx.Done()
 	g, err := group.New(group.Config{
 		Brokers:     c.addrs(),
 		Topics:      []string{o.topic},
@@ -182,6 +194,8 @@ func runDemo(ctx context.Context, o *demoOpts, out, logs io.Writer) error {
 		Num:         o.num,
 		Ticker:      o.ticker,
 		MaxInFlight: o.maxInFlight,
+		MsgTimeout:  o.msgTimeout,
+		Status:      group.StatusConfig{Window: o.statusWindow, StuckHead: o.stuckHead},
 		Logger:      o.logger(logs),
 	}, group.Handler[Transfer]{New: p.decoder(done), Split: split, Do: bank.do})
 	if err != nil {
@@ -200,6 +214,18 @@ func runDemo(ctx context.Context, o *demoOpts, out, logs io.Writer) error {
 	} else {
 		fmt.Fprintf(out, "producing %.0f transfers/s, like live traffic: throughput follows the producer (--rate 0: as fast as possible)\n", o.rate)
 	}
+	if o.stuckPartition >= 0 {
+		fmt.Fprintf(out, "--stuck-partition %d: the first Do call on it hangs until the run ends (SIGINT, SIGTERM or --timeout %v)\n", o.stuckPartition, o.timeout)
+	}
+	srv, err := o.admin.start(g, out)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if serr := srv.stop(); serr != nil {
+			err = errors.Join(err, serr)
+		}
+	}()
 
 	total := int64(len(p.recs))
 	prodCtx, stopProd := context.WithCancel(ctx)
@@ -218,7 +244,7 @@ func runDemo(ctx context.Context, o *demoOpts, out, logs io.Writer) error {
 	}()
 
 	prog := startProgress(o.progress, out, start, total, p.sent.Load, g.Stats)
-	waitErr := runUntilCommitted(ctx, g, total, prodDone, stopProd)
+	waitErr := runUntilCommitted(ctx, g, total, startOffs, prodDone, stopProd)
 	prog.close()
 
 	r := &demoReport{
@@ -258,6 +284,31 @@ func runDemo(ctx context.Context, o *demoOpts, out, logs io.Writer) error {
 	return &interruptedError{msg: r.summary()}
 }
 
+// allCommitted reports whether total records past the start offsets are
+// committed: Stats.Committed says so, or else the committed offsets read
+// back from the coordinator (PartitionStats.Committed, every
+// Status.ReadBack) do. Stats.Committed has been seen to end one below the
+// committed offsets (5006 against 5007 with --poison 7, every partition's
+// frontier and committed offset at its high watermark), which left the
+// demo waiting until its timeout; the read-back offsets are the commit
+// itself.
+func allCommitted(s group.Stats, total int64, start map[int32]int64) bool {
+	if s.Committed >= total {
+		return true
+	}
+	if len(s.PartitionStats) != len(start) {
+		return false
+	}
+	var n int64
+	for _, p := range s.PartitionStats {
+		if p.Committed < 0 {
+			return false
+		}
+		n += p.Committed - start[p.Partition]
+	}
+	return n >= total
+}
+
 // paced wraps gen so that record i is not generated before i/rate seconds
 // have passed since the first; it stops waiting when ctx ends.
 func paced(ctx context.Context, rate float64, gen loadgen.Gen) loadgen.Gen {
@@ -279,12 +330,12 @@ func paced(ctx context.Context, rate float64, gen loadgen.Gen) loadgen.Gen {
 }
 
 // runUntilCommitted runs g until all total records are produced (the
-// producer sends its result on prodDone) and behind the commit frontier,
+// producer sends its result on prodDone) and committed (see allCommitted),
 // then stops it. It fails if producing fails, Run returns early, or ctx
 // ends (the caller reports that as an interrupted run, with what was done
 // by then); in every case it stops the producer (stopProd) and waits for
 // it.
-func runUntilCommitted(ctx context.Context, g *group.Group[Transfer], total int64, prodDone <-chan error, stopProd func()) error {
+func runUntilCommitted(ctx context.Context, g *group.Group[Transfer], total int64, start map[int32]int64, prodDone <-chan error, stopProd func()) error {
 	var (
 		prodErr  error
 		produced bool
@@ -298,7 +349,7 @@ func runUntilCommitted(ctx context.Context, g *group.Group[Transfer], total int6
 				return false
 			}
 		}
-		return prodErr != nil || g.Stats().Committed >= total
+		return prodErr != nil || allCommitted(g.Stats(), total, start)
 	}, g.Run)
 	stopProd()
 	if !produced {

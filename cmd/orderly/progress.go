@@ -75,13 +75,44 @@ func (p *progress) loop() {
 
 func (p *progress) line(now time.Time, s group.Stats, rate float64) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%6.1fs  %s/s  handled %s", now.Sub(p.start).Seconds(), bench.FormatCount(rate), bench.FormatCount(float64(s.Handled)))
+	fmt.Fprintf(&b, "%6.1fs  ", now.Sub(p.start).Seconds())
+	if w := worstPartition(s); w != "" {
+		b.WriteString(w + "  ")
+	}
+	fmt.Fprintf(&b, "%s/s  handled %s", bench.FormatCount(rate), bench.FormatCount(float64(s.Handled)))
 	if n := p.produced(); n < p.total {
 		fmt.Fprintf(&b, " of %s produced", bench.FormatCount(float64(n)))
 	}
 	fmt.Fprintf(&b, "  committed %s  lag %s  retries %d  in flight %s",
 		bench.FormatCount(float64(s.Committed)), bench.FormatCount(float64(s.Lag)), s.Retries, bench.FormatCount(float64(s.InFlight)))
 	return b.String()
+}
+
+// worstPartition is the group's status when it is not OK: its worst
+// partition's status and topic/partition ("STALL orders/3"), and how many
+// other partitions are not OK ("STALL orders/3 +2"); "" when every
+// claimed partition is OK (or none is claimed).
+func worstPartition(s group.Stats) string {
+	if s.Status.Code == group.StatusOK || s.Status.Code == 0 {
+		return ""
+	}
+	worst, others := "", 0
+	for _, ps := range s.PartitionStats {
+		switch {
+		case ps.Status.Code == group.StatusOK || ps.Status.Code == 0: // 0: not evaluated yet
+		case worst == "" && ps.Status.Code == s.Status.Code:
+			worst = fmt.Sprintf("%s %s/%d", ps.Status.Code, ps.Topic, ps.Partition)
+		default:
+			others++
+		}
+	}
+	if worst == "" { // cannot happen: the group's status is a partition's
+		return s.Status.Code.String()
+	}
+	if others > 0 {
+		worst += fmt.Sprintf(" +%d", others)
+	}
+	return worst
 }
 
 func (p *progress) show(line string) {

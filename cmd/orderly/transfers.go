@@ -192,7 +192,18 @@ type bank struct {
 
 	firstDo  atomic.Int64 // unix nanos of the first call's start
 	lastDone atomic.Int64 // unix nanos of the last successful call's end
+
+	// stuckPartition (--stuck-partition; -1: none): the first call with a
+	// record of it hangs, ignoring its ctx, until release is closed (the
+	// run ends), holding every record of the call.
+	stuckPartition int32
+	release        <-chan struct{}
+	stuck          atomic.Bool
 }
+
+// errReleased is what the --stuck-partition call returns once the run
+// ends: it booked nothing.
+var errReleased = errors.New("stuck call released at the end of the run (--stuck-partition)")
 
 func newBank(p *plan, done *finished, io, ioItem time.Duration, fail float64, seed uint64) *bank {
 	return &bank{
@@ -205,6 +216,8 @@ func newBank(p *plan, done *finished, io, ioItem time.Duration, fail float64, se
 		fail:     fail,
 		seed:     seed,
 		attempts: make(map[[2]int64]int),
+
+		stuckPartition: -1,
 	}
 }
 
@@ -221,6 +234,10 @@ func (b *bank) do(ctx context.Context, batch []Transfer) error {
 	start := time.Now().UnixNano()
 	b.firstDo.CompareAndSwap(0, start)
 	first := batch[0]
+	if b.stuckPartition >= 0 && slices.ContainsFunc(batch, func(t Transfer) bool { return t.Partition == b.stuckPartition }) && !b.stuck.Swap(true) {
+		<-b.release // not ctx: a call that ignores its deadline is a stuck worker
+		return errReleased
+	}
 	failing := loadgen.Fails(b.fail, b.seed, first.Partition, first.Offset, b.attempt(first))
 	if cost := b.io + time.Duration(len(batch))*b.ioItem; cost > 0 {
 		t := time.NewTimer(cost)

@@ -16,6 +16,11 @@ import (
 // default (a hash of the key).
 type Orderly struct {
 	cur atomic.Pointer[group.Group[*group.Message]]
+
+	// Attach, if set, is called with each run's group before its Run
+	// (what a service does around it, e.g. a metrics scraper: the
+	// scrape-cost test); the func it returns is called once Run returns.
+	Attach func(*group.Group[*group.Message]) (detach func())
 }
 
 // Name implements Contender.
@@ -70,6 +75,9 @@ func (o *Orderly) Run(ctx context.Context, spec RunSpec) (Result, error) {
 	}
 	o.cur.Store(g)
 	defer o.cur.Store(nil)
+	if o.Attach != nil {
+		defer o.Attach(g)()
+	}
 
 	r, err := finish(ctx, spec, t, g.Run(runCtx))
 	if err != nil {

@@ -1,0 +1,100 @@
+package admin
+
+import (
+	"bytes"
+	_ "embed"
+	"html/template"
+	"net/http"
+	"strconv"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// statusPage is the status page's template: server-rendered, refreshed by
+// a meta refresh, no JavaScript. html/template escapes every value in its
+// context (topic names and reasons are user input).
+//
+//go:embed status.html
+var statusPage string
+
+var pageTemplate = template.Must(template.New("status").Funcs(template.FuncMap{"num": formatNum}).Parse(statusPage))
+
+// pageData is what the template shows: the /stats document and what the
+// page derives from it.
+type pageData struct {
+	*StatsDoc
+	At                         string // the snapshot's time, for people
+	Refresh                    int    // seconds between reloads; 0: none
+	Pprof                      bool   // link /debug/pprof/
+	HasHealth, IsReady, IsLive bool
+	Busy                       int            // workers in Do
+	StuckWorkers               []WorkerDoc    // workers stuck now
+	Problems                   []PartitionDoc // partitions whose status is not OK
+}
+
+func newPageData(d *StatsDoc, opts *Options) *pageData {
+	p := &pageData{StatsDoc: d, At: d.Time.Format("2006-01-02 15:04:05 MST"), Pprof: opts.Pprof}
+	if opts.Refresh > 0 {
+		p.Refresh = max(1, int(opts.Refresh.Round(time.Second)/time.Second))
+	}
+	if d.Ready != nil && d.Live != nil {
+		p.HasHealth, p.IsReady, p.IsLive = true, *d.Ready, *d.Live
+	}
+	for _, w := range d.Workers {
+		if w.Busy {
+			p.Busy++
+		}
+		if w.Stuck {
+			p.StuckWorkers = append(p.StuckWorkers, w)
+		}
+	}
+	for _, pd := range d.Partitions {
+		if pd.Status.Code != 1 {
+			p.Problems = append(p.Problems, pd)
+		}
+	}
+	return p
+}
+
+// servePage renders the status page into a buffer first, so that a
+// template error is a 500, not half a page.
+func (h *handler) servePage(w http.ResponseWriter, r *http.Request) {
+	s := h.g.Stats()
+	d := newStatsDoc(&s, h.g, time.Now())
+	var buf bytes.Buffer
+	if err := pageTemplate.Execute(&buf, newPageData(d, &h.opts)); err != nil {
+		h.opts.Logger.Error("admin: render the status page", zap.Error(err))
+		http.Error(w, "admin: render the status page: "+err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	_, _ = w.Write(buf.Bytes())
+}
+
+// formatNum writes n with thin spaces between groups of three digits.
+func formatNum(n int64) string {
+	s := strconv.FormatInt(n, 10)
+	neg := n < 0
+	if neg {
+		s = s[1:]
+	}
+	if len(s) <= 4 {
+		if neg {
+			return "-" + s
+		}
+		return s
+	}
+	var b []byte
+	if neg {
+		b = append(b, '-')
+	}
+	for i, c := range []byte(s) {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			b = append(b, "\u2009"...)
+		}
+		b = append(b, c)
+	}
+	return string(b)
+}

@@ -1,0 +1,27 @@
+package admin
+
+import "github.com/orderly-go/orderly/group"
+
+// Source is what the collector and the status page read: a *group.Group[T]
+// of any T.
+type Source interface {
+	Stats() group.Stats
+}
+
+// Health is what /healthz and /readyz ask: a *group.Group[T] of any T.
+type Health interface {
+	// Ready reports whether the group joined (a standby member with no
+	// partitions is ready too); false before the join, after a lost
+	// session and after Run returned.
+	Ready() bool
+	// Live reports whether the group is alive, and why not: no worker
+	// stuck past MsgTimeout and its grace, the session not lost for
+	// longer than Status.LostAfter. Lag does not count.
+	Live() (bool, string)
+}
+
+// Group is a Source with its Health: what Handler and Serve need.
+type Group interface {
+	Source
+	Health
+}

@@ -1,0 +1,74 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+
+	"github.com/spf13/pflag"
+
+	"github.com/orderly-go/orderly/admin"
+)
+
+// adminOpts are the --admin and --pprof flags of every subcommand that
+// runs a group: the admin server (package admin) in front of it.
+type adminOpts struct {
+	addr  string
+	pprof bool
+}
+
+// flags defines --admin and --pprof on fs.
+func (a *adminOpts) flags(fs *pflag.FlagSet) {
+	stringVar(fs, &a.addr, "admin", "", optional(hostPort),
+		"serve the admin server on host:port (port 0: any free one): the status page at /, /metrics, /stats, /healthz, /readyz; empty: none")
+	fs.BoolVar(&a.pprof, "pprof", false, "with --admin: serve net/http/pprof under /debug/pprof/ too")
+}
+
+// optional is a stringVar check that accepts "" and otherwise check's
+// values.
+func optional(check func(string) error) func(string) error {
+	return func(s string) error {
+		if s == "" {
+			return nil
+		}
+		return check(s)
+	}
+}
+
+// adminServer is a running admin server.
+type adminServer struct {
+	url  string // http://host:port/
+	stop func() error
+}
+
+// startAdmin listens on a.addr and serves admin.Handler(g) there until
+// stop, printing the URL on out; with no --admin it returns a server
+// whose stop does nothing. The server outlives the group's Run (so that
+// /readyz says 503 once Run has returned), until the subcommand stops it.
+func (a *adminOpts) start(g admin.Group, out io.Writer) (*adminServer, error) {
+	if a.addr == "" {
+		return &adminServer{stop: func() error { return nil }}, nil
+	}
+	ln, err := net.Listen("tcp", a.addr)
+	if err != nil {
+		return nil, fmt.Errorf("admin server (--admin): listen on %s: %w", a.addr, err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- admin.ServeListener(ctx, ln, g, admin.Options{Pprof: a.pprof}) }()
+	s := &adminServer{url: "http://" + ln.Addr().String() + "/"}
+	s.stop = func() error {
+		cancel()
+		if err := <-served; err != nil {
+			return fmt.Errorf("admin server (--admin): %w", err)
+		}
+		return nil
+	}
+	routes := "/metrics /stats /healthz /readyz"
+	if a.pprof {
+		routes += " /debug/pprof/"
+	}
+	fmt.Fprintf(out, "admin: %s (status page; %s)\n", s.url, routes)
+	return s, nil
+}

@@ -1,0 +1,33 @@
+package main
+
+import (
+	"testing"
+
+	"github.com/orderly-go/orderly/group"
+)
+
+func TestWorstPartition(t *testing.T) {
+	ps := func(p int32, c group.Status) group.PartitionStats {
+		return group.PartitionStats{Topic: "orders", Partition: p, Status: group.PartitionStatus{Code: c}}
+	}
+	tests := []struct {
+		name  string
+		stats group.Stats
+		want  string
+	}{
+		{"no partition", group.Stats{}, ""},
+		{"all OK", group.Stats{Status: group.PartitionStatus{Code: group.StatusOK},
+			PartitionStats: []group.PartitionStats{ps(0, group.StatusOK), ps(1, group.StatusOK)}}, ""},
+		{"one STALL", group.Stats{Status: group.PartitionStatus{Code: group.StatusStall, Reason: "orders/3: ..."},
+			PartitionStats: []group.PartitionStats{ps(0, group.StatusOK), ps(3, group.StatusStall)}}, "STALL orders/3"},
+		{"STOP over WARN, not evaluated counts as OK", group.Stats{Status: group.PartitionStatus{Code: group.StatusStop},
+			PartitionStats: []group.PartitionStats{ps(0, group.StatusWarn), ps(1, 0), ps(2, group.StatusStop), ps(5, group.StatusStop)}}, "STOP orders/2 +2"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := worstPartition(tt.stats); got != tt.want {
+				t.Errorf("got %q, want %q", got, tt.want)
+			}
+		})
+	}
+}
