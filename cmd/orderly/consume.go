@@ -43,6 +43,7 @@ type consumeOpts struct {
 	data            string
 
 	kafka kafkaFlags
+	admin adminOpts
 
 	progress      string
 	progressEvery time.Duration
@@ -76,7 +77,8 @@ Dead letters go to --dead-letter-topic, or the local store under --data
 counted and skipped.
 
 Progress: a live line on a terminal, else a line every --progress-every
-(1m), and a final line of counts at exit. SIGINT or SIGTERM: stop fetching, let the calls in flight
+(1m), and a final line of counts at exit; --admin ADDR serves the status
+page, /metrics, /stats, /healthz and /readyz. SIGINT or SIGTERM: stop fetching, let the calls in flight
 finish, commit, print the final line, exit 0.`
 
 // The exit status of consume differs from the other commands': it has no
@@ -119,6 +121,7 @@ func consumeCommand(e env) *cobra.Command {
 	stringVar(fs, &o.deadLetterTopic, "dead-letter-topic", "", nil, "produce dead letters to this topic (acks=all before the offset is committed)")
 	stringVar(fs, &o.data, "data", "", nil, "directory for the local dead-letter store (when no --dead-letter-topic), one per instance")
 	o.kafka.define(fs)
+	o.admin.flags(fs)
 	stringVar(fs, &o.progress, "progress", "auto", oneOf("auto", "on", "off"), "auto: a live line on a terminal, else a line every --progress-every; on: a line every --progress-every even on a terminal; off: only the final line")
 	durationVar(fs, &o.progressEvery, "progress-every", time.Minute, time.Second, "interval of the progress line when it is not redrawn live")
 	stringVar(fs, &o.logLevel, "log-level", "info", logLevel, "log level to stderr (debug, info, warn, error); empty: no logs")
@@ -199,7 +202,7 @@ func (o *consumeOpts) orderingValue() group.Ordering {
 
 // runConsume is `orderly consume`: it runs until ctx ends (SIGINT,
 // SIGTERM), then drains, commits and prints the final line.
-func runConsume(ctx context.Context, o *consumeOpts, e env) error {
+func runConsume(ctx context.Context, o *consumeOpts, e env) (err error) {
 	if err := o.check(); err != nil {
 		return err
 	}
@@ -252,6 +255,11 @@ func runConsume(ctx context.Context, o *consumeOpts, e env) error {
 	}
 	gt.pause, gt.resume = g.Pause, g.Resume
 	defer gt.stop()
+	srv, err := o.admin.start(g, e.stdout)
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, srv.stop()) }()
 
 	start := time.Now()
 	fmt.Fprintf(e.stdout, "orderly consume: %s -> %s; group %s, %s\n",

@@ -96,6 +96,7 @@ func TestConsumeEnvBinding(t *testing.T) {
 		}
 	})
 	vals[envName("ordering")], vals[envName("progress")], vals[envName("log-level")] = "none", "off", "warn"
+	vals[envName("admin")] = "127.0.0.1:0"
 	if err := fs.Parse([]string{"--num", "3"}); err != nil {
 		t.Fatal(err)
 	}

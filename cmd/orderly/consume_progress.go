@@ -62,8 +62,12 @@ func (c *consumeProgress) loop() {
 
 func (c *consumeProgress) line(now time.Time, s group.Stats, rate float64) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%6.1fs  %s/s  handled %s  committed %s  lag %s  in flight %s  retries %d  dead-lettered %d",
-		now.Sub(c.start).Seconds(), bench.FormatCount(rate), bench.FormatCount(float64(s.Handled)),
+	fmt.Fprintf(&b, "%6.1fs  ", now.Sub(c.start).Seconds())
+	if w := worstPartition(s); w != "" {
+		b.WriteString(w + "  ")
+	}
+	fmt.Fprintf(&b, "%s/s  handled %s  committed %s  lag %s  in flight %s  retries %d  dead-lettered %d",
+		bench.FormatCount(rate), bench.FormatCount(float64(s.Handled)),
 		bench.FormatCount(float64(s.Committed)), bench.FormatCount(float64(s.Lag)), bench.FormatCount(float64(s.InFlight)),
 		s.Retries, deadLettered(s))
 	fmt.Fprintf(&b, "  throttled %d  failed calls %d  endpoint errors %d", c.ctr.throttled.Load(), c.ctr.failed.Load(), c.ctr.endpoint.Load())
