@@ -176,7 +176,7 @@ committing only behind finished work. Without a command, orderly runs the demo.`
 	root.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error {
 		return bindEnv(cmd.Flags(), e.lookup)
 	}
-	root.AddCommand(demoCommand(e), brokerCommand(e), benchCommand(e), dlqCommand(e))
+	root.AddCommand(demoCommand(e), brokerCommand(e), benchCommand(e), dlqCommand(e), consumeCommand(e))
 	root.AddCommand(groupCommand(e))
 	return root
 }

@@ -32,7 +32,7 @@ func TestHelp(t *testing.T) {
 				tt.args, r.code, r.stderr, r.stdout, header)
 		}
 		if tt.path == "orderly" {
-			for _, sub := range []string{"demo", "broker", "bench", "dlq", "group"} {
+			for _, sub := range []string{"demo", "broker", "bench", "dlq", "group", "consume"} {
 				if !strings.Contains(r.stdout, "\n  "+sub+" ") {
 					t.Errorf("orderly %q lists no %q command:\n%s", tt.args, sub, r.stdout)
 				}

@@ -1,0 +1,327 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	"go.uber.org/zap"
+
+	"github.com/orderly-go/orderly/group"
+)
+
+// consumeOpts are `orderly consume`'s flags.
+type consumeOpts struct {
+	brokers []string
+	topics  []string
+	group   string
+
+	httpURL  string
+	headers  []string
+	httpCA   string
+	execCmd  string
+	noCheck  bool
+	timeout  time.Duration
+	ordering string
+
+	size, num   int
+	ticker      time.Duration
+	chanSize    int
+	maxInFlight int
+
+	backoff, maxBackoff time.Duration
+	jitter              float64
+	maxAttempts         int
+
+	deadLetterTopic string
+	data            string
+
+	kafka kafkaFlags
+	admin adminOpts
+
+	progress      string
+	progressEvery time.Duration
+	logLevel      string
+}
+
+const consumeLong = `Consume Kafka topics with ordered parallelism and hand each batch to an HTTP
+endpoint (--http URL) or a command (--exec CMD), never two batches of one key
+at once and always in offset order; offsets are committed only behind
+finished records.
+
+--http URL: each batch is POSTed as a JSON array (with --size 1: one record
+per request, the raw value as the body and its coordinates in Kafka-*
+headers). 2xx: done (a JSON body {"items":[...]} may name per-item outcomes);
+429 and 503 pause every request to the endpoint for Retry-After, spending no
+attempts; other 5xx, timeouts and refused connections are retried with
+backoff (many failing lanes at once: the group backs off as a whole);
+401, 403, 404 and 407 (and 3xx) are endpoint errors: retried with backoff,
+counted, logged, never dead-lettered; other 4xx: dead-lettered, reason
+rejected.
+
+--exec CMD: CMD runs under /bin/sh -c once per batch, the records on stdin
+as JSON lines. Exit 0: done (stdout may name per-item outcomes, one JSON
+object a line); 75 (EX_TEMPFAIL): retried with backoff; 126 or 127 (not
+executable, not found): a command error, retried like an endpoint error;
+any other exit: dead-lettered, reason rejected. Past --timeout the
+command's process group is killed.
+
+Dead letters go to --dead-letter-topic, or the local store under --data
+(read them with 'orderly dlq'); with neither, a rejected record is logged,
+counted and skipped.
+
+Progress: a live line on a terminal, else a line every --progress-every
+(1m), and a final line of counts at exit; --admin ADDR serves the status
+page, /metrics, /stats, /healthz and /readyz. SIGINT or SIGTERM: stop fetching, let the calls in flight
+finish, commit, print the final line, exit 0.`
+
+// The exit status of consume differs from the other commands': it has no
+// planned end, so a signal is how it stops, and that is a success.
+const (
+	helpExitStatus = `Exit status: 0 done; 1 error, or a failed check; 2 usage error; 3 interrupted
+(SIGINT, SIGTERM or --timeout) before the run finished.
+`
+	consumeExitStatus = `Exit status: 0 stopped by SIGINT or SIGTERM, after draining and committing;
+1 error (the run could not start or go on); 2 usage error.
+`
+)
+
+// consumeCommand is `orderly consume`.
+func consumeCommand(e env) *cobra.Command {
+	o := &consumeOpts{}
+	c := newCommand("consume", "forward Kafka records to an HTTP endpoint or a command, in order per key, many at a time",
+		consumeLong, func(ctx context.Context) error { return runConsume(ctx, o, e) })
+	c.SetHelpTemplate(strings.Replace(helpTemplate, helpExitStatus, consumeExitStatus, 1))
+	fs := c.Flags()
+	listVar(fs, &o.brokers, "brokers", nil, false, dialAddr, "comma-separated host:port of the Kafka cluster (required)")
+	listVar(fs, &o.topics, "topic", nil, false, nil, "comma-separated topics to consume (required)")
+	stringVar(fs, &o.group, "group", "", nil, "consumer group id (required)")
+	stringVar(fs, &o.httpURL, "http", "", nil, "POST records to this http:// or https:// URL")
+	fs.StringArrayVar(&o.headers, "header", nil, `extra request header "Name: value" for --http (repeatable; the variable holds one)`)
+	stringVar(fs, &o.httpCA, "http-ca", "", nil, "PEM file of CA certificates for an https --http endpoint, added to the system roots")
+	stringVar(fs, &o.execCmd, "exec", "", nil, "run this command (/bin/sh -c) once per batch, the records on stdin as JSON lines")
+	fs.BoolVar(&o.noCheck, "no-check", false, "do not check at start that the --http endpoint accepts connections")
+	durationVar(fs, &o.timeout, "timeout", 30*time.Second, 1, "deadline of one request or command run; past it the call is cancelled (the command's process group killed) and retried")
+	stringVar(fs, &o.ordering, "ordering", "key", oneOf("key", "partition", "none"), "what stays in order: key (records with equal keys), partition, none")
+	intVar(fs, &o.size, "size", 1, 1, group.MaxSize, "most records per request or command run; 1 with --http: the raw value as the body")
+	intVar(fs, &o.num, "num", 32, 1, group.MaxNum, "requests or commands running at once (and HTTP connections kept alive)")
+	durationVar(fs, &o.ticker, "ticker", 100*time.Millisecond, math.MinInt64, "how long a partial batch waits for more records; negative: never")
+	intVar(fs, &o.chanSize, "chan", 1024, 1, group.MaxChan, "records each partition buffers ahead of dispatch (the group's Chan; sarama's ChannelBufferSize)")
+	intVar(fs, &o.maxInFlight, "max-in-flight", 0, 0, group.MaxMaxInFlight, "records fetched and not yet finished; 0: the group's default (65536)")
+	durationVar(fs, &o.backoff, "backoff", group.DefaultRetryBackoff, 0, "first retry's backoff, doubled each attempt")
+	durationVar(fs, &o.maxBackoff, "max-backoff", group.DefaultMaxBackoff, 0, "longest backoff")
+	floatVar(fs, &o.jitter, "jitter", group.DefaultJitter, fraction, "spread each backoff by up to this fraction either way, in [0, 1)")
+	intVar(fs, &o.maxAttempts, "max-attempts", 0, 0, math.MaxInt32, "dead-letter a record after this many failed attempts (reason max_attempts); 0: retry forever. Needs --dead-letter-topic or --data")
+	stringVar(fs, &o.deadLetterTopic, "dead-letter-topic", "", nil, "produce dead letters to this topic (acks=all before the offset is committed)")
+	stringVar(fs, &o.data, "data", "", nil, "directory for the local dead-letter store (when no --dead-letter-topic), one per instance")
+	o.kafka.define(fs)
+	o.admin.flags(fs)
+	stringVar(fs, &o.progress, "progress", "auto", oneOf("auto", "on", "off"), "auto: a live line on a terminal, else a line every --progress-every; on: a line every --progress-every even on a terminal; off: only the final line")
+	durationVar(fs, &o.progressEvery, "progress-every", time.Minute, time.Second, "interval of the progress line when it is not redrawn live")
+	stringVar(fs, &o.logLevel, "log-level", "info", logLevel, "log level to stderr (debug, info, warn, error); empty: no logs")
+	return c
+}
+
+// check is the usage check of the flags together.
+func (o *consumeOpts) check() error {
+	switch {
+	case o.httpURL != "" && o.execCmd != "":
+		return usagef("give one of --http and --exec, not both")
+	case o.httpURL == "" && o.execCmd == "":
+		return usagef("nothing to forward to: give --http URL or --exec CMD")
+	case len(o.brokers) == 0:
+		return usagef("missing --brokers: give the Kafka cluster's host:port")
+	case len(o.topics) == 0:
+		return usagef("missing --topic: give the topics to consume")
+	case o.group == "":
+		return usagef("missing --group: give the consumer group id")
+	case o.maxBackoff < o.backoff:
+		return usagef("--max-backoff %v is below --backoff %v", o.maxBackoff, o.backoff)
+	case o.maxAttempts > 0 && o.deadLetterTopic == "" && o.data == "":
+		return usagef("--max-attempts %d needs a dead-letter destination: --dead-letter-topic or --data", o.maxAttempts)
+	case o.execCmd != "" && (len(o.headers) > 0 || o.httpCA != ""):
+		return usagef("--header and --http-ca apply to --http only")
+	}
+	if o.httpURL != "" {
+		if err := checkURL(o.httpURL); err != nil {
+			return badValue("--http", o.httpURL, err)
+		}
+		for _, h := range o.headers {
+			if _, _, err := parseHeader(h); err != nil {
+				return badValue("--header", h, err)
+			}
+		}
+	}
+	if strings.TrimSpace(o.execCmd) == "" && o.execCmd != "" {
+		return badValue("--exec", o.execCmd, errors.New("must not be blank"))
+	}
+	return o.kafka.check()
+}
+
+// checkURL accepts an absolute http or https URL with a host.
+func checkURL(s string) error {
+	u, err := url.Parse(s)
+	switch {
+	case err != nil:
+		return errors.New("not a URL")
+	case u.Scheme == "" || u.Host == "" && u.Opaque != "":
+		return errors.New("no scheme: give http://HOST/PATH or https://HOST/PATH")
+	case u.Scheme != "http" && u.Scheme != "https":
+		return fmt.Errorf("scheme %q: must be http or https", u.Scheme)
+	case u.Host == "":
+		return errors.New("no host")
+	}
+	return nil
+}
+
+// parseHeader splits "Name: value".
+func parseHeader(s string) (name, val string, err error) {
+	name, val, ok := strings.Cut(s, ":")
+	name = strings.TrimSpace(name)
+	if !ok || name == "" || strings.ContainsAny(name, " \t") {
+		return "", "", errors.New(`must be "Name: value"`)
+	}
+	return name, strings.TrimSpace(val), nil
+}
+
+func (o *consumeOpts) orderingValue() group.Ordering {
+	switch o.ordering {
+	case "partition":
+		return group.OrderPartition
+	case "none":
+		return group.Unordered
+	}
+	return group.OrderLanes
+}
+
+// runConsume is `orderly consume`: it runs until ctx ends (SIGINT,
+// SIGTERM), then drains, commits and prints the final line.
+func runConsume(ctx context.Context, o *consumeOpts, e env) (err error) {
+	if err := o.check(); err != nil {
+		return err
+	}
+	log := o.logger(e.stderr)
+	defer log.Sync() //nolint:errcheck // best effort at exit
+	sc, err := o.kafka.sarama()
+	if err != nil {
+		return err
+	}
+	ctr := &sinkCounters{}
+	var (
+		gt  = &gate{}
+		snk sink
+	)
+	if o.httpURL != "" {
+		hs, err := newHTTPSink(o, gt, ctr, log)
+		if err != nil {
+			return err
+		}
+		if !o.noCheck {
+			if err := hs.probe(ctx, min(o.timeout, 10*time.Second)); err != nil {
+				return err
+			}
+		}
+		snk = hs
+	} else {
+		snk = newExecSink(o, gt, ctr, log)
+	}
+	defer snk.close()
+
+	g, err := group.New(group.Config{
+		Brokers:         o.brokers,
+		Topics:          o.topics,
+		GroupID:         o.group,
+		Sarama:          sc,
+		Size:            o.size,
+		Num:             o.num,
+		Ticker:          o.ticker,
+		Chan:            max(o.chanSize, o.size),
+		MaxInFlight:     o.maxInFlight,
+		MsgTimeout:      o.timeout,
+		Ordering:        o.orderingValue(),
+		Retry:           group.Retry{Backoff: o.backoff, MaxBackoff: o.maxBackoff, Jitter: jitterValue(o.jitter), MaxAttempts: o.maxAttempts},
+		DataPath:        o.data,
+		DeadLetterTopic: o.deadLetterTopic,
+		Logger:          log,
+	}, group.Handler[*group.Message]{Do: snk.send})
+	if err != nil {
+		return fmt.Errorf("consume: %w", err)
+	}
+	gt.pause, gt.resume = g.Pause, g.Resume
+	defer gt.stop()
+	srv, err := o.admin.start(g, e.stdout)
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, srv.stop()) }()
+
+	start := time.Now()
+	fmt.Fprintf(e.stdout, "orderly consume: %s -> %s; group %s, %s\n",
+		strings.Join(o.topics, ","), snk.describe(), o.group, o.describe())
+	if o.deadLetterTopic == "" && o.data == "" {
+		fmt.Fprintln(e.stdout, "no dead-letter destination (--dead-letter-topic, --data): a rejected record is logged, counted and skipped")
+	}
+	prog := startConsumeProgress(o.progress, o.progressEvery, e.stdout, start, g.Stats, ctr, gt)
+	runErr := g.Run(ctx)
+	prog.close()
+	fmt.Fprintln(e.stdout, finalLine(ctx, start, g.Stats(), ctr, gt))
+	if runErr != nil {
+		return o.explain(runErr)
+	}
+	return nil
+}
+
+// jitterValue maps --jitter to group.Retry.Jitter, where 0 means the
+// default and a negative value none.
+func jitterValue(j float64) float64 {
+	if j == 0 {
+		return -1
+	}
+	return j
+}
+
+// describe is the start line's account of the settings.
+func (o *consumeOpts) describe() string {
+	s := fmt.Sprintf("ordering %s, size %d, num %d, ticker %v, timeout %v, backoff %v to %v", o.ordering, o.size, o.num, o.ticker, o.timeout, o.backoff, o.maxBackoff)
+	if o.maxAttempts > 0 {
+		s += fmt.Sprintf(", max attempts %d", o.maxAttempts)
+	}
+	switch {
+	case o.deadLetterTopic != "":
+		s += ", dead letters to topic " + o.deadLetterTopic
+	case o.data != "":
+		s += ", dead letters to " + o.data
+	}
+	return s
+}
+
+// explain names the flag behind an error Run ended with.
+func (o *consumeOpts) explain(err error) error {
+	switch {
+	case errors.Is(err, group.ErrUnknownTopic):
+		return fmt.Errorf("--topic %s: %w", strings.Join(o.topics, ","), err)
+	case errors.Is(err, group.ErrConnect) && o.kafka.saslMechanism != "":
+		// Some brokers (kfake among them) close the connection on bad
+		// credentials instead of answering with an authentication error.
+		return fmt.Errorf("--brokers %s: %w (or they refused --sasl-user %q, --sasl-mechanism %s)",
+			strings.Join(o.brokers, ","), err, o.kafka.saslUser, o.kafka.saslMechanism)
+	case errors.Is(err, group.ErrConnect):
+		return fmt.Errorf("--brokers %s: %w", strings.Join(o.brokers, ","), err)
+	case errors.Is(err, group.ErrAuth):
+		return fmt.Errorf("--sasl-user %q (--sasl-mechanism %s): %w", o.kafka.saslUser, o.kafka.saslMechanism, err)
+	case errors.Is(err, group.ErrNotAuthorized):
+		return fmt.Errorf("--group %s, --topic %s: %w", o.group, strings.Join(o.topics, ","), err)
+	}
+	return fmt.Errorf("consume: %w", err)
+}
+
+// logger logs at --log-level and up to w, or nothing.
+func (o *consumeOpts) logger(w io.Writer) *zap.Logger {
+	return (&demoOpts{logLevel: o.logLevel}).logger(w)
+}

@@ -1,0 +1,138 @@
+package main
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/spf13/pflag"
+)
+
+// TestConsumeBadInput runs the binary with each kind of bad input: stderr
+// is one line naming the flag (then the hint for a usage error), the exit
+// is 2 for a usage error and 1 for what only running can find (an
+// unreachable endpoint or broker, a topic that does not exist), and no
+// stack trace.
+func TestConsumeBadInput(t *testing.T) {
+	t.Parallel()
+	b := newTopic(t, "present", 1)
+	ep := newEndpoint(t, 0, func([]hit) (int, http.Header, string) { return http.StatusOK, nil, "" })
+	kafka := []string{"--brokers", b.Addrs()[0], "--group", "g"}
+	args := func(extra ...string) []string { return append(append([]string{"consume"}, kafka...), extra...) }
+	tests := []struct {
+		name string
+		vars []string
+		args []string
+		code int
+		want string // the error line after "orderly: "
+	}{
+		{"no scheme", nil, args("--topic", "present", "--http", "localhost:8080/hook"), exitUsage,
+			`invalid value "localhost:8080/hook" for --http: no scheme: give http://HOST/PATH or https://HOST/PATH`},
+		{"other scheme", nil, args("--topic", "present", "--http", "ftp://example.com/x"), exitUsage,
+			`invalid value "ftp://example.com/x" for --http: scheme "ftp": must be http or https`},
+		{"both", nil, args("--topic", "present", "--http", ep.url(), "--exec", "cat"), exitUsage,
+			"give one of --http and --exec, not both"},
+		{"neither", nil, args("--topic", "present"), exitUsage,
+			"nothing to forward to: give --http URL or --exec CMD"},
+		{"no topic", nil, args("--http", ep.url()), exitUsage,
+			"missing --topic: give the topics to consume"},
+		{"no brokers", nil, []string{"consume", "--topic", "present", "--group", "g", "--http", ep.url()}, exitUsage,
+			"missing --brokers: give the Kafka cluster's host:port"},
+		{"max attempts without destination", nil, args("--topic", "present", "--http", ep.url(), "--max-attempts", "3"), exitUsage,
+			"--max-attempts 3 needs a dead-letter destination: --dead-letter-topic or --data"},
+		{"bad header", nil, args("--topic", "present", "--http", ep.url(), "--header", "nocolon"), exitUsage,
+			`invalid value "nocolon" for --header: must be "Name: value"`},
+		{"bad env", []string{"ORDERLY_SIZE=big"}, args("--topic", "present", "--http", ep.url()), exitUsage,
+			`invalid value "big" for ORDERLY_SIZE (--size): not an integer`},
+		{"bad ordering", nil, args("--topic", "present", "--http", ep.url(), "--ordering", "strict"), exitUsage,
+			`invalid value "strict" for --ordering: must be one of key, partition, none`},
+		{"unreachable endpoint", nil, args("--topic", "present", "--http", "http://127.0.0.1:1/hook"), exitError,
+			"--http http://127.0.0.1:1/hook: endpoint unreachable (--no-check skips this check): dial tcp 127.0.0.1:1: connect: connection refused"},
+		{"missing topic", nil, args("--topic", "absent", "--http", ep.url()), exitError,
+			"--topic absent: group: topic does not exist"},
+		{"unreachable broker", nil, []string{"consume", "--brokers", "127.0.0.1:1", "--group", "g", "--topic", "present", "--http", ep.url()}, exitError,
+			"--brokers 127.0.0.1:1: group: cannot reach brokers"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := runBin(t, tt.vars, tt.args...)
+			lines := strings.Split(strings.TrimSuffix(r.stderr, "\n"), "\n")
+			wantLines := 1
+			if tt.code == exitUsage {
+				wantLines = 2
+			}
+			if r.code != tt.code || len(lines) != wantLines || !strings.HasPrefix(lines[0], "orderly: "+tt.want) ||
+				strings.Contains(r.stderr, "goroutine ") || strings.Contains(r.stderr, "panic") {
+				t.Errorf("got exit %d, stderr:\n%s\nwant exit %d and one line starting %q", r.code, r.stderr, tt.code, "orderly: "+tt.want)
+			}
+			if tt.code == exitUsage && lines[len(lines)-1] != "see 'orderly consume --help'" {
+				t.Errorf("got hint %q, want see 'orderly consume --help'", lines[len(lines)-1])
+			}
+		})
+	}
+}
+
+// TestConsumeEnvBinding checks that every flag of `orderly consume` is
+// read from its ORDERLY_* variable when not given, and that a flag given
+// wins over its variable.
+func TestConsumeEnvBinding(t *testing.T) {
+	c := consumeCommand(env{})
+	fs := c.Flags()
+	vals := map[string]string{}
+	fs.VisitAll(func(f *pflag.Flag) {
+		switch f.Value.Type() {
+		case "bool":
+			vals[envName(f.Name)] = "true"
+		case "duration":
+			vals[envName(f.Name)] = "7s"
+		case "int":
+			vals[envName(f.Name)] = "7"
+		case "float":
+			vals[envName(f.Name)] = "0.5"
+		case "list":
+			vals[envName(f.Name)] = "127.0.0.1:7"
+		default:
+			vals[envName(f.Name)] = "PLAIN" // a valid value of every string flag (--sasl-mechanism's included)
+		}
+	})
+	vals[envName("ordering")], vals[envName("progress")], vals[envName("log-level")] = "none", "off", "warn"
+	vals[envName("admin")] = "127.0.0.1:0"
+	if err := fs.Parse([]string{"--num", "3"}); err != nil {
+		t.Fatal(err)
+	}
+	lookup := func(k string) (string, bool) { v, ok := vals[k]; return v, ok }
+	if err := bindEnv(fs, lookup); err != nil {
+		t.Fatalf("bindEnv: %v", err)
+	}
+	fs.VisitAll(func(f *pflag.Flag) {
+		if f.Name == "help" {
+			return
+		}
+		want := strings.Trim(vals[envName(f.Name)], "[]")
+		if f.Name == "num" {
+			want = "3"
+		}
+		if got := strings.Trim(f.Value.String(), "[]"); !f.Changed || got != want {
+			t.Errorf("--%s: got %q (changed %v), want %q from %s", f.Name, got, f.Changed, want, envName(f.Name))
+		}
+	})
+}
+
+// TestConsumeHelp: consume's help has the common header and environment
+// rule, every flag, and consume's own exit status (a signal is its normal
+// end: exit 0).
+func TestConsumeHelp(t *testing.T) {
+	if !strings.Contains(helpTemplate, helpExitStatus) {
+		t.Fatalf("the common help no longer ends with %q: update consume's", helpExitStatus)
+	}
+	r := runBin(t, nil, "consume", "--help")
+	if r.code != 0 || r.stderr != "" || !strings.HasPrefix(r.stdout, "Usage: orderly consume [flags]") ||
+		!strings.HasSuffix(r.stdout, consumeExitStatus) || !strings.Contains(r.stdout, "ORDERLY_<FLAG>") {
+		t.Errorf("got exit %d, stderr %q, stdout:\n%s\nwant the help with consume's exit status", r.code, r.stderr, r.stdout)
+	}
+	consumeCommand(env{}).Flags().VisitAll(func(f *pflag.Flag) {
+		if !strings.Contains(r.stdout, "--"+f.Name+" ") {
+			t.Errorf("help lacks --%s", f.Name)
+		}
+	})
+}

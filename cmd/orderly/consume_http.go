@@ -1,0 +1,293 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/orderly-go/orderly/group"
+)
+
+// httpSink POSTs batches to --http.
+type httpSink struct {
+	url     string
+	host    string // host:port, for the start-up check
+	raw     bool   // --size 1: the raw value as the body
+	headers http.Header
+	client  *http.Client
+	tr      *http.Transport
+
+	gate     *gate
+	ctr      *sinkCounters
+	endpoint endpointBackoff
+	defDelay time.Duration
+	log      *zap.Logger
+	warn     logEvery
+}
+
+// maxResponse is the most of a response body read: outcomes of a large
+// batch fit, and a huge body cannot exhaust memory.
+const maxResponse = 4 << 20
+
+func newHTTPSink(o *consumeOpts, gt *gate, ctr *sinkCounters, log *zap.Logger) (*httpSink, error) {
+	u, _ := url.Parse(o.httpURL) // checked
+	host := u.Host
+	if u.Port() == "" {
+		host = net.JoinHostPort(u.Hostname(), map[string]string{"http": "80", "https": "443"}[u.Scheme])
+	}
+	tc, err := tlsConfig(o.httpCA, "--http-ca")
+	if err != nil {
+		return nil, err
+	}
+	tr := &http.Transport{
+		Proxy:               http.ProxyFromEnvironment,
+		DialContext:         (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		TLSClientConfig:     tc,
+		ForceAttemptHTTP2:   true,
+		MaxIdleConns:        o.num,
+		MaxIdleConnsPerHost: o.num,
+		MaxConnsPerHost:     o.num,
+		IdleConnTimeout:     90 * time.Second,
+		TLSHandshakeTimeout: 10 * time.Second,
+	}
+	hdr := http.Header{}
+	for _, h := range o.headers {
+		name, val, _ := parseHeader(h) // checked
+		hdr.Add(name, val)
+	}
+	return &httpSink{
+		url: o.httpURL, host: host, raw: o.size == 1, headers: hdr, tr: tr,
+		client: &http.Client{Transport: tr, CheckRedirect: func(*http.Request, []*http.Request) error {
+			return http.ErrUseLastResponse // a redirect is an endpoint error: the URL is wrong
+		}},
+		gate: gt, ctr: ctr, defDelay: o.backoff, log: log, warn: logEvery{period: 10 * time.Second},
+		endpoint: endpointBackoff{first: o.backoff, max: o.maxBackoff},
+	}, nil
+}
+
+func (s *httpSink) describe() string {
+	if s.raw {
+		return "POST " + s.url + " (one record per request, raw body)"
+	}
+	return "POST " + s.url + " (JSON batches)"
+}
+
+func (s *httpSink) close() { s.tr.CloseIdleConnections() }
+
+// probe checks at start that the endpoint accepts TCP connections, so that
+// a wrong --http fails at once instead of retrying forever.
+func (s *httpSink) probe(ctx context.Context, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	c, err := (&net.Dialer{}).DialContext(ctx, "tcp", s.host)
+	if err != nil {
+		return fmt.Errorf("--http %s: endpoint unreachable (--no-check skips this check): %w", s.url, err)
+	}
+	return c.Close()
+}
+
+// send is the group's Do: one POST for the batch.
+func (s *httpSink) send(ctx context.Context, batch []*group.Message) error {
+	if d := s.gate.remaining(); d > 0 {
+		return deferAll(len(batch), d) // the endpoint asked for a pause
+	}
+	req, err := s.request(ctx, batch)
+	if err != nil {
+		return err
+	}
+	s.ctr.calls.Add(1)
+	resp, err := s.client.Do(req)
+	if err != nil {
+		if ctx.Err() != nil {
+			// A timeout (counted by the group as a failed attempt) or a
+			// shutdown or revoke (uncharged): the group tells them apart.
+			return fmt.Errorf("POST %s for %s: %w", s.url, where(batch), context.Cause(ctx))
+		}
+		s.ctr.failed.Add(1)
+		s.warnf(batch, "request failed; retrying with backoff", err)
+		return failAll(batch, fmt.Errorf("POST %s: %w", s.url, err))
+	}
+	body, rerr := io.ReadAll(io.LimitReader(resp.Body, maxResponse))
+	io.Copy(io.Discard, io.LimitReader(resp.Body, maxResponse)) // so the connection is reused
+	resp.Body.Close()
+	code := resp.StatusCode
+	if code >= 200 && code < 300 && rerr == nil && len(body) == 0 {
+		s.endpoint.ok()
+		s.ctr.ok.Add(1)
+		return nil // the common case: done, nothing to read
+	}
+	status := fmt.Sprintf("HTTP %d %s", code, http.StatusText(code))
+	switch {
+	case code >= 200 && code < 300:
+		s.endpoint.ok()
+		if rerr != nil {
+			s.ctr.failed.Add(1)
+			return failAll(batch, fmt.Errorf("POST %s: %s, reading the body: %w", s.url, status, rerr))
+		}
+		err := s.outcomes(batch, resp.Header, body)
+		if errors.Is(err, errBadOutcome) {
+			s.ctr.failed.Add(1)
+			s.warnf(batch, "bad outcomes in a 2xx response; retrying the batch", err)
+			return failAll(batch, err)
+		}
+		s.ctr.ok.Add(1)
+		return err
+	case code == http.StatusTooManyRequests || code == http.StatusServiceUnavailable:
+		s.ctr.throttled.Add(1)
+		d := s.gate.close(retryAfter(resp.Header.Get("Retry-After"), time.Now()))
+		s.log.Info("endpoint asked for a pause: pausing every request", append(batchFields(batch),
+			zap.String("status", status), zap.Duration("pause", d))...)
+		return deferAll(len(batch), d)
+	case code == http.StatusUnauthorized || code == http.StatusForbidden || code == http.StatusNotFound ||
+		code == http.StatusProxyAuthRequired || code >= 300 && code < 400:
+		s.ctr.endpointError(status)
+		d := s.gate.remaining() // calls in flight when the first error came do not double the backoff
+		if d <= 0 {
+			d = s.gate.close(s.endpoint.failed())
+		}
+		if s.warn.allow() {
+			s.log.Error("endpoint error: check --http and its credentials (--header); retrying, never dead-lettered",
+				append(batchFields(batch), zap.String("url", s.url), zap.String("status", status),
+					zap.Duration("pause", d), zap.String("body", snippet(body)))...)
+		}
+		return deferAll(len(batch), d)
+	case code >= 400 && code < 500:
+		s.ctr.rejected.Add(1)
+		return rejectAll(batch, fmt.Errorf("POST %s: %s: %s", s.url, status, snippet(body)))
+	}
+	s.ctr.failed.Add(1)
+	s.warnf(batch, "endpoint failed; retrying with backoff", errors.New(status))
+	return failAll(batch, fmt.Errorf("POST %s: %s: %s", s.url, status, snippet(body)))
+}
+
+func (s *httpSink) warnf(batch []*group.Message, msg string, err error) {
+	if s.warn.allow() {
+		s.log.Warn(msg, append(batchFields(batch), zap.String("url", s.url), zap.Error(err))...)
+	}
+}
+
+// request builds the POST of a batch: a JSON array, or for --size 1 the
+// raw value with the record's coordinates in Kafka-* headers.
+func (s *httpSink) request(ctx context.Context, batch []*group.Message) (*http.Request, error) {
+	var body []byte
+	ctype := "application/json"
+	if s.raw {
+		body = batch[0].Value // never reused by the group (see group.Message)
+		ctype = "application/octet-stream"
+	} else {
+		var buf bytes.Buffer
+		if err := appendBatchJSON(&buf, batch); err != nil {
+			return nil, fmt.Errorf("encode %s: %w", where(batch), err)
+		}
+		body = buf.Bytes()
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.url, bytes.NewReader(body))
+	if err != nil {
+		return nil, fmt.Errorf("POST %s: %w", s.url, err)
+	}
+	for k, v := range s.headers {
+		req.Header[k] = v
+	}
+	if req.Header.Get("Content-Type") == "" {
+		req.Header.Set("Content-Type", ctype)
+	}
+	if s.raw {
+		setKafkaHeaders(req.Header, batch[0])
+	}
+	return req, nil
+}
+
+// setKafkaHeaders puts a record's coordinates in the request headers, as
+// uForwarder does.
+func setKafkaHeaders(h http.Header, m *group.Message) {
+	h.Set("Kafka-Topic", m.Topic)
+	h.Set("Kafka-Partition", strconv.Itoa(int(m.Partition)))
+	h.Set("Kafka-Offset", strconv.FormatInt(m.Offset, 10))
+	h.Set("Kafka-Attempt", strconv.Itoa(m.Attempt))
+	if !m.Timestamp.IsZero() {
+		h.Set("Kafka-Timestamp", m.Timestamp.UTC().Format(timestampFormat))
+	}
+	if m.Key != nil {
+		if headerSafe(m.Key) {
+			h.Set("Kafka-Key", string(m.Key))
+		} else {
+			h.Set("Kafka-Key", base64.StdEncoding.EncodeToString(m.Key))
+			h.Set("Kafka-Key-Encoding", "base64")
+		}
+	}
+}
+
+// headerSafe reports whether b can travel as a header value unchanged:
+// printable ASCII without space at either end (HTTP trims it).
+func headerSafe(b []byte) bool {
+	if len(b) > 0 && (b[0] == ' ' || b[len(b)-1] == ' ') {
+		return false
+	}
+	for _, c := range b {
+		if c < 0x20 || c > 0x7e {
+			return false
+		}
+	}
+	return true
+}
+
+// outcomes reads the per-item outcomes of a 2xx JSON body, if it names
+// any: {"items": [{"index": 2, "outcome": "retry", "error": "..."}]}. Any
+// other body means every item is done.
+func (s *httpSink) outcomes(batch []*group.Message, h http.Header, body []byte) error {
+	if len(body) == 0 || !strings.Contains(h.Get("Content-Type"), "json") {
+		return nil
+	}
+	var ob outcomesBody
+	if json.Unmarshal(body, &ob) != nil || ob.Items == nil {
+		return nil
+	}
+	return applyOutcomes(batch, *ob.Items, s.defDelay, "POST "+s.url, s.ctr)
+}
+
+// defaultRetryAfter is the pause for a 429 or 503 without a usable
+// Retry-After; maxRetryAfter caps what an endpoint may ask for.
+const (
+	defaultRetryAfter = time.Second
+	maxRetryAfter     = time.Hour
+)
+
+// retryAfter reads a Retry-After header: delay-seconds or an HTTP date.
+func retryAfter(v string, now time.Time) time.Duration {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return defaultRetryAfter
+	}
+	if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+		if n < 0 {
+			return defaultRetryAfter
+		}
+		return min(time.Duration(n)*time.Second, maxRetryAfter)
+	}
+	if t, err := http.ParseTime(v); err == nil {
+		return min(max(t.Sub(now), 0), maxRetryAfter)
+	}
+	return defaultRetryAfter
+}
+
+// snippet is the start of a response body for an error message.
+func snippet(b []byte) string {
+	const n = 200
+	s := strings.TrimSpace(string(b))
+	if len(s) > n {
+		s = s[:n] + "..."
+	}
+	return strings.ReplaceAll(s, "\n", " ")
+}

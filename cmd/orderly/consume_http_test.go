@@ -1,0 +1,143 @@
+package main
+
+import (
+	"maps"
+	"net/http"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/IBM/sarama"
+)
+
+// TestConsumeHTTP runs `orderly consume --http --size 1` against an
+// endpoint that answers 500 to the first 30 requests, 429 with
+// Retry-After: 1 to the 31st, and 400 to one record, always. It checks
+// at the endpoint that every other record was answered 2xx exactly once,
+// per key in offset order and never two at once; that after the 429 no
+// request arrived for the second it asked for and that the throttled
+// record came back at the same attempt (no attempt spent); that the 400
+// record is in the local dead-letter store with reason rejected; that the
+// final line counts the 500s, the 429, the rejection and the attempts the
+// endpoint saw; and, on the broker, that the commit is at the high
+// watermarks.
+func TestConsumeHTTP(t *testing.T) {
+	t.Parallel()
+	const (
+		n, keys   = 401, 20 // and one more with a binary key
+		failFirst = 30
+		rejected  = "v123"
+	)
+	b := newTopic(t, "orders", 4)
+	produceKeyed(t, b, "orders", n-1, keys)
+	binKey := "\xff\x00k"
+	produceRecords(t, b, &sarama.ProducerMessage{Topic: "orders", Key: sarama.StringEncoder(binKey), Value: sarama.StringEncoder("vbin")})
+	var throttledAt time.Time
+	var throttled coord
+	ep := newEndpoint(t, 2*time.Millisecond, func(hs []hit) (int, http.Header, string) {
+		h := hs[0]
+		switch {
+		case h.n < failFirst:
+			return http.StatusInternalServerError, nil, "database down"
+		case h.n == failFirst:
+			throttledAt, throttled = h.at, h.coord()
+			return http.StatusTooManyRequests, http.Header{"Retry-After": {"1"}}, ""
+		case h.value == rejected:
+			return http.StatusBadRequest, nil, "amount must be positive"
+		}
+		return http.StatusOK, nil, "ok"
+	})
+	data := t.TempDir()
+	p := startConsume(t, "--brokers", b.Addrs()[0], "--topic", "orders", "--group", "hooks",
+		"--http", ep.url(), "--size", "1", "--num", "8", "--backoff", "50ms", "--max-backoff", "200ms",
+		"--data", data, "--progress", "off", "--log-level", "warn")
+	p.waitCommitted(b, "hooks", "orders")
+	if code := p.stop(syscall.SIGTERM); code != 0 {
+		t.Fatalf("exit %d after SIGTERM, want 0\n%s", code, p.output())
+	}
+
+	hits := ep.snapshot()
+	checkKeyOrder(t, ep, hits)
+	ok := map[coord]int{}
+	final := map[coord]hit{} // each record's last request
+	var rejectedAt *hit
+	status := map[int]int{}
+	for _, h := range hits {
+		if h.value == "vbin" && (h.key != binKey || !h.keyBase64) {
+			t.Errorf("binary key: got %q (base64 %v), want %q sent as base64 with Kafka-Key-Encoding", h.key, h.keyBase64, binKey)
+		}
+		status[h.status]++
+		final[h.coord()] = h
+		if h.status == http.StatusOK {
+			ok[h.coord()]++
+		}
+		if h.status == http.StatusBadRequest {
+			rejectedAt = &h
+		}
+	}
+	if len(final) != n {
+		t.Errorf("got %d distinct records at the endpoint, want %d", len(final), n)
+	}
+	for c, k := range ok {
+		if k != 1 {
+			t.Errorf("%v answered 200 %d times, want once (a graceful run repeats nothing)", c, k)
+		}
+	}
+	if len(ok) != n-1 || rejectedAt == nil || status[http.StatusBadRequest] != 1 {
+		t.Fatalf("got %d records answered 200 and %d answered 400 (statuses %v), want %d and 1 (%s)", len(ok), status[http.StatusBadRequest], status, n-1, rejected)
+	}
+	if status[http.StatusInternalServerError] != failFirst || status[http.StatusTooManyRequests] != 1 {
+		t.Errorf("statuses answered %v, want %d x 500 and 1 x 429", status, failFirst)
+	}
+
+	// The 429 paused every request for its Retry-After (1s): none arrived
+	// from 300ms after it (requests already sent may land just after) to
+	// just before the second was up, and the throttled record was sent
+	// again at the same attempt.
+	var during []hit
+	var again *hit
+	for _, h := range hits {
+		if d := h.at.Sub(throttledAt); d > 300*time.Millisecond && d < 950*time.Millisecond {
+			during = append(during, h)
+		}
+		if h.coord() == throttled && h.n > failFirst && again == nil {
+			again = &h
+		}
+	}
+	if len(during) > 0 {
+		t.Errorf("got %d requests 0.3-0.95s after the 429 (first %+v), want none: Retry-After pauses all", len(during), during[0])
+	}
+	if again == nil {
+		t.Errorf("throttled record %v never sent again", throttled)
+	} else if th := hits[failFirst]; again.attempt != th.attempt || again.at.Sub(throttledAt) < 950*time.Millisecond {
+		t.Errorf("throttled record sent again at attempt %d after %v, want attempt %d (none spent) after about 1s",
+			again.attempt, again.at.Sub(throttledAt), th.attempt)
+	}
+
+	// The 400 record is dead-lettered, reason rejected, in the local store.
+	dead := jsonLines[entryJSON](t, dlqRun(t, "list", "--data", data, "--json"))
+	if len(dead) != 1 || dead[0].Topic != "orders" || dead[0].Partition != rejectedAt.partition ||
+		dead[0].Offset != rejectedAt.offset || dead[0].Reason != "rejected" || !strings.Contains(dead[0].Error, "HTTP 400") {
+		t.Errorf("dead letters: got %+v, want one: orders/%d@%d, reason rejected, error naming HTTP 400",
+			dead, rejectedAt.partition, rejectedAt.offset)
+	}
+
+	// Attempts spent, as the endpoint saw them: each record's last request
+	// came at attempt 1 + the failures charged to it.
+	charged := 0
+	for _, h := range final {
+		charged += h.attempt - 1
+	}
+	got := finalFigures(t, p.stdout.String())
+	wantFigures(t, got, map[string]float64{
+		"handled": n - 1, "committed": n, "dead-lettered": 1, "rejected": 1, "rejected calls": 1,
+		"failed calls": failFirst, "throttled": 1, "retries": float64(charged), "endpoint errors": 0,
+	})
+	if got["outages"] < 1 {
+		t.Errorf("final line: outages %v, want at least 1 (30 failures across many keys: the group backs off as a whole)", got["outages"])
+	}
+	if committed, hw := b.Committed("hooks", "orders"), b.HighWatermarks("orders"); !maps.Equal(committed, hw) {
+		t.Errorf("committed %v, want the high watermarks %v", committed, hw)
+	}
+}

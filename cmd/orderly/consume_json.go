@@ -1,0 +1,137 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/orderly-go/orderly/group"
+)
+
+// recordJSON is one record as --http batches and --exec lines carry it,
+// in the shape `orderly dlq show --json` uses: key, value and header
+// values are UTF-8 text when they are valid UTF-8, else base64 with the
+// matching *_base64 field true; a missing key or value (a tombstone) is
+// null.
+type recordJSON struct {
+	Topic       string       `json:"topic"`
+	Partition   int32        `json:"partition"`
+	Offset      int64        `json:"offset"`
+	Key         *string      `json:"key"`
+	KeyBase64   bool         `json:"key_base64"`
+	Value       *string      `json:"value"`
+	ValueBase64 bool         `json:"value_base64"`
+	Headers     []headerJSON `json:"headers"`
+	Timestamp   string       `json:"timestamp"`
+	Attempt     int          `json:"attempt"`
+}
+
+// timestampFormat is RFC 3339 with milliseconds, Kafka's precision.
+const timestampFormat = "2006-01-02T15:04:05.000Z07:00"
+
+func toJSON(m *group.Message) recordJSON {
+	r := recordJSON{Topic: m.Topic, Partition: m.Partition, Offset: m.Offset, Attempt: m.Attempt,
+		Headers: make([]headerJSON, 0, len(m.Headers))}
+	r.Key, r.KeyBase64 = text(m.Key)
+	r.Value, r.ValueBase64 = text(m.Value)
+	if !m.Timestamp.IsZero() {
+		r.Timestamp = m.Timestamp.UTC().Format(timestampFormat)
+	}
+	for _, h := range m.Headers {
+		hj := headerJSON{Key: string(h.Key)}
+		hj.Value, hj.ValueBase64 = text(h.Value)
+		r.Headers = append(r.Headers, hj)
+	}
+	return r
+}
+
+// appendBatchJSON appends the batch as a JSON array.
+func appendBatchJSON(dst *bytes.Buffer, batch []*group.Message) error {
+	recs := make([]recordJSON, len(batch))
+	for i, m := range batch {
+		recs[i] = toJSON(m)
+	}
+	return json.NewEncoder(dst).Encode(recs)
+}
+
+// appendLinesJSON appends the batch as JSON lines.
+func appendLinesJSON(dst *bytes.Buffer, batch []*group.Message) error {
+	enc := json.NewEncoder(dst)
+	for _, m := range batch {
+		if err := enc.Encode(toJSON(m)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// outcomeJSON is what an endpoint or a command may say about one item of
+// its batch: index is its position in the batch (0-based), outcome one of
+// done, retry, defer, reject; error is kept with a retried or rejected
+// item; delay_ms is a deferral's delay.
+type outcomeJSON struct {
+	Index   *int   `json:"index"`
+	Outcome string `json:"outcome"`
+	Error   string `json:"error,omitempty"`
+	DelayMS *int64 `json:"delay_ms,omitempty"`
+}
+
+// outcomesBody is a 2xx response body naming outcomes.
+type outcomesBody struct {
+	Items *[]outcomeJSON `json:"items"`
+}
+
+// errBadOutcome is wrapped by errors about an outcome an endpoint or
+// command named that cannot be applied.
+var errBadOutcome = errors.New("bad per-item outcome")
+
+// applyOutcomes turns named outcomes into a BatchError for a batch (nil
+// when every item is done). defDelay is a deferral's delay when none is
+// given. src names who said it, for errors.
+func applyOutcomes(batch []*group.Message, outs []outcomeJSON, defDelay time.Duration, src string, ctr *sinkCounters) error {
+	var be group.BatchError
+	seen := make(map[int]bool, len(outs))
+	for _, o := range outs {
+		if o.Index == nil || *o.Index < 0 || *o.Index >= len(batch) {
+			idx := "none"
+			if o.Index != nil {
+				idx = fmt.Sprint(*o.Index)
+			}
+			return fmt.Errorf("%s: %w: index %s outside the batch of %d", src, errBadOutcome, idx, len(batch))
+		}
+		i := *o.Index
+		if seen[i] {
+			return fmt.Errorf("%s: %w: index %d named twice", src, errBadOutcome, i)
+		}
+		seen[i] = true
+		m := batch[i]
+		why := o.Error
+		if why == "" {
+			why = "no error given"
+		}
+		switch o.Outcome {
+		case "done", "":
+		case "retry":
+			ctr.itemRetry.Add(1)
+			be.Fail(i, itemErr(m, fmt.Errorf("%s said retry: %s", src, why)))
+		case "defer":
+			d := defDelay
+			if o.DelayMS != nil {
+				if *o.DelayMS < 0 {
+					return fmt.Errorf("%s: %w: index %d: delay_ms %d is negative", src, errBadOutcome, i, *o.DelayMS)
+				}
+				d = time.Duration(*o.DelayMS) * time.Millisecond
+			}
+			ctr.itemRetry.Add(1)
+			be.Defer(i, d)
+		case "reject":
+			ctr.itemRej.Add(1)
+			be.DeadLetter(i, itemErr(m, fmt.Errorf("%s rejected it: %s", src, why)))
+		default:
+			return fmt.Errorf("%s: %w: index %d: outcome %q (want done, retry, defer or reject)", src, errBadOutcome, i, o.Outcome)
+		}
+	}
+	return be.Err()
+}

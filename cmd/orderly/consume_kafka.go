@@ -1,0 +1,112 @@
+package main
+
+import (
+	"crypto/sha256"
+	"crypto/sha512"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"hash"
+	"os"
+
+	"github.com/IBM/sarama"
+	"github.com/spf13/pflag"
+
+	"github.com/orderly-go/orderly/group"
+)
+
+// kafkaFlags are the flags of the connection to Kafka: TLS and SASL.
+type kafkaFlags struct {
+	tls                bool
+	tlsCA              string
+	tlsCert, tlsKey    string
+	tlsSkipVerify      bool
+	saslMechanism      string
+	saslUser, saslPass string
+}
+
+func (k *kafkaFlags) define(fs *pflag.FlagSet) {
+	fs.BoolVar(&k.tls, "tls", false, "connect to the brokers with TLS (system roots unless --tls-ca)")
+	stringVar(fs, &k.tlsCA, "tls-ca", "", nil, "PEM file of CA certificates for the brokers (implies --tls)")
+	stringVar(fs, &k.tlsCert, "tls-cert", "", nil, "PEM client certificate for the brokers (with --tls-key; implies --tls)")
+	stringVar(fs, &k.tlsKey, "tls-key", "", nil, "PEM private key of --tls-cert")
+	fs.BoolVar(&k.tlsSkipVerify, "tls-insecure-skip-verify", false, "do not verify the brokers' certificates (testing only)")
+	stringVar(fs, &k.saslMechanism, "sasl-mechanism", "", oneOf("", "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"), "SASL mechanism: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512; empty: no SASL")
+	stringVar(fs, &k.saslUser, "sasl-user", "", nil, "SASL user name")
+	stringVar(fs, &k.saslPass, "sasl-password", "", nil, "SASL password (better set as ORDERLY_SASL_PASSWORD than on the command line)")
+}
+
+func (k *kafkaFlags) check() error {
+	switch {
+	case (k.tlsCert == "") != (k.tlsKey == ""):
+		return usagef("--tls-cert and --tls-key go together")
+	case k.saslMechanism != "" && k.saslUser == "":
+		return usagef("--sasl-mechanism %s needs --sasl-user", k.saslMechanism)
+	case k.saslMechanism == "" && (k.saslUser != "" || k.saslPass != ""):
+		return usagef("--sasl-user and --sasl-password need --sasl-mechanism (PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512)")
+	}
+	return nil
+}
+
+// sarama is the group's client config: Orderly's defaults with TLS and SASL
+// as the flags say.
+func (k *kafkaFlags) sarama() (*sarama.Config, error) {
+	sc := group.DefaultSarama()
+	sc.ClientID = "orderly-consume"
+	if k.tls || k.tlsCA != "" || k.tlsCert != "" || k.tlsSkipVerify {
+		tc, err := tlsConfig(k.tlsCA, "--tls-ca")
+		if err != nil {
+			return nil, err
+		}
+		if k.tlsCert != "" {
+			cert, err := tls.LoadX509KeyPair(k.tlsCert, k.tlsKey)
+			if err != nil {
+				return nil, fmt.Errorf("--tls-cert %s, --tls-key %s: %w", k.tlsCert, k.tlsKey, err)
+			}
+			tc.Certificates = []tls.Certificate{cert}
+		}
+		tc.InsecureSkipVerify = k.tlsSkipVerify //nolint:gosec // an explicit flag, for testing
+		sc.Net.TLS.Enable, sc.Net.TLS.Config = true, tc
+	}
+	if k.saslMechanism != "" {
+		sc.Net.SASL.Enable = true
+		sc.Net.SASL.Handshake = true
+		sc.Net.SASL.User, sc.Net.SASL.Password = k.saslUser, k.saslPass
+		switch k.saslMechanism {
+		case "PLAIN":
+			sc.Net.SASL.Mechanism = sarama.SASLTypePlaintext
+		case "SCRAM-SHA-256":
+			sc.Net.SASL.Mechanism = sarama.SASLTypeSCRAMSHA256
+			sc.Net.SASL.SCRAMClientGeneratorFunc = func() sarama.SCRAMClient { return &scramClient{hash: sha256.New} }
+		case "SCRAM-SHA-512":
+			sc.Net.SASL.Mechanism = sarama.SASLTypeSCRAMSHA512
+			sc.Net.SASL.SCRAMClientGeneratorFunc = func() sarama.SCRAMClient { return &scramClient{hash: sha512.New} }
+		}
+	}
+	return sc, nil
+}
+
+// tlsConfig is a TLS config with the system roots, plus the certificates
+// in the PEM file ca (named by flag in errors) if given.
+func tlsConfig(ca, flag string) (*tls.Config, error) {
+	tc := &tls.Config{MinVersion: tls.VersionTLS12}
+	if ca == "" {
+		return tc, nil
+	}
+	pem, err := os.ReadFile(ca)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", flag, err)
+	}
+	pool, err := x509.SystemCertPool()
+	if err != nil || pool == nil {
+		pool = x509.NewCertPool()
+	}
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("%s %s: no PEM certificate in it", flag, ca)
+	}
+	tc.RootCAs = pool
+	return tc, nil
+}
+
+// hashFunc makes the hash of a SCRAM mechanism.
+type hashFunc func() hash.Hash

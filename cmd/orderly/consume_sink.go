@@ -1,0 +1,136 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/orderly-go/orderly/group"
+)
+
+// sink is where consume forwards batches: an HTTP endpoint or a command.
+// send is the group's Do: nil when the whole batch is done, a
+// *group.BatchError naming what became of some items, or another error
+// (the call as a whole failed: the group retries it).
+type sink interface {
+	send(ctx context.Context, batch []*group.Message) error
+	describe() string
+	close()
+}
+
+// sinkCounters count what the endpoint or command answered, call by call
+// (a call is one request or one command run).
+type sinkCounters struct {
+	calls     atomic.Int64 // requests sent or commands run
+	ok        atomic.Int64 // calls that succeeded (2xx, exit 0)
+	throttled atomic.Int64 // 429 and 503: the endpoint paused
+	failed    atomic.Int64 // 5xx, timeouts, refused connections; exit 75: retried with backoff
+	endpoint  atomic.Int64 // 3xx, 401, 403, 404, 407; exit 126, 127: retried, never dead-lettered
+	rejected  atomic.Int64 // calls answered other 4xx, or other exits: their records are dead-lettered
+	itemRetry atomic.Int64 // records a successful call's outcomes named retry or defer
+	itemRej   atomic.Int64 // records a successful call's outcomes named reject
+
+	mu           sync.Mutex
+	lastEndpoint string // the last endpoint error, for the progress line
+}
+
+func (c *sinkCounters) endpointError(what string) {
+	c.endpoint.Add(1)
+	c.mu.Lock()
+	c.lastEndpoint = what
+	c.mu.Unlock()
+}
+
+func (c *sinkCounters) lastEndpointError() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.lastEndpoint
+}
+
+// where names a batch's first record for error messages.
+func where(batch []*group.Message) string {
+	m := batch[0]
+	s := fmt.Sprintf("%s/%d@%d", m.Topic, m.Partition, m.Offset)
+	if len(batch) > 1 {
+		s += fmt.Sprintf(" and %d more", len(batch)-1)
+	}
+	return s
+}
+
+// itemErr names one record in its error.
+func itemErr(m *group.Message, err error) error {
+	return fmt.Errorf("%s/%d@%d: %w", m.Topic, m.Partition, m.Offset, err)
+}
+
+// failAll fails every item of the batch (charged an attempt, retried
+// after backoff) with err.
+func failAll(batch []*group.Message, err error) error {
+	var be group.BatchError
+	for i, m := range batch {
+		be.Fail(i, itemErr(m, err))
+	}
+	return &be
+}
+
+// deferAll runs every item again after d, uncharged.
+func deferAll(n int, d time.Duration) error {
+	var be group.BatchError
+	for i := range n {
+		be.Defer(i, d)
+	}
+	return &be
+}
+
+// rejectAll dead-letters every item (reason rejected) with err.
+func rejectAll(batch []*group.Message, err error) error {
+	var be group.BatchError
+	for i, m := range batch {
+		be.DeadLetter(i, itemErr(m, err))
+	}
+	return &be
+}
+
+// endpointBackoff is the delay after consecutive endpoint errors: the
+// retry backoff doubling per error, capped; a success resets it.
+type endpointBackoff struct {
+	first, max time.Duration
+	mu         sync.Mutex
+	next       time.Duration
+}
+
+func (b *endpointBackoff) failed() time.Duration {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	d := max(b.next, b.first, time.Millisecond)
+	b.next = min(2*d, max(b.max, b.first))
+	return d
+}
+
+func (b *endpointBackoff) ok() {
+	b.mu.Lock()
+	b.next = 0
+	b.mu.Unlock()
+}
+
+// logEvery lets a repeated warning through at most once a period.
+type logEvery struct {
+	period time.Duration
+	last   atomic.Int64
+}
+
+func (l *logEvery) allow() bool {
+	now := time.Now().UnixNano()
+	last := l.last.Load()
+	return now-last >= int64(l.period) && l.last.CompareAndSwap(last, now)
+}
+
+// batchFields are the log fields of a batch's first record.
+func batchFields(batch []*group.Message) []zap.Field {
+	m := batch[0]
+	return []zap.Field{zap.String("topic", m.Topic), zap.Int32("partition", m.Partition),
+		zap.Int64("offset", m.Offset), zap.Int("attempt", m.Attempt), zap.Int("batch", len(batch))}
+}

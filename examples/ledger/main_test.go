@@ -1,0 +1,211 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/orderly-go/orderly/internal/broker"
+)
+
+// lockedBuffer collects a process's output while the test reads it.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// proc is the example's main running in a process of its own.
+type proc struct {
+	cmd            *exec.Cmd
+	stdout, stderr lockedBuffer
+	done           chan struct{} // closed when it has exited
+	err            error         // Wait's, once done
+}
+
+// startMain runs the example's main in a process of its own; it is killed
+// at the end of the test if it still runs.
+func startMain(t *testing.T, args ...string) *proc {
+	t.Helper()
+	p := &proc{cmd: exec.Command(os.Args[0], args...), done: make(chan struct{})}
+	p.cmd.Env = append(os.Environ(), asMain+"=1")
+	p.cmd.Stdout, p.cmd.Stderr = &p.stdout, &p.stderr
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		p.err = p.cmd.Wait()
+		close(p.done)
+	}()
+	t.Cleanup(func() {
+		p.cmd.Process.Kill()
+		<-p.done
+	})
+	return p
+}
+
+// appliedSoFar sums the transfers applied in the database at path (0
+// while it does not exist yet).
+func appliedSoFar(t *testing.T, path string) int {
+	t.Helper()
+	if _, err := os.Stat(path); err != nil {
+		return 0
+	}
+	st, err := openStore(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.close()
+	accts, err := st.accounts(context.Background())
+	if err != nil {
+		return 0 // the tables are being created
+	}
+	n := 0
+	for _, a := range accts {
+		n += a.applied
+	}
+	return n
+}
+
+var skippedRE = regexp.MustCompile(`redelivered and skipped (\d+)`)
+
+// TestLedgerKilled kills the ledger (ordered mode, its own process) with
+// SIGKILL after it applied a quarter of the transfers and before any
+// commit (--commit-interval 30s), then runs it again: Kafka delivers every
+// transfer again, the second run skips exactly the ones the first one had
+// applied (the per-account offsets in the database say so), and in the
+// end every account's balance in the database equals the sum of its
+// transfers, each applied once, and no balance ever went negative.
+func TestLedgerKilled(t *testing.T) {
+	t.Parallel()
+	const n, accounts, seed = 6000, 50, 3
+	b, err := broker.Start(broker.Config{Topics: []string{"transfers"}, Partitions: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	ts := plan(n, accounts, seed)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := produce(ctx, b.Addrs(), "transfers", ts); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	db := filepath.Join(dir, "ordered.db")
+	args := []string{"--brokers", b.Addrs()[0], "--mode", "ordered", "--db", dir, "--group", "crash",
+		"--transfers", strconv.Itoa(n), "--accounts", strconv.Itoa(accounts), "--seed", strconv.Itoa(seed)}
+
+	first := startMain(t, append(args, "--commit-interval", "30s")...)
+	out1, err1 := &first.stdout, &first.stderr
+	deadline := time.Now().Add(90 * time.Second)
+	for appliedSoFar(t, db) < n/4 {
+		select {
+		case <-first.done:
+			t.Fatalf("the first run ended before it was killed (%v)\nstdout:\n%s\nstderr:\n%s", first.err, out1, err1)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the first run applied %d transfers in 90s, want %d\nstdout:\n%s\nstderr:\n%s", appliedSoFar(t, db), n/4, out1, err1)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := first.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-first.done
+	before := appliedSoFar(t, db)
+	if c := b.Committed("crash-ordered", "transfers"); len(c) > 0 || before >= n {
+		t.Fatalf("at the kill: committed %v, applied %d of %d; want nothing committed and work left", c, before, n)
+	}
+
+	second := startMain(t, args...)
+	out2, err2 := &second.stdout, &second.stderr
+	select {
+	case <-second.done:
+		if second.err != nil {
+			t.Fatalf("second run: %v\nstdout:\n%s\nstderr:\n%s", second.err, out2, err2)
+		}
+	case <-time.After(2 * time.Minute):
+		t.Fatalf("second run did not catch up in 2 minutes\nstdout:\n%s\nstderr:\n%s", out2, err2)
+	}
+	m := skippedRE.FindStringSubmatch(out2.String())
+	if m == nil {
+		t.Fatalf("second run printed no skipped count:\n%s", out2)
+	}
+	t.Logf("killed after %d of %d transfers applied, nothing committed; the second run skipped %s", before, n, m[1])
+	if skipped, _ := strconv.Atoi(m[1]); skipped != before {
+		t.Errorf("second run skipped %d redelivered transfers, want %d: the ones applied before the kill", skipped, before)
+	}
+
+	st, err := openStore(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.close()
+	accts, err := st.accounts(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, count := sums(ts)
+	if len(accts) != len(want) {
+		t.Errorf("got %d accounts in the database, want %d", len(accts), len(want))
+	}
+	for id, bal := range want {
+		a := accts[id]
+		if a.balance != bal || a.applied != count[id] || a.minBalance < 0 {
+			t.Errorf("account %s: balance %d from %d transfers, lowest %d; want %d from %d, never negative",
+				id, a.balance, a.applied, a.minBalance, bal, count[id])
+		}
+	}
+}
+
+// TestLedgerBothModes runs the example as `go run ./examples/ledger` does
+// (embedded broker, both modes) and checks what it prints: ordered by
+// account, every balance matches and none went negative; unordered, the
+// balances match too (idempotent by offset), but some went negative.
+func TestLedgerBothModes(t *testing.T) {
+	t.Parallel()
+	var stdout, stderr bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := run(ctx, []string{"--transfers", "4000"}, &stdout, &stderr); err != nil {
+		t.Fatalf("run: %v\nstdout:\n%s\nstderr:\n%s", err, stdout.String(), stderr.String())
+	}
+	out := stdout.String()
+	ordered, unordered, ok := strings.Cut(out, "unordered:")
+	if !ok {
+		t.Fatalf("no unordered section:\n%s", out)
+	}
+	for _, want := range []string{"balances equal to the sum of their transfers: 50 of 50", "each transfer applied once: 50 of 50"} {
+		if !strings.Contains(ordered, want) || !strings.Contains(unordered, want) {
+			t.Errorf("want %q in both sections:\n%s", want, out)
+		}
+	}
+	if !strings.Contains(ordered, "accounts that went negative on the way: 0 (lowest balance ever 0.00)") {
+		t.Errorf("ordered: want no account negative:\n%s", out)
+	}
+	neg := regexp.MustCompile(`went negative on the way: (\d+)`).FindStringSubmatch(unordered)
+	if neg == nil || neg[1] == "0" {
+		t.Errorf("unordered: want some accounts negative:\n%s", out)
+	}
+}
