@@ -156,23 +156,12 @@ func (d *deadLetters[T]) run(ctx context.Context) {
 		for _, j := range jobs {
 			recs = append(recs, d.record(j))
 		}
-		wait := d.g.cfg.Retry.Backoff
-		for len(jobs) > 0 {
-			err := d.sink.write(recs)
-			if err == nil {
-				break
-			}
+		if len(jobs) > 0 && !d.g.retryWrites(ctx, func() error { return d.sink.write(recs) }, func(err error, wait time.Duration) {
 			d.writeErrors.Add(1)
 			d.errLog.warn(d.g.log, "writing dead letters failed; retrying", zap.String("destination", d.sink.name()),
 				zap.Int("records", len(recs)), zap.Duration("backoff", wait), zap.Error(err))
-			t := time.NewTimer(wait)
-			select {
-			case <-t.C:
-			case <-ctx.Done():
-				t.Stop()
-				return // the items stay unfinished: nothing is committed past them
-			}
-			wait = min(2*wait, d.g.cfg.Retry.MaxBackoff)
+		}) {
+			return // the items stay unfinished: nothing is committed past them
 		}
 		for _, j := range jobs {
 			d.byReason[reasonIndex(j.reason)].Add(1)

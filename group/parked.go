@@ -95,27 +95,19 @@ func (p *parking[T]) park(ctx context.Context) {
 		p.mu.Lock()
 		jobs, p.queue = append(jobs, p.queue...), p.queue[:0]
 		p.mu.Unlock()
-		wait := p.g.cfg.Retry.Backoff
-		for {
+		ok := p.g.retryWrites(ctx, func() error {
 			jobs, written, replaced = p.write(jobs, written, replaced)
-			err := p.writeErr(jobs)
-			if err == nil {
-				err = p.q.Sync()
+			if err := p.writeErr(jobs); err != nil {
+				return err
 			}
-			if err == nil {
-				break
-			}
+			return p.q.Sync()
+		}, func(err error, wait time.Duration) {
 			p.writeErrors.Add(1)
 			p.errLog.warn(p.g.log, "parking messages failed; retrying", zap.String("path", p.g.cfg.DataPath),
 				zap.Int("messages", len(jobs)+len(written)), zap.Duration("backoff", wait), zap.Error(err))
-			t := time.NewTimer(wait)
-			select {
-			case <-t.C:
-			case <-ctx.Done():
-				t.Stop()
-				return // the items stay held: nothing is committed past them
-			}
-			wait = min(2*wait, p.g.cfg.Retry.MaxBackoff)
+		})
+		if !ok {
+			return // the items stay held: nothing is committed past them
 		}
 		for _, id := range replaced {
 			if err := p.q.Finish(id); err != nil {
