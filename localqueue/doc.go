@@ -25,6 +25,7 @@
 // so the memory chan does not overtake them). Get takes the next ready message from either, counts the
 // delivery in Attempts, and puts it in flight with a deadline of now plus
 // MsgTimeout. Finish ends it; Requeue hands it back now or after a delay;
+// Replace ends it and adds a new body in its place, in one journal record;
 // Touch moves its deadline (at most MaxMsgTimeout past the Get). Backend
 // records that do not decode are counted (Stats.DecodeErrors) and logged
 // with the data file, never returned; go-diskqueue itself renames an

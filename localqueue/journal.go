@@ -202,6 +202,33 @@ func (j *journal) fin(id ID) error {
 	return nil
 }
 
+// swap records, in one SWAP record, that m is journaled in state and that
+// old is finished (old need not be journaled). m must be new to the
+// journal and must not change while swap runs.
+func (j *journal) swap(old ID, m *Message, state byte) error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if err := j.openLocked(); err != nil {
+		return err
+	}
+	j.buf = appendSwap(j.buf[:0], state, old, m)
+	e := jentry{off: j.out.size, size: int32(len(j.buf)), state: state, attempts: int32(clampAttempts(m.Attempts)), due: m.Due.UnixNano()}
+	if err := j.writeLocked(j.buf); err != nil {
+		return fmt.Errorf("journal SWAP of %s for %s: %w", m.ID, old, err)
+	}
+	if o, ok := j.live[old]; ok {
+		delete(j.live, old)
+		j.liveBytes -= int64(o.size)
+		if o.readOp != 0 && j.syncEvery > 1 {
+			j.noteRecentLocked(recentFin{old, o.readOp})
+		}
+	}
+	j.live[m.ID] = e
+	j.liveBytes += int64(e.size)
+	j.afterWriteLocked(true)
+	return nil
+}
+
 func (j *journal) noteRecentLocked(f recentFin) {
 	if len(j.recent) < min(int(j.syncEvery), maxRecent) {
 		j.recent = append(j.recent, f)

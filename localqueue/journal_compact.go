@@ -264,7 +264,7 @@ func sortedLive(live map[ID]jentry) []restoreEntry {
 	return order
 }
 
-// readCopy reads the COPY record at e back from f, into buf (grown as
+// readCopy reads the COPY (or SWAP) record at e back from f, into buf (grown as
 // needed and returned). Message.Body aliases buf.
 func readCopy(f *os.File, e jentry, buf []byte) (Message, []byte, error) {
 	if cap(buf) < int(e.size) {
@@ -278,8 +278,8 @@ func readCopy(f *os.File, e jentry, buf []byte) (Message, []byte, error) {
 	if _, err := decodeJournalRecord(b, &r); err != nil {
 		return Message{}, buf, fmt.Errorf("%s at %d: %w", f.Name(), e.off, err)
 	}
-	if r.kind != kindCopy {
-		return Message{}, buf, fmt.Errorf("%w: %s at %d: kind %d, want COPY", ErrCorruptJournal, f.Name(), e.off, r.kind)
+	if r.kind != kindCopy && r.kind != kindSwap {
+		return Message{}, buf, fmt.Errorf("%w: %s at %d: kind %d, want COPY or SWAP", ErrCorruptJournal, f.Name(), e.off, r.kind)
 	}
 	return r.m, buf, nil
 }

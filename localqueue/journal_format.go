@@ -23,12 +23,15 @@ import (
 //	3 FIN       ID                                          finished or dead-lettered: no longer journaled
 //	4           unused (an earlier draft's GEN): corrupt
 //	5 HIST      ID                                          backend copies of ID read before the next Open's marker are stale
+//	6 SWAP      state u8 | replaced ID | envelope            a COPY of a new message and the FIN of the one it replaces (Replace)
 //
+// A SWAP is one record so that a crash or a power loss keeps either the
+// replaced message or its replacement, never both and never neither.
 // state is stateInFlight, stateDeferred or stateReady (handed back to the
 // memory chan or the backend by a requeue or timeout, due at due). The CRC
-// covers the length, so a
-// damaged length is caught too; a record that fails any check is corrupt,
-// and replay looks for the next good record after it (see replay).
+// covers the length, so a damaged length is caught too; a record that
+// fails any check is corrupt, and replay looks for the next good record
+// after it (see replay).
 const (
 	journalMagic      = "LQJOURNL"
 	journalVersion    = 1
@@ -39,12 +42,14 @@ const (
 	kindMove = 2
 	kindFin  = 3
 	kindHist = 5
+	kindSwap = 6
 
 	stateInFlight = 1
 	stateDeferred = 2
 	stateReady    = 3
 
 	copyFixed = 3                // version, kind, state
+	swapFixed = copyFixed + 16   // version, kind, state, replaced ID
 	moveSize  = 3 + 16 + 4 + 8   // version, kind, state, ID, attempts, due
 	finSize   = 2 + 16           // version, kind, ID
 	histSize  = finSize          // version, kind, ID
@@ -57,6 +62,7 @@ type jrec struct {
 	kind     byte
 	state    byte
 	id       ID
+	replaced ID // SWAP: the message it finishes
 	attempts int
 	due      time.Time
 	m        Message
@@ -104,6 +110,15 @@ func endRecord(dst []byte, start int) []byte {
 func appendCopy(dst []byte, state byte, m *Message) []byte {
 	dst, start := beginRecord(dst, kindCopy)
 	dst = append(dst, state)
+	dst = appendEnvelope(dst, m)
+	return endRecord(dst, start)
+}
+
+// appendSwap appends a SWAP record: m in state, replacing old.
+func appendSwap(dst []byte, state byte, old ID, m *Message) []byte {
+	dst, start := beginRecord(dst, kindSwap)
+	dst = append(dst, state)
+	dst = append(dst, old[:]...)
 	dst = appendEnvelope(dst, m)
 	return endRecord(dst, start)
 }
@@ -168,6 +183,16 @@ func decodeJournalRecord(b []byte, r *jrec) (int, error) {
 			return 0, fmt.Errorf("%w: COPY envelope: %w", ErrCorruptJournal, err)
 		}
 		r.id, r.attempts, r.due = r.m.ID, r.m.Attempts, r.m.Due
+	case kindSwap:
+		if len(p) < swapFixed+envelopeOverhead {
+			return 0, bad(swapFixed + envelopeOverhead)
+		}
+		r.state = p[2]
+		copy(r.replaced[:], p[3:swapFixed])
+		if err := decodeEnvelope(p[swapFixed:], &r.m); err != nil {
+			return 0, fmt.Errorf("%w: SWAP envelope: %w", ErrCorruptJournal, err)
+		}
+		r.id, r.attempts, r.due = r.m.ID, r.m.Attempts, r.m.Due
 	case kindMove:
 		if len(p) != moveSize {
 			return 0, bad(moveSize)
@@ -184,7 +209,7 @@ func decodeJournalRecord(b []byte, r *jrec) (int, error) {
 	default:
 		return 0, fmt.Errorf("%w: unknown record kind %d", ErrCorruptJournal, r.kind)
 	}
-	if (r.kind == kindCopy || r.kind == kindMove) && (r.state < stateInFlight || r.state > stateReady) {
+	if (r.kind == kindCopy || r.kind == kindMove || r.kind == kindSwap) && (r.state < stateInFlight || r.state > stateReady) {
 		return 0, fmt.Errorf("%w: unknown state %d", ErrCorruptJournal, r.state)
 	}
 	return size, nil

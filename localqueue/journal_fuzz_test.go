@@ -14,6 +14,7 @@ func journalSeeds() [][]byte {
 		appendCopy(nil, stateDeferred, sampleMessage("", 0)),
 		appendMove(nil, stateReady, m.ID, 3, time.Unix(5, 6)),
 		appendFin(nil, m.ID),
+		appendSwap(nil, stateDeferred, m.ID, sampleMessage("new", 0)),
 		appendHist(nil, m.ID),
 		appendIDRecordOfKind(4, sampleMessage("", 0).ID), // unused kind: corrupt
 		{0, 0, 0, 2, 1, 2, 3, 4, 1, 3},
@@ -43,6 +44,8 @@ func FuzzJournalRecord(f *testing.F) {
 		switch r.kind {
 		case kindCopy:
 			again = appendCopy(nil, r.state, &r.m)
+		case kindSwap:
+			again = appendSwap(nil, r.state, r.replaced, &r.m)
 		case kindMove:
 			again = appendMove(nil, r.state, r.id, r.attempts, r.due)
 		case kindFin:
@@ -78,8 +81,8 @@ func FuzzJournalReplay(f *testing.F) {
 			if e.off < 0 || e.off+int64(e.size) > int64(len(b)) {
 				t.Fatalf("%s at %d+%d, outside %d bytes", id, e.off, e.size, len(b))
 			}
-			if _, err := decodeJournalRecord(b[e.off:e.off+int64(e.size)], &r); err != nil || r.kind != kindCopy || r.id != id {
-				t.Fatalf("%s at %d: got %+v, %v, want its COPY", id, e.off, r, err)
+			if _, err := decodeJournalRecord(b[e.off:e.off+int64(e.size)], &r); err != nil || (r.kind != kindCopy && r.kind != kindSwap) || r.id != id {
+				t.Fatalf("%s at %d: got %+v, %v, want its COPY or SWAP", id, e.off, r, err)
 			}
 		}
 	})

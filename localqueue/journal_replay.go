@@ -255,7 +255,10 @@ func (rp *replayed) damaged(w *window, off int64, derr error, maxResync int) (in
 func (rp *replayed) apply(off int64, n int, r *jrec) {
 	rp.records++
 	switch r.kind {
-	case kindCopy:
+	case kindCopy, kindSwap:
+		if r.kind == kindSwap {
+			rp.finish(r.replaced)
+		}
 		if e, ok := rp.live[r.id]; ok {
 			rp.liveBytes -= int64(e.size)
 		}
@@ -270,14 +273,19 @@ func (rp *replayed) apply(off int64, n int, r *jrec) {
 		e.state, e.attempts, e.due = r.state, int32(clampAttempts(r.attempts)), r.due.UnixNano()
 		rp.live[r.id] = e
 	case kindFin:
-		if e, ok := rp.live[r.id]; ok {
-			rp.liveBytes -= int64(e.size)
-			delete(rp.live, r.id)
-		}
-		rp.hist[r.id] = struct{}{}
+		rp.finish(r.id)
 	case kindHist:
 		rp.hist[r.id] = struct{}{}
 	}
+}
+
+// finish applies the FIN of id (a FIN record, or the FIN half of a SWAP).
+func (rp *replayed) finish(id ID) {
+	if e, ok := rp.live[id]; ok {
+		rp.liveBytes -= int64(e.size)
+		delete(rp.live, id)
+	}
+	rp.hist[id] = struct{}{}
 }
 
 // decodeAt decodes the record at off, believing lengths up to limit. derr
