@@ -85,7 +85,6 @@ func (p *parking[T]) close() error { return p.q.Close() }
 // lets their items finish.
 func (p *parking[T]) park(ctx context.Context) {
 	var jobs, written []parkJob[T]
-	var replaced []localqueue.ID
 	for {
 		select {
 		case <-p.kick:
@@ -96,7 +95,7 @@ func (p *parking[T]) park(ctx context.Context) {
 		jobs, p.queue = append(jobs, p.queue...), p.queue[:0]
 		p.mu.Unlock()
 		ok := p.g.retryWrites(ctx, func() error {
-			jobs, written, replaced = p.write(jobs, written, replaced)
+			jobs, written = p.write(jobs, written)
 			if err := p.writeErr(jobs); err != nil {
 				return err
 			}
@@ -109,48 +108,48 @@ func (p *parking[T]) park(ctx context.Context) {
 		if !ok {
 			return // the items stay held: nothing is committed past them
 		}
-		for _, id := range replaced {
-			if err := p.q.Finish(id); err != nil {
-				// Its replacement is on disk: at worst the old one runs
-				// again after a restart (at-least-once).
-				p.g.log.Warn("finishing a re-parked message's old copy failed", zap.String("path", p.g.cfg.DataPath),
-					zap.String("id", id.String()), zap.Error(err))
-			}
-		}
 		for _, j := range written {
 			p.g.sched.Unhold(j.it, true)
 		}
 		clear(written)
-		written, replaced, jobs = written[:0], replaced[:0], jobs[:0]
+		written, jobs = written[:0], jobs[:0]
 	}
 }
 
 // write parks each job, deferred, and returns the jobs whose write failed
-// (to retry), those written (to finish once synced) and the queue messages
-// replaced. Every job is written anew with its attempt count: a side item
-// (a parked message that failed again) replaces its queue message, which
-// is finished only after the new one is synced (Requeue would keep the old
-// body, and with it the attempt count of the first park, so such a message
-// would never run out of attempts).
-func (p *parking[T]) write(jobs, written []parkJob[T], replaced []localqueue.ID) (failed, _ []parkJob[T], _ []localqueue.ID) {
+// (to retry) and those written (to finish once synced). Every job is
+// written anew with its attempt count: a side item (a parked message that
+// failed again) replaces its queue message in one journal record
+// (localqueue's Replace), so that a crash leaves one copy of it, the old or
+// the new (Requeue would keep the old body, and with it the attempt count
+// of the first park, so such a message would never run out of attempts).
+func (p *parking[T]) write(jobs, written []parkJob[T]) (failed, _ []parkJob[T]) {
 	for _, j := range jobs {
-		if _, err := p.q.PutDeferred(encodeParked(nil, &j.it.Msg, j.it.Attempt, j.it.FirstFailure), j.delay); err != nil {
+		body := encodeParked(nil, &j.it.Msg, j.it.Attempt, j.it.FirstFailure)
+		p.mu.Lock()
+		id, side := p.ids[j.it]
+		p.mu.Unlock()
+		var err error
+		if side {
+			_, err = p.q.Replace(id, body, j.delay)
+		} else {
+			_, err = p.q.PutDeferred(body, j.delay)
+		}
+		if err != nil {
 			j.err = fmt.Errorf("%s/%d offset %d: %w", j.it.Msg.Topic, j.it.Msg.Partition, j.it.Msg.Offset, err)
 			failed = append(failed, j)
 			continue
 		}
-		p.mu.Lock()
-		id, side := p.ids[j.it]
-		delete(p.ids, j.it) // it finishes without finishing its queue message
-		p.mu.Unlock()
 		if side {
-			replaced = append(replaced, id)
+			p.mu.Lock()
+			delete(p.ids, j.it) // it finishes without finishing its queue message again
+			p.mu.Unlock()
 		} else {
 			p.parked.Add(1)
 		}
 		written = append(written, j)
 	}
-	return failed, written, replaced
+	return failed, written
 }
 
 // writeErr joins the write errors of jobs.
