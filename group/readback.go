@@ -123,14 +123,26 @@ func (h *history) save() error {
 	}
 	h.dirty = false
 	h.mu.Unlock()
-	b, err := json.Marshal(rec)
+	if err := writeFileSynced(h.path, rec); err != nil {
+		h.mu.Lock()
+		h.dirty = true // the next save tries again
+		h.mu.Unlock()
+		return fmt.Errorf("group: save committed offsets seen to %s: %w", h.path, err)
+	}
+	return nil
+}
+
+// writeFileSynced writes v as JSON to path through a synced temporary file
+// renamed over it, so a crash leaves the old file or the new one.
+func writeFileSynced(path string, v any) error {
+	b, err := json.Marshal(v)
 	if err != nil {
 		return err
 	}
-	if err := os.MkdirAll(filepath.Dir(h.path), 0o755); err != nil {
-		return fmt.Errorf("group: save committed offsets seen: %w", err)
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
 	}
-	tmp := h.path + ".tmp"
+	tmp := path + ".tmp"
 	f, err := os.Create(tmp)
 	if err != nil {
 		return err
@@ -143,15 +155,9 @@ func (h *history) save() error {
 		err = cerr
 	}
 	if err == nil {
-		err = os.Rename(tmp, h.path)
+		err = os.Rename(tmp, path)
 	}
-	if err != nil {
-		h.mu.Lock()
-		h.dirty = true
-		h.mu.Unlock()
-		return fmt.Errorf("group: save committed offsets seen to %s: %w", h.path, err)
-	}
-	return nil
+	return err
 }
 
 // readBackLoop reads back the committed offsets every readBackEvery until
