@@ -118,9 +118,10 @@ func LinkOnly() Option { return func(c *config) { c.linkOnly = true } }
 //
 // The ctx returned for Do carries the span: for one message, in that
 // message's trace; for a batch, the span's own. A failed call (an error
-// other than a group.BatchError naming no item, or a panic) records the
-// error as an exception event, sets error.type (ErrorPanic ... ErrorOther)
-// and ends with status Error and the error's first line.
+// other than a group.BatchError naming no item, or a panic, or nil past
+// MsgTimeout, which group counts as a failed attempt) records the error
+// as an exception event, sets error.type (ErrorPanic ... ErrorOther) and
+// ends with status Error and the error's first line.
 //
 // The hook is called on Orderly's worker goroutines, concurrently; it
 // keeps nothing of msgs past its own return (Orderly recycles them).
@@ -268,8 +269,13 @@ func (h *hook) extract(m *group.Message) trace.SpanContext {
 	return trace.SpanContextFromContext(h.cfg.prop.Extract(context.Background(), &c))
 }
 
-// end finishes the span of a call that returned err (ctx is Do's).
+// end finishes the span of a call that returned err (ctx is Do's). A call
+// that returned nil past MsgTimeout failed all the same: group counts it
+// as a failed attempt.
 func end(ctx context.Context, span trace.Span, err error) {
+	if cause := context.Cause(ctx); err == nil && errors.Is(cause, group.ErrTimeout) {
+		err = cause
+	}
 	if err != nil {
 		var be *group.BatchError
 		if !errors.As(err, &be) || be.Len() > 0 {

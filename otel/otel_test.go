@@ -202,6 +202,8 @@ func TestFailedCalls(t *testing.T) {
 		{"BatchError naming an item", context.Background(), &named, ErrorBatch, "1 items failed; item 0: declined"},
 		{"BatchError naming nothing", context.Background(), &none, "", ""},
 		{"timeout", timedOut, context.Canceled, ErrorTimeout, "context canceled"},
+		{"nil past its timeout", timedOut, nil, ErrorTimeout, group.ErrTimeout.Error()},
+		{"nil after a revoke", revoked, nil, "", ""},
 		{"revoked", revoked, context.Canceled, ErrorRevoked, "context canceled"},
 		{"shutdown", shutdown, context.Canceled, ErrorShutdown, "context canceled"},
 	}
