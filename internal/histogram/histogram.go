@@ -30,9 +30,11 @@ type H struct {
 	sum    atomic.Int64      // nanoseconds
 }
 
-// Observe adds one duration.
+// Observe adds one duration. A negative one (a record timestamp ahead of
+// this machine's clock) counts as 0, so that it cannot pull Sum, and with
+// it the mean, below what was observed.
 func (h *H) Observe(d time.Duration) {
-	ns := int64(d)
+	ns := max(int64(d), 0)
 	i := 0
 	for i < len(boundsNanos) && ns > boundsNanos[i] {
 		i++
