@@ -53,7 +53,9 @@ type deadJob[T any] struct {
 
 // deadSink is where dead letters go.
 type deadSink interface {
-	write(recs []deadletter.Record) error
+	// write writes recs and, on error, returns those still to write (a
+	// producer can refuse some records of a batch and take the rest).
+	write(recs []deadletter.Record) (unwritten []deadletter.Record, err error)
 	close() error
 	name() string // for Stats and logs: the topic, or the store's path
 }
@@ -156,10 +158,14 @@ func (d *deadLetters[T]) run(ctx context.Context) {
 		for _, j := range jobs {
 			recs = append(recs, d.record(j))
 		}
-		if len(jobs) > 0 && !d.g.retryWrites(ctx, func() error { return d.sink.write(recs) }, func(err error, wait time.Duration) {
+		todo := recs
+		if len(jobs) > 0 && !d.g.retryWrites(ctx, func() (err error) {
+			todo, err = d.sink.write(todo)
+			return err
+		}, func(err error, wait time.Duration) {
 			d.writeErrors.Add(1)
 			d.errLog.warn(d.g.log, "writing dead letters failed; retrying", zap.String("destination", d.sink.name()),
-				zap.Int("records", len(recs)), zap.Duration("backoff", wait), zap.Error(err))
+				zap.Int("records", len(todo)), zap.Duration("backoff", wait), zap.Error(err))
 		}) {
 			return // the items stay unfinished: nothing is committed past them
 		}
@@ -227,10 +233,10 @@ type topicSink struct {
 	p     sarama.SyncProducer
 }
 
-func (s *topicSink) write(recs []deadletter.Record) error {
+func (s *topicSink) write(recs []deadletter.Record) ([]deadletter.Record, error) {
 	msgs := make([]*sarama.ProducerMessage, len(recs))
 	for i, r := range recs {
-		m := &sarama.ProducerMessage{Topic: s.topic, Timestamp: r.Timestamp}
+		m := &sarama.ProducerMessage{Topic: s.topic, Timestamp: r.Timestamp, Metadata: i}
 		if r.Key != nil {
 			m.Key = sarama.ByteEncoder(r.Key)
 		}
@@ -245,11 +251,20 @@ func (s *topicSink) write(recs []deadletter.Record) error {
 	if err := s.p.SendMessages(msgs); err != nil {
 		var perrs sarama.ProducerErrors
 		if errors.As(err, &perrs) && len(perrs) > 0 {
-			return fmt.Errorf("produce %d of %d dead letters to %s: %w", len(perrs), len(msgs), s.topic, perrs[0].Err)
+			// The others are written: only the refused ones go again.
+			failed := make([]deadletter.Record, 0, len(perrs))
+			for _, pe := range perrs {
+				i, ok := pe.Msg.Metadata.(int)
+				if !ok {
+					return recs, fmt.Errorf("produce %d of %d dead letters to %s: %w", len(perrs), len(msgs), s.topic, pe.Err)
+				}
+				failed = append(failed, recs[i])
+			}
+			return failed, fmt.Errorf("produce %d of %d dead letters to %s: %w", len(perrs), len(msgs), s.topic, perrs[0].Err)
 		}
-		return fmt.Errorf("produce dead letters to %s: %w", s.topic, err)
+		return recs, fmt.Errorf("produce dead letters to %s: %w", s.topic, err)
 	}
-	return nil
+	return nil, nil
 }
 
 func (s *topicSink) close() error { return s.p.Close() }
@@ -261,6 +276,11 @@ type storeSink struct {
 	dir string
 }
 
-func (s *storeSink) write(recs []deadletter.Record) error { return s.st.Append(recs...) }
-func (s *storeSink) close() error                         { return s.st.Close() }
-func (s *storeSink) name() string                         { return "local:" + s.dir }
+func (s *storeSink) write(recs []deadletter.Record) ([]deadletter.Record, error) {
+	if err := s.st.Append(recs...); err != nil {
+		return recs, err
+	}
+	return nil, nil
+}
+func (s *storeSink) close() error { return s.st.Close() }
+func (s *storeSink) name() string { return "local:" + s.dir }

@@ -1,0 +1,125 @@
+package group
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/IBM/sarama"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/orderly-go/orderly/internal/broker"
+	"github.com/orderly-go/orderly/internal/deadletter"
+)
+
+// TestDeadLettersPartlyRefused: when the dead-letter topic's producer
+// writes some records of a batch and has the rest refused (here the
+// broker leading some of its partitions answers NOT_ENOUGH_REPLICAS for a
+// while), only the refused records are produced again: each dead letter
+// is in the topic once.
+func TestDeadLettersPartlyRefused(t *testing.T) {
+	t.Parallel() // mostly waits on the producer's timeouts
+	const topic, dlq, n, poison = "partly", "partly-dlq", 400, 40
+	b, err := broker.Start(broker.Config{Topics: []string{topic}, Partitions: 1, Brokers: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(b.Close)
+	if err := b.CreateTopic(dlq, 8); err != nil {
+		t.Fatal(err)
+	}
+	produceSeq(t, b, topic, n, 40)
+
+	// Refuse produces to the dead-letter topic on the broker that leads
+	// its partition 0, until the first refusal has been answered twice.
+	client, err := sarama.NewClient(b.Addrs(), DefaultSarama())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	leader, err := client.Leader(dlq, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var others int
+	for p := range int32(8) {
+		if l, err := client.Leader(dlq, p); err == nil && l.ID() != leader.ID() {
+			others++
+		}
+	}
+	if others == 0 {
+		t.Fatalf("every partition of %s is led by broker %d: nothing would be written beside the refused ones", dlq, leader.ID())
+	}
+	var refusals atomic.Int64
+	c := b.Cluster()
+	c.ControlKey(kmsg.Produce.Int16(), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		r := req.(*kmsg.ProduceRequest)
+		if c.CurrentNode() != leader.ID() || refusals.Load() >= 2 {
+			return nil, nil, false
+		}
+		resp := r.ResponseKind().(*kmsg.ProduceResponse)
+		for _, rt := range r.Topics {
+			if rt.Topic != dlq {
+				return nil, nil, false
+			}
+			st := kmsg.NewProduceResponseTopic()
+			st.Topic = rt.Topic
+			for _, p := range rt.Partitions {
+				sp := kmsg.NewProduceResponseTopicPartition()
+				sp.Partition, sp.ErrorCode, sp.BaseOffset = p.Partition, kerr.NotEnoughReplicas.Code, -1
+				st.Partitions = append(st.Partitions, sp)
+			}
+			resp.Topics = append(resp.Topics, st)
+		}
+		refusals.Add(1)
+		return resp, nil, true
+	})
+
+	cfg := fastConfig(t, b.Addrs(), topic, "partly")
+	cfg.Size, cfg.Num = 64, 2
+	cfg.DeadLetterTopic = dlq
+	cfg.Retry = Retry{Backoff: 50 * time.Millisecond, MaxBackoff: 100 * time.Millisecond, MaxAttempts: 1}
+	cfg.Sarama.Producer.Retry.Max = 0 // the producer gives up at once: the writer retries
+	g := newGroup(t, cfg, func(_ context.Context, batch []*Message) error {
+		var be BatchError
+		for i, m := range batch {
+			if m.Offset < poison {
+				be.Fail(i, errors.New("poison"))
+			}
+		}
+		return be.Err()
+	})
+	stop := run(t, g)
+	waitFor(t, time.Minute, "every message committed", func() bool { return b.CaughtUp("partly", topic) })
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if refusals.Load() == 0 {
+		t.Fatal("no produce was refused: the test exercised nothing")
+	}
+	got := map[int64]int{}
+	for _, m := range readDeadLetters(t, b.Addrs(), dlq) {
+		hs := make([]deadletter.Header, len(m.Headers))
+		for i, h := range m.Headers {
+			hs[i] = deadletter.Header{Key: h.Key, Value: h.Value}
+		}
+		info, err := deadletter.ParseInfo(hs)
+		if err != nil {
+			t.Fatalf("dead letter at %d/%d: %v", m.Partition, m.Offset, err)
+		}
+		got[info.Offset]++
+	}
+	for off := range int64(poison) {
+		if got[off] != 1 {
+			t.Errorf("offset %d: got %d dead letters, want 1", off, got[off])
+		}
+	}
+	if len(got) != poison {
+		t.Errorf("got dead letters of %d offsets, want %d", len(got), poison)
+	}
+	t.Logf("%d produce requests refused; %d dead-letter write errors retried", refusals.Load(), g.Stats().DeadLetterErrors)
+}
