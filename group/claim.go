@@ -393,7 +393,7 @@ func (c *claimLoop[T]) revoke(reason string) error {
 	}
 	c.advance()
 	c.mark(waiting)
-	c.sess.Commit()
+	c.g.commits.commit(c.sess)
 	next := c.st.next.Load()
 	left := c.p.Close()
 	c.g.fail.forget(c.p)

@@ -48,7 +48,7 @@ func (g *Group[T]) commitLoop(stop <-chan struct{}) {
 			return
 		}
 		for _, sess := range g.liveSessions() {
-			sess.Commit()
+			g.commits.commit(sess)
 		}
 	}
 }

@@ -117,6 +117,7 @@ type Group[T any] struct {
 
 	claimsMu sync.Mutex
 	claims   map[*claimState]struct{}
+	commits  *sessionCommits             // every sess.Commit goes through it
 	ended    map[topicPartition]Outcomes // of the claims that ended, per partition
 
 	// stopping is closed when Run's ctx ends: claim loops drain, commit
@@ -182,6 +183,7 @@ func New[T any](cfg Config, h Handler[T]) (*Group[T], error) {
 		workers:     make([]workerState[T], cfg.Num),
 		pool:        merge.NewStats(cfg.Num),
 		claims:      make(map[*claimState]struct{}),
+		commits:     newSessionCommits(),
 		ended:       make(map[topicPartition]Outcomes),
 		stopping:    make(chan struct{}),
 		outageLimit: -1,

@@ -1,0 +1,58 @@
+package group
+
+import (
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// TestShutdownCommitsOnce: at shutdown every claim commits its final
+// frontier inside the session, and those commits reach the broker as one
+// or two OffsetCommit requests for the member (one under way when the
+// others marked, and one carrying the rest), not one request per claim,
+// nor the same request several times.
+func TestShutdownCommitsOnce(t *testing.T) {
+	t.Parallel()
+	const partitions, n = 128, 12800
+	r := newRig(t, "shutdown-commits", partitions, n, 256)
+	cfg := r.config("shutdown-commits")
+	cfg.Sarama.Consumer.Offsets.AutoCommit.Interval = time.Hour // only the shutdown's commits
+	var stopping atomic.Bool
+	var mu sync.Mutex
+	var requests []int // partitions per request after the stop began
+	r.b.ObserveCommits(func(req *kmsg.OffsetCommitRequest) {
+		if !stopping.Load() || req.Group != "shutdown-commits" {
+			return
+		}
+		parts := 0
+		for _, tp := range req.Topics {
+			parts += len(tp.Partitions)
+		}
+		mu.Lock()
+		requests = append(requests, parts)
+		mu.Unlock()
+	})
+	w := r.work(0, 0)
+	g := newGroup(t, cfg, w.Do)
+	stop := run(t, g)
+	waitFor(t, time.Minute, "every message handled", func() bool { return g.Stats().Handled >= n })
+	stopping.Store(true)
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	committed, hw := r.b.Committed("shutdown-commits", r.topic), r.b.HighWatermarks(r.topic)
+	for p := range int32(partitions) {
+		if got, want := committed[p], hw[p]; got != want {
+			t.Fatalf("partition %d: committed %d, want %d (the final commit)", p, got, want)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(requests) == 0 || len(requests) > 2 {
+		t.Fatalf("shutdown of %d claims: got %d OffsetCommit requests (partitions each: %v), want 1 or 2", partitions, len(requests), requests)
+	}
+	t.Logf("shutdown of %d claims: %d OffsetCommit requests, partitions each %v", partitions, len(requests), requests)
+}
