@@ -118,6 +118,7 @@ type Group[T any] struct {
 	claimsMu sync.Mutex
 	claims   map[*claimState]struct{}
 	commits  *sessionCommits             // every sess.Commit goes through it
+	fetches  committedFetches            // every read of one partition's committed offset goes through it
 	ended    map[topicPartition]Outcomes // of the claims that ended, per partition
 
 	// stopping is closed when Run's ctx ends: claim loops drain, commit

@@ -199,7 +199,7 @@ func (g *Group[T]) readBack() error {
 	for tp, hw := range hws {
 		claims[tp].listedHW.Store(hw) // this loop is its only writer
 	}
-	blocks, err := g.fetchCommittedMany(req)
+	blocks, _, err := g.fetchCommittedMany(req) // a partition without an answer keeps its last read
 	if err != nil {
 		return errors.Join(err, hwErr)
 	}
@@ -270,11 +270,13 @@ func (g *Group[T]) listHighWatermarks(parts map[string][]int32) (map[topicPartit
 
 // fetchCommittedMany asks the group coordinator for the committed offset
 // and metadata of many partitions in one request: the answers of those
-// that answered without error (offset -1 when the group has none).
-func (g *Group[T]) fetchCommittedMany(parts map[string][]int32) (map[topicPartition]*sarama.OffsetFetchResponseBlock, error) {
+// that answered without error (offset -1 when the group has none), and
+// the errors of those that did not. err is the request's own error, or,
+// when no partition answered, the partitions' errors joined.
+func (g *Group[T]) fetchCommittedMany(parts map[string][]int32) (map[topicPartition]*sarama.OffsetFetchResponseBlock, map[topicPartition]error, error) {
 	b, err := g.client.Coordinator(g.cfg.GroupID)
 	if err != nil {
-		return nil, fmt.Errorf("find coordinator of group %q: %w", g.cfg.GroupID, err)
+		return nil, nil, fmt.Errorf("find coordinator of group %q: %w", g.cfg.GroupID, err)
 	}
 	resp, err := b.FetchOffset(sarama.NewOffsetFetchRequest(g.cfg.Sarama.Version, g.cfg.GroupID, parts))
 	if err == nil && resp.Err != sarama.ErrNoError {
@@ -284,25 +286,39 @@ func (g *Group[T]) fetchCommittedMany(parts map[string][]int32) (map[topicPartit
 		if errors.Is(err, sarama.ErrNotCoordinatorForConsumer) {
 			_ = g.client.RefreshCoordinator(g.cfg.GroupID)
 		}
-		return nil, fmt.Errorf("fetch committed offsets of group %q: %w", g.cfg.GroupID, err)
+		return nil, nil, fmt.Errorf("fetch committed offsets of group %q: %w", g.cfg.GroupID, err)
 	}
 	out := make(map[topicPartition]*sarama.OffsetFetchResponseBlock)
-	var blockErr error
+	var failed map[topicPartition]error
+	fail := func(tp topicPartition, err error) {
+		if failed == nil {
+			failed = make(map[topicPartition]error)
+		}
+		failed[tp] = fmt.Errorf("fetch committed offset of group %q, %s/%d: %w", g.cfg.GroupID, tp.topic, tp.part, err)
+	}
 	for topic, ps := range parts {
 		for _, p := range ps {
-			block := resp.GetBlock(topic, p)
-			switch {
+			tp := topicPartition{topic, p}
+			switch block := resp.GetBlock(topic, p); {
 			case block == nil:
-				blockErr = fmt.Errorf("no answer for %s/%d", topic, p)
+				fail(tp, errNoAnswer)
 			case block.Err != sarama.ErrNoError:
-				blockErr = fmt.Errorf("%s/%d: %w", topic, p, block.Err)
+				fail(tp, block.Err)
 			default:
-				out[topicPartition{topic, p}] = block
+				out[tp] = block
 			}
 		}
 	}
-	if len(out) == 0 && blockErr != nil {
-		return nil, fmt.Errorf("fetch committed offsets of group %q: %w", g.cfg.GroupID, blockErr)
+	if len(out) == 0 && len(failed) > 0 {
+		errs := make([]error, 0, len(failed))
+		for _, err := range failed {
+			errs = append(errs, err)
+		}
+		return nil, failed, errors.Join(errs...)
 	}
-	return out, nil
+	return out, failed, nil
 }
+
+// errNoAnswer: an OffsetFetch response without a block for a partition
+// asked about.
+var errNoAnswer = errors.New("no answer for the partition")

@@ -54,12 +54,8 @@ func (c *claimLoop[T]) resumeFrom(initial int64) commit.Done {
 }
 
 // fetchCommitted asks the group coordinator for the committed offset and
-// metadata of one partition.
+// metadata of one partition. The claims that ask at once (all of them at
+// a rebalance or a shutdown) share requests: see committedFetches.
 func (g *Group[T]) fetchCommitted(topic string, part int32) (int64, string, error) {
-	blocks, err := g.fetchCommittedMany(map[string][]int32{topic: {part}})
-	if err != nil {
-		return 0, "", err
-	}
-	block := blocks[topicPartition{topic, part}]
-	return block.Offset, block.Metadata, nil
+	return g.fetches.fetch(topicPartition{topic, part}, g.fetchCommittedMany)
 }

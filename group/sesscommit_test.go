@@ -13,14 +13,35 @@ import (
 // frontier inside the session, and those commits reach the broker as one
 // or two OffsetCommit requests for the member (one under way when the
 // others marked, and one carrying the rest), not one request per claim,
-// nor the same request several times.
+// nor the same request several times. The claims' reads of their
+// committed offsets (at the start, for the commit metadata; at the end,
+// to confirm the final commit) share OffsetFetch requests too.
 func TestShutdownCommitsOnce(t *testing.T) {
 	t.Parallel()
 	const partitions, n = 128, 12800
 	r := newRig(t, "shutdown-commits", partitions, n, 256)
 	cfg := r.config("shutdown-commits")
 	cfg.Sarama.Consumer.Offsets.AutoCommit.Interval = time.Hour // only the shutdown's commits
+	cfg.Status.ReadBack = -1                                    // only the claims' reads
 	var stopping atomic.Bool
+	var fetches [2]atomic.Int64 // OffsetFetch requests before and after the stop began
+	c := r.b.Cluster()
+	c.ControlKey(kmsg.OffsetFetch.Int16(), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		r, ok := req.(*kmsg.OffsetFetchRequest)
+		ours := ok && r.Group == "shutdown-commits"
+		for _, g := range r.Groups { // v8 and later ask for many groups
+			ours = ours || g.Group == "shutdown-commits"
+		}
+		if ours {
+			i := 0
+			if stopping.Load() {
+				i = 1
+			}
+			fetches[i].Add(1)
+		}
+		return nil, nil, false
+	})
 	var mu sync.Mutex
 	var requests []int // partitions per request after the stop began
 	r.b.ObserveCommits(func(req *kmsg.OffsetCommitRequest) {
@@ -54,5 +75,11 @@ func TestShutdownCommitsOnce(t *testing.T) {
 	if len(requests) == 0 || len(requests) > 2 {
 		t.Fatalf("shutdown of %d claims: got %d OffsetCommit requests (partitions each: %v), want 1 or 2", partitions, len(requests), requests)
 	}
-	t.Logf("shutdown of %d claims: %d OffsetCommit requests, partitions each %v", partitions, len(requests), requests)
+	// (At the start sarama's offset manager reads each partition's offset
+	// itself, one request each: only the shutdown's are Orderly's alone.)
+	if got := fetches[1].Load(); got == 0 || got > partitions/4 {
+		t.Errorf("shutdown of %d claims: got %d OffsetFetch requests, want 1 to %d (they share requests)", partitions, got, partitions/4)
+	}
+	t.Logf("shutdown of %d claims: %d OffsetCommit requests, partitions each %v; OffsetFetch requests: %d at the start, %d at shutdown",
+		partitions, len(requests), requests, fetches[0].Load(), fetches[1].Load())
 }
