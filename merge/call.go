@@ -9,10 +9,10 @@ import (
 	"github.com/orderly-go/orderly/dispatch"
 )
 
-// callState is what the watchdog reads of a worker's call in progress.
+// callState is what the watchdog reads of a worker's call in progress,
+// besides its number (dispatch.Worker.Call).
 type callState struct {
-	seq   atomic.Uint64 // calls started
-	start atomic.Int64  // unix nanos of the call in progress, 0 between calls
+	start atomic.Int64 // unix nanos of the call in progress, 0 between calls
 }
 
 // callCtx is a worker's context with the deadline of its call in
@@ -52,11 +52,12 @@ func (p *Pool[M, T]) context(wk *worker[M, T]) context.Context {
 // Config.Timeout (then it failed, whatever it returned).
 func (p *Pool[M, T]) call(wk *worker[M, T], items []*dispatch.Item[M, T]) (verdicts []Verdict, err error, timedOut bool) {
 	ctx := p.context(wk)
+	p.s.BeginCall(wk.w)
 	start := time.Now()
-	wk.call.seq.Add(1)
 	wk.call.start.Store(start.UnixNano())
 	verdicts, err = p.handle(ctx, wk.id, items)
 	wk.call.start.Store(0)
+	p.s.EndCall(wk.w) // from here on the watchdog leaves this call alone
 	took := time.Since(start)
 	wk.durations.Observe(took)
 	if p.cfg.Timeout > 0 && took >= p.cfg.Timeout {
