@@ -295,11 +295,11 @@ func (s *Scheduler[M, T]) Running(w *Worker[M, T], call uint64) (first M, lane u
 // items run in their place (their partitions' owners make them at their
 // next Advance, and the copies take the items' places in the trackers, one
 // attempt on), its lanes are let go at once, and whatever the hung call
-// reports when it returns is ignored: its items never count as done. For
-// lanes that hold one message each (Unordered): otherwise a copy could run
-// while its lane mates wait behind the hung call. It acts only while w is
-// still in call (the call judged hung), and returns how many items it gave
-// up on.
+// reports when it returns is ignored: its items never count as done, and
+// are charged nothing. For lanes that hold one message each (Unordered):
+// otherwise a copy could run while its lane mates wait behind the hung
+// call. It acts only while w is still in call (the call judged hung), and
+// returns how many items it gave up on.
 func (s *Scheduler[M, T]) Orphan(w *Worker[M, T], call uint64) int {
 	inCall := s.lockCall(w, call)
 	defer s.unlockCall(w)

@@ -93,7 +93,7 @@ func (p *Pool[M, T]) run(wk *worker[M, T], b *dispatch.Batch[M, T]) bool {
 		wk.out = wk.out[:n]
 		clear(wk.out)
 	}
-	if verdicts == nil && len(b.Items) > 1 && !p.cancelled(wk) {
+	if verdicts == nil && len(b.Items) > 1 && !p.cancelled(wk) && !b.Orphaned() {
 		b.SortByLane() // before any outcome is recorded: splits keep lane order
 	}
 	p.failed(wk, b, 0, len(b.Items), verdicts, err, timedOut)
@@ -107,6 +107,11 @@ func (p *Pool[M, T]) run(wk *worker[M, T], b *dispatch.Batch[M, T]) bool {
 func (p *Pool[M, T]) failed(wk *worker[M, T], b *dispatch.Batch[M, T], lo, hi int, verdicts []Verdict, err error, timedOut bool) {
 	p.stats.Failures.Add(1)
 	switch {
+	case b.Orphaned():
+		// Given up on while the call ran (Orphan, final once the call
+		// ended): copies of its items, one attempt on, run in their
+		// places, so the items are not charged; Settle ignores them.
+		p.returnRange(wk, lo, hi)
 	case !timedOut && p.cancelled(wk):
 		// Cancelled: the items of a revoked partition are abandoned by
 		// Settle, the others run again, uncharged.

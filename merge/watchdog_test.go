@@ -116,6 +116,79 @@ func waitUntil(t *testing.T, d time.Duration, what string, cond func() bool) {
 	}
 }
 
+var errHung = errors.New("hung call failed")
+
+// TestOrphanedCallReturnChargesNothing: a call given up on (Orphan, as
+// group does with Unordered once its worker is stuck) that later returns
+// with an error charges none of its items: their copies, made one attempt
+// on, run with attempt 2 whether the copies were made before or after the
+// hung call returned, and no retry is counted for the hung call. Run with
+// -race: charging the orphaned item raced with its owner reading it to
+// make the copy.
+func TestOrphanedCallReturnChargesNothing(t *testing.T) {
+	tests := []struct {
+		name string
+		// returnFirst: the hung call returns before the owner makes the
+		// copy; otherwise after the copy has run.
+		returnFirst bool
+	}{
+		{"hung call returns before the copy is made", true},
+		{"hung call returns after the copy ran", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			orphaned := make(chan int, 1)
+			var returned atomic.Bool
+			var copyAttempt atomic.Int64
+			var r *rig
+			release := newGate(t) // opened after the pool stops
+			r = newRigCtx(t, 1, Config{Num: 2, Ticker: -1, Timeout: 20 * time.Millisecond, TimeoutCause: errTimeout, Grace: 20 * time.Millisecond,
+				OnStuck: func(worker int, call uint64, since time.Time) {
+					orphaned <- r.s.Orphan(r.pool.Worker(worker), call)
+				}}, time.Millisecond,
+				func(ctx context.Context, items []*dispatch.Item[msg, int]) ([]Verdict, error) {
+					if items[0].Attempt > 1 {
+						copyAttempt.Store(int64(items[0].Attempt))
+						return nil, nil
+					}
+					if tt.returnFirst {
+						<-release.ch
+					} else {
+						time.Sleep(300 * time.Millisecond) // no synchronisation with the owner
+					}
+					returned.Store(true)
+					return nil, errHung
+				})
+			r.feed(t, 0)
+			select {
+			case n := <-orphaned:
+				if n != 1 {
+					t.Fatalf("Orphan: got %d, want 1", n)
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatal("OnStuck not called")
+			}
+			if tt.returnFirst {
+				release.open()
+				// The hung batch's item is handed back (Settle) after
+				// its outcome was recorded.
+				waitUntil(t, 5*time.Second, "the hung call to be settled", func() bool { return returned.Load() && r.p.Outstanding() == 0 })
+			}
+			r.waitCommitted(t, 1, 10*time.Second)
+			waitUntil(t, 5*time.Second, "the hung call to be settled", func() bool { return returned.Load() && r.p.Outstanding() == 0 })
+			if got := copyAttempt.Load(); got != 2 {
+				t.Fatalf("attempt of the copy: got %d, want 2", got)
+			}
+			if got := r.stats.Retries.Load(); got != 0 {
+				t.Fatalf("Retries: got %d, want 0 (the orphaned call's failure is not charged)", got)
+			}
+			if got := r.holds.Load(); got != 0 {
+				t.Fatalf("holds: got %d, want 0", got)
+			}
+		})
+	}
+}
+
 // gate is a channel a test opens once, by closing it; Cleanup opens what
 // the test left closed, so that no call stays blocked.
 type gate struct {
