@@ -128,6 +128,16 @@ type Worker[M, T any] struct {
 	// context it runs with. Both guarded by the scheduler mutex.
 	running *Batch[M, T]
 	cancel  context.CancelCauseFunc
+
+	calls uint64 // calls begun (BeginCall); the worker goroutine's
+	// call is the number of the call in progress, 0 between calls: written
+	// by the worker (BeginCall, EndCall), read by anyone (Call) and, under
+	// the scheduler mutex, by the acts that apply to one call only
+	// (CancelCall, Orphan, Running).
+	call atomic.Uint64
+	// acting counts those acts under way; EndCall waits for them, so that
+	// what the worker does after a call sees what they did to it.
+	acting atomic.Int32
 }
 
 // Wake is signalled when the worker may have work.
@@ -226,13 +236,56 @@ func (s *Scheduler[M, T]) Runs(w *Worker[M, T], p *Partition[M, T]) bool {
 	return false
 }
 
-// Running returns a copy of the first message of w's running batch, its
-// lane and how many items the batch has (0 when w runs nothing), read under
-// the lock: for a stuck worker's log line.
-func (s *Scheduler[M, T]) Running(w *Worker[M, T]) (first M, lane uint64, n int) {
+// BeginCall numbers the call to Do that w is about to make on its running
+// batch (a whole batch, or part of one in a split retry) and returns the
+// number, which identifies the call to CancelCall, Orphan and Running.
+// Only w's goroutine calls it.
+func (s *Scheduler[M, T]) BeginCall(w *Worker[M, T]) uint64 {
+	w.calls++
+	w.call.Store(w.calls)
+	return w.calls
+}
+
+// EndCall marks w's call over; only w's goroutine calls it. Once it
+// returns, nothing acts on that call any more: an act that found w in the
+// call has finished (EndCall waits for it), and a later one finds the call
+// over and does nothing. So a cancel meant for a late call never reaches
+// the worker's next call, and after EndCall the worker reads whether the
+// call's batch was orphaned without a race.
+func (s *Scheduler[M, T]) EndCall(w *Worker[M, T]) {
+	w.call.Store(0)
+	if w.acting.Load() > 0 {
+		s.mu.Lock() // an act under way holds it: wait for the act to end
+		s.mu.Unlock()
+	}
+}
+
+// Call is the number of w's call in progress, 0 between calls.
+func (w *Worker[M, T]) Call() uint64 { return w.call.Load() }
+
+// lockCall takes the scheduler mutex for an act on w's call and reports
+// whether w is still in it. An act counts itself in w.acting before it
+// looks at w.call: a worker that ends the call after the act looked waits
+// in EndCall until unlockCall, and one that ended it before is seen to
+// have.
+func (s *Scheduler[M, T]) lockCall(w *Worker[M, T], call uint64) bool {
+	w.acting.Add(1)
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	if b := w.running; b != nil && len(b.Items) > 0 {
+	return call != 0 && w.call.Load() == call
+}
+
+func (s *Scheduler[M, T]) unlockCall(w *Worker[M, T]) {
+	s.mu.Unlock()
+	w.acting.Add(-1)
+}
+
+// Running returns a copy of the first message of w's running batch, its
+// lane and how many items the batch has, read under the lock, while w is in
+// call (n is 0 once the call is over): for a stuck worker's log line.
+func (s *Scheduler[M, T]) Running(w *Worker[M, T], call uint64) (first M, lane uint64, n int) {
+	inCall := s.lockCall(w, call)
+	defer s.unlockCall(w)
+	if b := w.running; inCall && b != nil && len(b.Items) > 0 {
 		first, lane, n = b.Items[0].Msg, b.Items[0].Lane, len(b.Items)
 	}
 	return first, lane, n
@@ -242,15 +295,16 @@ func (s *Scheduler[M, T]) Running(w *Worker[M, T]) (first M, lane uint64, n int)
 // items run in their place (their partitions' owners make them at their
 // next Advance, and the copies take the items' places in the trackers, one
 // attempt on), its lanes are let go at once, and whatever the hung call
-// reports when it returns is ignored: its items never count as done. For
-// lanes that hold one message each (Unordered): otherwise a copy could run
-// while its lane mates wait behind the hung call. It returns how many
-// items it gave up on.
-func (s *Scheduler[M, T]) Orphan(w *Worker[M, T]) int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+// reports when it returns is ignored: its items never count as done, and
+// are charged nothing. For lanes that hold one message each (Unordered):
+// otherwise a copy could run while its lane mates wait behind the hung
+// call. It acts only while w is still in call (the call judged hung), and
+// returns how many items it gave up on.
+func (s *Scheduler[M, T]) Orphan(w *Worker[M, T], call uint64) int {
+	inCall := s.lockCall(w, call)
+	defer s.unlockCall(w)
 	b := w.running
-	if b == nil || b.orphaned.Load() {
+	if !inCall || b == nil || b.orphaned.Load() {
 		return 0
 	}
 	b.orphaned.Store(true)
@@ -292,14 +346,18 @@ func (s *Scheduler[M, T]) SetLimit(limit int) {
 	s.mu.Unlock()
 }
 
-// CancelWorker cancels the context w runs its batches with, with cause
-// (its call ran past its deadline).
-func (s *Scheduler[M, T]) CancelWorker(w *Worker[M, T], cause error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if w.cancel != nil {
-		w.cancel(cause)
+// CancelCall cancels the context w runs its batches with, with cause (the
+// call ran past its deadline), if w is still in call: a call that returned
+// meanwhile is left alone, and so is the context the worker's next call
+// runs with. It reports whether it cancelled.
+func (s *Scheduler[M, T]) CancelCall(w *Worker[M, T], call uint64, cause error) bool {
+	inCall := s.lockCall(w, call)
+	defer s.unlockCall(w)
+	if !inCall || w.cancel == nil {
+		return false
 	}
+	w.cancel(cause)
+	return true
 }
 
 // NewBatch returns an empty batch filled by w.

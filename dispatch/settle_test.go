@@ -5,6 +5,7 @@ import (
 	"errors"
 	"slices"
 	"testing"
+	"time"
 )
 
 func seqsOf(b *Batch[msg, int]) []int {
@@ -243,10 +244,11 @@ func TestOrphan(t *testing.T) {
 	hung, other := s.NewWorker(), s.NewWorker()
 	b := s.NewBatch(hung)
 	s.Next(b, true, nil)
-	if n := s.Orphan(hung); n != 3 {
+	call := s.BeginCall(hung)
+	if n := s.Orphan(hung, call); n != 3 {
 		t.Fatalf("Orphan: got %d, want 3", n)
 	}
-	if n := s.Orphan(hung); n != 0 {
+	if n := s.Orphan(hung, call); n != 0 {
 		t.Fatalf("second Orphan: got %d, want 0", n)
 	}
 	p.Advance() // the owner makes the copies
@@ -262,6 +264,7 @@ func TestOrphan(t *testing.T) {
 			t.Fatalf("copy of offset %d: attempt %d, want 2", it.Offset(), it.Attempt)
 		}
 	}
+	s.EndCall(hung)
 	s.Release(b) // the hung call returns "done": ignored
 	p.Advance()
 	if next, _ := p.Next(); next != 0 || p.Unfinished() != 3 {
@@ -312,4 +315,104 @@ func TestHeldItemsSnapshot(t *testing.T) {
 		t.Errorf("snapshot attempt: got %d, want 2", got)
 	}
 	<-done
+}
+
+// TestActsApplyToOneCall: CancelCall, Orphan and Running act on the call
+// they are given only while the worker is still in it. A watchdog that
+// judged a call late and acts after it returned must not cancel, give up
+// on or report the worker's next call, even one on the same batch (a
+// split retry's next half).
+func TestActsApplyToOneCall(t *testing.T) {
+	tests := []struct {
+		name  string
+		calls int  // calls begun on the running batch; the act names the first
+		ended bool // the last call ended
+		want  bool // the act applies
+	}{
+		{"in the call", 1, false, true},
+		{"call ended", 1, true, false},
+		{"next call begun", 2, false, false},
+		{"next call ended", 2, true, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := New[msg, int](Options[msg, int]{Size: 4, MaxInFlight: 100})
+			p := s.NewPartition(16)
+			var off int64
+			feed(t, p, &off, 1, 2)
+			w := s.NewWorker()
+			ctx := s.WithCancel(context.Background(), w)
+			b := s.NewBatch(w)
+			if st := s.Next(b, true, nil); st != Run {
+				t.Fatalf("Next: got %v, want Run", st)
+			}
+			var judged uint64
+			for i := range tt.calls {
+				call := s.BeginCall(w)
+				if i == 0 {
+					judged = call
+				}
+				if i < tt.calls-1 || tt.ended {
+					s.EndCall(w)
+				}
+			}
+			if _, _, n := s.Running(w, judged); (n > 0) != tt.want {
+				t.Errorf("Running: got %d items, want any: %v", n, tt.want)
+			}
+			cause := errors.New("late")
+			if got := s.CancelCall(w, judged, cause); got != tt.want {
+				t.Errorf("CancelCall: got %v, want %v", got, tt.want)
+			}
+			if got := ctx.Err() != nil; got != tt.want {
+				t.Errorf("context cancelled: got %v, want %v", got, tt.want)
+			}
+			n := s.Orphan(w, judged)
+			if (n > 0) != tt.want || b.Orphaned() != tt.want {
+				t.Errorf("Orphan: got %d items, orphaned %v; want any and orphaned: %v", n, b.Orphaned(), tt.want)
+			}
+		})
+	}
+}
+
+// TestEndCallWaitsForAct: a worker ending a call while an act on it is
+// under way waits until the act is over, so that it sees what the act did
+// (whether its batch was orphaned); with no act under way it does not
+// wait for the scheduler's lock.
+func TestEndCallWaitsForAct(t *testing.T) {
+	s := New[msg, int](Options[msg, int]{Size: 1, MaxInFlight: 100})
+	w := s.NewWorker()
+	call := s.BeginCall(w)
+	if !s.lockCall(w, call) { // an act, between its look at the call and its end
+		t.Fatal("lockCall: got false, want the worker in the call")
+	}
+	ended := make(chan struct{})
+	go func() {
+		s.EndCall(w)
+		close(ended)
+	}()
+	select {
+	case <-ended:
+		t.Fatal("EndCall returned while an act on the call was under way")
+	case <-time.After(50 * time.Millisecond):
+	}
+	s.unlockCall(w)
+	select {
+	case <-ended:
+	case <-time.After(5 * time.Second):
+		t.Fatal("EndCall did not return after the act ended")
+	}
+
+	s.BeginCall(w)
+	s.mu.Lock() // held by something other than an act on w's call
+	defer s.mu.Unlock()
+	done := make(chan struct{})
+	go func() {
+		s.EndCall(w)
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("EndCall waited for the lock with no act under way")
+	}
 }

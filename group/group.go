@@ -413,16 +413,19 @@ func stuckGrace(timeout time.Duration) time.Duration {
 // MsgTimeout plus grace (merge.Config.OnStuck).
 // With Unordered its messages are handed to other workers (Orphan) and
 // what the hung call reports is ignored.
-func (g *Group[T]) onStuck(worker int, since time.Time) {
+func (g *Group[T]) onStuck(worker int, call uint64, since time.Time) {
 	p := g.workerPool.Load()
 	if p == nil {
 		return
 	}
 	w := p.Worker(worker)
-	first, lane, n := g.sched.Running(w) // before Orphan lets the batch go
+	first, lane, n := g.sched.Running(w, call) // before Orphan lets the batch go
+	if n == 0 {
+		return // the call returned since the watchdog looked: nothing hangs
+	}
 	redelivered := 0
 	if g.cfg.Ordering == Unordered {
-		redelivered = g.sched.Orphan(w)
+		redelivered = g.sched.Orphan(w, call)
 		g.ctr.redelivered.Add(int64(redelivered))
 	}
 	g.log.Warn("worker stuck: Do ran past MsgTimeout and ignored its ctx", zap.Int("worker", worker),

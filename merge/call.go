@@ -9,10 +9,10 @@ import (
 	"github.com/orderly-go/orderly/dispatch"
 )
 
-// callState is what the watchdog reads of a worker's call in progress.
+// callState is what the watchdog reads of a worker's call in progress,
+// besides its number (dispatch.Worker.Call).
 type callState struct {
-	seq   atomic.Uint64 // calls started
-	start atomic.Int64  // unix nanos of the call in progress, 0 between calls
+	start atomic.Int64 // unix nanos of the call in progress, 0 between calls
 }
 
 // callCtx is a worker's context with the deadline of its call in
@@ -52,11 +52,12 @@ func (p *Pool[M, T]) context(wk *worker[M, T]) context.Context {
 // Config.Timeout (then it failed, whatever it returned).
 func (p *Pool[M, T]) call(wk *worker[M, T], items []*dispatch.Item[M, T]) (verdicts []Verdict, err error, timedOut bool) {
 	ctx := p.context(wk)
+	p.s.BeginCall(wk.w)
 	start := time.Now()
-	wk.call.seq.Add(1)
 	wk.call.start.Store(start.UnixNano())
 	verdicts, err = p.handle(ctx, wk.id, items)
 	wk.call.start.Store(0)
+	p.s.EndCall(wk.w) // from here on the watchdog leaves this call alone
 	took := time.Since(start)
 	wk.durations.Observe(took)
 	if p.cfg.Timeout > 0 && took >= p.cfg.Timeout {
@@ -92,7 +93,7 @@ func (p *Pool[M, T]) run(wk *worker[M, T], b *dispatch.Batch[M, T]) bool {
 		wk.out = wk.out[:n]
 		clear(wk.out)
 	}
-	if verdicts == nil && len(b.Items) > 1 && !p.cancelled(wk) {
+	if verdicts == nil && len(b.Items) > 1 && !p.cancelled(wk) && !b.Orphaned() {
 		b.SortByLane() // before any outcome is recorded: splits keep lane order
 	}
 	p.failed(wk, b, 0, len(b.Items), verdicts, err, timedOut)
@@ -106,6 +107,11 @@ func (p *Pool[M, T]) run(wk *worker[M, T], b *dispatch.Batch[M, T]) bool {
 func (p *Pool[M, T]) failed(wk *worker[M, T], b *dispatch.Batch[M, T], lo, hi int, verdicts []Verdict, err error, timedOut bool) {
 	p.stats.Failures.Add(1)
 	switch {
+	case b.Orphaned():
+		// Given up on while the call ran (Orphan, final once the call
+		// ended): copies of its items, one attempt on, run in their
+		// places, so the items are not charged; Settle ignores them.
+		p.returnRange(wk, lo, hi)
 	case !timedOut && p.cancelled(wk):
 		// Cancelled: the items of a revoked partition are abandoned by
 		// Settle, the others run again, uncharged.

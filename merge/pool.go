@@ -40,8 +40,10 @@ type Config struct {
 	Grace time.Duration
 	// OnStuck, if set, is told once per call of a worker that became
 	// stuck (its call started at since), on the watchdog's goroutine; the
-	// worker is Pool.Worker(worker).
-	OnStuck func(worker int, since time.Time)
+	// worker is Pool.Worker(worker), and call names the call to the
+	// scheduler's Orphan and Running, which act only while the worker is
+	// still in it (it may have returned since the watchdog looked).
+	OnStuck func(worker int, call uint64, since time.Time)
 	// NoSplit, if set, is asked before a batch that failed as a whole is
 	// split: true charges each of its items instead (then the scheduler's
 	// Hold decides, e.g. not to count them while a dependency is down,

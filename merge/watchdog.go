@@ -10,8 +10,8 @@ func (p *Pool[M, T]) watch() {
 	every := min(max(p.cfg.Timeout/10, 10*time.Millisecond), time.Second)
 	tick := time.NewTicker(every)
 	defer tick.Stop()
-	cancelled := make([]uint64, len(p.workers)) // the call seq last cancelled, per worker
-	stuck := make([]uint64, len(p.workers))     // the call seq last reported stuck
+	cancelled := make([]uint64, len(p.workers)) // the call last cancelled, per worker (dispatch.Worker.Call)
+	stuck := make([]uint64, len(p.workers))     // the call last reported stuck
 	for {
 		select {
 		case <-tick.C:
@@ -20,21 +20,21 @@ func (p *Pool[M, T]) watch() {
 		}
 		now := time.Now().UnixNano()
 		for i, wk := range p.workers {
-			seq := wk.call.seq.Load()
+			call := wk.w.Call()
 			start := wk.call.start.Load()
-			if start == 0 || seq != wk.call.seq.Load() {
-				continue
+			if call == 0 || start == 0 || call != wk.w.Call() {
+				continue // between calls, or start is another call's
 			}
 			ran := time.Duration(now - start)
-			if ran >= p.cfg.Timeout && cancelled[i] != seq {
-				cancelled[i] = seq
-				p.s.CancelWorker(wk.w, p.cfg.TimeoutCause)
+			if ran >= p.cfg.Timeout && cancelled[i] != call {
+				cancelled[i] = call
+				p.s.CancelCall(wk.w, call, p.cfg.TimeoutCause) // a no-op once the call returned
 			}
-			if ran >= p.cfg.Timeout+p.cfg.Grace && stuck[i] != seq {
-				stuck[i] = seq
+			if ran >= p.cfg.Timeout+p.cfg.Grace && stuck[i] != call {
+				stuck[i] = call
 				p.stats.Stuck.Add(1)
 				if p.cfg.OnStuck != nil {
-					p.cfg.OnStuck(i, time.Unix(0, start))
+					p.cfg.OnStuck(i, call, time.Unix(0, start))
 				}
 			}
 		}

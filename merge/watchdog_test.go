@@ -66,7 +66,7 @@ func TestStuck(t *testing.T) {
 	var done atomic.Int64
 	var r *rig
 	r = newRigCtx(t, 1, Config{Num: 2, Ticker: -1, Timeout: 20 * time.Millisecond, TimeoutCause: errTimeout, Grace: 20 * time.Millisecond,
-		OnStuck: func(worker int, since time.Time) { stuck <- worker }}, time.Millisecond,
+		OnStuck: func(worker int, _ uint64, since time.Time) { stuck <- worker }}, time.Millisecond,
 		func(ctx context.Context, items []*dispatch.Item[msg, int]) ([]Verdict, error) {
 			if items[0].Msg.lane == 0 && items[0].Attempt == 1 {
 				<-release // ignores ctx
@@ -113,5 +113,152 @@ func waitUntil(t *testing.T, d time.Duration, what string, cond func() bool) {
 			t.Fatalf("timed out waiting for %s", what)
 		}
 		time.Sleep(time.Millisecond)
+	}
+}
+
+var errHung = errors.New("hung call failed")
+
+// TestOrphanedCallReturnChargesNothing: a call given up on (Orphan, as
+// group does with Unordered once its worker is stuck) that later returns
+// with an error charges none of its items: their copies, made one attempt
+// on, run with attempt 2 whether the copies were made before or after the
+// hung call returned, and no retry is counted for the hung call. Run with
+// -race: charging the orphaned item raced with its owner reading it to
+// make the copy.
+func TestOrphanedCallReturnChargesNothing(t *testing.T) {
+	tests := []struct {
+		name string
+		// returnFirst: the hung call returns before the owner makes the
+		// copy; otherwise after the copy has run.
+		returnFirst bool
+	}{
+		{"hung call returns before the copy is made", true},
+		{"hung call returns after the copy ran", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			orphaned := make(chan int, 1)
+			var returned atomic.Bool
+			var copyAttempt atomic.Int64
+			var r *rig
+			release := newGate(t) // opened after the pool stops
+			r = newRigCtx(t, 1, Config{Num: 2, Ticker: -1, Timeout: 20 * time.Millisecond, TimeoutCause: errTimeout, Grace: 20 * time.Millisecond,
+				OnStuck: func(worker int, call uint64, since time.Time) {
+					orphaned <- r.s.Orphan(r.pool.Worker(worker), call)
+				}}, time.Millisecond,
+				func(ctx context.Context, items []*dispatch.Item[msg, int]) ([]Verdict, error) {
+					if items[0].Attempt > 1 {
+						copyAttempt.Store(int64(items[0].Attempt))
+						return nil, nil
+					}
+					if tt.returnFirst {
+						<-release.ch
+					} else {
+						time.Sleep(300 * time.Millisecond) // no synchronisation with the owner
+					}
+					returned.Store(true)
+					return nil, errHung
+				})
+			r.feed(t, 0)
+			select {
+			case n := <-orphaned:
+				if n != 1 {
+					t.Fatalf("Orphan: got %d, want 1", n)
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatal("OnStuck not called")
+			}
+			if tt.returnFirst {
+				release.open()
+				// The hung batch's item is handed back (Settle) after
+				// its outcome was recorded.
+				waitUntil(t, 5*time.Second, "the hung call to be settled", func() bool { return returned.Load() && r.p.Outstanding() == 0 })
+			}
+			r.waitCommitted(t, 1, 10*time.Second)
+			waitUntil(t, 5*time.Second, "the hung call to be settled", func() bool { return returned.Load() && r.p.Outstanding() == 0 })
+			if got := copyAttempt.Load(); got != 2 {
+				t.Fatalf("attempt of the copy: got %d, want 2", got)
+			}
+			if got := r.stats.Retries.Load(); got != 0 {
+				t.Fatalf("Retries: got %d, want 0 (the orphaned call's failure is not charged)", got)
+			}
+			if got := r.holds.Load(); got != 0 {
+				t.Fatalf("holds: got %d, want 0", got)
+			}
+		})
+	}
+}
+
+// gate is a channel a test opens once, by closing it; Cleanup opens what
+// the test left closed, so that no call stays blocked.
+type gate struct {
+	ch   chan struct{}
+	once sync.Once
+}
+
+func newGate(t *testing.T) *gate {
+	g := &gate{ch: make(chan struct{})}
+	t.Cleanup(g.open)
+	return g
+}
+
+func (g *gate) open() { g.once.Do(func() { close(g.ch) }) }
+
+// TestStuckReportOnReturnedCall: the watchdog judged a call stuck, and by
+// the time OnStuck gives up on it (Orphan) the call has returned and the
+// worker runs its next one. That next call is not given up on: it runs
+// once, at attempt 1, and its result counts.
+func TestStuckReportOnReturnedCall(t *testing.T) {
+	reported, orphaned := make(chan struct{}, 1), make(chan int, 1)
+	inNext := make(chan struct{})
+	var mu sync.Mutex
+	var nextAttempts []int
+	var r *rig
+	// The gates open after the pool stops (Cleanups run last first).
+	release, proceed, nextRelease := newGate(t), newGate(t), newGate(t)
+	r = newRigCtx(t, 1, Config{Num: 1, Ticker: -1, Timeout: 20 * time.Millisecond, TimeoutCause: errTimeout, Grace: 20 * time.Millisecond,
+		OnStuck: func(worker int, call uint64, since time.Time) {
+			reported <- struct{}{}
+			<-proceed.ch
+			orphaned <- r.s.Orphan(r.pool.Worker(worker), call)
+		}}, time.Millisecond,
+		func(ctx context.Context, items []*dispatch.Item[msg, int]) ([]Verdict, error) {
+			switch it := items[0]; {
+			case it.Msg.lane == 0 && it.Attempt == 1:
+				<-release.ch // ignores ctx: stuck
+			case it.Msg.lane == 1:
+				mu.Lock()
+				nextAttempts = append(nextAttempts, it.Attempt)
+				first := len(nextAttempts) == 1
+				mu.Unlock()
+				if first {
+					close(inNext)
+					<-nextRelease.ch
+				}
+			}
+			return nil, nil
+		})
+	r.feed(t, 0, 1)
+	select {
+	case <-reported:
+	case <-time.After(5 * time.Second):
+		t.Fatal("OnStuck not called")
+	}
+	release.open() // the stuck call returns; the worker takes lane 1
+	select {
+	case <-inNext:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the next call did not start")
+	}
+	proceed.open()
+	if n := <-orphaned; n != 0 {
+		t.Errorf("Orphan after the stuck call returned: got %d items given up on, want 0", n)
+	}
+	nextRelease.open()
+	r.waitCommitted(t, 2, 10*time.Second)
+	mu.Lock()
+	defer mu.Unlock()
+	if len(nextAttempts) != 1 || nextAttempts[0] != 1 {
+		t.Fatalf("attempts of the next call's item: got %v, want [1]", nextAttempts)
 	}
 }
