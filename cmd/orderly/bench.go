@@ -69,7 +69,7 @@ messages, about 1 GB in the broker).`,
 		"scenarios, comma-separated: "+strings.Join(scenarios, "|")+" (all: "+strings.Join(bench.ScenarioNames, ",")+")")
 	listVar(fs, &o.contenders, "contenders", nil, false, known(bench.ContenderNames, "contender"),
 		"contenders, comma-separated, from "+strings.Join(bench.ContenderNames, ",")+" (default: each scenario's set)")
-	intVar(fs, &o.messages, "messages", 0, 0, math.MaxInt, "messages per data set (0: 1M for noop, 30k for io/batch/skew/fail, 10 x max-inflight for stall; scale: 1M at values up to 1 KiB, a tenth per 10x value size beyond)")
+	intVar(fs, &o.messages, "messages", 0, 0, math.MaxInt, "messages per data set (0: 1M for noop, 30k for io/batch/skew/fail, 10 x max-in-flight for stall; scale: 1M at values up to 1 KiB, a tenth per 10x value size beyond)")
 	intVar(fs, &o.partitions, "partitions", 0, 0, 1<<16, fmt.Sprintf("partitions per topic (0: %d)", bench.DefaultPartitions))
 	intVar(fs, &o.keys, "keys", 0, 0, math.MaxInt, fmt.Sprintf("distinct message keys (0: %d)", bench.DefaultKeys))
 	intVar(fs, &o.rounds, "rounds", 0, 0, math.MaxInt, fmt.Sprintf("alternating rounds; the table shows medians (0: %d)", bench.DefaultRounds))
@@ -78,7 +78,7 @@ messages, about 1 GB in the broker).`,
 	intListVar(fs, &o.scaleKeys, "scale-keys", nil, 1, math.MaxInt, "scale scenario: key counts, comma-separated (default "+joinInts(bench.DefaultScaleKeys)+"; the full matrix: 10000,1000000)")
 	intListVar(fs, &o.scaleValues, "scale-values", nil, 1, 1<<20, "scale scenario: value sizes in bytes, comma-separated (default "+joinInts(bench.DefaultScaleValues)+"; the full matrix: 100,10240)")
 	intVar(fs, &o.chanSize, "chan", 0, 0, math.MaxInt, fmt.Sprintf("sarama ChannelBufferSize for every contender; databus per-worker chan capacity (0: %d)", bench.DefaultChan))
-	intVar(fs, &o.maxInFlight, "max-inflight", 0, 0, math.MaxInt, fmt.Sprintf("orderly MaxInFlight of the stall scenario (0: %d); the others use the group default", bench.DefaultMaxInFlight))
+	intVar(fs, &o.maxInFlight, "max-in-flight", 0, 0, math.MaxInt, fmt.Sprintf("orderly MaxInFlight of the stall scenario (0: %d); the others use the group default", bench.DefaultMaxInFlight))
 	durationVar(fs, &o.duration, "duration", 0, 0, fmt.Sprintf("stall scenario: how long memory is sampled once MaxInFlight is reached (0: %v)", bench.DefaultStallDuration))
 	durationVar(fs, &o.timeout, "timeout", 0, 0, fmt.Sprintf("longest a single run may take (0: %v)", bench.DefaultRunTimeout))
 	stringVar(fs, &o.out, "out", "", nil, "directory to write "+bench.ResultsFile+", "+bench.TableFile+", "+bench.ChartFile+" and "+bench.ScaleChartFile+" to")

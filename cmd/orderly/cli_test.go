@@ -3,8 +3,12 @@ package main
 import (
 	"context"
 	"errors"
+	"io"
 	"strings"
 	"testing"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 )
 
 // TestHelp: the help of the root and of every subcommand goes to stdout,
@@ -195,4 +199,33 @@ func TestEnvDemo(t *testing.T) {
 	}
 	wantLines(t, r.stdout, okReport)
 	wantLines(t, r.stdout, map[string]string{"planned": "123", "produced": "123", "handled": "123", "accounts": "9", "partitions": "2"})
+}
+
+// TestFlagNamesAgree: one concept has one flag name across subcommands.
+// Names that differ only in their hyphens (max-inflight, max-in-flight)
+// are one concept spelt two ways.
+func TestFlagNamesAgree(t *testing.T) {
+	root := newRoot(env{stdout: io.Discard, stderr: io.Discard, lookup: func(string) (string, bool) { return "", false }})
+	spelt := map[string]string{} // name without hyphens -> first spelling seen, and where
+	var walk func(c *cobra.Command)
+	walk = func(c *cobra.Command) {
+		c.LocalFlags().VisitAll(func(f *pflag.Flag) {
+			key := strings.ReplaceAll(f.Name, "-", "")
+			where := c.CommandPath() + " --" + f.Name
+			if first, ok := spelt[key]; ok && !strings.HasSuffix(first, " --"+f.Name) {
+				t.Errorf("%s and %s: one flag spelt two ways", first, where)
+				return
+			}
+			if _, ok := spelt[key]; !ok {
+				spelt[key] = where
+			}
+		})
+		for _, sub := range c.Commands() {
+			walk(sub)
+		}
+	}
+	walk(root)
+	if len(spelt) < 20 {
+		t.Fatalf("got %d flag names across the commands, want the whole tree walked", len(spelt))
+	}
 }

@@ -33,7 +33,7 @@ type Options struct {
 	ScaleKeys       []int // --scale-keys: its key counts; empty: DefaultScaleKeys
 	ScaleValues     []int // --scale-values: its value sizes in bytes; empty: DefaultScaleValues
 
-	MaxInFlight   int           // --max-inflight: stall scenario; 0: DefaultMaxInFlight
+	MaxInFlight   int           // --max-in-flight: stall scenario; 0: DefaultMaxInFlight
 	StallDuration time.Duration // --duration: stall sampling after MaxInFlight is reached; 0: DefaultStallDuration
 	RunTimeout    time.Duration // --timeout per run; 0: DefaultRunTimeout
 
@@ -58,7 +58,7 @@ func (o *Options) setDefaults() error {
 		{"keys", o.Keys, o.Keys < 0},
 		{"rounds", o.Rounds, o.Rounds < 0},
 		{"chan", o.Chan, o.Chan < 0},
-		{"max-inflight", o.MaxInFlight, o.MaxInFlight < 0},
+		{"max-in-flight", o.MaxInFlight, o.MaxInFlight < 0},
 		{"duration", o.StallDuration, o.StallDuration < 0},
 		{"timeout", o.RunTimeout, o.RunTimeout < 0},
 	} {

@@ -119,7 +119,7 @@ func TestOptionsValidation(t *testing.T) {
 		{"keys", Options{Keys: -1}, "--keys -1"},
 		{"rounds", Options{Rounds: -3}, "--rounds -3"},
 		{"chan", Options{Chan: -1}, "--chan -1"},
-		{"max-inflight", Options{MaxInFlight: -1}, "--max-inflight -1"},
+		{"max-in-flight", Options{MaxInFlight: -1}, "--max-in-flight -1"},
 		{"duration", Options{StallDuration: -time.Second}, "--duration -1s"},
 		{"timeout", Options{RunTimeout: -time.Minute}, "--timeout -1m0s"},
 		{"num", Options{Nums: []int{8, 0}}, "--num [8 0]"},
