@@ -64,10 +64,11 @@ func Handler(g Group, opts Options) http.Handler {
 		opts.Gatherer = reg
 	}
 	h := &handler{g: g, opts: opts, mux: http.NewServeMux()}
-	h.mux.Handle("GET /metrics", promhttp.HandlerFor(opts.Gatherer, promhttp.HandlerOpts{
-		ErrorLog:      zap.NewStdLog(opts.Logger),
-		ErrorHandling: promhttp.ContinueOnError, // serve what could be gathered
-	}))
+	h.mux.Handle("GET /metrics", gzipFast(promhttp.HandlerFor(opts.Gatherer, promhttp.HandlerOpts{
+		ErrorLog:           zap.NewStdLog(opts.Logger),
+		ErrorHandling:      promhttp.ContinueOnError, // serve what could be gathered
+		DisableCompression: true,                     // gzipFast does it, cheaper
+	})))
 	h.mux.HandleFunc("GET /stats", h.serveStats)
 	h.mux.HandleFunc("GET /healthz", h.serveHealthz)
 	h.mux.HandleFunc("GET /readyz", h.serveReadyz)
