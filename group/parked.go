@@ -162,8 +162,8 @@ func (p *parking[T]) writeErr(jobs []parkJob[T]) error {
 }
 
 // redeliver hands parked messages back to the workers as they come due, at
-// most a channel's worth at a time, and finishes their queue messages as
-// they finish.
+// most a claimed partition's share of the in-flight budget at a time (see
+// room), and finishes their queue messages as they finish.
 func (p *parking[T]) redeliver(ctx context.Context) {
 	got := make(chan *localqueue.Message)
 	var getter sync.WaitGroup
@@ -189,7 +189,7 @@ func (p *parking[T]) redeliver(ctx context.Context) {
 	})
 	asking := false
 	for {
-		if !asking && p.side.Unfinished() < int64(p.g.cfg.Chan) {
+		if !asking && p.room() {
 			asking = true
 			want <- struct{}{}
 		}
@@ -203,6 +203,19 @@ func (p *parking[T]) redeliver(ctx context.Context) {
 			return
 		}
 	}
+}
+
+// room reports whether the side partition may take another parked
+// message: what it holds unfinished is below one claimed partition's share
+// of MaxInFlight and MaxInFlightBytes, as a claim loop's Room (it takes no
+// share itself, so parked messages add at most one share to the budget).
+// A smaller bound caps redelivery at that many messages per round trip
+// through the workers: Chan, which is 1 when Size is 1, let one parked
+// message run at a time, each waiting its turn behind the partitions'
+// queued messages, and redelivery fell behind the parking.
+func (p *parking[T]) room() bool {
+	count, bytes := p.side.Quota()
+	return count > 0 && (p.side.Unfinished() == 0 || bytes > 0)
 }
 
 // intake makes a side item of a parked message and queues it.

@@ -76,3 +76,55 @@ func TestParkedPoisonRunsOutOfAttempts(t *testing.T) {
 		t.Fatalf("local dead letters: got %+v, want one of offset %d, 3 attempts, reason max_attempts", infos, poison)
 	}
 }
+
+// TestParkedRedeliveredTogether: parked messages that come due together
+// run together, on as many workers as are free, however small Chan is
+// (Size 1 makes it 1). Each redelivered message's Do waits until the
+// first `together` of them are all inside Do at once: when redelivery
+// handed out one parked message at a time (it was bounded by Chan), the
+// first one waited for ever and nothing more came back.
+func TestParkedRedeliveredTogether(t *testing.T) {
+	const n, keys, parked, together = 200, 20, 16, 4
+	r := newRig(t, "parked-together", 1, n, keys)
+	w := r.work(0, 0)
+	cfg := r.config("parked-together")
+	cfg.Size, cfg.Num, cfg.Ticker, cfg.Ordering, cfg.DataPath = 1, 8, -1, Unordered, t.TempDir()
+	var mu sync.Mutex
+	seen := make(map[int64]bool)
+	inside := 0
+	all := make(chan struct{})
+	g := newGroup(t, cfg, func(ctx context.Context, batch []*Message) error {
+		m := batch[0]
+		if m.Offset < parked {
+			mu.Lock()
+			again := seen[m.Offset]
+			seen[m.Offset] = true
+			if !again {
+				mu.Unlock()
+				r.markParked(m.Partition, m.Offset)
+				var be BatchError
+				be.Defer(0, 50*time.Millisecond)
+				return be.Err()
+			}
+			if inside++; inside == together {
+				close(all)
+			}
+			mu.Unlock()
+			select {
+			case <-all:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		return w.Do(ctx, batch)
+	})
+	stop := run(t, g)
+	waitFor(t, time.Minute, "every parked message redelivered and everything committed", func() bool {
+		st := g.Stats()
+		return st.Parked == 0 && st.Handled == n && r.b.Committed(cfg.GroupID, r.topic)[0] == n
+	})
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	r.checkOrder(false, false)
+}

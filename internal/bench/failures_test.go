@@ -6,7 +6,12 @@ import (
 	"fmt"
 	"hash/fnv"
 	"os"
+	"path/filepath"
+	"runtime"
+	"runtime/pprof"
+	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -27,11 +32,20 @@ import (
 // (about 10 s), timed from the first call to the last message done.
 //
 //	ORDERLY_BENCH=1 go test ./internal/bench -run TestFailureCost -v -timeout 30m
+//
+// ORDERLY_BENCH_PAIR runs only the pairs whose "with" mode (retry, poison,
+// park) it names, comma-separated; ORDERLY_BENCH_MESSAGES and
+// ORDERLY_BENCH_ROUNDS change the size; ORDERLY_BENCH_PROFILE=dir writes a
+// CPU, a block and a mutex profile of every run there, named after its mode
+// and sequence number (the block and mutex profiles sample every event and
+// are cumulative over the process; compare ratios from runs without it).
 func TestFailureCost(t *testing.T) {
 	if os.Getenv("ORDERLY_BENCH") == "" {
 		t.Skip("set ORDERLY_BENCH=1: about 5 minutes")
 	}
-	const n, parts, keys, rounds = 600_000, 8, 10_000, 3
+	const parts, keys = 8, 10_000
+	n := envInt(t, "ORDERLY_BENCH_MESSAGES", 600_000)
+	rounds := envInt(t, "ORDERLY_BENCH_ROUNDS", 3)
 	b, err := broker.Start(broker.Config{Topics: []string{"failures"}, Partitions: parts})
 	if err != nil {
 		t.Fatal(err)
@@ -49,6 +63,13 @@ func TestFailureCost(t *testing.T) {
 		{"1 poison per 10k, MaxAttempts 3", "none", "poison"},
 		{"Unordered, 1% parked", "unordered", "park"},
 	}
+	if only := os.Getenv("ORDERLY_BENCH_PAIR"); only != "" {
+		names := strings.Split(only, ",")
+		pairs = slices.DeleteFunc(pairs, func(p pair) bool { return !slices.Contains(names, p.with) })
+		if len(pairs) == 0 {
+			t.Fatalf("ORDERLY_BENCH_PAIR=%q names none of retry, poison, park", only)
+		}
+	}
 	ratios := map[string][]float64{}
 	seq := 0
 	for round := range rounds {
@@ -60,7 +81,9 @@ func TestFailureCost(t *testing.T) {
 			rate := map[string]float64{}
 			for _, mode := range order {
 				seq++
+				stop := startProfiles(t, fmt.Sprintf("%s-%d", mode, seq))
 				rate[mode] = failureRun(t, b, mode, n, fmt.Sprintf("failures-%d", seq))
+				stop()
 			}
 			ratios[p.name] = append(ratios[p.name], rate[p.with]/rate[p.base])
 			t.Logf("round %d %s: %.0f msg/s against %.0f msg/s: %.3fx", round, p.name, rate[p.with], rate[p.base], rate[p.with]/rate[p.base])
@@ -70,6 +93,52 @@ func TestFailureCost(t *testing.T) {
 		r := ratios[p.name]
 		sort.Float64s(r)
 		t.Logf("%s: median %.3fx of its run without (rounds %v)", p.name, r[len(r)/2], r)
+	}
+}
+
+// startProfiles starts a CPU profile and block and mutex sampling when
+// $ORDERLY_BENCH_PROFILE names a directory, and returns what writes them
+// there as name.cpu, name.block and name.mutex.
+func startProfiles(t *testing.T, name string) (stop func()) {
+	t.Helper()
+	dir := os.Getenv("ORDERLY_BENCH_PROFILE")
+	if dir == "" {
+		return func() {}
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cpu, err := os.Create(filepath.Join(dir, name+".cpu"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := pprof.StartCPUProfile(cpu); err != nil {
+		t.Fatal(err)
+	}
+	runtime.SetBlockProfileRate(1)
+	runtime.SetMutexProfileFraction(1)
+	return func() {
+		pprof.StopCPUProfile()
+		if err := cpu.Close(); err != nil {
+			t.Error(err)
+		}
+		for _, prof := range []string{"block", "mutex"} {
+			f, err := os.Create(filepath.Join(dir, name+"."+prof))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := pprof.Lookup(prof).WriteTo(f, 0); err != nil {
+				t.Error(err)
+			}
+			if err := f.Close(); err != nil {
+				t.Error(err)
+			}
+		}
+		// Sampling stops between runs, but the block and mutex profiles
+		// are cumulative over the process: read a run's own events with
+		// go tool pprof -diff_base on the run before it.
+		runtime.SetBlockProfileRate(0)
+		runtime.SetMutexProfileFraction(0)
 	}
 }
 
