@@ -232,9 +232,14 @@ func (f *failures[T]) backoff(attempt int) time.Duration {
 func (f *failures[T]) wait(it *dispatch.Item[Message, T], d time.Duration, deferred bool) {
 	d = min(d, maxDelay)
 	if f.park != nil && d > f.g.cfg.ParkAfter {
-		f.park.add(it, d)
+		f.park.add(it, d, deferred)
 		return
 	}
+	f.waitInMemory(it, d, deferred)
+}
+
+// waitInMemory holds it for d, timed by a token in the timers queue.
+func (f *failures[T]) waitInMemory(it *dispatch.Item[Message, T], d time.Duration, deferred bool) {
 	if d <= 0 {
 		f.g.sched.Unhold(it, false)
 		return

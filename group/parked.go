@@ -31,8 +31,8 @@ type parking[T any] struct {
 	mu    sync.Mutex
 	queue []parkJob[T]
 	kick  chan struct{}
-	ids   map[*dispatch.Item[Message, T]]localqueue.ID // side items: their queue message
-	seq   int64                                        // side partition's offsets
+	ids   map[int64]localqueue.ID // side items by their side offset: their queue message (a copy of an orphaned item has its offset)
+	seq   int64                   // side partition's offsets
 
 	parked      atomic.Int64 // messages parked now
 	writeErrors atomic.Int64
@@ -40,9 +40,10 @@ type parking[T any] struct {
 }
 
 type parkJob[T any] struct {
-	it    *dispatch.Item[Message, T]
-	delay time.Duration
-	err   error // the last write's error
+	it       *dispatch.Item[Message, T]
+	delay    time.Duration
+	deferred bool
+	err      error // the last write's error
 }
 
 func newParking[T any](g *Group[T], sc *localqueue.Scanner) (*parking[T], error) {
@@ -59,16 +60,17 @@ func newParking[T any](g *Group[T], sc *localqueue.Scanner) (*parking[T], error)
 	if err != nil {
 		return nil, fmt.Errorf("group: parked messages under %s: %w", g.cfg.DataPath, err)
 	}
-	p := &parking[T]{g: g, q: q, kick: make(chan struct{}, 1), ids: make(map[*dispatch.Item[Message, T]]localqueue.ID)}
+	p := &parking[T]{g: g, q: q, kick: make(chan struct{}, 1), ids: make(map[int64]localqueue.ID)}
 	st := q.Stats()
 	p.parked.Store(st.Depth + int64(st.Deferred) + int64(st.InFlight)) // what a previous run left
 	return p, nil
 }
 
-// add parks it, to run again after delay.
-func (p *parking[T]) add(it *dispatch.Item[Message, T], delay time.Duration) {
+// add parks it, to run again after delay (deferred: a deferral, not a
+// failure).
+func (p *parking[T]) add(it *dispatch.Item[Message, T], delay time.Duration, deferred bool) {
 	p.mu.Lock()
-	p.queue = append(p.queue, parkJob[T]{it: it, delay: delay})
+	p.queue = append(p.queue, parkJob[T]{it: it, delay: delay, deferred: deferred})
 	p.mu.Unlock()
 	notify(p.kick)
 }
@@ -123,17 +125,31 @@ func (p *parking[T]) park(ctx context.Context) {
 // (localqueue's Replace), so that a crash leaves one copy of it, the old or
 // the new (Requeue would keep the old body, and with it the attempt count
 // of the first park, so such a message would never run out of attempts).
+//
+// A side item whose queue message is no longer in flight (its delivery
+// timed out: the queue hands that copy out again) is parked anew beside
+// it (at-least-once); a message too large for the queue waits in memory
+// instead, as without a DataPath.
 func (p *parking[T]) write(jobs, written []parkJob[T]) (failed, _ []parkJob[T]) {
 	for _, j := range jobs {
 		body := encodeParked(nil, &j.it.Msg, j.it.Attempt, j.it.FirstFailure)
-		p.mu.Lock()
-		id, side := p.ids[j.it]
-		p.mu.Unlock()
+		id, side := p.queueID(j.it)
 		var err error
 		if side {
 			_, err = p.q.Replace(id, body, j.delay)
-		} else {
+			if errors.Is(err, localqueue.ErrNotInFlight) {
+				p.forget(j.it)
+				side = false
+			}
+		}
+		if !side {
 			_, err = p.q.PutDeferred(body, j.delay)
+		}
+		if errors.Is(err, localqueue.ErrTooLarge) {
+			p.g.log.Warn("message too large to park; it waits in memory", zap.String("topic", j.it.Msg.Topic),
+				zap.Int32("partition", j.it.Msg.Partition), zap.Int64("offset", j.it.Msg.Offset), zap.Int("bytes", len(body)), zap.Error(err))
+			p.g.fail.waitInMemory(j.it, j.delay, j.deferred)
+			continue
 		}
 		if err != nil {
 			j.err = fmt.Errorf("%s/%d offset %d: %w", j.it.Msg.Topic, j.it.Msg.Partition, j.it.Msg.Offset, err)
@@ -141,9 +157,7 @@ func (p *parking[T]) write(jobs, written []parkJob[T]) (failed, _ []parkJob[T]) 
 			continue
 		}
 		if side {
-			p.mu.Lock()
-			delete(p.ids, j.it) // it finishes without finishing its queue message again
-			p.mu.Unlock()
+			p.forget(j.it) // it finishes without finishing its queue message again
 		} else {
 			p.parked.Add(1)
 		}
@@ -257,17 +271,33 @@ func (p *parking[T]) nextSeq() int64 { p.seq++; return p.seq }
 
 func (p *parking[T]) track(it *dispatch.Item[Message, T], id localqueue.ID) {
 	p.mu.Lock()
-	p.ids[it] = id
+	p.ids[it.Offset()] = id
+	p.mu.Unlock()
+}
+
+// queueID is the queue message of it, if it is a side item.
+func (p *parking[T]) queueID(it *dispatch.Item[Message, T]) (localqueue.ID, bool) {
+	if it.Part() != p.side {
+		return localqueue.ID{}, false
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	id, ok := p.ids[it.Offset()]
+	return id, ok
+}
+
+// forget drops the queue message of side item it from the map.
+func (p *parking[T]) forget(it *dispatch.Item[Message, T]) {
+	p.mu.Lock()
+	delete(p.ids, it.Offset())
 	p.mu.Unlock()
 }
 
 // finished finishes the queue message of a side item that finished (it
 // succeeded, or its dead letter was written).
 func (p *parking[T]) finished(it *dispatch.Item[Message, T]) {
-	p.mu.Lock()
-	id, ok := p.ids[it]
-	delete(p.ids, it)
-	p.mu.Unlock()
+	id, ok := p.queueID(it)
+	p.forget(it)
 	if ok && p.q.Finish(id) == nil {
 		p.parked.Add(-1)
 	}

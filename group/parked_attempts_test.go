@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -127,4 +128,47 @@ func TestParkedRedeliveredTogether(t *testing.T) {
 		t.Fatal(err)
 	}
 	r.checkOrder(false, false)
+}
+
+// TestParkedOrphanFinishesItsQueueMessage: a parked message whose
+// redelivered call hangs past MsgTimeout is given up on and a copy runs
+// in its place (Unordered); the copy's success finishes the queue message
+// the hung call was running, so nothing stays parked and a restart would
+// not run it again.
+func TestParkedOrphanFinishesItsQueueMessage(t *testing.T) {
+	t.Parallel() // waits out MsgTimeout and its grace mostly
+	const n, keys, target = 100, 10, 7
+	r := newRig(t, "parked-orphan", 1, n, keys)
+	w := r.work(0, 0)
+	cfg := r.config("parked-orphan")
+	cfg.Size, cfg.Num, cfg.Ordering, cfg.DataPath = 1, 4, Unordered, t.TempDir()
+	cfg.MsgTimeout = 200 * time.Millisecond // a hung call is given up on after it and its grace (1 s)
+	release := make(chan struct{})
+	var calls atomic.Int64
+	g := newGroup(t, cfg, func(ctx context.Context, batch []*Message) error {
+		m := batch[0]
+		if m.Offset == target {
+			switch calls.Add(1) {
+			case 1:
+				r.markParked(m.Partition, m.Offset)
+				return errors.New("first attempt fails: parked")
+			case 2:
+				<-release // hangs, ignoring ctx, until the test ends
+				return nil
+			}
+		}
+		return w.Do(ctx, batch)
+	})
+	stop := run(t, g)
+	waitFor(t, time.Minute, "the copy of the hung call to finish and everything to be committed", func() bool {
+		return calls.Load() >= 3 && r.b.Committed(cfg.GroupID, r.topic)[0] == n
+	})
+	waitFor(t, 30*time.Second, "nothing left parked", func() bool { return g.Stats().Parked == 0 })
+	close(release)
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if got := calls.Load(); got != 3 {
+		t.Fatalf("calls with offset %d: got %d, want 3 (failed, hung, its copy)", target, got)
+	}
 }
