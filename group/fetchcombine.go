@@ -1,18 +1,21 @@
 package group
 
 import (
+	"fmt"
 	"sync"
 
 	"github.com/IBM/sarama"
 )
 
 // committedFetches combines the committed-offset reads of many claims into
-// few OffsetFetch requests: every claim reads its partition's committed
+// few OffsetFetch requests. Every claim reads its partition's committed
 // offset when it starts (its commit metadata) and when it ends (whether
-// its final commit arrived), so a rebalance or a shutdown of a member with
-// hundreds of claims sent hundreds of one-partition requests at once. The
-// first caller to find no request under way sends one for every partition
-// asked for meanwhile and answers each, and goes on while more arrived.
+// its final commit arrived), so at a rebalance or a shutdown hundreds of
+// claims read at once. A caller that finds no request under way leads:
+// it sends one request for itself and every partition asked for so far,
+// answers each, and hands the lead to the first caller that arrived
+// meanwhile, so no claim waits for more than the request under way and
+// its own.
 type committedFetches struct {
 	mu      sync.Mutex
 	running bool
@@ -22,6 +25,7 @@ type committedFetches struct {
 type fetchWait struct {
 	tp   topicPartition
 	done chan struct{}
+	lead bool // woken to lead, not answered
 	off  int64
 	meta string
 	err  error
@@ -35,27 +39,39 @@ type fetchMany func(map[string][]int32) (map[topicPartition]*sarama.OffsetFetchR
 func (f *committedFetches) fetch(tp topicPartition, many fetchMany) (int64, string, error) {
 	w := &fetchWait{tp: tp, done: make(chan struct{})}
 	f.mu.Lock()
-	f.waiting = append(f.waiting, w)
 	if f.running {
+		f.waiting = append(f.waiting, w)
 		f.mu.Unlock()
 		<-w.done
-		return w.off, w.meta, w.err
-	}
-	f.running = true
-	for len(f.waiting) > 0 {
-		batch := f.waiting
-		f.waiting = nil
-		f.mu.Unlock()
-		answer(batch, many)
+		if !w.lead {
+			return w.off, w.meta, w.err
+		}
+		w.lead, w.done = false, make(chan struct{}) // answered below, with the rest
 		f.mu.Lock()
 	}
-	f.running = false
+	f.running = true
+	batch := append([]*fetchWait{w}, f.waiting...)
+	f.waiting = nil
 	f.mu.Unlock()
+	f.answer(batch, many)
 	return w.off, w.meta, w.err
 }
 
-// answer sends one request for the partitions of batch and answers each.
-func answer(batch []*fetchWait, many fetchMany) {
+// answer sends one request for the partitions of batch, answers each, and
+// then hands the lead on. Should the request panic, every caller of batch
+// gets an error and the lead is handed on all the same.
+func (f *committedFetches) answer(batch []*fetchWait, many fetchMany) {
+	answered := 0
+	defer f.handOn()
+	defer func() {
+		if r := recover(); r != nil {
+			for _, w := range batch[answered:] {
+				w.err = fmt.Errorf("group: reading committed offsets panicked: %v", r)
+				close(w.done)
+			}
+			panic(r)
+		}
+	}()
 	parts := make(map[string][]int32)
 	asked := make(map[topicPartition]bool, len(batch))
 	for _, w := range batch {
@@ -67,16 +83,31 @@ func answer(batch []*fetchWait, many fetchMany) {
 	blocks, failed, err := many(parts)
 	for _, w := range batch {
 		switch block := blocks[w.tp]; {
+		case failed[w.tp] != nil:
+			w.err = failed[w.tp] // its own error, not every partition's
 		case err != nil:
 			w.err = err
 		case block == nil:
-			w.err = failed[w.tp]
-			if w.err == nil {
-				w.err = errNoAnswer
-			}
+			w.err = errNoAnswer
 		default:
 			w.off, w.meta = block.Offset, block.Metadata
 		}
 		close(w.done)
+		answered++
 	}
+}
+
+// handOn wakes the first caller waiting to lead the next request, or ends
+// the lead when none waits.
+func (f *committedFetches) handOn() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.waiting) == 0 {
+		f.running = false
+		return
+	}
+	next := f.waiting[0]
+	f.waiting = f.waiting[1:]
+	next.lead = true
+	close(next.done)
 }

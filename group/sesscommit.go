@@ -8,12 +8,12 @@ import (
 
 // sessionCommits coalesces the Commit calls of each session. sarama's
 // Commit sends every offset still dirty in its offset manager and clears
-// them only when the answer comes, so concurrent calls send the same
-// request: at shutdown every revoking claim commits, and a member with
-// hundreds of claims sent the same request several times within a
-// millisecond. Here a caller waits for a commit that started after it
-// called (so it carries what it marked before), and at most one runs per
-// session: the claims that mark while one is under way share the next.
+// them only when the answer comes, so concurrent calls would send the same
+// request; at a shutdown every revoking claim commits at once. Here at
+// most one Commit runs per session, and a caller waits for one that
+// started after it called (so it carries what the caller marked before):
+// the one under way, if any, and the next, which the claims that marked
+// meanwhile share. A caller thus waits for at most two Commit calls.
 type sessionCommits struct {
 	mu   sync.Mutex
 	cond *sync.Cond
@@ -52,14 +52,22 @@ func (s *sessionCommits) commit(sess sarama.ConsumerGroupSession) {
 		}
 		r.running = true
 		r.started++
-		n := r.started
-		s.mu.Unlock()
-		sess.Commit()
-		s.mu.Lock()
-		r.running, r.finished = false, n
-		s.cond.Broadcast()
+		s.run(r, sess)
 	}
 	if r.users--; r.users == 0 {
 		delete(s.by, sess)
 	}
+}
+
+// run calls sess.Commit for round r without the lock, and records it done
+// even if Commit panics, so that the callers waiting go on.
+func (s *sessionCommits) run(r *commitRound, sess sarama.ConsumerGroupSession) {
+	n := r.started
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		r.running, r.finished = false, n
+		s.cond.Broadcast()
+	}()
+	sess.Commit()
 }
