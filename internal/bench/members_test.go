@@ -42,12 +42,16 @@ import (
 // process, default 16) and ORDERLY_BENCH_SECONDS (the nominal length of a
 // run at the nominal limit, default 12) change the size.
 //
-// The consumers join the group while the topic is empty; the test waits
-// until every process holds partitions and together all of them, and
-// only then produces the data set, so the join and rebalances are not
-// timed. Producing overlaps the first seconds of the run (the producer
-// is the test process); each run also reports the aggregate rate after
-// the last record was acknowledged.
+// The consumers join the group paused (Group.Pause) while the topic is
+// empty; the test waits until the broker sees every process holding
+// partitions and together all of them, produces the data set (the
+// consumers fetch their share of it meanwhile, handling nothing), and
+// then resumes them all with SIGUSR1: the join, the rebalances and the
+// producing are not timed, and the run starts with a backlog, as the
+// in-process benchmarks do. Each run also reports the aggregate rate while
+// every process was still busy (up to the first process's last message),
+// which leaves out the tail where the processes with fewer messages have
+// run dry.
 
 const (
 	membersPartitions = 16
@@ -177,6 +181,23 @@ func TestMembersChild(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		// Paused until the parent's SIGUSR1: it joins, fetches its share of
+		// the backlog while the data set is produced, and handles nothing
+		// before every process has been told to go.
+		g.Pause()
+		usr1 := make(chan os.Signal, 1)
+		signal.Notify(usr1, syscall.SIGUSR1)
+		defer signal.Stop(usr1)
+		resumed := make(chan struct{})
+		go func() {
+			defer close(resumed)
+			select {
+			case <-usr1:
+				g.Resume()
+			case <-ctx.Done():
+			}
+		}()
+		defer func() { <-resumed }()
 		if err := g.Run(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -317,39 +338,47 @@ type membersRun struct {
 	handled  int64
 	elapsed  time.Duration // first message finished to last, any process
 	rate     float64       // handled / elapsed
-	after    float64       // the aggregate rate from the first bucket after producing ended to the last message
-	produce  time.Duration // producing the data set (orderly runs)
-	cpuChild time.Duration // the consumer processes, from just before producing to every offset committed
-	cpuBrk   time.Duration // the broker, over the same window (it takes the produced records too)
+	allBusy  float64       // the aggregate rate up to the first process's last message (100 ms buckets)
+	each     []string      // per process: messages, and seconds from the run's first message to its own last
+	produce  time.Duration // producing the data set (orderly runs, not timed)
+	cpuChild time.Duration // the consumer processes, from the resume to every offset committed
+	cpuBrk   time.Duration // the broker, over the same window
 }
 
-// aggregate combines the children's results; from is the unix ns after
-// which `after` counts (0: none).
-func aggregate(rs []memberResult, from int64) membersRun {
+// aggregate combines the children's results.
+func aggregate(rs []memberResult) membersRun {
 	var m membersRun
-	var first, last int64
-	var afterN int64
-	afterStart := int64(0)
+	var first, last, firstDone int64
 	for _, r := range rs {
 		m.handled += r.Handled
 		if r.First > 0 && (first == 0 || r.First < first) {
 			first = r.First
 		}
 		last = max(last, r.Last)
-		if from > 0 {
-			b0 := int((from - r.Base + int64(memberBucket) - 1) / int64(memberBucket))
-			afterStart = r.Base + int64(b0)*int64(memberBucket)
-			for i := b0; i < len(r.Buckets); i++ {
-				afterN += r.Buckets[i]
-			}
+		if firstDone == 0 || r.Last < firstDone {
+			firstDone = r.Last
 		}
 	}
 	m.elapsed = time.Duration(last - first)
 	if m.elapsed > 0 {
 		m.rate = float64(m.handled) / m.elapsed.Seconds()
 	}
-	if afterStart > 0 && last > afterStart {
-		m.after = float64(afterN) / time.Duration(last-afterStart).Seconds()
+	for _, r := range rs {
+		m.each = append(m.each, fmt.Sprintf("%d in %.2fs", r.Handled, time.Duration(r.Last-first).Seconds()))
+	}
+	// Every child has the same Base: the buckets ending by firstDone.
+	if len(rs) > 0 && first > 0 {
+		base := rs[0].Base
+		end := int((firstDone - base) / int64(memberBucket)) // buckets 0..end-1 end by firstDone
+		var n int64
+		for _, r := range rs {
+			for i := 0; i < min(end, len(r.Buckets)); i++ {
+				n += r.Buckets[i]
+			}
+		}
+		if span := time.Duration(base + int64(end)*int64(memberBucket) - first); span > 0 {
+			m.allBusy = float64(n) / span.Seconds()
+		}
 	}
 	return m
 }
@@ -387,7 +416,6 @@ func runMembersOrderly(t *testing.T, bin string, procs, num, n int) membersRun {
 		}
 		return kids0, brk.cpu(t)
 	}
-	kidsCPU0, brkCPU0 := cpu()
 	keys := loadgen.NewUniform(membersKeys, 1)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
@@ -403,6 +431,15 @@ func runMembersOrderly(t *testing.T, bin string, procs, num, n int) membersRun {
 		t.Fatal(err)
 	}
 	produced := time.Now()
+	// Give the consumers a moment to fetch their shares (they would have
+	// a backlog in any case), then go.
+	time.Sleep(time.Second)
+	kidsCPU0, brkCPU0 := cpu()
+	for _, k := range kids {
+		if err := k.cmd.Process.Signal(syscall.SIGUSR1); err != nil {
+			t.Fatal(err)
+		}
+	}
 
 	for {
 		resp, err := admin.ListConsumerGroupOffsets("members", nil)
@@ -428,7 +465,7 @@ func runMembersOrderly(t *testing.T, bin string, procs, num, n int) membersRun {
 		k.stop(syscall.SIGTERM)
 		rs[i] = k.read(t)
 	}
-	m := aggregate(rs, produced.UnixNano())
+	m := aggregate(rs)
 	if m.handled < int64(n) {
 		t.Fatalf("%d processes handled %d of %d", procs, m.handled, n)
 	}
@@ -512,7 +549,7 @@ func runMembersLimit(t *testing.T, procs, num, n int) membersRun {
 		}
 		rs[i] = k.read(t)
 	}
-	m := aggregate(rs, 0)
+	m := aggregate(rs)
 	if m.handled != int64(n) {
 		t.Fatalf("limit in %d processes handled %d of %d", procs, m.handled, n)
 	}
@@ -572,10 +609,10 @@ func TestMembers(t *testing.T) {
 			}
 			nominal := float64(procs*num) * 1000
 			o, l := p.orderly, p.limit
-			t.Logf("round %d, %d processes, %d msgs: orderly %.2fs %s msg/s (%.3fx nominal, %.3fx measured limit; after producing %s msg/s, %.3fx measured), "+
-				"produced in %.2fs, consumers' CPU %.2fs (%.2f µs/msg), broker %.2fs (%.2f µs/msg); limit %.2fs %s msg/s (%.3fx nominal, CPU %.2f µs/msg); load %s",
-				r+1, procs, n, o.elapsed.Seconds(), FormatCount(o.rate), o.rate/nominal, o.rate/l.rate, FormatCount(o.after), o.after/l.rate,
-				o.produce.Seconds(), o.cpuChild.Seconds(), us(o.cpuChild, n), o.cpuBrk.Seconds(), us(o.cpuBrk, n),
+			t.Logf("round %d, %d processes, %d msgs: orderly %.2fs %s msg/s (%.3fx nominal, %.3fx measured limit; while all busy %s msg/s, %.3fx measured; per process %s), "+
+				"produced in %.2fs (not timed), consumers' CPU %.2fs (%.2f µs/msg), broker %.2fs (%.2f µs/msg); limit %.2fs %s msg/s (%.3fx nominal, CPU %.2f µs/msg); load %s",
+				r+1, procs, n, o.elapsed.Seconds(), FormatCount(o.rate), o.rate/nominal, o.rate/l.rate, FormatCount(o.allBusy), o.allBusy/l.rate,
+				strings.Join(o.each, ", "), o.produce.Seconds(), o.cpuChild.Seconds(), us(o.cpuChild, n), o.cpuBrk.Seconds(), us(o.cpuBrk, n),
 				l.elapsed.Seconds(), FormatCount(l.rate), l.rate/nominal, us(l.cpuChild, n), loadavg())
 			got[procs] = append(got[procs], p)
 		}
@@ -586,25 +623,25 @@ func TestMembers(t *testing.T) {
 		return fmt.Sprintf(f+" ["+f+"–"+f+"]", median(xs), slices.Min(xs), slices.Max(xs))
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "\n| processes | messages | seconds | aggregate msg/s | nominal limit | measured limit msg/s | vs nominal | vs measured | after producing, vs measured | consumers' CPU/msg | broker CPU/msg | limit's CPU/msg |\n")
+	fmt.Fprintf(&b, "\n| processes | messages | seconds | aggregate msg/s | nominal limit | measured limit msg/s | vs nominal | vs measured | all busy, vs measured | consumers' CPU/msg | broker CPU/msg | limit's CPU/msg |\n")
 	fmt.Fprintf(&b, "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
 	for _, procs := range sizes {
 		n := procs * num * 1000 * secs
 		nominal := float64(procs*num) * 1000
-		var sec, rate, lim, vsNom, vsLim, after, cpuC, cpuB, cpuL []float64
+		var sec, rate, lim, vsNom, vsLim, busy, cpuC, cpuB, cpuL []float64
 		for _, p := range got[procs] {
 			sec = append(sec, p.orderly.elapsed.Seconds())
 			rate = append(rate, p.orderly.rate)
 			lim = append(lim, p.limit.rate)
 			vsNom = append(vsNom, p.orderly.rate/nominal)
 			vsLim = append(vsLim, p.orderly.rate/p.limit.rate)
-			after = append(after, p.orderly.after/p.limit.rate)
+			busy = append(busy, p.orderly.allBusy/p.limit.rate)
 			cpuC = append(cpuC, us(p.orderly.cpuChild, n))
 			cpuB = append(cpuB, us(p.orderly.cpuBrk, n))
 			cpuL = append(cpuL, us(p.limit.cpuChild, n))
 		}
 		fmt.Fprintf(&b, "| %d | %d | %s | %s | %.0f | %s | %s | %s | %s | %s µs | %s µs | %s µs |\n", procs, n, ms(sec, "%.1f"), ms(rate, "%.0f"),
-			nominal, ms(lim, "%.0f"), ms(vsNom, "%.2f"), ms(vsLim, "%.2f"), ms(after, "%.2f"), ms(cpuC, "%.1f"), ms(cpuB, "%.1f"), ms(cpuL, "%.1f"))
+			nominal, ms(lim, "%.0f"), ms(vsNom, "%.2f"), ms(vsLim, "%.2f"), ms(busy, "%.2f"), ms(cpuC, "%.1f"), ms(cpuB, "%.1f"), ms(cpuL, "%.1f"))
 	}
 	t.Log(b.String())
 }
