@@ -40,7 +40,15 @@ import (
 //
 // ORDERLY_BENCH_ROUNDS (default 3), ORDERLY_BENCH_NUM (workers per
 // process, default 16) and ORDERLY_BENCH_SECONDS (the nominal length of a
-// run at the nominal limit, default 12) change the size.
+// run at the nominal limit, default 12) change the size;
+// ORDERLY_BENCH_PROCS (default 1,2,4) the process counts.
+//
+// The records (100 B, keys drawn uniformly from 10k) go to the 16
+// partitions round robin, so that every process holds the same number of
+// messages whatever partitions it gets; ORDERLY_BENCH_HASHED=1 places them
+// by key hash instead (sarama's hash partitioner), which with these keys
+// puts 41k to 55k of 768k records in a partition, and the group's end is
+// then the end of the process with the most.
 //
 // The consumers join the group paused (Group.Pause) while the topic is
 // empty; the test waits until the broker sees every process holding
@@ -385,8 +393,9 @@ func aggregate(rs []memberResult) membersRun {
 
 // runMembersOrderly runs procs consumer processes in one group against a
 // fresh broker process and n messages produced once they all hold
-// partitions.
-func runMembersOrderly(t *testing.T, bin string, procs, num, n int) membersRun {
+// partitions: round robin over the partitions (each holds n/16), or by
+// key hash when hashed.
+func runMembersOrderly(t *testing.T, bin string, procs, num, n int, hashed bool) membersRun {
 	t.Helper()
 	brk, addr := membersBroker(t, bin)
 	defer brk.stop(syscall.SIGTERM)
@@ -425,7 +434,11 @@ func runMembersOrderly(t *testing.T, bin string, procs, num, n int) membersRun {
 		for j := range v {
 			v[j] = byte('a' + (i+j)%26)
 		}
-		return loadgen.Record{Key: keyBytes(keys.Next()), Value: v}
+		r := loadgen.Record{Key: keyBytes(keys.Next()), Value: v}
+		if !hashed {
+			r.Pinned, r.Partition = true, int32(i%membersPartitions)
+		}
+		return r
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -574,6 +587,8 @@ func TestMembers(t *testing.T) {
 	rounds := envInt(t, "ORDERLY_BENCH_ROUNDS", 3)
 	num := envInt(t, "ORDERLY_BENCH_NUM", 16)
 	secs := envInt(t, "ORDERLY_BENCH_SECONDS", 12)
+	hashed := os.Getenv("ORDERLY_BENCH_HASHED") != ""
+	t.Logf("records placed by key hash: %v", hashed)
 	bin := filepath.Join(t.TempDir(), "orderly")
 	build := exec.Command("go", "build", "-o", bin, "github.com/orderly-go/orderly/cmd/orderly")
 	build.Stderr = os.Stderr
@@ -601,11 +616,11 @@ func TestMembers(t *testing.T) {
 			n := procs * num * 1000 * secs
 			var p pair
 			if (r+i)%2 == 0 {
-				p.orderly = runMembersOrderly(t, bin, procs, num, n)
+				p.orderly = runMembersOrderly(t, bin, procs, num, n, hashed)
 				p.limit = runMembersLimit(t, procs, num, n)
 			} else {
 				p.limit = runMembersLimit(t, procs, num, n)
-				p.orderly = runMembersOrderly(t, bin, procs, num, n)
+				p.orderly = runMembersOrderly(t, bin, procs, num, n, hashed)
 			}
 			nominal := float64(procs*num) * 1000
 			o, l := p.orderly, p.limit
