@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strconv"
 	"strings"
+	"time"
 
 	gotel "go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
@@ -271,10 +272,15 @@ func (h *hook) extract(m *group.Message) trace.SpanContext {
 
 // end finishes the span of a call that returned err (ctx is Do's). A call
 // that returned nil past MsgTimeout failed all the same: group counts it
-// as a failed attempt.
+// as a failed attempt, whether or not the watchdog (which looks every
+// tenth of MsgTimeout) has cancelled ctx yet.
 func end(ctx context.Context, span trace.Span, err error) {
-	if cause := context.Cause(ctx); err == nil && errors.Is(cause, group.ErrTimeout) {
-		err = cause
+	if err == nil {
+		if cause := context.Cause(ctx); errors.Is(cause, group.ErrTimeout) {
+			err = cause
+		} else if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) {
+			err = group.ErrTimeout
+		}
 	}
 	if err != nil {
 		var be *group.BatchError

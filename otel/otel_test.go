@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -190,6 +191,8 @@ func TestFailedCalls(t *testing.T) {
 	cancel2(group.ErrRevoked)
 	shutdown, cancel3 := context.WithCancelCause(context.Background())
 	cancel3(group.ErrShutdown)
+	pastDeadline, cancel4 := context.WithDeadline(context.Background(), time.Now().Add(-time.Millisecond))
+	defer cancel4()
 	tests := []struct {
 		name     string
 		ctx      context.Context
@@ -203,6 +206,7 @@ func TestFailedCalls(t *testing.T) {
 		{"BatchError naming nothing", context.Background(), &none, "", ""},
 		{"timeout", timedOut, context.Canceled, ErrorTimeout, "context canceled"},
 		{"nil past its timeout", timedOut, nil, ErrorTimeout, group.ErrTimeout.Error()},
+		{"nil past its deadline, not yet cancelled", pastDeadline, nil, ErrorTimeout, group.ErrTimeout.Error()},
 		{"nil after a revoke", revoked, nil, "", ""},
 		{"revoked", revoked, context.Canceled, ErrorRevoked, "context canceled"},
 		{"shutdown", shutdown, context.Canceled, ErrorShutdown, "context canceled"},
