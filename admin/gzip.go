@@ -39,20 +39,31 @@ type gzipWriter struct {
 
 func (w *gzipWriter) Write(b []byte) (int, error) { return w.gz.Write(b) }
 
-// acceptsGzip reports whether an Accept-Encoding header value lists gzip
-// (or *) without q=0.
+// acceptsGzip reports whether an Accept-Encoding header value accepts
+// gzip: an explicit gzip entry decides (q=0 refuses it), else a * entry.
 func acceptsGzip(header string) bool {
+	star := false
 	for part := range strings.SplitSeq(header, ",") {
 		coding, params, _ := strings.Cut(strings.TrimSpace(part), ";")
-		coding = strings.ToLower(strings.TrimSpace(coding))
-		if coding != "gzip" && coding != "*" {
-			continue
+		switch strings.ToLower(strings.TrimSpace(coding)) {
+		case "gzip":
+			return !zeroQ(params)
+		case "*":
+			star = !zeroQ(params)
 		}
-		q := strings.ReplaceAll(strings.ToLower(params), " ", "")
-		if q == "q=0" || strings.HasPrefix(q, "q=0.0") && strings.Trim(q[3:], "0.") == "" {
-			return false
+	}
+	return star
+}
+
+// zeroQ reports whether the parameters of an Accept-Encoding entry give
+// it q=0 (q=0, q=0., q=0.000).
+func zeroQ(params string) bool {
+	for p := range strings.SplitSeq(params, ";") {
+		k, v, _ := strings.Cut(strings.TrimSpace(p), "=")
+		if strings.EqualFold(strings.TrimSpace(k), "q") {
+			v = strings.TrimSpace(v)
+			return strings.HasPrefix(v, "0") && strings.Trim(v, "0.") == ""
 		}
-		return true
 	}
 	return false
 }

@@ -81,6 +81,10 @@ func TestAcceptsGzip(t *testing.T) {
 		"*":                   true,
 		"x-gzip":              false,
 		"deflate, gzip;q=1.0": true,
+		"*;q=0, gzip":         true,
+		"gzip;q=0, *":         false,
+		"*;q=0":               false,
+		"*; q=0.5":            true,
 	} {
 		if got := acceptsGzip(header); got != want {
 			t.Errorf("acceptsGzip(%q): got %v, want %v", header, got, want)

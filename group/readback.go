@@ -157,6 +157,9 @@ func writeFileSynced(path string, v any) error {
 	if err == nil {
 		err = os.Rename(tmp, path)
 	}
+	if err != nil {
+		os.Remove(tmp) // nothing to keep of a write that failed
+	}
 	return err
 }
 
