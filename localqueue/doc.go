@@ -91,7 +91,9 @@
 // records (journal_format.go): COPY (the whole message, state in flight,
 // deferred or ready, attempts, due time) when the journal first takes a
 // message, MOVE (state, attempts, due) when it changes state, FIN when it
-// is finished or dead-lettered. Each is appended before the operation
+// is finished or dead-lettered, and SWAP (Replace: a COPY of the new
+// message and the FIN of the one it replaces, in one record). Each is
+// appended before the operation
 // returns: on Linux by a copy into a shared memory mapping of the file,
 // which is the kernel's page cache the moment the copy completes (space is
 // reserved ahead by writing zeros, so a full disk is an error, never a
@@ -109,7 +111,8 @@
 // read from the backend in the last SyncEvery backend operations (up to
 // 65536), which Open needs to recognise go-diskqueue's stale copies.
 //
-// Open replays the journal: a message with a COPY and no FIN comes back,
+// Open replays the journal: a message with a COPY (or SWAP) and no FIN
+// (or SWAP replacing it) comes back,
 // once: a deferred one on the deferred heap with its due time; one that was
 // in flight ready again at once, Attempts kept (the delivery cut short
 // counts: if it was the MaxAttempts-th, the message is dead-lettered); one

@@ -26,7 +26,10 @@ import (
 //	6 SWAP      state u8 | replaced ID | envelope            a COPY of a new message and the FIN of the one it replaces (Replace)
 //
 // A SWAP is one record so that a crash or a power loss keeps either the
-// replaced message or its replacement, never both and never neither.
+// replaced message or its replacement, never both and never neither. A
+// build older than SWAP reads one as damage and skips it: it brings back
+// the replaced message (with its older body) instead of the new one, so
+// an older build can still open a newer journal without losing messages.
 // state is stateInFlight, stateDeferred or stateReady (handed back to the
 // memory chan or the backend by a requeue or timeout, due at due). The CRC
 // covers the length, so a damaged length is caught too; a record that

@@ -14,8 +14,11 @@ import (
 // With a DataPath one journal record (a SWAP) holds both halves, so a
 // process crash or a power loss brings back either old (as a delivery cut
 // short) or the new message, never both and never neither; the record is
-// fsynced on the journal's schedule, like a PutDeferred's, or by Sync. In
-// memory mode it is Finish and PutDeferred under the locks they take.
+// fsynced on the journal's schedule, like a PutDeferred's, or by Sync. An
+// old that was memory-only (Put into the memory chan and taken from there
+// by Get) is in no file before the SWAP, so a crash before it loses old,
+// as it would without Replace. In memory mode it is Finish and
+// PutDeferred under the locks they take.
 //
 // It returns the errors of Finish (ErrNotInFlight, ErrTimedOut) when old is
 // not in flight, and those of PutDeferred; on any error old stays in

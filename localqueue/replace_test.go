@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 )
@@ -157,4 +158,85 @@ func TestReplaceCompacted(t *testing.T) {
 	}
 	o.DataPath = crashCopy(t, q)
 	expectExactly(t, openQueue(t, o), clock, ids, time.Hour)
+}
+
+// TestReplaceInCompactionTail: SWAPs appended while a compaction rewrites
+// the journal (after its snapshot, before its install) are copied after
+// the rewritten records and replay as they would have: the new messages
+// come back, the replaced ones do not.
+func TestReplaceInCompactionTail(t *testing.T) {
+	clock := newFakeClock()
+	o := Options{DataPath: t.TempDir(), SyncEvery: 1, now: clock.Now}
+	q := openQueue(t, o)
+	for range 3 {
+		if _, err := q.PutDeferred([]byte("old"), time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	clock.Add(time.Second)
+	q.scan()
+	var got []*Message
+	for range 3 {
+		got = append(got, mustGet(t, q))
+	}
+	j := q.journal
+	j.compactMu.Lock()
+	j.mu.Lock()
+	old, snap := j.out, j.snapshotLocked()
+	j.mu.Unlock()
+	rw, err := j.rewrite(old.f, snap)
+	if err != nil {
+		j.compactMu.Unlock()
+		t.Fatal(err)
+	}
+	wants := map[ID]want{}
+	for _, m := range got {
+		id, err := q.Replace(m.ID, []byte("new"), time.Minute)
+		if err != nil {
+			j.compactMu.Unlock()
+			t.Fatal(err)
+		}
+		wants[id] = want{body: "new", attempts: 1, due: clock.Now().Add(time.Minute)}
+	}
+	j.mu.Lock()
+	err = j.installLocked(old, rw, snap.end)
+	j.mu.Unlock()
+	j.compactMu.Unlock()
+	if err != nil {
+		t.Fatalf("install: %v", err)
+	}
+	o.DataPath = crashCopy(t, q)
+	expectExactly(t, openQueue(t, o), clock, wants, time.Hour)
+}
+
+// TestReplaceWhileClosing: Replaces racing Close neither deadlock nor
+// race (run with -race); each either replaced or reports ErrClosed.
+func TestReplaceWhileClosing(t *testing.T) {
+	for range 20 {
+		q := openQueue(t, Options{DataPath: t.TempDir(), MaxReqTimeout: time.Minute})
+		var got []*Message
+		for range 50 {
+			mustPut(t, q, "x")
+			got = append(got, mustGet(t, q))
+		}
+		var wg sync.WaitGroup
+		for _, m := range got {
+			wg.Go(func() {
+				if _, err := q.Replace(m.ID, []byte("y"), time.Second); err != nil && !errors.Is(err, ErrClosed) {
+					t.Errorf("Replace while closing: got %v, want nil or ErrClosed", err)
+				}
+			})
+		}
+		closed := make(chan error, 1)
+		go func() { closed <- q.Close() }()
+		select {
+		case err := <-closed:
+			if err != nil {
+				t.Fatalf("Close: %v", err)
+			}
+		case <-time.After(time.Minute):
+			t.Fatal("Close still running after a minute beside Replaces")
+		}
+		wg.Wait()
+	}
 }
