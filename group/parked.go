@@ -224,9 +224,10 @@ func (p *parking[T]) redeliver(ctx context.Context) {
 // of MaxInFlight and MaxInFlightBytes, as a claim loop's Room (it takes no
 // share itself, so parked messages add at most one share to the budget).
 // A smaller bound caps redelivery at that many messages per round trip
-// through the workers: Chan, which is 1 when Size is 1, let one parked
-// message run at a time, each waiting its turn behind the partitions'
-// queued messages, and redelivery fell behind the parking.
+// through the workers: Chan, which is 1 when Size is 1, would let one
+// parked message run at a time, each waiting its turn behind the
+// partitions' queued messages, and redelivery would fall behind the
+// parking.
 func (p *parking[T]) room() bool {
 	count, bytes := p.side.Quota()
 	return count > 0 && (p.side.Unfinished() == 0 || bytes > 0)

@@ -81,9 +81,8 @@ func TestParkedPoisonRunsOutOfAttempts(t *testing.T) {
 // TestParkedRedeliveredTogether: parked messages that come due together
 // run together, on as many workers as are free, however small Chan is
 // (Size 1 makes it 1). Each redelivered message's Do waits until the
-// first `together` of them are all inside Do at once: when redelivery
-// handed out one parked message at a time (it was bounded by Chan), the
-// first one waited for ever and nothing more came back.
+// first `together` of them are all inside Do at once, which a redelivery
+// that handed out one parked message at a time would never reach.
 func TestParkedRedeliveredTogether(t *testing.T) {
 	const n, keys, parked, together = 200, 20, 16, 4
 	r := newRig(t, "parked-together", 1, n, keys)

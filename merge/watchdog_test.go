@@ -123,8 +123,8 @@ var errHung = errors.New("hung call failed")
 // with an error charges none of its items: their copies, made one attempt
 // on, run with attempt 2 whether the copies were made before or after the
 // hung call returned, and no retry is counted for the hung call. Run with
-// -race: charging the orphaned item raced with its owner reading it to
-// make the copy.
+// -race: a charge of the orphaned item would race with its owner reading
+// it to make the copy.
 func TestOrphanedCallReturnChargesNothing(t *testing.T) {
 	tests := []struct {
 		name string
