@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/orderly-go/orderly/internal/bench"
 )
@@ -79,6 +80,12 @@ messages, about 1 GB in the broker).`,
 	intListVar(fs, &o.scaleValues, "scale-values", nil, 1, 1<<20, "scale scenario: value sizes in bytes, comma-separated (default "+joinInts(bench.DefaultScaleValues)+"; the full matrix: 100,10240)")
 	intVar(fs, &o.chanSize, "chan", 0, 0, math.MaxInt, fmt.Sprintf("sarama ChannelBufferSize for every contender; databus per-worker chan capacity (0: %d)", bench.DefaultChan))
 	intVar(fs, &o.maxInFlight, "max-in-flight", 0, 0, math.MaxInt, fmt.Sprintf("orderly MaxInFlight of the stall scenario (0: %d); the others use the group default", bench.DefaultMaxInFlight))
+	fs.SetNormalizeFunc(func(_ *pflag.FlagSet, name string) pflag.NormalizedName {
+		if name == "max-inflight" { // the spelling of earlier releases, in recorded commands
+			name = "max-in-flight"
+		}
+		return pflag.NormalizedName(name)
+	})
 	durationVar(fs, &o.duration, "duration", 0, 0, fmt.Sprintf("stall scenario: how long memory is sampled once MaxInFlight is reached (0: %v)", bench.DefaultStallDuration))
 	durationVar(fs, &o.timeout, "timeout", 0, 0, fmt.Sprintf("longest a single run may take (0: %v)", bench.DefaultRunTimeout))
 	stringVar(fs, &o.out, "out", "", nil, "directory to write "+bench.ResultsFile+", "+bench.TableFile+", "+bench.ChartFile+" and "+bench.ScaleChartFile+" to")

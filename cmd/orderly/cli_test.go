@@ -153,6 +153,8 @@ func TestFlagChecks(t *testing.T) {
 		{[]string{"bench", "--chan", "-2"}, `"-2" for --chan: must not be negative`},
 		{[]string{"bench", "--timeout", "-1s"}, `"-1s" for --timeout: must not be negative`},
 		{[]string{"bench", "--duration", "-5s"}, `"-5s" for --duration: must not be negative`},
+		{[]string{"bench", "--max-in-flight", "-1"}, `"-1" for --max-in-flight: must not be negative`},
+		{[]string{"bench", "--max-inflight", "-1"}, `"-1" for --max-in-flight: must not be negative`}, // the older spelling
 	}
 	for _, tt := range tests {
 		_, err := runCmd(context.Background(), tt.args...)
