@@ -135,6 +135,12 @@ func (g *Group[T]) consume(sess sarama.ConsumerGroupSession, claim sarama.Consum
 		g.claimsMu.Unlock()
 	}()
 	c.log.Info("claim started", zap.Int64("offset", claim.InitialOffset()))
+	if g.cfg.OnAssigned != nil {
+		// Here, not in Setup: under a cooperative protocol Setup runs
+		// only at the member's first join, and later rounds start claims
+		// in the same session.
+		g.cfg.OnAssigned(c.topic, []int32{c.part}, c.st.generation)
+	}
 
 	msgs := claim.Messages()
 	sessDone := sess.Context().Done()

@@ -18,28 +18,6 @@ func (g *Group[T]) sessionStarted(sess sarama.ConsumerGroupSession) {
 	g.lostAt.Store(0)
 	g.log.Info("session started", zap.String("member", sess.MemberID()),
 		zap.Int32("generation", sess.GenerationID()), zap.Any("claims", sess.Claims()))
-	if g.cfg.OnAssigned == nil {
-		return
-	}
-	// Under a cooperative protocol the claims kept across the rebalance
-	// are still running: only the others are new.
-	g.claimsMu.Lock()
-	running := make(map[topicPartition]bool, len(g.claims))
-	for c := range g.claims {
-		running[topicPartition{c.topic, c.part}] = true
-	}
-	g.claimsMu.Unlock()
-	for topic, parts := range sess.Claims() {
-		var added []int32
-		for _, p := range parts {
-			if !running[topicPartition{topic, p}] {
-				added = append(added, p)
-			}
-		}
-		if len(added) > 0 {
-			g.cfg.OnAssigned(topic, added, sess.GenerationID())
-		}
-	}
 }
 
 // sessionLost records that the member lost its session (evicted, or its

@@ -366,7 +366,9 @@ func (l *callbackLog) count(kind string) int {
 // TestCallbacksGraceful: OnAssigned on joining with the session's
 // generation; a second member joining makes the first give up partitions
 // gracefully: OnRevoked, by which time the broker holds the final
-// frontier (every message below it handled).
+// frontier (every message below it handled). The second member, which
+// gets its partitions in a later round of the cooperative rebalance than
+// its join, is told of each.
 func TestCallbacksGraceful(t *testing.T) {
 	t.Parallel() // waits on timers mostly: runs beside the others
 	const parts = 4
@@ -394,10 +396,15 @@ func TestCallbacksGraceful(t *testing.T) {
 	stop1 := run(t, first)
 	waitFor(t, 30*time.Second, "the first member to be assigned every partition", func() bool { return log.count("assigned") == parts })
 	cfg2 := cfg
-	cfg2.OnAssigned, cfg2.OnRevoked, cfg2.OnLost = nil, nil, nil
+	var log2 callbackLog
+	log2.install(&cfg2, nil)
 	second := newGroup(t, cfg2, r.work(1, 0).Do)
 	stop2 := run(t, second)
 	waitFor(t, 30*time.Second, "the first member to give up partitions", func() bool { return log.count("revoked") > 0 })
+	waitFor(t, 30*time.Second, "the second member to be told of what it holds", func() bool {
+		held := second.Stats().Partitions
+		return held > 0 && int64(log2.count("assigned")) == held
+	})
 	r.waitAllCommitted("callbacks", time.Minute)
 	if err := errors.Join(stop2(), stop1()); err != nil {
 		t.Fatal(err)
