@@ -489,11 +489,8 @@ func runMembersOrderly(t *testing.T, bin string, procs, num, n int, hashed bool)
 
 // waitAssigned waits until the broker sees the group Stable with every
 // consumer process as a member holding partitions, together each
-// partition once, unchanged for a second. (The broker's view, not the
-// children's OnAssigned: under cooperative-sticky sarama runs Setup only on
-// a member's first join, and Orderly calls OnAssigned from Setup, so a
-// member that joined with nothing and got partitions in the next round is
-// never told of them: seen here with 4 members, 3 of them never called.)
+// partition once, unchanged for a second: the broker's view of the
+// whole group, stable, which no one member's OnAssigned can tell.
 func waitAssigned(t *testing.T, admin sarama.ClusterAdmin, groupID string, procs int) {
 	t.Helper()
 	deadline := time.Now().Add(time.Minute)
