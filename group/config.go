@@ -209,10 +209,11 @@ type Config struct {
 	// this member got, gave up gracefully (their final commit went out),
 	// and lost (the session ended under them, e.g. the member was evicted:
 	// nothing could be committed), with their generation; as franz-go's
-	// OnPartitionsAssigned, Revoked and Lost. Each call names one
-	// partition, as its claim starts or ends (a cooperative rebalance
-	// starts and ends claims within one session). They run on Orderly's
-	// goroutines: keep them short.
+	// OnPartitionsAssigned, Revoked and Lost, except that each call names
+	// one partition, as its claim starts or ends (a cooperative rebalance
+	// starts and ends claims within one session). They run on the claims'
+	// goroutines, so calls for different partitions can run at once: make
+	// them safe for that, and keep them short.
 	OnAssigned func(topic string, partitions []int32, generation int32)
 	OnRevoked  func(topic string, partitions []int32, generation int32)
 	OnLost     func(topic string, partitions []int32, generation int32)

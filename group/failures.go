@@ -245,6 +245,13 @@ func (f *failures[T]) waitInMemory(it *dispatch.Item[Message, T], d time.Duratio
 		return
 	}
 	f.mu.Lock()
+	if it.Revoked() {
+		// Its partition is gone, and forget has run or will not see
+		// it: nothing would take this entry back (the parker calls in
+		// late for a job queued before the revoke).
+		f.mu.Unlock()
+		return
+	}
 	f.next++
 	token := f.next
 	f.waiting[token] = waitEntry[T]{it: it, due: time.Now().Add(d), deferred: deferred}

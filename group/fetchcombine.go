@@ -64,11 +64,12 @@ func (f *committedFetches) answer(batch []*fetchWait, many fetchMany) {
 	answered := 0
 	defer f.handOn()
 	defer func() {
-		if r := recover(); r != nil {
-			for _, w := range batch[answered:] {
-				w.err = fmt.Errorf("group: reading committed offsets panicked: %v", r)
-				close(w.done)
-			}
+		r := recover()
+		for _, w := range batch[answered:] { // a panic, or runtime.Goexit
+			w.err = fmt.Errorf("group: reading committed offsets ended early: %v", r)
+			close(w.done)
+		}
+		if r != nil {
 			panic(r)
 		}
 	}()
