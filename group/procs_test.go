@@ -1,7 +1,6 @@
 package group
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -9,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -22,6 +20,7 @@ import (
 
 	"github.com/orderly-go/orderly/internal/broker"
 	"github.com/orderly-go/orderly/internal/ledger"
+	"github.com/orderly-go/orderly/internal/proctest"
 )
 
 // Processes for the multi-process scenarios (3, 4, 11): `orderly broker`
@@ -30,91 +29,11 @@ import (
 // before Do returns (one write per batch, so it survives SIGKILL) for the
 // oracle to read afterwards.
 
-// buildOrderly builds cmd/orderly into the test's temporary directory
-// (the build cache makes every build after the first a link).
-func buildOrderly(t *testing.T) string {
-	t.Helper()
-	out := filepath.Join(t.TempDir(), "orderly")
-	cmd := exec.Command("go", "build", "-o", out, "github.com/orderly-go/orderly/cmd/orderly")
-	cmd.Stderr = os.Stderr
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("go build ./cmd/orderly: %v", err)
-	}
-	return out
-}
-
-// proc is a process a test started; kill stops it by its PID.
-type proc struct {
-	cmd  *exec.Cmd
-	done chan struct{}
-}
-
-func startProc(t *testing.T, cmd *exec.Cmd) *proc {
-	t.Helper()
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	p := &proc{cmd: cmd, done: make(chan struct{})}
-	go func() { _ = cmd.Wait(); close(p.done) }()
-	t.Cleanup(func() { p.kill(syscall.SIGKILL) })
-	return p
-}
-
-// kill sends sig and waits for the process to end (SIGKILL after 30s).
-func (p *proc) kill(sig syscall.Signal) {
-	select {
-	case <-p.done:
-		return
-	default:
-	}
-	_ = p.cmd.Process.Signal(sig)
-	select {
-	case <-p.done:
-	case <-time.After(30 * time.Second):
-		_ = p.cmd.Process.Kill()
-		<-p.done
-	}
-}
-
-func (p *proc) exited() bool {
-	select {
-	case <-p.done:
-		return true
-	default:
-		return false
-	}
-}
-
 // brokerProc runs `orderly broker --data dir` on addr (port 0: a free
 // one) and returns once it printed "ready", with its address.
-func brokerProc(t *testing.T, bin, addr, dir, topic string, partitions int) (*proc, string) {
+func brokerProc(t *testing.T, bin, addr, dir, topic string, partitions int) (*proctest.Proc, string) {
 	t.Helper()
-	cmd := exec.Command(bin, "broker", "--addr", addr, "--data", dir, "--topics", topic, "--partitions", strconv.Itoa(partitions))
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stderr = os.Stderr
-	p := startProc(t, cmd)
-	sc := bufio.NewScanner(stdout)
-	got := ""
-	for sc.Scan() {
-		line := sc.Text()
-		if a, ok := strings.CutPrefix(line, "orderly broker listening on "); ok {
-			got = a
-		}
-		if line == "ready" {
-			break
-		}
-	}
-	if got == "" {
-		t.Fatal("orderly broker printed no address")
-	}
-	go func() {
-		for sc.Scan() { // drain until it exits
-		}
-	}()
-	return p, got
+	return proctest.StartBroker(t, bin, "--addr", addr, "--data", dir, "--topics", topic, "--partitions", strconv.Itoa(partitions))
 }
 
 // brokerCommits reads group's commits on topic (offset and metadata) from
@@ -172,7 +91,7 @@ type childOpts struct {
 	park     string // a DataPath: Unordered, parking deferred messages, dead letters to the local store
 }
 
-func startScenarioChild(t *testing.T, o childOpts) *proc {
+func startScenarioChild(t *testing.T, o childOpts) *proctest.Proc {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^TestScenarioChild$")
 	cmd.Env = append(os.Environ(),
@@ -190,7 +109,7 @@ func startScenarioChild(t *testing.T, o childOpts) *proc {
 	}
 	t.Cleanup(func() { logf.Close() })
 	cmd.Stdout, cmd.Stderr = logf, logf
-	return startProc(t, cmd)
+	return proctest.Start(t, cmd)
 }
 
 // waitReady waits until the child logging to log handles SIGTERM as a

@@ -11,6 +11,7 @@ import (
 	"github.com/IBM/sarama"
 
 	"github.com/orderly-go/orderly/internal/deadletter"
+	"github.com/orderly-go/orderly/internal/proctest"
 )
 
 // Reliability scenarios with real processes and kill -9: consumer
@@ -87,7 +88,7 @@ func TestScenario03ProcessChurn(t *testing.T) {
 		kills = max(int(scenarioDuration(0)/(3*time.Second)), 20)
 	}
 	gap := func() time.Duration { return minGap + rand.N(spread) }
-	bin := buildOrderly(t)
+	bin := proctest.BuildOrderly(t)
 	dir := t.TempDir()
 	brokerP, addr := brokerProc(t, bin, "127.0.0.1:0", filepath.Join(dir, "data"), topic, partitions)
 	addrs := []string{addr}
@@ -102,7 +103,7 @@ func TestScenario03ProcessChurn(t *testing.T) {
 	stopSampling := sampleCommits(t, o, admin, group)
 
 	type slot struct {
-		p   *proc
+		p   *proctest.Proc
 		tag string
 		log string
 	}
@@ -125,7 +126,7 @@ func TestScenario03ProcessChurn(t *testing.T) {
 	for range kills {
 		time.Sleep(gap())
 		i := rand.IntN(consumers)
-		slots[i].p.kill(syscall.SIGKILL)
+		slots[i].p.Stop(syscall.SIGKILL)
 		commits, err := brokerCommits(admin, group, topic)
 		if err != nil {
 			t.Fatalf("reading the commits after a kill: %v", err)
@@ -139,19 +140,19 @@ func TestScenario03ProcessChurn(t *testing.T) {
 	caught := time.Since(churn) - churned
 	for _, s := range slots {
 		waitReady(t, s.log)
-		s.p.kill(syscall.SIGTERM)
+		s.p.Stop(syscall.SIGTERM)
 	}
 	var logs []childLog
 	for _, s := range all {
-		if s.p.cmd.ProcessState != nil && !s.p.cmd.ProcessState.Success() && s.p.cmd.ProcessState.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
-			t.Errorf("consumer %s exited with %v (see %s.stderr)", s.tag, s.p.cmd.ProcessState, s.log)
+		if s.p.Cmd.ProcessState != nil && !s.p.Cmd.ProcessState.Success() && s.p.Cmd.ProcessState.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+			t.Errorf("consumer %s exited with %v (see %s.stderr)", s.tag, s.p.Cmd.ProcessState, s.log)
 		}
 		logs = append(logs, readChildLog(t, s.tag, s.log))
 	}
 	feedLogs(o, logs)
 	stopSampling()
 	o.check(addrs, final, want{all: true, duplicates: true, deleted: 0})
-	brokerP.kill(syscall.SIGTERM)
+	brokerP.Stop(syscall.SIGTERM)
 	t.Logf("%d kills in %v, %d consumer processes in all; all committed %v after the last kill", kills, churned.Round(100*time.Millisecond), len(all), caught.Round(100*time.Millisecond))
 }
 
@@ -170,7 +171,7 @@ func TestScenario04BrokerKill(t *testing.T) {
 		kills = max(int(scenarioDuration(0)/(10*time.Second)), 2)
 	}
 	n := 15_000 * kills
-	bin := buildOrderly(t)
+	bin := proctest.BuildOrderly(t)
 	dir := t.TempDir()
 	data := filepath.Join(dir, "data")
 	brokerP, addr := brokerProc(t, bin, "127.0.0.1:0", data, topic, partitions)
@@ -206,7 +207,7 @@ func TestScenario04BrokerKill(t *testing.T) {
 			// finish in this generation may be repeated, not later.
 			o.uncleanEndGen(m.tag, memberGen(m.g.Load(), topic, partitions), commits)
 		}
-		brokerP.kill(syscall.SIGKILL)
+		brokerP.Stop(syscall.SIGKILL)
 		killed := time.Now()
 		time.Sleep(time.Second)
 		brokerP, _ = brokerProc(t, bin, addr, data, topic, partitions)
@@ -224,7 +225,7 @@ func TestScenario04BrokerKill(t *testing.T) {
 	for _, m := range members {
 		errs += m.g.Load().Stats().Errors
 	}
-	brokerP.kill(syscall.SIGTERM)
+	brokerP.Stop(syscall.SIGTERM)
 	t.Logf("the broker was down %v; %d consumer errors retried", downFor, errs)
 }
 
@@ -265,7 +266,7 @@ func TestScenario11ParkAndDeadLetterKill(t *testing.T) {
 	dir := t.TempDir()
 	data := filepath.Join(dir, "data")
 	var logs, tags []string
-	startChild := func(i int) *proc {
+	startChild := func(i int) *proctest.Proc {
 		tag := fmt.Sprintf("p%d", i)
 		log := filepath.Join(dir, tag+".log")
 		logs, tags = append(logs, log), append(tags, tag)
@@ -283,7 +284,7 @@ func TestScenario11ParkAndDeadLetterKill(t *testing.T) {
 		target := int64((i + 1) * n / (kills + 2))
 		waitFor(t, time.Minute, fmt.Sprintf("%d messages committed", target), func() bool { return committed() >= target })
 		time.Sleep(time.Duration(rand.IntN(300)) * time.Millisecond) // somewhere between commits
-		p.kill(syscall.SIGKILL)
+		p.Stop(syscall.SIGKILL)
 		o.uncleanEnd(tags[i], r.b.Commits(group, r.topic))
 		killedAt[tags[i]] = true
 		p = startChild(i + 1)
@@ -338,9 +339,9 @@ func TestScenario11ParkAndDeadLetterKill(t *testing.T) {
 		}
 	}
 	waitReady(t, logs[len(logs)-1])
-	p.kill(syscall.SIGTERM)
-	if p.cmd.ProcessState != nil && !p.cmd.ProcessState.Success() {
-		t.Errorf("the last consumer process exited with %v after SIGTERM (see %s.stderr)", p.cmd.ProcessState, logs[len(logs)-1])
+	p.Stop(syscall.SIGTERM)
+	if p.Cmd.ProcessState != nil && !p.Cmd.ProcessState.Success() {
+		t.Errorf("the last consumer process exited with %v after SIGTERM (see %s.stderr)", p.Cmd.ProcessState, logs[len(logs)-1])
 	}
 	byTag := map[string]childLog{}
 	firstFail, firstDefer := map[tpOff]time.Time{}, map[tpOff]time.Time{}

@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -22,6 +21,7 @@ import (
 
 	"github.com/orderly-go/orderly/group"
 	"github.com/orderly-go/orderly/internal/loadgen"
+	"github.com/orderly-go/orderly/internal/proctest"
 )
 
 // The members benchmark behind docs/SCALING.md's "Members" section: 1, 2
@@ -226,54 +226,31 @@ func TestMembersChild(t *testing.T) {
 
 // memberProc is a process TestMembers started.
 type memberProc struct {
-	cmd  *exec.Cmd
-	done chan struct{}
-	out  string // the child's result file
+	*proctest.Proc
+	out string // the child's result file
 }
 
 // startMember starts cmd and kills it (SIGKILL) at the test's cleanup
 // unless it has ended by then.
 func startMember(t *testing.T, cmd *exec.Cmd, out string) *memberProc {
 	t.Helper()
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	p := &memberProc{cmd: cmd, done: make(chan struct{}), out: out}
-	go func() { _ = cmd.Wait(); close(p.done) }()
-	t.Cleanup(func() { p.stop(syscall.SIGKILL) })
-	return p
-}
-
-// stop sends sig and waits for the process to end (SIGKILL after 30 s).
-func (p *memberProc) stop(sig syscall.Signal) {
-	select {
-	case <-p.done:
-		return
-	default:
-	}
-	_ = p.cmd.Process.Signal(sig)
-	select {
-	case <-p.done:
-	case <-time.After(30 * time.Second):
-		_ = p.cmd.Process.Kill()
-		<-p.done
-	}
+	return &memberProc{Proc: proctest.Start(t, cmd), out: out}
 }
 
 // cpu is the process's user+system CPU time so far, from /proc/PID/stat
 // (utime and stime, in USER_HZ ticks: 100 per second on Linux).
 func (p *memberProc) cpu(t *testing.T) time.Duration {
 	t.Helper()
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.cmd.Process.Pid))
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.Cmd.Process.Pid))
 	if err != nil {
-		t.Fatalf("CPU of pid %d: %v", p.cmd.Process.Pid, err)
+		t.Fatalf("CPU of pid %d: %v", p.Cmd.Process.Pid, err)
 	}
 	// The command name (field 2) may hold spaces: fields 3 on follow the last ')'.
 	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
 	utime, err1 := strconv.ParseInt(f[11], 10, 64)
 	stime, err2 := strconv.ParseInt(f[12], 10, 64)
 	if err1 != nil || err2 != nil {
-		t.Fatalf("/proc/%d/stat: %q", p.cmd.Process.Pid, b)
+		t.Fatalf("/proc/%d/stat: %q", p.Cmd.Process.Pid, b)
 	}
 	return time.Duration(utime+stime) * 10 * time.Millisecond
 }
@@ -282,33 +259,9 @@ func (p *memberProc) cpu(t *testing.T) time.Duration {
 // topic, memory only, and returns it with its address.
 func membersBroker(t *testing.T, bin string) (*memberProc, string) {
 	t.Helper()
-	cmd := exec.Command(bin, "broker", "--addr", "127.0.0.1:0", "--topics", membersTopic,
+	p, addr := proctest.StartBroker(t, bin, "--addr", "127.0.0.1:0", "--topics", membersTopic,
 		"--partitions", strconv.Itoa(membersPartitions))
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stderr = os.Stderr
-	p := startMember(t, cmd, "")
-	sc := bufio.NewScanner(stdout)
-	addr := ""
-	for sc.Scan() {
-		line := sc.Text()
-		if a, ok := strings.CutPrefix(line, "orderly broker listening on "); ok {
-			addr = a
-		}
-		if line == "ready" {
-			break
-		}
-	}
-	if addr == "" {
-		t.Fatal("orderly broker printed no address")
-	}
-	go func() {
-		for sc.Scan() { // drain until it exits
-		}
-	}()
-	return p, addr
+	return &memberProc{Proc: p}, addr
 }
 
 // membersChild starts a TestMembersChild process (this test binary again).
@@ -398,7 +351,7 @@ func aggregate(rs []memberResult) membersRun {
 func runMembersOrderly(t *testing.T, bin string, procs, num, n int, hashed bool) membersRun {
 	t.Helper()
 	brk, addr := membersBroker(t, bin)
-	defer brk.stop(syscall.SIGTERM)
+	defer brk.Stop(syscall.SIGTERM)
 	dir := t.TempDir()
 	base := time.Now()
 	kids := make([]*memberProc, procs)
@@ -409,7 +362,7 @@ func runMembersOrderly(t *testing.T, bin string, procs, num, n int, hashed bool)
 	}
 	defer func() {
 		for _, k := range kids {
-			k.stop(syscall.SIGKILL)
+			k.Stop(syscall.SIGKILL)
 		}
 	}()
 	admin, err := sarama.NewClusterAdmin([]string{addr}, SaramaConfig(0))
@@ -449,7 +402,7 @@ func runMembersOrderly(t *testing.T, bin string, procs, num, n int, hashed bool)
 	time.Sleep(time.Second)
 	kidsCPU0, brkCPU0 := cpu()
 	for _, k := range kids {
-		if err := k.cmd.Process.Signal(syscall.SIGUSR1); err != nil {
+		if err := k.Cmd.Process.Signal(syscall.SIGUSR1); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -475,7 +428,7 @@ func runMembersOrderly(t *testing.T, bin string, procs, num, n int, hashed bool)
 	kidsCPU1, brkCPU1 := cpu()
 	rs := make([]memberResult, procs)
 	for i, k := range kids {
-		k.stop(syscall.SIGTERM)
+		k.Stop(syscall.SIGTERM)
 		rs[i] = k.read(t)
 	}
 	m := aggregate(rs)
@@ -553,8 +506,8 @@ func runMembersLimit(t *testing.T, procs, num, n int) membersRun {
 	rs := make([]memberResult, procs)
 	var cpu time.Duration
 	for i, k := range kids {
-		<-k.done
-		if ps := k.cmd.ProcessState; ps != nil {
+		<-k.Done()
+		if ps := k.Cmd.ProcessState; ps != nil {
 			cpu += ps.UserTime() + ps.SystemTime()
 		}
 		rs[i] = k.read(t)
@@ -586,12 +539,7 @@ func TestMembers(t *testing.T) {
 	secs := envInt(t, "ORDERLY_BENCH_SECONDS", 12)
 	hashed := os.Getenv("ORDERLY_BENCH_HASHED") != ""
 	t.Logf("records placed by key hash: %v", hashed)
-	bin := filepath.Join(t.TempDir(), "orderly")
-	build := exec.Command("go", "build", "-o", bin, "github.com/orderly-go/orderly/cmd/orderly")
-	build.Stderr = os.Stderr
-	if err := build.Run(); err != nil {
-		t.Fatalf("go build ./cmd/orderly: %v", err)
-	}
+	bin := proctest.BuildOrderly(t)
 	sizes := []int{1, 2, 4}
 	if v := os.Getenv("ORDERLY_BENCH_PROCS"); v != "" { // e.g. "4": only that size
 		sizes = nil

@@ -38,7 +38,6 @@
 package wedge
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"math/rand/v2"
@@ -59,6 +58,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/orderly-go/orderly/group"
+	"github.com/orderly-go/orderly/internal/proctest"
 )
 
 const (
@@ -133,78 +133,19 @@ func TestWedgeChild(t *testing.T) {
 	}
 }
 
-// proc is a child process the test started.
-type proc struct {
-	cmd  *exec.Cmd
-	done chan struct{}
-}
-
-func (p *proc) kill(sig syscall.Signal) {
-	_ = p.cmd.Process.Signal(sig)
-	select {
-	case <-p.done:
-	case <-time.After(20 * time.Second):
-		_ = p.cmd.Process.Kill()
-		<-p.done
-	}
-}
-
-func start(t *testing.T, cmd *exec.Cmd) *proc {
-	t.Helper()
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	p := &proc{cmd: cmd, done: make(chan struct{})}
-	go func() { _ = cmd.Wait(); close(p.done) }()
-	t.Cleanup(func() { p.kill(syscall.SIGKILL) })
-	return p
-}
-
 // brokerBinary returns ORDERLY_WEDGE_BROKER, or builds cmd/orderly.
 func brokerBinary(t *testing.T) string {
 	if p := os.Getenv("ORDERLY_WEDGE_BROKER"); p != "" {
 		return p
 	}
-	out := filepath.Join(t.TempDir(), "orderly")
-	cmd := exec.Command("go", "build", "-o", out, "github.com/orderly-go/orderly/cmd/orderly")
-	cmd.Stderr = os.Stderr
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("go build ./cmd/orderly: %v", err)
-	}
-	return out
+	return proctest.BuildOrderly(t)
 }
 
 // startBroker runs `orderly broker --data dir` on a free port and returns
 // its address once it printed "ready".
-func startBroker(t *testing.T, bin, dir string) (*proc, string) {
+func startBroker(t *testing.T, bin, dir string) (*proctest.Proc, string) {
 	t.Helper()
-	cmd := exec.Command(bin, "broker", "--addr", "127.0.0.1:0", "--data", dir,
-		"--topics", topic, "--partitions", strconv.Itoa(partitions))
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stderr = os.Stderr
-	p := start(t, cmd)
-	sc := bufio.NewScanner(stdout)
-	addr := ""
-	for sc.Scan() {
-		line := sc.Text()
-		if a, ok := strings.CutPrefix(line, "orderly broker listening on "); ok {
-			addr = a
-		}
-		if line == "ready" {
-			break
-		}
-	}
-	if addr == "" {
-		t.Fatal("the broker printed no address")
-	}
-	go func() { // drain the rest
-		for sc.Scan() {
-		}
-	}()
-	return p, addr
+	return proctest.StartBroker(t, bin, "--addr", "127.0.0.1:0", "--data", dir, "--topics", topic, "--partitions", strconv.Itoa(partitions))
 }
 
 // runResult is what one run measured.
@@ -249,7 +190,7 @@ func runOnce(t *testing.T, bin string, run int) runResult {
 	rate := envInt("ORDERLY_WEDGE_RATE", 500)
 	dir := t.TempDir()
 	brokerProc, addr := startBroker(t, bin, filepath.Join(dir, "data"))
-	defer brokerProc.kill(syscall.SIGTERM)
+	defer brokerProc.Stop(syscall.SIGTERM)
 
 	// The parent's own client: producer, offsets, DescribeGroups.
 	cc := sarama.NewConfig()
@@ -274,7 +215,7 @@ func runOnce(t *testing.T, bin string, run int) runResult {
 
 	var mu sync.Mutex
 	killedPIDs := map[int]time.Time{} // pid -> when it was killed
-	slots := make([]*proc, consumers)
+	slots := make([]*proctest.Proc, consumers)
 	startConsumer := func(slot int) {
 		cmd := exec.Command(os.Args[0], "-test.run=^TestWedgeChild$")
 		cmd.Env = append(os.Environ(),
@@ -287,14 +228,14 @@ func runOnce(t *testing.T, bin string, run int) runResult {
 		}
 		defer logf.Close()
 		cmd.Stdout, cmd.Stderr = logf, logf
-		slots[slot] = start(t, cmd)
+		slots[slot] = proctest.Start(t, cmd)
 	}
 	for s := range consumers {
 		startConsumer(s)
 	}
 	defer func() {
 		for _, p := range slots {
-			p.kill(syscall.SIGKILL)
+			p.Stop(syscall.SIGKILL)
 		}
 	}()
 
@@ -420,10 +361,10 @@ func runOnce(t *testing.T, bin string, run int) runResult {
 		}
 		p := slots[slot]
 		mu.Lock()
-		killedPIDs[p.cmd.Process.Pid] = time.Now()
+		killedPIDs[p.Cmd.Process.Pid] = time.Now()
 		mu.Unlock()
-		p.kill(syscall.SIGKILL)
-		fmt.Fprintf(timeline, "%6.1fs kill slot %d pid %d\n", time.Since(t0).Seconds(), slot, p.cmd.Process.Pid)
+		p.Stop(syscall.SIGKILL)
+		fmt.Fprintf(timeline, "%6.1fs kill slot %d pid %d\n", time.Since(t0).Seconds(), slot, p.Cmd.Process.Pid)
 		startConsumer(slot)
 	}
 	lastKill := time.Now()
