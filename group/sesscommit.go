@@ -6,68 +6,45 @@ import (
 	"github.com/IBM/sarama"
 )
 
-// sessionCommits coalesces the Commit calls of each session. sarama's
-// Commit sends every offset still dirty in its offset manager and clears
-// them only when the answer comes, so concurrent calls would send the same
-// request; at a shutdown every revoking claim commits at once. Here at
-// most one Commit runs per session, and a caller waits for one that
-// started after it called (so it carries what the caller marked before):
-// the one under way, if any, and the next, which the claims that marked
-// meanwhile share. A caller thus waits for at most two Commit calls.
+// sessionCommits coalesces the Commit calls of each session (coalesced).
+// sarama's Commit sends every offset still dirty in its offset manager and
+// clears them only when the answer comes, so concurrent calls would send
+// the same request; at a shutdown every revoking claim commits at once.
+// A caller waits for a Commit that began after it called (so it carries
+// what the caller marked before): at most the one under way and its own.
 type sessionCommits struct {
-	mu   sync.Mutex
-	cond *sync.Cond
-	by   map[sarama.ConsumerGroupSession]*commitRound
+	mu sync.Mutex
+	by map[sarama.ConsumerGroupSession]*sessionRound
 }
 
-// commitRound is the commit state of one session.
-type commitRound struct {
-	started, finished uint64 // commits begun and ended, numbered from 1
-	running           bool
-	users             int // callers inside commit (the entry goes when 0)
+// sessionRound is the coalesced Commit of one session and how many callers
+// are in it (the entry goes when none is).
+type sessionRound struct {
+	c     coalesced[struct{}]
+	users int
 }
 
 func newSessionCommits() *sessionCommits {
-	s := &sessionCommits{by: make(map[sarama.ConsumerGroupSession]*commitRound)}
-	s.cond = sync.NewCond(&s.mu)
-	return s
+	return &sessionCommits{by: make(map[sarama.ConsumerGroupSession]*sessionRound)}
 }
 
 // commit returns once a Commit of sess that began after the call has
 // returned: one this caller ran, or one another caller ran meanwhile.
 func (s *sessionCommits) commit(sess sarama.ConsumerGroupSession) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	r := s.by[sess]
 	if r == nil {
-		r = &commitRound{}
+		r = &sessionRound{}
 		s.by[sess] = r
 	}
 	r.users++
-	need := r.started + 1
-	for r.finished < need {
-		if r.running {
-			s.cond.Wait()
-			continue
-		}
-		r.running = true
-		r.started++
-		s.run(r, sess)
-	}
-	if r.users--; r.users == 0 {
-		delete(s.by, sess)
-	}
-}
-
-// run calls sess.Commit for round r without the lock, and records it done
-// even if Commit panics, so that the callers waiting go on.
-func (s *sessionCommits) run(r *commitRound, sess sarama.ConsumerGroupSession) {
-	n := r.started
 	s.mu.Unlock()
 	defer func() {
 		s.mu.Lock()
-		r.running, r.finished = false, n
-		s.cond.Broadcast()
+		if r.users--; r.users == 0 {
+			delete(s.by, sess)
+		}
+		s.mu.Unlock()
 	}()
-	sess.Commit()
+	r.c.do(struct{}{}, func([]struct{}) { sess.Commit() })
 }
