@@ -527,14 +527,22 @@ func TestStatusNamesOnlyItsStuckWorkers(t *testing.T) {
 		}
 	}()
 	var stuckOnce atomic.Bool
+	paused := make(chan struct{})
 	cfg := statusConfig(r, "named")
 	cfg.Size, cfg.Num, cfg.MsgTimeout = 1, 4, 200*time.Millisecond
 	g := newGroup(t, cfg, func(ctx context.Context, batch []*Message) error {
 		switch {
 		case batch[0].Partition == 0 && batch[0].Offset == 10 && !stuckOnce.Swap(true):
 			<-release // ignores ctx: stuck past MsgTimeout and grace
-		case batch[0].Partition == 1:
-			time.Sleep(20 * time.Millisecond) // partition 1 still has lag when paused
+		case batch[0].Partition == 1 && batch[0].Offset == 999:
+			// Partition 1 keeps lag through the pause, however fast the
+			// rest runs: its last message fails (on its ctx, so it is
+			// not stuck) until the test has seen its STOP.
+			select {
+			case <-paused:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
 		}
 		return w.Do(ctx, batch)
 	})
@@ -543,6 +551,7 @@ func TestStatusNamesOnlyItsStuckWorkers(t *testing.T) {
 	g.Pause()
 	p0 := waitStatus(t, g, 0, StatusStop, 30*time.Second)
 	p1 := waitStatus(t, g, 1, StatusStop, 30*time.Second)
+	close(paused)
 	if !strings.Contains(p0.Status.Reason, "1 worker stuck on it") {
 		t.Fatalf("partition 0 reason: got %q, want it to name its stuck worker", p0.Status.Reason)
 	}
