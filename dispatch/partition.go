@@ -38,7 +38,7 @@ type Partition[M, T any] struct {
 
 	// owned by the partition goroutine (lane fields themselves are guarded
 	// by the scheduler mutex)
-	lanes     map[uint64]*lane[M, T]
+	lanes     laneTable[M, T]
 	freeLanes []*lane[M, T]
 	sweepAt   int
 
@@ -86,7 +86,6 @@ func (s *Scheduler[M, T]) newPartition(chanSize int) *Partition[M, T] {
 		tracker:  commit.New[*Item[M, T]](),
 		chanSize: chanSize,
 		pending:  make([]*Item[M, T], 0, chanSize),
-		lanes:    make(map[uint64]*lane[M, T]),
 		sweepAt:  minLaneSweep,
 	}
 	return p
@@ -442,9 +441,9 @@ func (p *Partition[M, T]) Close() int {
 // goroutine touches the lane map, so this runs outside the scheduler lock;
 // only the sweep of idle lanes, rare, takes it to read lane state.
 func (p *Partition[M, T]) laneFor(key uint64) *lane[M, T] {
-	l := p.lanes[key]
+	l := p.lanes.get(key)
 	if l == nil {
-		if len(p.lanes) >= p.sweepAt {
+		if p.lanes.len() >= p.sweepAt {
 			p.sweep()
 		}
 		if n := len(p.freeLanes); n > 0 {
@@ -456,23 +455,24 @@ func (p *Partition[M, T]) laneFor(key uint64) *lane[M, T] {
 			l = new(lane[M, T])
 		}
 		l.part = p
-		p.lanes[key] = l
+		p.lanes.put(key, l)
 	}
 	l.pending++
 	return l
 }
 
-// sweep drops idle lanes from the lane map, keeping some for reuse.
+// sweep drops idle lanes from the lane table, keeping some for reuse.
 func (p *Partition[M, T]) sweep() {
 	p.s.mu.Lock()
-	for k, l := range p.lanes {
-		if l.idle() {
-			delete(p.lanes, k)
-			if len(p.freeLanes) < minLaneSweep {
-				p.freeLanes = append(p.freeLanes, l)
-			}
+	p.lanes.sweep(func(l *lane[M, T]) bool {
+		if !l.idle() {
+			return false
 		}
-	}
+		if len(p.freeLanes) < minLaneSweep {
+			p.freeLanes = append(p.freeLanes, l)
+		}
+		return true
+	})
 	p.s.mu.Unlock()
-	p.sweepAt = max(minLaneSweep, 2*len(p.lanes))
+	p.sweepAt = max(minLaneSweep, 2*p.lanes.len())
 }

@@ -811,7 +811,7 @@ func (s *Scheduler[M, T]) revoke(p *Partition[M, T]) (dropped, abandoned int) {
 	s.revokeSeq++
 	seq := s.revokeSeq
 	var holders []*Batch[M, T]
-	for _, l := range p.lanes {
+	p.lanes.each(func(l *lane[M, T]) {
 		if l.inReady {
 			s.readyItems -= l.n
 		}
@@ -827,7 +827,7 @@ func (s *Scheduler[M, T]) revoke(p *Partition[M, T]) (dropped, abandoned int) {
 			h.seen = seq
 			holders = append(holders, h)
 		}
-	}
+	})
 	for _, h := range holders {
 		kept := h.Items[:0]
 		for _, it := range h.Items {
@@ -841,6 +841,6 @@ func (s *Scheduler[M, T]) revoke(p *Partition[M, T]) (dropped, abandoned int) {
 	}
 	s.held -= p.held
 	p.held = 0
-	p.lanes = nil
+	p.lanes = laneTable[M, T]{}
 	return dropped, abandoned
 }

@@ -371,7 +371,7 @@ func TestIdleLanesSwept(t *testing.T) {
 		t.Fatalf("frontier: got %d, want %d (everything finished)", next, off)
 	}
 	s.mu.Lock()
-	n := len(p.lanes)
+	n := p.lanes.len()
 	s.mu.Unlock()
 	if n > 4*minLaneSweep {
 		t.Fatalf("lane map: got %d lanes after 30000 distinct keys, want at most %d (idle lanes swept)", n, 4*minLaneSweep)

@@ -208,11 +208,11 @@ func (s *Scheduler[M, T]) HeldItems(p *Partition[M, T], dst []HeldItem[M, T]) []
 	if p.held == 0 || p.revoked {
 		return dst
 	}
-	for _, l := range p.lanes {
+	p.lanes.each(func(l *lane[M, T]) {
 		if l.blocked && l.head != nil {
 			dst = append(dst, HeldItem[M, T]{l.head, l.head.offset, l.head.Attempt})
 		}
-	}
+	})
 	return dst
 }
 

@@ -1,0 +1,105 @@
+package dispatch
+
+import "math/bits"
+
+// laneTable maps lane keys to a partition's lanes: an open-addressing
+// table with linear probing, owned by the partition's goroutine. A Go map
+// would hash the key again (memhash) and match control bytes on every
+// lookup, one per message; the keys are hashes already (or small
+// integers), so a multiplicative (Fibonacci) spread of the key and one
+// probe of a flat array usually find the lane. Entries leave only in
+// sweep, which rebuilds the table.
+type laneTable[M, T any] struct {
+	slots []laneSlot[M, T] // len is a power of two, or 0
+	n     int
+	shift uint // 64 - log2(len(slots))
+}
+
+type laneSlot[M, T any] struct {
+	key uint64
+	l   *lane[M, T] // nil: empty slot
+}
+
+// minLaneSlots is the smallest table: it holds 3/4 of it before growing.
+const minLaneSlots = 64
+
+func (t *laneTable[M, T]) index(key uint64) uint64 {
+	return (key * 0x9E3779B97F4A7C15) >> t.shift
+}
+
+// get returns key's lane, nil if it has none.
+func (t *laneTable[M, T]) get(key uint64) *lane[M, T] {
+	if t.n == 0 {
+		return nil
+	}
+	mask := uint64(len(t.slots) - 1)
+	for i := t.index(key); ; i = (i + 1) & mask {
+		s := &t.slots[i]
+		if s.l == nil {
+			return nil
+		}
+		if s.key == key {
+			return s.l
+		}
+	}
+}
+
+// put adds key's lane l; key must have none.
+func (t *laneTable[M, T]) put(key uint64, l *lane[M, T]) {
+	if 4*(t.n+1) > 3*len(t.slots) {
+		t.resize(2 * (t.n + 1))
+	}
+	t.insert(key, l)
+	t.n++
+}
+
+func (t *laneTable[M, T]) insert(key uint64, l *lane[M, T]) {
+	mask := uint64(len(t.slots) - 1)
+	i := t.index(key)
+	for t.slots[i].l != nil {
+		i = (i + 1) & mask
+	}
+	t.slots[i] = laneSlot[M, T]{key, l}
+}
+
+// resize rebuilds the table with room for at least n entries at 3/4 load.
+func (t *laneTable[M, T]) resize(n int) {
+	size := max(minLaneSlots, 1<<bits.Len(uint(4*n/3)))
+	old := t.slots
+	t.slots = make([]laneSlot[M, T], size)
+	t.shift = uint(64 - bits.TrailingZeros(uint(size)))
+	for _, s := range old {
+		if s.l != nil {
+			t.insert(s.key, s.l)
+		}
+	}
+}
+
+// len is how many lanes the table holds.
+func (t *laneTable[M, T]) len() int { return t.n }
+
+// each calls fn with every lane.
+func (t *laneTable[M, T]) each(fn func(*lane[M, T])) {
+	for _, s := range t.slots {
+		if s.l != nil {
+			fn(s.l)
+		}
+	}
+}
+
+// sweep removes the lanes for which drop reports true (drop may keep them
+// for reuse) and sizes the table to what is left.
+func (t *laneTable[M, T]) sweep(drop func(*lane[M, T]) bool) {
+	kept := t.slots[:0:0]
+	for _, s := range t.slots {
+		if s.l != nil && !drop(s.l) {
+			kept = append(kept, s)
+		}
+	}
+	t.slots, t.n = nil, 0
+	t.resize(len(kept))
+	for _, s := range kept {
+		t.insert(s.key, s.l)
+	}
+	t.n = len(kept)
+}

@@ -1,0 +1,80 @@
+package dispatch
+
+import (
+	"math/rand/v2"
+	"testing"
+)
+
+// TestLaneTable checks the lane table against a Go map over keys that are
+// hashes, small integers and multiples of a power of two (which collide
+// under a mask of the low bits), through growth and sweeps.
+func TestLaneTable(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	for _, tc := range []struct {
+		name string
+		key  func(i int) uint64
+	}{
+		{"hashes", func(int) uint64 { return r.Uint64() }},
+		{"small", func(i int) uint64 { return uint64(i) }},
+		{"strided", func(i int) uint64 { return uint64(i) << 20 }},
+		{"high bits", func(i int) uint64 { return uint64(i) << 56 }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var tab laneTable[msg, int]
+			want := map[uint64]*lane[msg, int]{}
+			keys := []uint64{}
+			for round := range 4 {
+				for i := range 3000 {
+					k := tc.key(round*3000 + i)
+					if _, ok := want[k]; ok {
+						continue
+					}
+					if got := tab.get(k); got != nil {
+						t.Fatalf("get(%#x) before put: got a lane, want nil", k)
+					}
+					l := &lane[msg, int]{n: len(keys)}
+					tab.put(k, l)
+					want[k] = l
+					keys = append(keys, k)
+				}
+				checkLaneTable(t, &tab, want)
+				// Sweep out every lane whose n is odd.
+				tab.sweep(func(l *lane[msg, int]) bool { return l.n%2 == 1 })
+				for k, l := range want {
+					if l.n%2 == 1 {
+						delete(want, k)
+					}
+				}
+				checkLaneTable(t, &tab, want)
+				for _, k := range keys {
+					if _, ok := want[k]; !ok && tab.get(k) != nil {
+						t.Fatalf("get(%#x) after its sweep: got a lane, want nil", k)
+					}
+				}
+				// Renumber the survivors so that the next sweep removes half again.
+				i := 0
+				tab.each(func(l *lane[msg, int]) { l.n = i; i++ })
+			}
+		})
+	}
+}
+
+func checkLaneTable(t *testing.T, tab *laneTable[msg, int], want map[uint64]*lane[msg, int]) {
+	t.Helper()
+	if tab.len() != len(want) {
+		t.Fatalf("len: got %d, want %d", tab.len(), len(want))
+	}
+	for k, l := range want {
+		if got := tab.get(k); got != l {
+			t.Fatalf("get(%#x): got %p, want %p", k, got, l)
+		}
+	}
+	seen := 0
+	tab.each(func(*lane[msg, int]) { seen++ })
+	if seen != len(want) {
+		t.Fatalf("each: got %d lanes, want %d", seen, len(want))
+	}
+	if 4*tab.len() > 3*len(tab.slots) {
+		t.Fatalf("load: %d lanes in %d slots, want at most 3/4", tab.len(), len(tab.slots))
+	}
+}
