@@ -16,7 +16,7 @@ type Item[M, T any] struct {
 	// first, 64 bytes: items move between cores, Msg stays mostly with the
 	// claim loop that filled it, and unlinking a finished item from the
 	// tracker touches its neighbours' links.
-	next   *Item[M, T] // lane queue link, completion chain link, free-list link
+	next   *Item[M, T] // lane queue link, completion chain link
 	part   *Partition[M, T]
 	lane   *lane[M, T]
 	stamp  uint64 // arrival order across partitions (oldest first)

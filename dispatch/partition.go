@@ -23,9 +23,12 @@ type Partition[M, T any] struct {
 	finished atomic.Pointer[Item[M, T]]
 
 	// owned by the partition goroutine
-	tracker   *commit.Tracker[*Item[M, T]]
-	free      *Item[M, T]
-	nfree     int
+	tracker *commit.Tracker[*Item[M, T]]
+	// free is a stack of recycled items. A slice, not a chain through
+	// Item.next: popping one reads only the slice, so taking the next
+	// item never waits for the last one's cache line (a chain made each
+	// Alloc a dependent load of an item gone cold while sarama decoded).
+	free      []*Item[M, T]
 	chanSize  int
 	pending   []*Item[M, T]
 	closed    bool
@@ -97,10 +100,10 @@ func (p *Partition[M, T]) Wake() <-chan struct{} { return p.wake }
 
 // Alloc returns an item to fill in (Msg, Val, Lane) and Add or Skip.
 func (p *Partition[M, T]) Alloc() *Item[M, T] {
-	if it := p.free; it != nil {
-		p.free = it.next
-		it.next = nil
-		p.nfree--
+	if n := len(p.free); n > 0 {
+		it := p.free[n-1]
+		p.free[n-1] = nil
+		p.free = p.free[:n-1]
 		return it
 	}
 	return &Item[M, T]{part: p}
@@ -300,12 +303,14 @@ func (p *Partition[M, T]) Orphaned() int64 { return p.orphaned }
 // or a burst is given back once it is over. Call it now and then (the
 // claim loop does at each commit interval).
 func (p *Partition[M, T]) Trim() {
-	keep := max(p.peak, 2*int64(p.chanSize))
-	for int64(p.nfree) > keep {
-		it := p.free
-		p.free = it.next
-		it.next = nil
-		p.nfree--
+	keep := int(max(p.peak, 2*int64(p.chanSize)))
+	if n := len(p.free); n > keep {
+		// Keep the most recently freed (the top of the stack), in a
+		// slice of their size, so the stack's own array shrinks too.
+		kept := make([]*Item[M, T], keep)
+		copy(kept, p.free[n-keep:])
+		clear(p.free)
+		p.free = kept
 	}
 	p.peak = p.inflight
 }
@@ -354,9 +359,8 @@ func (p *Partition[M, T]) recycle(it *Item[M, T]) {
 	it.orphan.Store(false)
 	it.replaced, it.returned = false, false
 	it.Fate = 0
-	it.next = p.free
-	p.free = it
-	p.nfree++
+	it.next = nil
+	p.free = append(p.free, it)
 }
 
 // complete pushes the finished chain head..tail (n items) for the owner to
@@ -418,7 +422,7 @@ func (p *Partition[M, T]) Close() int {
 	}
 	p.closed = true
 	left := p.tracker.Fence()
-	p.free, p.nfree = nil, 0
+	p.free = nil
 	if p.outOfRoom {
 		p.outOfRoom = false
 		p.s.shares.paused.Add(-1)

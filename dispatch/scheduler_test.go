@@ -275,8 +275,8 @@ func TestFinishedAboveStuckHeadCostsNothing(t *testing.T) {
 	}
 	p.Trim()
 	p.Trim() // the peak since the first Trim is 1
-	if p.nfree > 2*64 {
-		t.Fatalf("free items after Trim: got %d, want at most %d", p.nfree, 2*64)
+	if len(p.free) > 2*64 || cap(p.free) > 2*64 {
+		t.Fatalf("free items after Trim: got %d (room for %d), want at most %d", len(p.free), cap(p.free), 2*64)
 	}
 }
 func TestRevoke(t *testing.T) {

@@ -509,7 +509,10 @@ func (g *Group[T]) handle(ctx context.Context, worker int, items []*dispatch.Ite
 	w := &g.workers[worker]
 	vals := w.vals[:0] // cap Size: never reallocates, never written back
 	for _, it := range items {
-		if it.Msg.Attempt != it.Attempt { // only on retries: keep Msg's cache lines clean
+		// Msg.Attempt is 1 from intake and is behind it.Attempt only
+		// after a charged failure (Uncharge takes back only the latest
+		// charge), so a first delivery never touches Msg's cache lines.
+		if it.Attempt != 1 {
 			it.Msg.Attempt = it.Attempt
 		}
 		vals = append(vals, it.Val)
