@@ -119,7 +119,7 @@ func (p *Partition[M, T]) Add(it *Item[M, T], offset, size int64) error {
 		p.recycle(it)
 		return err
 	}
-	it.Attempt, it.size, it.FirstFailure = 1, size, time.Time{}
+	it.Attempt, it.size, it.firstFailure = 1, size, 0
 	p.inflight++
 	p.bytes += size
 	p.peak = max(p.peak, p.inflight)
@@ -152,7 +152,7 @@ func (p *Partition[M, T]) Track(it *Item[M, T], offset, size int64) error {
 		p.recycle(it)
 		return err
 	}
-	it.Attempt, it.size, it.FirstFailure = 1, size, time.Time{}
+	it.Attempt, it.size, it.firstFailure = 1, size, 0
 	p.inflight++
 	p.bytes += size
 	p.peak = max(p.peak, p.inflight)
@@ -275,10 +275,8 @@ func (p *Partition[M, T]) replaceOrphans() {
 		if p.s.copied != nil {
 			p.s.copied(&c.Msg, &c.Val)
 		}
-		c.Attempt, c.FirstFailure = old.Attempt+1, old.FirstFailure
-		if c.FirstFailure.IsZero() {
-			c.FirstFailure = time.Now()
-		}
+		c.Attempt, c.firstFailure = old.Attempt+1, old.firstFailure
+		c.NoteFailure(time.Now())
 		if !p.tracker.Replace(old, c) {
 			p.recycle(c) // finished meanwhile, or fenced
 			continue

@@ -191,7 +191,7 @@ func (d *deadLetters[T]) record(j deadJob[T]) deadletter.Record {
 	for i, h := range m.Headers {
 		hs[i] = deadletter.Header{Key: h.Key, Value: h.Value}
 	}
-	first := j.it.FirstFailure
+	first := j.it.FirstFailure()
 	if first.IsZero() {
 		first = time.Now()
 	}

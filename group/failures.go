@@ -190,9 +190,7 @@ func (f *failures[T]) hold(it *dispatch.Item[Message, T], o dispatch.Outcome) {
 	case merge.DeadLettered:
 		f.dead.add(it, nil, reasonRejected, it.Attempt, o.Err)
 	default: // merge.Failed: charged an attempt already
-		if it.FirstFailure.IsZero() {
-			it.FirstFailure = time.Now()
-		}
+		it.NoteFailure(time.Now())
 		if f.outage.failed(it.Lane) {
 			// The dependency behind Do looks down: the failure does not
 			// count against the item (see outage).

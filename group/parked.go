@@ -132,7 +132,7 @@ func (p *parking[T]) park(ctx context.Context) {
 // instead, as without a DataPath.
 func (p *parking[T]) write(jobs, written []parkJob[T]) (failed, _ []parkJob[T]) {
 	for _, j := range jobs {
-		body := encodeParked(nil, &j.it.Msg, j.it.Attempt, j.it.FirstFailure)
+		body := encodeParked(nil, &j.it.Msg, j.it.Attempt, j.it.FirstFailure())
 		id, side := p.queueID(j.it)
 		var err error
 		if side {
@@ -253,7 +253,8 @@ func (p *parking[T]) intake(m *localqueue.Message) {
 		if err := p.side.Track(it, p.nextSeq(), msgBytes(&it.Msg)); err != nil {
 			return
 		}
-		it.Attempt, it.FirstFailure = attempt, first
+		it.Attempt = attempt
+		it.SetFirstFailure(first)
 		p.track(it, m.ID)
 		p.g.fail.dead.add(it, func() { p.side.Complete(it) }, reasonPoison, attempt-1, err)
 		return
@@ -262,7 +263,8 @@ func (p *parking[T]) intake(m *localqueue.Message) {
 	if err := p.side.Add(it, p.nextSeq(), msgBytes(&it.Msg)); err != nil {
 		return
 	}
-	it.Attempt, it.FirstFailure = attempt, first // Add starts them over
+	it.Attempt = attempt // Add starts them over
+	it.SetFirstFailure(first)
 	it.Msg.Attempt = attempt
 	p.track(it, m.ID)
 	p.side.Flush()

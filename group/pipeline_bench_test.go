@@ -8,9 +8,11 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/IBM/sarama"
 
+	"github.com/orderly-go/orderly/dispatch"
 	"github.com/orderly-go/orderly/internal/cputime"
 )
 
@@ -293,5 +295,14 @@ func BenchmarkFinishedAboveStuckHead(b *testing.B) {
 		heap := finishedAboveStuckHead(b, n)
 		b.ReportMetric(float64(heap)/(1<<20), "heap-MiB")
 		b.ReportMetric(float64(heap)/n, "heap-B/msg")
+	}
+}
+
+// TestItemSize: group's pipeline item fills whole cache lines, so that
+// neighbouring items (one with the claim loop, the next with a worker) do
+// not share one; 256 bytes is also an allocator size class.
+func TestItemSize(t *testing.T) {
+	if got := unsafe.Sizeof(dispatch.Item[Message, *Message]{}); got != 256 {
+		t.Fatalf("unsafe.Sizeof(dispatch.Item[Message, *Message]): got %d, want 256", got)
 	}
 }
