@@ -440,7 +440,7 @@ func (p *Partition[M, T]) Close() int {
 
 // laneFor returns key's lane, creating one (reusing an idle one) when the
 // key has none, and counts an item on its way to it. Only the partition's
-// goroutine touches the lane map, so this runs outside the scheduler lock;
+// goroutine touches the lane table, so this runs outside the scheduler lock;
 // only the sweep of idle lanes, rare, takes it to read lane state.
 func (p *Partition[M, T]) laneFor(key uint64) *lane[M, T] {
 	l := p.lanes.get(key)

@@ -338,7 +338,7 @@ func TestRevoke(t *testing.T) {
 }
 
 // TestIdleLanesSwept: lanes of keys that come and go are recycled, so a
-// stream of ever-new keys does not grow the lane map without bound.
+// stream of ever-new keys does not grow the lane table without bound.
 func TestIdleLanesSwept(t *testing.T) {
 	s := New[msg, int](Options[msg, int]{Size: 64, MaxInFlight: 1 << 20})
 	p := s.NewPartition(64)
@@ -374,7 +374,7 @@ func TestIdleLanesSwept(t *testing.T) {
 	n := p.lanes.len()
 	s.mu.Unlock()
 	if n > 4*minLaneSweep {
-		t.Fatalf("lane map: got %d lanes after 30000 distinct keys, want at most %d (idle lanes swept)", n, 4*minLaneSweep)
+		t.Fatalf("lane table: got %d lanes after 30000 distinct keys, want at most %d (idle lanes swept)", n, 4*minLaneSweep)
 	}
 }
 
