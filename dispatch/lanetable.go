@@ -88,18 +88,38 @@ func (t *laneTable[M, T]) each(fn func(*lane[M, T])) {
 }
 
 // sweep removes the lanes for which drop reports true (drop may keep them
-// for reuse) and sizes the table to what is left.
+// for reuse), in place: a removed slot is filled by shifting back the
+// entries that probed past it, so that no tombstones are left and nothing
+// is allocated. The table shrinks only when it is mostly empty after.
 func (t *laneTable[M, T]) sweep(drop func(*lane[M, T]) bool) {
-	kept := t.slots[:0:0]
-	for _, s := range t.slots {
-		if s.l != nil && !drop(s.l) {
-			kept = append(kept, s)
+	for i := 0; i < len(t.slots); {
+		if l := t.slots[i].l; l != nil && drop(l) {
+			t.deleteAt(i)
+			continue // an entry may have shifted into i: look again
+		}
+		i++
+	}
+	if len(t.slots) > minLaneSlots && 8*t.n < len(t.slots) {
+		t.resize(t.n)
+	}
+}
+
+// deleteAt empties slot i and shifts back the entries after it that
+// would no longer be found (backward-shift deletion for linear probing).
+// An entry moved may come from a slot before i (the probe sequence wraps):
+// sweep then sees it again, and drop must give the same answer twice.
+func (t *laneTable[M, T]) deleteAt(i int) {
+	mask := uint64(len(t.slots) - 1)
+	hole := uint64(i)
+	for j := (hole + 1) & mask; t.slots[j].l != nil; j = (j + 1) & mask {
+		// The entry at j may move to the hole if its home slot is not
+		// in (hole, j], cyclically.
+		home := t.index(t.slots[j].key)
+		if (j-home)&mask >= (j-hole)&mask {
+			t.slots[hole] = t.slots[j]
+			hole = j
 		}
 	}
-	t.slots, t.n = nil, 0
-	t.resize(len(kept))
-	for _, s := range kept {
-		t.insert(s.key, s.l)
-	}
-	t.n = len(kept)
+	t.slots[hole] = laneSlot[M, T]{}
+	t.n--
 }

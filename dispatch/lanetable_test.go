@@ -59,6 +59,31 @@ func TestLaneTable(t *testing.T) {
 	}
 }
 
+// TestLaneTableSweepInPlace: a sweep that keeps most lanes reuses the
+// table's array (nothing allocated at each commit interval); one that
+// empties it gives the memory back.
+func TestLaneTableSweepInPlace(t *testing.T) {
+	var tab laneTable[msg, int]
+	for i := range 5000 {
+		tab.put(uint64(i)*0x9E3779B97F4A7C15, &lane[msg, int]{n: i})
+	}
+	before := &tab.slots[0]
+	tab.sweep(func(l *lane[msg, int]) bool { return l.n%10 == 0 })
+	if got := tab.len(); got != 4500 {
+		t.Fatalf("lanes after sweeping a tenth: got %d, want 4500", got)
+	}
+	if &tab.slots[0] != before {
+		t.Fatalf("sweeping a tenth reallocated the table, want it swept in place")
+	}
+	if allocs := testing.AllocsPerRun(10, func() { tab.sweep(func(*lane[msg, int]) bool { return false }) }); allocs != 0 {
+		t.Fatalf("allocations per sweep that keeps every lane: got %v, want 0", allocs)
+	}
+	tab.sweep(func(*lane[msg, int]) bool { return true })
+	if tab.len() != 0 || len(tab.slots) != minLaneSlots {
+		t.Fatalf("after sweeping every lane: got %d lanes in %d slots, want 0 in %d", tab.len(), len(tab.slots), minLaneSlots)
+	}
+}
+
 func checkLaneTable(t *testing.T, tab *laneTable[msg, int], want map[uint64]*lane[msg, int]) {
 	t.Helper()
 	if tab.len() != len(want) {

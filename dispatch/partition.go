@@ -298,9 +298,19 @@ func (p *Partition[M, T]) Orphaned() int64 { return p.orphaned }
 
 // Trim lets go of free items beyond what the partition needed since the
 // last Trim (at least two channels' worth), so that the memory of a stall
-// or a burst is given back once it is over. Call it now and then (the
-// claim loop does at each commit interval).
+// or a burst is given back once it is over, and sweeps idle lanes when
+// they are most of the lane table, so that the lanes of keys that stopped
+// coming are given back without waiting for new keys to trigger laneFor's
+// sweep. Call it now and then (the claim loop does at each commit
+// interval).
 func (p *Partition[M, T]) Trim() {
+	// A lane that is not idle has an unfinished item (queued, pending, in
+	// a batch or held), so at least len - inflight lanes are idle: a sweep
+	// runs only when it drops at least half the table, which pays for
+	// its O(lanes) under the scheduler lock with the lanes it frees.
+	if n := p.lanes.len(); int64(n)-p.inflight >= int64(max(minLaneSweep, n/2)) {
+		p.sweep()
+	}
 	keep := int(max(p.peak, 2*int64(p.chanSize)))
 	if n := len(p.free); n > keep {
 		// Keep the most recently freed (the top of the stack), in a

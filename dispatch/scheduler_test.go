@@ -378,6 +378,46 @@ func TestIdleLanesSwept(t *testing.T) {
 	}
 }
 
+// TestTrimSweepsIdleLanes: once the keys stop coming, Trim gives their
+// idle lanes back (laneFor's own sweep needs new keys to run), keeps the
+// lanes that still have work, and keeps at most minLaneSweep for reuse.
+func TestTrimSweepsIdleLanes(t *testing.T) {
+	s := New[msg, int](Options[msg, int]{Size: 1 << 12, MaxInFlight: 1 << 20})
+	p := s.NewPartition(64)
+	w := s.NewWorker()
+	var off int64
+	const keys = 3000
+	lanes := make([]int, keys)
+	for i := range lanes {
+		lanes[i] = i
+	}
+	feed(t, p, &off, lanes...)
+	b := s.NewBatch(w)
+	if st := s.Next(b, true, nil); st != Run || len(b.Items) != keys {
+		t.Fatalf("first batch: got %v with %d items, want Run with %d", st, len(b.Items), keys)
+	}
+	s.Release(b)
+	p.Advance()
+	feed(t, p, &off, 7) // a second item for lane 7, left queued
+	if got := p.lanes.len(); got != keys {
+		t.Fatalf("lanes before Trim: got %d, want %d", got, keys)
+	}
+	p.Trim()
+	if got := p.lanes.len(); got != 1 {
+		t.Fatalf("lanes after Trim: got %d, want 1 (lane 7, with an item queued)", got)
+	}
+	if got := len(p.freeLanes); got != minLaneSweep {
+		t.Fatalf("lanes kept for reuse: got %d, want %d", got, minLaneSweep)
+	}
+	if len(p.lanes.slots) != minLaneSlots {
+		t.Fatalf("lane table after Trim: got %d slots, want %d (given back)", len(p.lanes.slots), minLaneSlots)
+	}
+	b = s.NewBatch(w)
+	if st := s.Next(b, true, nil); st != Run || len(b.Items) != 1 || b.Items[0].Msg.lane != 7 {
+		t.Fatalf("after Trim: got %v with %d items, want lane 7's second item", st, len(b.Items))
+	}
+}
+
 // TestOutOfShareCountedOnce: a partition out of its share checks Room
 // again and again (a claim loop holding messages does, per burst); it is
 // counted once as paused, which makes partial batches run at once, and

@@ -6,6 +6,7 @@ import (
 	"os"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -152,27 +153,69 @@ func TestFleetCommits(t *testing.T) {
 // TestFleetLaneMemory: the heap a lane costs, from two runs of the same
 // message count over 8 partitions, one with as many keys as messages
 // (every lane used once, then idle) and one with a hundredth of that: the
-// heap held once every message is done, with the group still running,
-// over the difference in keys. The in-process broker holds the same
-// messages in both (their keys are 9 or 10 bytes: at most 1 B per message
-// of difference, noted).
+// heap held once every message is done and a commit interval or two has
+// passed (the lane sweep), the group still running, over the difference
+// in keys. Two figures: what Orderly's dispatch package holds (lanes, lane
+// tables, items), from the runtime's memory profile at a sampling rate of
+// one (every allocation), and the whole heap, which also holds the
+// in-process broker's log segments (those differ between the two data
+// sets: distinct keys compress less, so they dominate the whole-heap
+// difference).
 func TestFleetLaneMemory(t *testing.T) {
 	fleetGate(t)
+	rate := runtime.MemProfileRate
+	runtime.MemProfileRate = 1
+	t.Cleanup(func() { runtime.MemProfileRate = rate })
 	const n = 400_000
-	heap := map[int]uint64{}
+	heap, dispatch := map[int]uint64{}, map[int]uint64{}
 	for _, keys := range []int{n / 100, n} {
 		b, ds := testData(t, dataSpec{Messages: n, Partitions: 8, Keys: keys})
-		heap[keys] = heapWhenDone(t, b, ds)
-		t.Logf("%d keys: %.1f MiB of heap with every message done", keys, float64(heap[keys])/(1<<20))
+		heap[keys], dispatch[keys] = heapWhenDone(t, b, ds)
+		t.Logf("%d keys: %.1f MiB of heap with every message done, %.2f MiB of it held by orderly/dispatch", keys,
+			float64(heap[keys])/(1<<20), float64(dispatch[keys])/(1<<20))
 		b.Close()
 	}
-	d := float64(heap[n]) - float64(heap[n/100])
-	t.Logf("lanes: %.0f B per key (heap %d keys - %d keys, over %d keys)", d/float64(n-n/100), n, n/100, n-n/100)
+	per := func(m map[int]uint64) float64 { return (float64(m[n]) - float64(m[n/100])) / float64(n-n/100) }
+	t.Logf("lanes: %.1f B per key held by orderly/dispatch; %.0f B per key of the whole heap (the broker's segments included) (%d keys - %d keys, over %d keys)",
+		per(dispatch), per(heap), n, n/100, n-n/100)
+}
+
+// heldBy is the heap in use, as of the last completed GC, by objects
+// allocated in a function of package pkg (an import path), from the
+// runtime's memory profile: exact only when every allocation is sampled
+// (runtime.MemProfileRate 1).
+func heldBy(pkg string) uint64 {
+	var recs []runtime.MemProfileRecord
+	n, _ := runtime.MemProfile(nil, false)
+	for {
+		recs = make([]runtime.MemProfileRecord, n+64)
+		var ok bool
+		if n, ok = runtime.MemProfile(recs, false); ok {
+			recs = recs[:n]
+			break
+		}
+	}
+	var total uint64
+	for _, r := range recs {
+		frames := runtime.CallersFrames(r.Stack())
+		for {
+			f, more := frames.Next()
+			if strings.HasPrefix(f.Function, pkg+".") {
+				total += uint64(r.InUseBytes())
+				break
+			}
+			if !more {
+				break
+			}
+		}
+	}
+	return total
 }
 
 // heapWhenDone runs a group over ds with a no-op handler and returns the
-// heap in use once every message is done, the group still running.
-func heapWhenDone(t *testing.T, b *broker.Broker, ds *dataset) uint64 {
+// heap in use once every message is done, the group still running, and
+// the part of it allocated by orderly/dispatch (see heldBy).
+func heapWhenDone(t *testing.T, b *broker.Broker, ds *dataset) (heap, dispatch uint64) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
@@ -203,11 +246,12 @@ func heapWhenDone(t *testing.T, b *broker.Broker, ds *dataset) uint64 {
 	runtime.GC()
 	runtime.GC()
 	runtime.ReadMemStats(&ms)
+	dispatch = heldBy("github.com/orderly-go/orderly/dispatch")
 	stop()
 	if err := <-errc; err != nil {
 		t.Fatal(err)
 	}
-	return ms.HeapAlloc
+	return ms.HeapAlloc, dispatch
 }
 
 // TestFleetRebalance: how long a rebalance takes at 512 partitions when a
