@@ -51,8 +51,10 @@ type diskBackend struct {
 	log       *zap.Logger
 	pattern   string // data file glob, for where() before any file was opened
 	syncEach  bool
+	dataPath  string
 	metaBad   uint64 // 1: prepareMetadata rebuilt damaged metadata; set before use
 	errs      atomic.Uint64
+	syncFails atomic.Uint64 // go-diskqueue's "failed to sync" errors
 	readingMu sync.Mutex
 	reading   string // guarded by readingMu
 }
@@ -62,6 +64,7 @@ func newDiskBackend(o *Options, log *zap.Logger) (*diskBackend, error) {
 		log:      log,
 		pattern:  filepath.Join(o.DataPath, o.Name+".diskqueue.*.dat"),
 		syncEach: o.SyncEvery == 1,
+		dataPath: o.DataPath,
 	}
 	damaged, err := prepareMetadata(o.DataPath, o.Name, 4+envelopeOverhead, log)
 	if err != nil {
@@ -88,6 +91,9 @@ func (b *diskBackend) logf(lvl diskqueue.LogLevel, f string, args ...any) {
 			b.readingMu.Unlock()
 		}
 	}
+	if lvl >= diskqueue.ERROR && strings.Contains(f, "failed to sync") {
+		b.syncFails.Add(1)
+	}
 	msg := fmt.Sprintf(f, args...)
 	switch lvl {
 	case diskqueue.DEBUG, diskqueue.INFO:
@@ -101,6 +107,7 @@ func (b *diskBackend) logf(lvl diskqueue.LogLevel, f string, args ...any) {
 }
 
 func (b *diskBackend) Put(data []byte) error {
+	fails := b.syncFails.Load()
 	if err := b.dq.Put(data); err != nil {
 		return err
 	}
@@ -108,8 +115,13 @@ func (b *diskBackend) Put(data []byte) error {
 		// ioLoop syncs at the top of the iteration after a write when
 		// SyncEvery is reached, before it serves the next select, so a
 		// depth request answered after our write is answered after that
-		// fsync (data file and metadata).
+		// fsync (data file and metadata). go-diskqueue only logs a
+		// failed fsync, and retries it at every iteration until one
+		// succeeds: a failure logged meanwhile means ours did not.
 		b.dq.Depth()
+		if b.syncFails.Load() != fails {
+			return fmt.Errorf("%w: go-diskqueue's fsync in %s after the write failed (logged)", ErrNotSynced, b.dataPath)
+		}
 	}
 	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -158,6 +159,44 @@ func TestSyncEveryOnePutWaitsForSync(t *testing.T) {
 		if string(meta) != want {
 			t.Fatalf("metadata after Put %d: got %q, want %q", i, meta, want)
 		}
+	}
+}
+
+// TestSyncEveryOneSyncFailure: with SyncEvery 1, a Put whose fsync fails
+// (here go-diskqueue's metadata rename, onto a directory put in the
+// metadata file's place) returns ErrNotSynced with the message's ID,
+// naming the data path; the message is stored all the same, and once the
+// fsync works again it and the next are delivered, once each.
+func TestSyncEveryOneSyncFailure(t *testing.T) {
+	dir := t.TempDir()
+	q := openQueue(t, Options{DataPath: dir, SyncEvery: 1, SyncTimeout: time.Hour})
+	mustPut(t, q, "before")
+	meta := filepath.Join(dir, "q.diskqueue.meta.dat")
+	if err := os.Remove(meta); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(meta, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	id, err := q.Put([]byte("unsynced"))
+	if !errors.Is(err, ErrNotSynced) || id == (ID{}) || !strings.Contains(err.Error(), dir) || !strings.Contains(err.Error(), id.String()) {
+		t.Fatalf("Put while the fsync fails: got id %v, error %v; want its ID and ErrNotSynced naming %s and the ID", id, err, dir)
+	}
+	if err := os.Remove(meta); err != nil {
+		t.Fatal(err)
+	}
+	mustPut(t, q, "after")
+	var got []string
+	for range 3 {
+		m := mustGet(t, q)
+		got = append(got, string(m.Body))
+		mustFinish(t, q, m.ID)
+	}
+	if want := []string{"before", "unsynced", "after"}; !slices.Equal(got, want) {
+		t.Fatalf("delivered: got %q, want %q", got, want)
+	}
+	if d := q.Depth(); d != 0 {
+		t.Fatalf("depth after delivering all: got %d, want 0", d)
 	}
 }
 

@@ -145,7 +145,7 @@ func (q *Queue) flush() error {
 			kept++
 			return
 		}
-		if err := q.writeBackend(m); err != nil {
+		if err := q.writeBackend(m); err != nil && !errors.Is(err, ErrNotSynced) {
 			failed++
 			q.log.Error("message lost at close", zap.Stringer("id", m.ID), zap.Int("attempts", m.Attempts), zap.Error(err))
 			return

@@ -206,7 +206,10 @@
 //   - Machine crash or power loss: only what was fsynced survives. The
 //     backend and the journal are fsynced separately, each on SyncEvery
 //     and SyncTimeout. With SyncEvery 1 each Put returns after its record
-//     and go-diskqueue's metadata were fsynced, and each journaled
+//     and go-diskqueue's metadata were fsynced (or with ErrNotSynced, when
+//     that fsync failed: the message is written, not known durable; a
+//     failed fsync of the journal is logged and counted in Stats but not
+//     returned to the operation it follows), and each journaled
 //     operation (Get from the backend, PutDeferred, Requeue, Finish of a
 //     journaled message, a timeout) after its journal record was fsynced
 //     (fdatasync on Linux); the window of the Get above is then as long as

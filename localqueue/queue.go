@@ -3,6 +3,7 @@ package localqueue
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -200,7 +201,9 @@ func (q *Queue) newID() ID {
 
 // Put adds a message that is ready now and returns its ID. body is copied.
 // When Put returns nil the message is in the memory chan or written to the
-// backend; see the package documentation for what survives a crash.
+// backend; see the package documentation for what survives a crash. With
+// SyncEvery 1, an error wrapping ErrNotSynced comes with the message's ID:
+// it is written, but its fsync failed.
 func (q *Queue) Put(body []byte) (ID, error) { return q.put(body, 0, false) }
 
 // PutOwned is Put without the copy: the queue takes body over, and the
@@ -235,6 +238,7 @@ func (q *Queue) put(body []byte, delay time.Duration, owned bool) (ID, error) {
 	}
 	now := q.now()
 	id := q.newID()
+	var err error
 	switch {
 	case delay > 0:
 		r := newReady(id, body, owned, now, now.Add(delay))
@@ -247,16 +251,15 @@ func (q *Queue) put(body []byte, delay time.Duration, owned bool) (ID, error) {
 		q.pushDeferred(r)
 	case q.recordless():
 		m := Message{ID: id, Body: body, Timestamp: now, Due: now} // encoded, not retained
-		if err := q.writeBackend(&m); err != nil {
-			return ID{}, err
-		}
+		err = q.writeBackend(&m)
 	default:
-		if err := q.enqueue(newReady(id, body, owned, now, now)); err != nil {
-			return ID{}, err
-		}
+		err = q.enqueue(newReady(id, body, owned, now, now))
 	}
-	q.stats.puts.Add(1)
-	return id, nil
+	if err != nil && !errors.Is(err, ErrNotSynced) {
+		return ID{}, err
+	}
+	q.stats.puts.Add(1) // stored, even if not synced
+	return id, err
 }
 
 func (q *Queue) checkDelay(delay time.Duration) error {
@@ -313,12 +316,15 @@ func (q *Queue) writeBackend(m *Message) error {
 		*bp = buf
 		q.bufPool.Put(bp)
 	}
-	if err != nil {
+	if err != nil && !errors.Is(err, ErrNotSynced) {
 		return q.writeFailed(m.ID, err)
 	}
-	q.onBackend.Add(1)
+	q.onBackend.Add(1) // written, even if not synced
 	if q.journal != nil {
 		q.journal.backendOps.Add(1)
+	}
+	if err != nil {
+		return q.writeFailed(m.ID, err)
 	}
 	return nil
 }
@@ -537,7 +543,8 @@ func (q *Queue) pushDeferred(r *record) {
 // putReady hands r to the memory chan or the backend. It never loses r: if
 // the backend write fails, r is deferred for retryDelay and tried again.
 func (q *Queue) putReady(r *record) {
-	if err := q.enqueue(r); err != nil {
+	// ErrNotSynced: r is written, and trying again would write it twice.
+	if err := q.enqueue(r); err != nil && !errors.Is(err, ErrNotSynced) {
 		q.log.Error("requeue failed, retrying later", zap.Stringer("id", r.m.ID), zap.Int("attempts", r.m.Attempts), zap.Error(err))
 		r.m.Due = q.now().Add(retryDelay)
 		q.deferRecord(r)
