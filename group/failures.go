@@ -105,7 +105,7 @@ func (f *failures[T]) open(client sarama.Client) error {
 	}
 	sc, err := f.newScanner()
 	if err != nil {
-		return err
+		return errors.Join(err, f.dead.close())
 	}
 	f.parkScanner = sc
 	if f.park, err = newParking(f.g, sc); err != nil {
