@@ -244,7 +244,7 @@ func TestOrphan(t *testing.T) {
 	hung, other := s.NewWorker(), s.NewWorker()
 	b := s.NewBatch(hung)
 	s.Next(b, true, nil)
-	call := s.BeginCall(hung)
+	call := s.BeginCall(hung, nil)
 	if n := s.Orphan(hung, call); n != 3 {
 		t.Fatalf("Orphan: got %d, want 3", n)
 	}
@@ -348,7 +348,7 @@ func TestActsApplyToOneCall(t *testing.T) {
 			}
 			var judged uint64
 			for i := range tt.calls {
-				call := s.BeginCall(w)
+				call := s.BeginCall(w, nil)
 				if i == 0 {
 					judged = call
 				}
@@ -381,7 +381,7 @@ func TestActsApplyToOneCall(t *testing.T) {
 func TestEndCallWaitsForAct(t *testing.T) {
 	s := New[msg, int](Options[msg, int]{Size: 1, MaxInFlight: 100})
 	w := s.NewWorker()
-	call := s.BeginCall(w)
+	call := s.BeginCall(w, nil)
 	if !s.lockCall(w, call) { // an act, between its look at the call and its end
 		t.Fatal("lockCall: got false, want the worker in the call")
 	}
@@ -402,7 +402,7 @@ func TestEndCallWaitsForAct(t *testing.T) {
 		t.Fatal("EndCall did not return after the act ended")
 	}
 
-	s.BeginCall(w)
+	s.BeginCall(w, nil)
 	s.mu.Lock() // held by something other than an act on w's call
 	defer s.mu.Unlock()
 	done := make(chan struct{})

@@ -194,6 +194,14 @@ func New[T any](cfg Config, h Handler[T]) (*Group[T], error) {
 	g.sched = dispatch.New[Message, T](dispatch.Options[Message, T]{
 		Size: cfg.Size, MaxInFlight: cfg.MaxInFlight, MaxInFlightBytes: cfg.MaxInFlightBytes,
 		Window: cfg.Chan, WakeDelay: wakeDelay, Reset: resetFunc(h), Hold: g.fail.hold, Copied: copiedFunc(h),
+		// Msg.Attempt is 1 from intake and is behind the item's Attempt
+		// only after a charged failure (Uncharge takes back only the
+		// latest charge).
+		Attempt: func(m *Message, attempt int) {
+			if m.Attempt != attempt {
+				m.Attempt = attempt
+			}
+		},
 	})
 	g.fail.outage.onStart = g.outageBegan
 	g.fail.outage.onEnd = g.outageEnded
@@ -509,12 +517,6 @@ func (g *Group[T]) handle(ctx context.Context, worker int, items []*dispatch.Ite
 	w := &g.workers[worker]
 	vals := w.vals[:0] // cap Size: never reallocates, never written back
 	for _, it := range items {
-		// Msg.Attempt is 1 from intake and is behind it.Attempt only
-		// after a charged failure (Uncharge takes back only the latest
-		// charge), so a first delivery never touches Msg's cache lines.
-		if it.Attempt != 1 {
-			it.Msg.Attempt = it.Attempt
-		}
 		vals = append(vals, it.Val)
 	}
 	w.items = items

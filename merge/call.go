@@ -52,7 +52,7 @@ func (p *Pool[M, T]) context(wk *worker[M, T]) context.Context {
 // Config.Timeout (then it failed, whatever it returned).
 func (p *Pool[M, T]) call(wk *worker[M, T], items []*dispatch.Item[M, T]) (verdicts []Verdict, err error, timedOut bool) {
 	ctx := p.context(wk)
-	p.s.BeginCall(wk.w)
+	p.s.BeginCall(wk.w, items)
 	start := time.Now()
 	wk.call.start.Store(start.UnixNano())
 	verdicts, err = p.handle(ctx, wk.id, items)
