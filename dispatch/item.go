@@ -29,8 +29,8 @@ type Item[M, T any] struct {
 	// firstFailure is when the item first failed, in Unix nanoseconds
 	// (0 until it does), for its dead letter; written by whoever holds
 	// its lane. Not a time.Time: 8 bytes rather than 24 keep group's item
-	// at 256 bytes, four whole cache lines of its own (at 272 it took the
-	// 288-byte size class, and neighbouring items shared lines).
+	// (T a pointer) at 256 bytes, a size class of whole cache lines, so
+	// that no two items share a line (TestItemSize).
 	firstFailure int64
 	arrival      *Outcome // AddHeld: held when it reaches its lane
 	// orphan: its call hung and a copy runs in its place (Orphan); its

@@ -8,7 +8,8 @@ import "math/bits"
 // lookup, one per message; the keys are hashes already (or small
 // integers), so a multiplicative (Fibonacci) spread of the key and one
 // probe of a flat array usually find the lane. Entries leave only in
-// sweep, which rebuilds the table.
+// sweep (in place; it rebuilds the table only to shrink it) and when the
+// partition's revoke drops the whole table.
 type laneTable[M, T any] struct {
 	slots []laneSlot[M, T] // len is a power of two, or 0
 	n     int
@@ -47,7 +48,7 @@ func (t *laneTable[M, T]) get(key uint64) *lane[M, T] {
 // put adds key's lane l; key must have none.
 func (t *laneTable[M, T]) put(key uint64, l *lane[M, T]) {
 	if 4*(t.n+1) > 3*len(t.slots) {
-		t.resize(2 * (t.n + 1))
+		t.resize(len(t.slots)) // room for as many entries as slots now: twice the slots
 	}
 	t.insert(key, l)
 	t.n++

@@ -59,6 +59,25 @@ func TestLaneTable(t *testing.T) {
 	}
 }
 
+// TestLaneTableGrowsByDoubling: growing doubles the table, at 3/4 load,
+// so it is never less than 3/8 full after a growth.
+func TestLaneTableGrowsByDoubling(t *testing.T) {
+	var tab laneTable[msg, int]
+	size := 0
+	for i := range 100_000 {
+		tab.put(uint64(i), &lane[msg, int]{})
+		if n := len(tab.slots); n != size {
+			if size != 0 && n != 2*size {
+				t.Fatalf("growth at %d lanes: got %d slots from %d, want %d", i+1, n, size, 2*size)
+			}
+			size = n
+		}
+		if 8*tab.len() < 3*len(tab.slots) && len(tab.slots) > minLaneSlots {
+			t.Fatalf("load at %d lanes: %d slots, want at least 3/8 full", tab.len(), len(tab.slots))
+		}
+	}
+}
+
 // TestLaneTableSweepInPlace: a sweep that keeps most lanes reuses the
 // table's array (nothing allocated at each commit interval); one that
 // empties it gives the memory back.

@@ -24,10 +24,9 @@ type Partition[M, T any] struct {
 
 	// owned by the partition goroutine
 	tracker *commit.Tracker[*Item[M, T]]
-	// free is a stack of recycled items. A slice, not a chain through
-	// Item.next: popping one reads only the slice, so taking the next
-	// item never waits for the last one's cache line (a chain made each
-	// Alloc a dependent load of an item gone cold while sarama decoded).
+	// free is a stack of recycled items, a slice rather than a chain
+	// through Item.next: popping one reads only the slice, so taking an
+	// item never waits for another item's cache line.
 	free      []*Item[M, T]
 	chanSize  int
 	pending   []*Item[M, T]
@@ -299,15 +298,16 @@ func (p *Partition[M, T]) Orphaned() int64 { return p.orphaned }
 // Trim lets go of free items beyond what the partition needed since the
 // last Trim (at least two channels' worth), so that the memory of a stall
 // or a burst is given back once it is over, and sweeps idle lanes when
-// they are most of the lane table, so that the lanes of keys that stopped
+// they are at least half the lane table, so that the lanes of keys that stopped
 // coming are given back without waiting for new keys to trigger laneFor's
 // sweep. Call it now and then (the claim loop does at each commit
 // interval).
 func (p *Partition[M, T]) Trim() {
 	// A lane that is not idle has an unfinished item (queued, pending, in
 	// a batch or held), so at least len - inflight lanes are idle: a sweep
-	// runs only when it drops at least half the table, which pays for
-	// its O(lanes) under the scheduler lock with the lanes it frees.
+	// runs only when that is half the table or more, so that its pass
+	// over the slots under the scheduler lock is paid for by the lanes it
+	// frees. A backlog deeper than half the lanes defers it.
 	if n := p.lanes.len(); int64(n)-p.inflight >= int64(max(minLaneSweep, n/2)) {
 		p.sweep()
 	}

@@ -71,12 +71,12 @@ type Options[M, T any] struct {
 	// zeroing both whole; the caller overwrites every field when it reuses
 	// the item. Default: zero them.
 	Reset func(m *M, v *T)
-	// Attempt, if set, is called by BeginCall for each item of the call
-	// that failed before (Attempt above 1), to show the attempt in its
-	// message. BeginCall runs on the worker's goroutine before it numbers
+	// ShowAttempt, if set, is called by BeginCall for each item of the
+	// call that failed before (Attempt above 1), to show the attempt in
+	// its message. BeginCall runs on the worker's goroutine before it numbers
 	// the call, so whoever reads a running call's messages (Running, and
 	// the owner copying an orphaned item) sees the write.
-	Attempt func(m *M, attempt int)
+	ShowAttempt func(m *M, attempt int)
 	// Window is how far (in arrival order, across partitions) a batch may
 	// look past a lane's head for more of the same lane's items; default
 	// Size. Oldest-first holds to within a window.
@@ -95,14 +95,14 @@ type Options[M, T any] struct {
 
 // Scheduler is shared by all partitions and workers of a group.
 type Scheduler[M, T any] struct {
-	size      int
-	window    uint64
-	wakeDelay time.Duration
-	reset     func(m *M, v *T)
-	attempt   func(m *M, attempt int)
-	copied    func(m *M, v *T)
-	onHold    func(it *Item[M, T], o Outcome)
-	shares    shares
+	size        int
+	window      uint64
+	wakeDelay   time.Duration
+	reset       func(m *M, v *T)
+	showAttempt func(m *M, attempt int)
+	copied      func(m *M, v *T)
+	onHold      func(it *Item[M, T], o Outcome)
+	shares      shares
 
 	wakeMu   sync.Mutex
 	wakeList []*Partition[M, T] // completions waiting for RunWaker
@@ -177,7 +177,7 @@ func New[M, T any](o Options[M, T]) *Scheduler[M, T] {
 		o.Window = o.Size
 	}
 	s := &Scheduler[M, T]{
-		size: o.Size, window: uint64(o.Window), wakeDelay: o.WakeDelay, reset: o.Reset, attempt: o.Attempt, copied: o.Copied, onHold: o.Hold,
+		size: o.Size, window: uint64(o.Window), wakeDelay: o.WakeDelay, reset: o.Reset, showAttempt: o.ShowAttempt, copied: o.Copied, onHold: o.Hold,
 		wakeKick: make(chan struct{}, 1),
 		parts:    make(map[*Partition[M, T]]struct{}),
 		limit:    -1,
@@ -247,12 +247,12 @@ func (s *Scheduler[M, T]) Runs(w *Worker[M, T], p *Partition[M, T]) bool {
 // running batch (the whole batch, or part of one in a split retry) and
 // returns the number, which identifies the call to CancelCall, Orphan and
 // Running. Before that it shows each retried item's attempt in its message
-// (Options.Attempt). Only w's goroutine calls it.
+// (Options.ShowAttempt). Only w's goroutine calls it.
 func (s *Scheduler[M, T]) BeginCall(w *Worker[M, T], items []*Item[M, T]) uint64 {
-	if s.attempt != nil {
+	if s.showAttempt != nil {
 		for _, it := range items {
-			if it.Attempt != 1 { // a first delivery leaves the message's cache lines alone
-				s.attempt(&it.Msg, it.Attempt)
+			if it.Attempt > 1 { // a first delivery leaves the message's cache lines alone
+				s.showAttempt(&it.Msg, it.Attempt)
 			}
 		}
 	}

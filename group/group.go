@@ -197,7 +197,7 @@ func New[T any](cfg Config, h Handler[T]) (*Group[T], error) {
 		// Msg.Attempt is 1 from intake and is behind the item's Attempt
 		// only after a charged failure (Uncharge takes back only the
 		// latest charge).
-		Attempt: func(m *Message, attempt int) {
+		ShowAttempt: func(m *Message, attempt int) {
 			if m.Attempt != attempt {
 				m.Attempt = attempt
 			}

@@ -116,8 +116,9 @@ func (b *diskBackend) Put(data []byte) error {
 		// SyncEvery is reached, before it serves the next select, so a
 		// depth request answered after our write is answered after that
 		// fsync (data file and metadata). go-diskqueue only logs a
-		// failed fsync, and retries it at every iteration until one
-		// succeeds: a failure logged meanwhile means ours did not.
+		// failed fsync: one logged between our write and that answer
+		// means ours failed, or one after it did (another Put's, or a
+		// read's), which errs towards reporting a write unsynced.
 		b.dq.Depth()
 		if b.syncFails.Load() != fails {
 			return fmt.Errorf("%w: go-diskqueue's fsync in %s after the write failed (logged)", ErrNotSynced, b.dataPath)

@@ -200,6 +200,44 @@ func TestSyncEveryOneSyncFailure(t *testing.T) {
 	}
 }
 
+// TestDeadLetterSyncFailure: a dead letter whose fsync fails in a
+// dead-letter queue with SyncEvery 1 is written all the same, so the
+// source finishes it rather than redelivering it: it is in the dead-letter
+// queue once, and the source is empty.
+func TestDeadLetterSyncFailure(t *testing.T) {
+	dir := t.TempDir()
+	dlq := openQueue(t, Options{Name: "dead", DataPath: dir, SyncEvery: 1, SyncTimeout: time.Hour})
+	q := openQueue(t, Options{DataPath: dir, MaxAttempts: 1, DeadLetter: dlq})
+	id := mustPut(t, q, "poison")
+	if m := mustGet(t, q); m.ID != id {
+		t.Fatalf("Get: got %v, want %v", m.ID, id)
+	}
+	meta := filepath.Join(dir, "dead.diskqueue.meta.dat")
+	if err := os.Remove(meta); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(meta, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Requeue(id, 0); err != nil { // its last attempt failed: dead
+		t.Fatalf("Requeue: %v", err)
+	}
+	if err := os.Remove(meta); err != nil {
+		t.Fatal(err)
+	}
+	if st := q.Stats(); st.Dead != 1 || q.Depth() != 0 || st.InFlight != 0 {
+		t.Fatalf("source after the dead letter: got dead %d, depth %d, in flight %d; want 1, 0, 0", st.Dead, q.Depth(), st.InFlight)
+	}
+	m := mustGet(t, dlq)
+	if m.ID != id || string(m.Body) != "poison" {
+		t.Fatalf("dead letter: got %v %q, want %v \"poison\"", m.ID, m.Body, id)
+	}
+	mustFinish(t, dlq, m.ID)
+	if d := dlq.Depth(); d != 0 {
+		t.Fatalf("dead-letter queue depth after its one message: got %d, want 0", d)
+	}
+}
+
 func TestDiskBackendWhere(t *testing.T) {
 	dir := t.TempDir()
 	q := openQueue(t, Options{DataPath: dir})

@@ -35,9 +35,10 @@ var (
 	ErrLocked = errors.New("localqueue: queue is open elsewhere")
 	// ErrNotSynced is returned by Put with a DataPath and SyncEvery 1 when
 	// the message went to go-diskqueue and the fsync that must follow the
-	// write failed: the message is stored and will be delivered, but may
-	// not survive a power loss. A caller that puts it again may see it
-	// twice (at-least-once).
+	// write, or one right after it, failed: the message is stored and will
+	// be delivered, but may not survive a power loss. A caller that puts it
+	// again may see it twice (at-least-once). Stats.BackendErrors counts
+	// the failed fsync.
 	ErrNotSynced = errors.New("localqueue: written but not synced")
 	// ErrCorrupt wraps envelope decode errors (bad version, length or
 	// checksum). Get never returns it: corrupt records are counted in

@@ -1,6 +1,7 @@
 package localqueue
 
 import (
+	"errors"
 	"fmt"
 	"time"
 
@@ -231,6 +232,13 @@ func (q *Queue) putDead(m Message) error {
 		err = q.writeBackend(&m)
 	} else {
 		err = q.enqueue(newRecord(m))
+	}
+	if errors.Is(err, ErrNotSynced) {
+		// Written: refusing it would redeliver the message, which would
+		// then be dead-lettered twice. It is as durable as the fsync
+		// that follows.
+		q.log.Warn("dead letter written but its fsync failed; a power loss before the next fsync can lose it", zap.Stringer("id", m.ID), zap.Error(err))
+		err = nil
 	}
 	if err != nil {
 		return err

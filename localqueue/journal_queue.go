@@ -1,6 +1,7 @@
 package localqueue
 
 import (
+	"errors"
 	"fmt"
 
 	"go.uber.org/zap"
@@ -9,9 +10,11 @@ import (
 // writeMarker appends the dedup marker of the journal's generation to the
 // backend: backend records before it were written before this Open.
 func (q *Queue) writeMarker() error {
-	if err := q.backend.Put(appendMarker(nil, q.journal.gen)); err != nil {
+	if err := q.backend.Put(appendMarker(nil, q.journal.gen)); err != nil && !errors.Is(err, ErrNotSynced) {
 		return fmt.Errorf("localqueue %s: write the dedup marker: %w", q.opts.Name, err)
 	}
+	// ErrNotSynced: the marker is written (go-diskqueue logged the fsync);
+	// it only dedups, so it needs no fsync of its own.
 	q.onBackend.Add(1)
 	q.journal.backendOps.Add(1)
 	q.markerNonce = q.journal.gen

@@ -324,7 +324,9 @@ func (q *Queue) writeBackend(m *Message) error {
 		q.journal.backendOps.Add(1)
 	}
 	if err != nil {
-		return q.writeFailed(m.ID, err)
+		// Not a write error: go-diskqueue counted and logged the
+		// fsync's (Stats.BackendErrors).
+		return fmt.Errorf("localqueue %s: message %s: %w", q.opts.Name, m.ID, err)
 	}
 	return nil
 }

@@ -181,8 +181,9 @@ func TestFleetLaneMemory(t *testing.T) {
 }
 
 // heldBy is the heap in use, as of the last completed GC, by objects
-// allocated in a function of package pkg (an import path), from the
-// runtime's memory profile: exact only when every allocation is sampled
+// allocated in a function of package pkg (an import path): the first
+// frame of the allocation's stack outside the runtime is pkg's, from the
+// runtime's memory profile, exact only when every allocation is sampled
 // (runtime.MemProfileRate 1).
 func heldBy(pkg string) uint64 {
 	var recs []runtime.MemProfileRecord
@@ -200,13 +201,13 @@ func heldBy(pkg string) uint64 {
 		frames := runtime.CallersFrames(r.Stack())
 		for {
 			f, more := frames.Next()
+			if strings.HasPrefix(f.Function, "runtime.") && more {
+				continue
+			}
 			if strings.HasPrefix(f.Function, pkg+".") {
 				total += uint64(r.InUseBytes())
-				break
 			}
-			if !more {
-				break
-			}
+			break
 		}
 	}
 	return total
