@@ -298,10 +298,10 @@ func (p *Partition[M, T]) Orphaned() int64 { return p.orphaned }
 // Trim lets go of free items beyond what the partition needed since the
 // last Trim (at least two channels' worth), so that the memory of a stall
 // or a burst is given back once it is over, and sweeps idle lanes when
-// they are at least half the lane table, so that the lanes of keys that stopped
-// coming are given back without waiting for new keys to trigger laneFor's
-// sweep. Call it now and then (the claim loop does at each commit
-// interval).
+// they are at least half the lane table, so that the lanes of keys that
+// stopped coming are given back without waiting for new keys to trigger
+// laneFor's sweep. Call it now and then (the claim loop does at each
+// commit interval).
 func (p *Partition[M, T]) Trim() {
 	// A lane that is not idle has an unfinished item (queued, pending, in
 	// a batch or held), so at least len - inflight lanes are idle: a sweep

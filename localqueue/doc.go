@@ -197,8 +197,9 @@
 //     struck in between. A power loss cannot leave it in neither if the
 //     dead-letter queue's SyncEvery is 1: its write then returns after
 //     the fsync (a failed fsync is logged, and the dead letter is then as
-//     durable as the next one that succeeds). With SyncEvery above 1 it is fsynced on the dead-letter
-//     queue's schedule, like its Puts (see below), and a power loss before
+//     durable as the next one that succeeds). With SyncEvery above 1 it
+//     is fsynced on the dead-letter queue's schedule, like its Puts (see
+//     below), and a power loss before
 //     that can lose it even though the source's FIN survived. Without a
 //     DeadLetter queue, OnDead is where a dead message goes, so the FIN
 //     comes after OnDead returned: a crash while OnDead runs brings the
