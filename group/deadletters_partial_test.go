@@ -32,6 +32,16 @@ func TestDeadLettersPartlyRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	produceSeq(t, b, topic, n, 40)
+	// kfake picks each partition's leader at random: place the odd
+	// partitions on the broker that does not lead partition 0, so that
+	// some dead letters are written beside the refused ones.
+	c := b.Cluster()
+	lead0 := c.LeaderFor(dlq, 0)
+	for p := int32(1); p < 8; p += 2 {
+		if err := c.MoveTopicPartition(dlq, p, (lead0+1)%2); err != nil {
+			t.Fatal(err)
+		}
+	}
 
 	// Refuse produces to the dead-letter topic on the broker that leads
 	// its partition 0, until the first refusal has been answered twice.
@@ -54,7 +64,6 @@ func TestDeadLettersPartlyRefused(t *testing.T) {
 		t.Fatalf("every partition of %s is led by broker %d: nothing would be written beside the refused ones", dlq, leader.ID())
 	}
 	var refusals atomic.Int64
-	c := b.Cluster()
 	c.ControlKey(kmsg.Produce.Int16(), func(req kmsg.Request) (kmsg.Response, error, bool) {
 		c.KeepControl()
 		r := req.(*kmsg.ProduceRequest)
