@@ -31,6 +31,7 @@ func churnConfig(r *rig, groupID string, strategy sarama.BalanceStrategy) Config
 // messages a second arrive; once with the eager range strategy and once
 // with cooperative-sticky.
 func TestScenario01JoinLeave(t *testing.T) {
+	t.Parallel() // waits on the broker, timers and processes far more than it computes
 	for _, tt := range []struct {
 		name     string
 		strategy func() sarama.BalanceStrategy
@@ -72,6 +73,7 @@ func TestScenario01JoinLeave(t *testing.T) {
 // 0.3-1.5 s (at least one member stays) while 3000 messages a second
 // arrive, cooperative-sticky (ORDERLY_SOAK_EAGER=1: range).
 func TestScenario02RandomToggle(t *testing.T) {
+	t.Parallel() // waits on the broker, timers and processes far more than it computes
 	d := scenarioDuration(12 * time.Second)
 	const partitions, rate, keys, slots = 8, 3000, 400, 4
 	n := int(d.Seconds() * rate)
