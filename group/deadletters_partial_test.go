@@ -22,23 +22,24 @@ import (
 // is in the topic once.
 func TestDeadLettersPartlyRefused(t *testing.T) {
 	t.Parallel() // mostly waits on the producer's timeouts
-	const topic, dlq, n, poison = "partly", "partly-dlq", 400, 40
-	b, err := broker.Start(broker.Config{Topics: []string{topic}, Partitions: 1, Brokers: 2})
+	const topic, dlq, n, poison, brokers, dlqParts = "partly", "partly-dlq", 400, 40, 2, 8
+	b, err := broker.Start(broker.Config{Topics: []string{topic}, Partitions: 1, Brokers: brokers})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(b.Close)
-	if err := b.CreateTopic(dlq, 8); err != nil {
+	if err := b.CreateTopic(dlq, dlqParts); err != nil {
 		t.Fatal(err)
 	}
 	produceSeq(t, b, topic, n, 40)
 	// kfake picks each partition's leader at random: place the odd
-	// partitions on the broker that does not lead partition 0, so that
-	// some dead letters are written beside the refused ones.
+	// partitions on the broker that does not lead partition 0 (kfake's
+	// node IDs are 0 to brokers-1), so that some dead letters are written
+	// beside the refused ones.
 	c := b.Cluster()
 	lead0 := c.LeaderFor(dlq, 0)
-	for p := int32(1); p < 8; p += 2 {
-		if err := c.MoveTopicPartition(dlq, p, (lead0+1)%2); err != nil {
+	for p := int32(1); p < dlqParts; p += 2 {
+		if err := c.MoveTopicPartition(dlq, p, (lead0+1)%brokers); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -54,14 +55,14 @@ func TestDeadLettersPartlyRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var others int
-	for p := range int32(8) {
-		if l, err := client.Leader(dlq, p); err == nil && l.ID() != leader.ID() {
-			others++
+	for p := int32(1); p < dlqParts; p += 2 {
+		l, err := client.Leader(dlq, p)
+		if err != nil {
+			t.Fatalf("partition %d of %s: %v", p, dlq, err)
 		}
-	}
-	if others == 0 {
-		t.Fatalf("every partition of %s is led by broker %d: nothing would be written beside the refused ones", dlq, leader.ID())
+		if l.ID() == leader.ID() {
+			t.Fatalf("partition %d of %s: led by broker %d, want the other one: the move did not take", p, dlq, l.ID())
+		}
 	}
 	var refusals atomic.Int64
 	c.ControlKey(kmsg.Produce.Int16(), func(req kmsg.Request) (kmsg.Response, error, bool) {

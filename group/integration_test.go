@@ -8,7 +8,6 @@ import (
 // TestConsumeAllInOrder is the main integration test: 4 partitions
 // x 100k messages over 1k keys, 1% of Do calls failing and retried.
 func TestConsumeAllInOrder(t *testing.T) {
-	t.Parallel() // waits on the broker, timers and processes far more than it computes
 	if testing.Short() {
 		t.Skip("400k messages")
 	}
