@@ -265,7 +265,6 @@ func (p *parking[T]) intake(m *localqueue.Message) {
 	}
 	it.Attempt = attempt // Add starts them over
 	it.SetFirstFailure(first)
-	it.Msg.Attempt = attempt
 	p.track(it, m.ID)
 	p.side.Flush()
 }

@@ -171,3 +171,65 @@ func TestParkedOrphanFinishesItsQueueMessage(t *testing.T) {
 		t.Fatalf("calls with offset %d: got %d, want 3 (failed, hung, its copy)", target, got)
 	}
 }
+
+// TestParkedNewSeesAttempt: a parked message comes back through New with
+// the attempt it is on, as Do then sees it, not what the recycled item's
+// message held before.
+func TestParkedNewSeesAttempt(t *testing.T) {
+	t.Parallel() // mostly waits: runs beside the others
+	const n, keys, poison = 200, 20, 70
+	r := newRig(t, "parked-new", 1, n, keys)
+	w := r.work(0, 0)
+	cfg := r.config("parked-new")
+	cfg.Size, cfg.Num, cfg.Ordering, cfg.DataPath = 8, 4, Unordered, t.TempDir()
+	cfg.Retry = Retry{Backoff: 10 * time.Millisecond, MaxBackoff: 20 * time.Millisecond, MaxAttempts: 3}
+	var mu sync.Mutex
+	var inNew, inDo []int
+	g, err := New(cfg, Handler[*Message]{
+		New: func(m *Message) (*Message, error) {
+			if m.Offset == poison {
+				mu.Lock()
+				inNew = append(inNew, m.Attempt)
+				mu.Unlock()
+			}
+			return m, nil
+		},
+		Do: func(ctx context.Context, batch []*Message) error {
+			var be BatchError
+			ok := make([]*Message, 0, len(batch))
+			for i, m := range batch {
+				if m.Offset == poison {
+					mu.Lock()
+					inDo = append(inDo, m.Attempt)
+					mu.Unlock()
+					be.Fail(i, errors.New("always fails"))
+					continue
+				}
+				ok = append(ok, m)
+			}
+			if err := w.Do(ctx, ok); err != nil {
+				return err
+			}
+			return be.Err()
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := run(t, g)
+	waitFor(t, time.Minute, "the poison message dead-lettered and everything committed", func() bool {
+		st := g.Stats()
+		return st.DeadLettered.MaxAttempts == 1 && st.Parked == 0 && r.b.Committed(cfg.GroupID, r.topic)[0] == n
+	})
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if want := []int{1, 2, 3}; !slices.Equal(inDo, want) {
+		t.Fatalf("attempts Do saw: got %v, want %v", inDo, want)
+	}
+	if !slices.Equal(inNew, inDo) {
+		t.Fatalf("attempts New saw: got %v, want %v (as Do saw them)", inNew, inDo)
+	}
+}

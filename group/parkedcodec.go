@@ -59,8 +59,9 @@ func appendParkedBytes(dst, b []byte) []byte {
 	return append(dst, b...)
 }
 
-// decodeParked fills m from a body written by encodeParked and returns the
-// attempt and first-failure time it carried. m's slices are copies.
+// decodeParked fills m from a body written by encodeParked, Attempt
+// included, so that New sees the attempt the message is on, and returns
+// the attempt and first-failure time it carried. m's slices are copies.
 func decodeParked(b []byte, m *Message) (attempt int, first time.Time, err error) {
 	d := parkedDecoder{b: b}
 	if len(b) == 0 || b[0] != parkedVersion {
@@ -76,6 +77,7 @@ func decodeParked(b []byte, m *Message) (attempt int, first time.Time, err error
 		m.Timestamp = time.Time{}
 	}
 	attempt = int(d.varint())
+	m.Attempt = attempt
 	if ff := d.varint(); ff != 0 {
 		first = time.Unix(0, ff)
 	}
