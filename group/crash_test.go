@@ -28,7 +28,7 @@ import (
 // TestCrashChild); it records each message it handles in a file before
 // Do returns, so the parent can read what it did after it died.
 func TestCrashLosesNothing(t *testing.T) {
-	t.Parallel() // waits on the broker, timers and processes far more than it computes
+	t.Parallel() // mostly waits (on the broker, timers or child processes): runs beside the others
 	if testing.Short() {
 		t.Skip("runs child processes")
 	}
@@ -194,7 +194,7 @@ func TestCrashChild(t *testing.T) {
 // messages above the frontier; the next owner skips every one of them and
 // repeats only what the first process finished after that commit.
 func TestCrashRepeatsOnlyWorkAfterLastCommit(t *testing.T) {
-	t.Parallel() // waits on the broker, timers and processes far more than it computes
+	t.Parallel() // mostly waits (on the broker, timers or child processes): runs beside the others
 	if testing.Short() {
 		t.Skip("runs child processes")
 	}
@@ -330,7 +330,7 @@ func readAttempts(t *testing.T, path string) (attempts []int, at []time.Time) {
 // process goes on at attempt 2 (the commit metadata carried it), then 3,
 // and not before the backoff the first one set.
 func TestCrashKeepsAttempts(t *testing.T) {
-	t.Parallel() // waits on the broker, timers and processes far more than it computes
+	t.Parallel() // mostly waits (on the broker, timers or child processes): runs beside the others
 	if testing.Short() {
 		t.Skip("runs child processes")
 	}
@@ -373,7 +373,7 @@ func TestCrashKeepsAttempts(t *testing.T) {
 // before it is due; the next process on the same DataPath hands it to Do
 // once due: handled once, by the second process.
 func TestCrashKeepsParked(t *testing.T) {
-	t.Parallel() // waits on the broker, timers and processes far more than it computes
+	t.Parallel() // mostly waits (on the broker, timers or child processes): runs beside the others
 	if testing.Short() {
 		t.Skip("runs child processes")
 	}

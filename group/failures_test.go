@@ -153,7 +153,7 @@ func headerMap(hs []*sarama.RecordHeader) map[string]string {
 // dead-lettered the same way (reason poison). With no DeadLetterTopic but a
 // DataPath the same goes to the local store.
 func TestPoisonDeadLettered(t *testing.T) {
-	t.Parallel() // waits on the broker, timers and processes far more than it computes
+	t.Parallel() // mostly waits (on the broker, timers or child processes): runs beside the others
 	for _, dest := range []string{"topic", "local"} {
 		t.Run(dest, func(t *testing.T) {
 			const n, keys = 3000, 30
@@ -280,7 +280,7 @@ func TestPoisonDeadLettered(t *testing.T) {
 // waits, and nothing is lost; once the produce goes through, the commit
 // passes it.
 func TestDeadLetterRefused(t *testing.T) {
-	t.Parallel() // waits on the broker, timers and processes far more than it computes
+	t.Parallel() // mostly waits (on the broker, timers or child processes): runs beside the others
 	const n, keys = 2000, 20
 	r := newRig(t, "refused", 1, n, keys)
 	if err := r.b.CreateTopic("dlq-refused", 1); err != nil {
@@ -362,7 +362,7 @@ func (a *attemptLog) get() ([]int, []time.Time) {
 // time; A leaves gracefully and member B goes on with it at attempt 2, not
 // before the backoff A set, and then at attempt 3.
 func TestAttemptsSurviveHandoff(t *testing.T) {
-	t.Parallel() // waits on the broker, timers and processes far more than it computes
+	t.Parallel() // mostly waits (on the broker, timers or child processes): runs beside the others
 	const n, keys, target = 300, 10, 5
 	r := newRig(t, "handoff-attempts", 1, n, keys)
 	w := r.work(0, 0)
@@ -424,7 +424,7 @@ func TestAttemptsSurviveHandoff(t *testing.T) {
 // high watermark while the hung call still runs. With OrderLanes the stuck
 // worker is reported and the other lanes flow; the hung lane waits.
 func TestHungCall(t *testing.T) {
-	t.Parallel() // waits on the broker, timers and processes far more than it computes
+	t.Parallel() // mostly waits (on the broker, timers or child processes): runs beside the others
 	for _, ordering := range []Ordering{Unordered, OrderLanes} {
 		t.Run(ordering.String(), func(t *testing.T) {
 			const n, keys, target = 400, 20, 7
@@ -539,7 +539,7 @@ func parkedIn(t *testing.T, dataPath string) int {
 // then holds it), the group goes on without it, and after a graceful stop
 // and a restart on the same DataPath it is handled once its time has come.
 func TestUnorderedParking(t *testing.T) {
-	t.Parallel() // waits on the broker, timers and processes far more than it computes
+	t.Parallel() // mostly waits (on the broker, timers or child processes): runs beside the others
 	const n, keys, target = 500, 20, 30
 	r := newRig(t, "parking", 1, n, keys)
 	dataPath := t.TempDir()
@@ -628,7 +628,7 @@ func TestUnorderedParking(t *testing.T) {
 // stops growing, no message runs out of attempts (MaxAttempts 3: none is
 // dead-lettered), and everything is handled once the dependency is back.
 func TestOutage(t *testing.T) {
-	t.Parallel() // waits on the broker, timers and processes far more than it computes
+	t.Parallel() // mostly waits (on the broker, timers or child processes): runs beside the others
 	const n, keys = 6000, 200
 	r := newRig(t, "outage", 2, n, keys)
 	w := r.work(0, 0)

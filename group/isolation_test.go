@@ -60,7 +60,7 @@ func stuckDo(isStuck func(*Message) bool, do func(context.Context, []*Message) e
 // stuck batch holds 16 of partition 0's lanes), partition 0 spends its
 // share and pauses its own fetching while the others go on.
 func TestStuckHeadHoldsOnlyItsPartition(t *testing.T) {
-	t.Parallel() // waits on the broker, timers and processes far more than it computes
+	t.Parallel() // mostly waits (on the broker, timers or child processes): runs beside the others
 	for _, tt := range []struct {
 		name string
 		size int
@@ -288,7 +288,7 @@ func TestBatchErrorRedeliversLaneInOrder(t *testing.T) {
 // them, at every commit interval (before, the interval's metadata was
 // overwritten before sarama sent it).
 func TestMetadataMidRun(t *testing.T) {
-	t.Parallel() // waits on the broker, timers and processes far more than it computes
+	t.Parallel() // mostly waits (on the broker, timers or child processes): runs beside the others
 	const n, keys = 12_000, 100
 	plan := make([]planned, n)
 	for i := range plan {

@@ -102,7 +102,7 @@ func TestGapEndOf(t *testing.T) {
 // partition ends in a transaction marker, which no message follows. Then
 // an aborted transaction alone: the frontier passes it and its marker too.
 func TestTransactions(t *testing.T) {
-	t.Parallel() // waits on the broker, timers and processes far more than it computes
+	t.Parallel() // mostly waits (on the broker, timers or child processes): runs beside the others
 	const topic, parts, per, keysPer = "txn", 2, 30, 3
 	b := startBroker(t, topic, parts)
 	prod := newKgo(t, b.Addrs(), kgo.TransactionalID("orderly-txn-test"), kgo.RecordPartitioner(kgo.ManualPartitioner()),

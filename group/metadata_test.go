@@ -14,7 +14,7 @@ import (
 // resend the same rejected metadata every interval), and it is counted
 // and logged once.
 func TestMetadataTooLargeFallsBack(t *testing.T) {
-	t.Parallel() // waits on the broker, timers and processes far more than it computes
+	t.Parallel() // mostly waits (on the broker, timers or child processes): runs beside the others
 	const n, keys = 5000, 50
 	r := newRig(t, "small-meta", 1, n, keys)
 	var mu sync.Mutex

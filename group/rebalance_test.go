@@ -19,7 +19,7 @@ import (
 // first one's LeaveGroup starts the handoff at once. Static members are
 // TestStaticMembershipRestart's.
 func TestRebalanceHandoff(t *testing.T) {
-	t.Parallel() // waits on the broker, timers and processes far more than it computes
+	t.Parallel() // mostly waits (on the broker, timers or child processes): runs beside the others
 	tests := []struct {
 		name     string
 		strategy sarama.BalanceStrategy

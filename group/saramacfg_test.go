@@ -104,7 +104,7 @@ func TestSaramaNotShared(t *testing.T) {
 // two leaders' Plans raced on its partition movements. Each consumer
 // group consumes everything.
 func TestGroupsFromOneBase(t *testing.T) {
-	t.Parallel() // waits on the broker, timers and processes far more than it computes
+	t.Parallel() // mostly waits (on the broker, timers or child processes): runs beside the others
 	const partitions, n, keys = 4, 4000, 40
 	r := newRig(t, "one-base", partitions, n, keys)
 	base := r.config("unused").Sarama

@@ -53,7 +53,7 @@ var fetchErrors = []*kerr.Error{kerr.NotLeaderForPartition, kerr.LeaderNotAvaila
 // every group coordinator moved (kfake rehashes them: the old one answers
 // NOT_COORDINATOR). No loss, lane order, commits clean, and no duplicate.
 func TestScenario06Brokers(t *testing.T) {
-	t.Parallel() // waits on the broker, timers and processes far more than it computes
+	t.Parallel() // mostly waits (on the broker, timers or child processes): runs beside the others
 	const partitions, brokers, rate, keys = 8, 3, 2500, 400
 	d := scenarioDuration(8 * time.Second)
 	r, o := newClusterRig(t, "6 three brokers: fetch errors, leaders and coordinators moved", "brokers", partitions, brokers, int(d.Seconds()*rate), keys)

@@ -31,7 +31,7 @@ func churnConfig(r *rig, groupID string, strategy sarama.BalanceStrategy) Config
 // messages a second arrive; once with the eager range strategy and once
 // with cooperative-sticky.
 func TestScenario01JoinLeave(t *testing.T) {
-	t.Parallel() // waits on the broker, timers and processes far more than it computes
+	t.Parallel() // mostly waits (on the broker, timers or child processes): runs beside the others
 	for _, tt := range []struct {
 		name     string
 		strategy func() sarama.BalanceStrategy
@@ -73,7 +73,7 @@ func TestScenario01JoinLeave(t *testing.T) {
 // 0.3-1.5 s (at least one member stays) while 3000 messages a second
 // arrive, cooperative-sticky (ORDERLY_SOAK_EAGER=1: range).
 func TestScenario02RandomToggle(t *testing.T) {
-	t.Parallel() // waits on the broker, timers and processes far more than it computes
+	t.Parallel() // mostly waits (on the broker, timers or child processes): runs beside the others
 	d := scenarioDuration(12 * time.Second)
 	const partitions, rate, keys, slots = 8, 3000, 400, 4
 	n := int(d.Seconds() * rate)

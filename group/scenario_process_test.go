@@ -81,7 +81,7 @@ func waitCaughtUp(t *testing.T, client sarama.Client, admin sarama.ClusterAdmin,
 // group (see internal/wedge). Every duplicate must be of a message a
 // killed process finished and the commits did not cover when it died.
 func TestScenario03ProcessChurn(t *testing.T) {
-	t.Parallel() // waits on the broker, timers and processes far more than it computes
+	t.Parallel() // mostly waits (on the broker, timers or child processes): runs beside the others
 	const topic, group, partitions, keys, rate, consumers = "churn", "churn", 8, 400, 2000, 3
 	kills, minGap, spread := 20, 400*time.Millisecond, 400*time.Millisecond
 	if soak() {

@@ -353,7 +353,7 @@ func (s *scenario12) finish(t *testing.T, stop func() error, w want) verdict {
 // is a tombstone; each partition also gets null-key records, which share
 // one lane per partition.
 func TestScenario12Producers(t *testing.T) {
-	t.Parallel() // waits on the broker, timers and processes far more than it computes
+	t.Parallel() // mostly waits (on the broker, timers or child processes): runs beside the others
 	const partitions, keys, perKey, size = 4, 40, 6, 300
 	var p plan12
 	codecs := []struct {
@@ -501,7 +501,7 @@ func abortedRecords(topic string, n int, key func(i int) []byte) []*kgo.Record {
 // every partition ends in an abort marker. No aborted record reaches Do,
 // and the committed offsets reach the high watermarks, past the markers.
 func TestScenario12Transactions(t *testing.T) {
-	t.Parallel() // waits on the broker, timers and processes far more than it computes
+	t.Parallel() // mostly waits (on the broker, timers or child processes): runs beside the others
 	const partitions, rounds, perKey, size = 2, 8, 4, 200
 	var p plan12
 	type round struct{ txn, plain []rec12 }
@@ -576,7 +576,7 @@ func logGaps(records map[int32][]int64) int {
 // order, tombstones included, and the commits reach the high watermarks
 // across the gaps.
 func TestScenario12Compacted(t *testing.T) {
-	t.Parallel() // waits on the broker, timers and processes far more than it computes
+	t.Parallel() // mostly waits (on the broker, timers or child processes): runs beside the others
 	const partitions, keys, before, during, size = 2, 20, 10, 5, 100
 	var p plan12
 	rounds := make([][]rec12, before+during)
@@ -624,7 +624,7 @@ func TestScenario12Compacted(t *testing.T) {
 // record exceeds (the broker returns the first batch whole, and sarama
 // grows its fetch).
 func TestScenario12NearMaxMessageBytes(t *testing.T) {
-	t.Parallel() // waits on the broker, timers and processes far more than it computes
+	t.Parallel() // mostly waits (on the broker, timers or child processes): runs beside the others
 	const partitions, keys, perKey, maxBytes = 2, 4, 2, 1048588
 	const size = maxBytes - 61 - 200 - ledger.HeaderSize // batch header 61 bytes, record header and headers under 200
 	for _, fetch := range []int32{0, 64 << 10} {

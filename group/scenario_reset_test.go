@@ -45,7 +45,7 @@ func resetWarnings(logs *observer.ObservedLogs) map[int32]map[string]any {
 // 500). ResetRefuse: Run ends with ErrOffsetReset naming the partition,
 // and the committed offsets stay where they were.
 func TestScenario09ResetAtStart(t *testing.T) {
-	t.Parallel() // waits on the broker, timers and processes far more than it computes
+	t.Parallel() // mostly waits (on the broker, timers or child processes): runs beside the others
 	for _, policy := range []ResetPolicy{ResetFollow, ResetRefuse} {
 		t.Run(policy.String(), func(t *testing.T) {
 			const partitions, n, keys, gone = 2, 4000, 40, 250
@@ -126,7 +126,7 @@ func TestScenario09ResetAtStart(t *testing.T) {
 // the high watermark (before, the partition stayed unconsumed until the
 // next rebalance). ResetRefuse: Run ends with ErrOffsetReset.
 func TestScenario09ResetMidRun(t *testing.T) {
-	t.Parallel() // waits on the broker, timers and processes far more than it computes
+	t.Parallel() // mostly waits (on the broker, timers or child processes): runs beside the others
 	for _, policy := range []ResetPolicy{ResetFollow, ResetRefuse} {
 		t.Run(policy.String(), func(t *testing.T) {
 			const n, keys, deleteTo = 4000, 20, 2500

@@ -36,7 +36,7 @@ func assignmentOf(c *kfake.Cluster, group, topic, instanceID string) (parts []in
 // partitions move to the other member only once the session timeout has
 // passed.
 func TestStaticMembershipRestart(t *testing.T) {
-	t.Parallel() // waits on the broker, timers and processes far more than it computes
+	t.Parallel() // mostly waits (on the broker, timers or child processes): runs beside the others
 	const partitions, n, keys = 4, 20_000, 200
 	r, o := oracleRig(t, "static membership restart", "static", partitions, n, keys)
 	produced := r.produceAtRate(2000)
