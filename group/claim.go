@@ -308,6 +308,12 @@ func (c *claimLoop[T]) intake(m *sarama.ConsumerMessage, size int64) {
 		}
 		return
 	}
+	// A message the previous owner left waiting for a retry goes on at
+	// its attempt: New sees that attempt too.
+	w, waiting := c.resume.WaitingAt(m.Offset)
+	if waiting {
+		msg.Attempt = max(w.Attempt, 1)
+	}
 	v, lane, err := c.g.decode(msg)
 	if err != nil {
 		c.g.ctr.decodeErrors.Add(1)
@@ -331,11 +337,10 @@ func (c *claimLoop[T]) intake(m *sarama.ConsumerMessage, size int64) {
 		return
 	}
 	it.Val, it.Lane = v, lane
-	if w, ok := c.resume.WaitingAt(m.Offset); ok {
-		// The previous owner left it waiting for a retry: it goes on at
-		// its attempt, after its backoff.
+	if waiting {
+		// It runs after its backoff, at its attempt.
 		err = c.p.AddHeld(it, m.Offset, size, dispatch.Outcome{Kind: kindResumed, Delay: time.Until(w.NotBefore)})
-		it.Attempt = max(w.Attempt, 1)
+		it.Attempt = msg.Attempt
 		c.g.ctr.resumedWaiting.Add(1)
 	} else {
 		err = c.p.Add(it, m.Offset, size)

@@ -378,10 +378,26 @@ func TestAttemptsSurviveHandoff(t *testing.T) {
 		}
 		return w.Do(ctx, batch)
 	}
+	var decoded attemptLog // the attempts New saw: once per delivery from Kafka
+	newGroupWithNew := func(cfg Config) *Group[*Message] {
+		g, err := New(cfg, Handler[*Message]{
+			New: func(m *Message) (*Message, error) {
+				if m.Offset == target {
+					decoded.add(m.Attempt)
+				}
+				return m, nil
+			},
+			Do: do,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return g
+	}
 	cfg := r.config("handoff-attempts")
 	cfg.Size, cfg.Num = 1, 4
 	cfg.Retry = Retry{Backoff: 3 * time.Second, MaxBackoff: 3 * time.Second, Jitter: -1}
-	a := newGroup(t, cfg, do)
+	a := newGroupWithNew(cfg)
 	stopA := run(t, a)
 	var notBefore time.Time
 	waitFor(t, time.Minute, "A's commit to carry the waiting message", func() bool {
@@ -399,7 +415,7 @@ func TestAttemptsSurviveHandoff(t *testing.T) {
 	if seen, _ := log.get(); len(seen) != 1 {
 		t.Fatalf("attempts under A: got %v, want [1] (its retry is 3s away)", seen)
 	}
-	b := newGroup(t, cfg, do)
+	b := newGroupWithNew(cfg)
 	stopB := run(t, b)
 	r.waitAllCommitted(cfg.GroupID, time.Minute)
 	if err := stopB(); err != nil {
@@ -411,6 +427,9 @@ func TestAttemptsSurviveHandoff(t *testing.T) {
 	}
 	if times[1].Before(notBefore.Add(-scanInterval(cfg.Retry.Backoff))) {
 		t.Fatalf("B's attempt 2 at %v, before the not-before %v A committed", times[1], notBefore)
+	}
+	if got, _ := decoded.get(); len(got) != 2 || got[0] != 1 || got[1] != 2 {
+		t.Fatalf("attempts New saw: got %v, want [1 2] (B decodes it at the attempt it resumes)", got)
 	}
 	if st := b.Stats(); st.ResumedWaiting != 1 {
 		t.Fatalf("B's ResumedWaiting: got %d, want 1", st.ResumedWaiting)
