@@ -11,8 +11,8 @@ type Header struct {
 // Message is one Kafka record as Orderly hands it to New, Split and Do.
 //
 // The *Message given to New and Split, and (when Handler.New is nil) the
-// *Message values in a Do batch, are recycled once the message is behind the
-// commit frontier: keep Key, Value and Headers' slices if you like (they are
+// *Message values in a Do batch, are recycled once the message has
+// finished: keep Key, Value and Headers' slices if you like (they are
 // never reused), but do not keep the *Message itself after Do returns.
 type Message struct {
 	Topic     string
@@ -22,5 +22,9 @@ type Message struct {
 	Value     []byte
 	Headers   []Header
 	Timestamp time.Time
-	Attempt   int // 1 on first delivery, +1 on each retry of its batch
+	// Attempt is 1 on the first delivery and 1 more after each failure
+	// charged to the message, across a restart or handoff (the commit
+	// metadata carries it) and a parked copy; New, Split and Do see the
+	// same value for one delivery.
+	Attempt int
 }
