@@ -122,3 +122,45 @@ func checkLaneTable(t *testing.T, tab *laneTable[msg, int], want map[uint64]*lan
 		t.Fatalf("load: %d lanes in %d slots, want at most 3/4", tab.len(), len(tab.slots))
 	}
 }
+
+// TestLaneTableSweepWraps: a sweep that deletes at the table's last slot
+// shifts back entries whose probe wrapped to its start, which the sweep
+// passed already; every kept lane is still found and each dropped one is
+// gone.
+func TestLaneTableSweepWraps(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	var tab laneTable[msg, int]
+	keyAt := func(home uint64) uint64 {
+		for {
+			if k := r.Uint64(); tab.index(k) == home {
+				return k
+			}
+		}
+	}
+	tab.put(1<<63, &lane[msg, int]{n: -1}) // sizes the table (minLaneSlots)
+	last := uint64(len(tab.slots) - 1)
+	var keys []uint64 // five whose home is the last slot, then one whose home is 1
+	for range 5 {
+		keys = append(keys, keyAt(last))
+	}
+	keys = append(keys, keyAt(1))
+	want := map[uint64]*lane[msg, int]{1 << 63: tab.get(1 << 63)}
+	for i, k := range keys {
+		l := &lane[msg, int]{n: i}
+		tab.put(k, l)
+		want[k] = l
+	}
+	if got := tab.slots[0].key; got != keys[1] {
+		t.Fatalf("setup: slot 0 holds %#x, want the second key homed at slot %d (%#x)", got, last, keys[1])
+	}
+	// Drop the entry at the last slot and one that wrapped.
+	drop := map[*lane[msg, int]]bool{want[keys[0]]: true, want[keys[3]]: true}
+	tab.sweep(func(l *lane[msg, int]) bool { return drop[l] })
+	for _, k := range []uint64{keys[0], keys[3]} {
+		if tab.get(k) != nil {
+			t.Fatalf("get(%#x) after its sweep: got a lane, want nil", k)
+		}
+		delete(want, k)
+	}
+	checkLaneTable(t, &tab, want)
+}
