@@ -18,7 +18,8 @@ import (
 // back from the on-disk queue for each retry. It must still be charged
 // each failure: tried with Attempt 1, 2, 3 and then dead-lettered to the
 // local store once, with Attempts 3 (a re-parked message that kept the
-// attempt count of its first park would be retried for ever).
+// attempt count of its first park would be retried for ever). Each
+// comes back through New, which sees the attempt Do then sees.
 func TestParkedPoisonRunsOutOfAttempts(t *testing.T) {
 	const n, keys, poison = 400, 20, 150
 	r := newRig(t, "parked-poison", 1, n, keys)
@@ -27,25 +28,38 @@ func TestParkedPoisonRunsOutOfAttempts(t *testing.T) {
 	cfg.Size, cfg.Num, cfg.Ordering, cfg.DataPath = 8, 4, Unordered, t.TempDir()
 	cfg.Retry = Retry{Backoff: 10 * time.Millisecond, MaxBackoff: 20 * time.Millisecond, MaxAttempts: 3}
 	var mu sync.Mutex
-	var attempts []int
-	g := newGroup(t, cfg, func(ctx context.Context, batch []*Message) error {
-		var be BatchError
-		ok := make([]*Message, 0, len(batch))
-		for i, m := range batch {
+	var attempts, decoded []int // what Do saw; what New saw (each comes back through New)
+	g, err := New(cfg, Handler[*Message]{
+		New: func(m *Message) (*Message, error) {
 			if m.Offset == poison {
 				mu.Lock()
-				attempts = append(attempts, m.Attempt)
+				decoded = append(decoded, m.Attempt)
 				mu.Unlock()
-				be.Fail(i, errors.New("always fails"))
-				continue
 			}
-			ok = append(ok, m)
-		}
-		if err := w.Do(ctx, ok); err != nil {
-			return err
-		}
-		return be.Err()
+			return m, nil
+		},
+		Do: func(ctx context.Context, batch []*Message) error {
+			var be BatchError
+			ok := make([]*Message, 0, len(batch))
+			for i, m := range batch {
+				if m.Offset == poison {
+					mu.Lock()
+					attempts = append(attempts, m.Attempt)
+					mu.Unlock()
+					be.Fail(i, errors.New("always fails"))
+					continue
+				}
+				ok = append(ok, m)
+			}
+			if err := w.Do(ctx, ok); err != nil {
+				return err
+			}
+			return be.Err()
+		},
 	})
+	if err != nil {
+		t.Fatal(err)
+	}
 	stop := run(t, g)
 	waitFor(t, time.Minute, "the poison message dead-lettered and everything committed", func() bool {
 		st := g.Stats()
@@ -55,10 +69,13 @@ func TestParkedPoisonRunsOutOfAttempts(t *testing.T) {
 		t.Fatal(err)
 	}
 	mu.Lock()
-	got := slices.Clone(attempts)
+	got, gotNew := slices.Clone(attempts), slices.Clone(decoded)
 	mu.Unlock()
 	if want := []int{1, 2, 3}; !slices.Equal(got, want) {
 		t.Fatalf("attempts of the parked poison message: got %v, want %v", got, want)
+	}
+	if !slices.Equal(gotNew, got) {
+		t.Fatalf("attempts New saw: got %v, want %v (as Do saw them)", gotNew, got)
 	}
 	st, err := deadletter.Open(filepath.Join(cfg.DataPath, deadletter.DirName), deadletter.Options{ReadOnly: true})
 	if err != nil {
@@ -169,67 +186,5 @@ func TestParkedOrphanFinishesItsQueueMessage(t *testing.T) {
 	}
 	if got := calls.Load(); got != 3 {
 		t.Fatalf("calls with offset %d: got %d, want 3 (failed, hung, its copy)", target, got)
-	}
-}
-
-// TestParkedNewSeesAttempt: a parked message comes back through New with
-// the attempt it is on, as Do then sees it, not what the recycled item's
-// message held before.
-func TestParkedNewSeesAttempt(t *testing.T) {
-	t.Parallel() // mostly waits: runs beside the others
-	const n, keys, poison = 200, 20, 70
-	r := newRig(t, "parked-new", 1, n, keys)
-	w := r.work(0, 0)
-	cfg := r.config("parked-new")
-	cfg.Size, cfg.Num, cfg.Ordering, cfg.DataPath = 8, 4, Unordered, t.TempDir()
-	cfg.Retry = Retry{Backoff: 10 * time.Millisecond, MaxBackoff: 20 * time.Millisecond, MaxAttempts: 3}
-	var mu sync.Mutex
-	var inNew, inDo []int
-	g, err := New(cfg, Handler[*Message]{
-		New: func(m *Message) (*Message, error) {
-			if m.Offset == poison {
-				mu.Lock()
-				inNew = append(inNew, m.Attempt)
-				mu.Unlock()
-			}
-			return m, nil
-		},
-		Do: func(ctx context.Context, batch []*Message) error {
-			var be BatchError
-			ok := make([]*Message, 0, len(batch))
-			for i, m := range batch {
-				if m.Offset == poison {
-					mu.Lock()
-					inDo = append(inDo, m.Attempt)
-					mu.Unlock()
-					be.Fail(i, errors.New("always fails"))
-					continue
-				}
-				ok = append(ok, m)
-			}
-			if err := w.Do(ctx, ok); err != nil {
-				return err
-			}
-			return be.Err()
-		},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	stop := run(t, g)
-	waitFor(t, time.Minute, "the poison message dead-lettered and everything committed", func() bool {
-		st := g.Stats()
-		return st.DeadLettered.MaxAttempts == 1 && st.Parked == 0 && r.b.Committed(cfg.GroupID, r.topic)[0] == n
-	})
-	if err := stop(); err != nil {
-		t.Fatal(err)
-	}
-	mu.Lock()
-	defer mu.Unlock()
-	if want := []int{1, 2, 3}; !slices.Equal(inDo, want) {
-		t.Fatalf("attempts Do saw: got %v, want %v", inDo, want)
-	}
-	if !slices.Equal(inNew, inDo) {
-		t.Fatalf("attempts New saw: got %v, want %v (as Do saw them)", inNew, inDo)
 	}
 }
