@@ -86,6 +86,10 @@ type Options[M, T any] struct {
 	// its item's own message (the message itself as the value) must be
 	// made to point into the copy's.
 	Copied func(m *M, v *T)
+	// Backlog paces intake: while the workers have this many items or
+	// more ready to take, Partition.Paced says the owner should turn no
+	// more messages into items (see pace.go). 0: no pacing.
+	Backlog int
 	// Hold is told of every item Settle holds at its lane's front (Verdict
 	// Hold), on the settling worker's goroutine, without the scheduler's
 	// lock; the lane waits until Unhold is called for the item (at once,
@@ -103,6 +107,8 @@ type Scheduler[M, T any] struct {
 	copied      func(m *M, v *T)
 	onHold      func(it *Item[M, T], o Outcome)
 	shares      shares
+	backlog     int
+	ready       atomic.Int64 // readyItems, published for Paced
 
 	wakeMu   sync.Mutex
 	wakeList []*Partition[M, T] // completions waiting for RunWaker
@@ -114,10 +120,11 @@ type Scheduler[M, T any] struct {
 	stamps atomic.Uint64 // arrival order of items, across partitions
 
 	mu         sync.Mutex
-	fresh      laneList[M, T]    // ready lanes whose head just arrived (see ready.go)
-	requeued   bucketQueue[M, T] // ready lanes with older heads
-	readyItems int               // sum of n over ready lanes
-	filler     *Batch[M, T]      // the one partially filled batch, if any
+	fresh      laneList[M, T]     // ready lanes whose head just arrived (see ready.go)
+	requeued   bucketQueue[M, T]  // ready lanes with older heads
+	readyItems int                // sum of n over ready lanes
+	paced      []*Partition[M, T] // partitions Paced held back, woken when readyItems drops below backlog
+	filler     *Batch[M, T]       // the one partially filled batch, if any
 	idle       []*Worker[M, T]
 	workers    []*Worker[M, T]
 	held       int // lanes held, over all partitions
@@ -178,6 +185,7 @@ func New[M, T any](o Options[M, T]) *Scheduler[M, T] {
 	}
 	s := &Scheduler[M, T]{
 		size: o.Size, window: uint64(o.Window), wakeDelay: o.WakeDelay, reset: o.Reset, showAttempt: o.ShowAttempt, copied: o.Copied, onHold: o.Hold,
+		backlog:  o.Backlog,
 		wakeKick: make(chan struct{}, 1),
 		parts:    make(map[*Partition[M, T]]struct{}),
 		limit:    -1,
@@ -424,6 +432,7 @@ func (s *Scheduler[M, T]) push(p *Partition[M, T], items []*Item[M, T]) {
 		}
 	}
 	s.wakeLocked()
+	s.ready.Store(int64(s.readyItems))
 	s.mu.Unlock()
 	for _, h := range held {
 		s.hold(h.it, h.o)
@@ -568,6 +577,7 @@ func (s *Scheduler[M, T]) nextLocked(b *Batch[M, T], flush bool) Status {
 	}
 	if s.filler == nil || s.filler == b {
 		s.take(b)
+		s.pacedLocked()
 	}
 	switch n := len(b.Items); {
 	case n == 0:
@@ -799,6 +809,7 @@ func (s *Scheduler[M, T]) Stop() {
 	if s.filler != nil {
 		signal(s.filler.w.wake)
 	}
+	s.pacedLocked() // Paced says no once stopped: wake those it held back
 	s.mu.Unlock()
 }
 
@@ -857,5 +868,6 @@ func (s *Scheduler[M, T]) revoke(p *Partition[M, T]) (dropped, abandoned int) {
 	s.held -= p.held
 	p.held = 0
 	p.lanes = laneTable[M, T]{}
+	s.pacedLocked()
 	return dropped, abandoned
 }

@@ -164,6 +164,7 @@ func (s *Scheduler[M, T]) Unhold(it *Item[M, T], finished bool) bool {
 		s.requeue(l)
 	}
 	s.wakeLocked()
+	s.pacedLocked()
 	s.mu.Unlock()
 	if finished {
 		finish([]*Item[M, T]{it})

@@ -1,0 +1,111 @@
+package dispatch
+
+import "testing"
+
+// woken reports whether p's wake channel was signalled, and clears it.
+func woken(p *Partition[msg, int]) bool {
+	select {
+	case <-p.Wake():
+		return true
+	default:
+		return false
+	}
+}
+
+func TestPacedByReadyBacklog(t *testing.T) {
+	s := New[msg, int](Options[msg, int]{Size: 2, Backlog: 4, Window: 1})
+	p, q := s.NewPartition(16), s.NewPartition(16)
+	var off, qoff int64
+	feed(t, p, &off, 1, 2, 3)
+	if p.Paced() {
+		t.Fatalf("3 ready, Backlog 4: got paced, want not")
+	}
+	feed(t, q, &qoff, 7)
+	// The backlog is every partition's: 4 ready now, q's one included.
+	if !p.Paced() || !q.Paced() {
+		t.Fatalf("4 ready, Backlog 4: got paced %v and %v, want both paced", p.Paced(), q.Paced())
+	}
+	woken(p)
+	woken(q)
+	w := s.NewWorker()
+	b := s.NewBatch(w)
+	if st := s.Next(b, true, nil); st != Run || len(b.Items) != 2 {
+		t.Fatalf("Next: got %v with %d items, want Run with 2", st, len(b.Items))
+	}
+	// 2 left ready: below the mark, both partitions hear of it.
+	if !woken(p) || !woken(q) {
+		t.Fatalf("backlog drained to 2 of Backlog 4: want both partitions woken")
+	}
+	if p.Paced() {
+		t.Fatalf("2 ready, Backlog 4: got paced, want not")
+	}
+	if got := p.PacedCount() + q.PacedCount(); got != 2 {
+		t.Fatalf("PacedCount: got %d, want 2 (the times Paced said yes)", got)
+	}
+}
+
+// Items queued behind a lane's running head are not ready: a stuck lane's
+// backlog never paces anyone.
+func TestPacedIgnoresItemsBehindRunningLane(t *testing.T) {
+	s := New[msg, int](Options[msg, int]{Size: 1, Backlog: 4, Window: 1})
+	p := s.NewPartition(64)
+	var off int64
+	feed(t, p, &off, 1)
+	b := s.NewBatch(s.NewWorker())
+	if st := s.Next(b, true, nil); st != Run {
+		t.Fatalf("Next: got %v, want Run", st)
+	}
+	feed(t, p, &off, 1, 1, 1, 1, 1, 1, 1, 1) // behind lane 1's running head
+	if p.Paced() {
+		t.Fatalf("8 items queued behind a running lane, none ready: got paced, want not")
+	}
+	feed(t, p, &off, 2, 3, 4, 5)
+	if !p.Paced() {
+		t.Fatalf("4 ready items of other lanes, Backlog 4: got not paced, want paced")
+	}
+}
+
+func TestPacedNeverWithoutBacklogOrAfterStop(t *testing.T) {
+	s := New[msg, int](Options[msg, int]{Size: 1, Window: 1})
+	p := s.NewPartition(64)
+	var off int64
+	feed(t, p, &off, 1, 2, 3, 4, 5, 6, 7, 8)
+	if p.Paced() {
+		t.Fatalf("Backlog 0: got paced, want never")
+	}
+
+	s = New[msg, int](Options[msg, int]{Size: 1, Backlog: 2, Window: 1})
+	p = s.NewPartition(64)
+	off = 0
+	feed(t, p, &off, 1, 2, 3)
+	if !p.Paced() {
+		t.Fatalf("3 ready, Backlog 2: got not paced, want paced")
+	}
+	woken(p)
+	s.Stop()
+	if !woken(p) {
+		t.Fatalf("Stop: want the paced partition woken")
+	}
+	if p.Paced() {
+		t.Fatalf("after Stop: got paced, want not")
+	}
+}
+
+func TestPacedWokenByRevoke(t *testing.T) {
+	s := New[msg, int](Options[msg, int]{Size: 1, Backlog: 3, Window: 1})
+	p, q := s.NewPartition(64), s.NewPartition(64)
+	var off, qoff int64
+	feed(t, p, &off, 1, 2)
+	feed(t, q, &qoff, 3, 4)
+	if !q.Paced() {
+		t.Fatalf("4 ready, Backlog 3: got not paced, want paced")
+	}
+	woken(q)
+	p.Revoke() // its 2 ready items are dropped: 2 left
+	if !woken(q) {
+		t.Fatalf("revoke dropped the backlog below the mark: want q woken")
+	}
+	if q.Paced() {
+		t.Fatalf("2 ready, Backlog 3: got paced, want not")
+	}
+}
