@@ -146,7 +146,9 @@ func (g *Group[T]) consume(sess sarama.ConsumerGroupSession, claim sarama.Consum
 	sessDone := sess.Context().Done()
 	c.pauser, _ = claim.(fetchPauser)
 	for {
-		room := c.room()
+		share := c.shareRoom()
+		paced := share && c.p.Paced()
+		room := share && !paced
 		if room && c.undispatched.len() > 0 {
 			c.intakeHeld()
 			continue
@@ -159,8 +161,9 @@ func (g *Group[T]) consume(sess sarama.ConsumerGroupSession, claim sarama.Consum
 			// Read on into held: a revoke is seen at once, and sarama's
 			// fetch loop, which waits for every partition to take its
 			// last response, is not held up by this one. Past a
-			// channel's worth, stop fetching more.
-			if c.undispatched.len() >= c.g.cfg.Chan {
+			// channel's worth (paced: past what the share has room
+			// for), stop fetching more.
+			if c.undispatched.len() >= c.holdLimit(paced) {
 				c.pauseFetch(true)
 			}
 		default:
@@ -188,10 +191,27 @@ func (g *Group[T]) consume(sess sarama.ConsumerGroupSession, claim sarama.Consum
 	}
 }
 
-// room reports whether the claim may dispatch more: the partition is
-// within its in-flight share and its finished set fits the commit
-// metadata.
-func (c *claimLoop[T]) room() bool { return c.p.Room() && !c.metaFull }
+// shareRoom reports whether the claim may dispatch more as far as its
+// budget goes: the partition is within its in-flight share and its
+// finished set fits the commit metadata. It dispatches only if, besides,
+// the workers are short of ready work (pacing, dispatch/pace.go); while
+// paced, it reads on into undispatched as far as its share has room.
+func (c *claimLoop[T]) shareRoom() bool { return c.p.Room() && !c.metaFull }
+
+// holdLimit is how many undispatched messages the claim holds before it
+// pauses fetching: a channel's worth, and while paced (not out of share) as
+// many more as its share has room for in count and in bytes.
+func (c *claimLoop[T]) holdLimit(paced bool) int {
+	limit := c.g.cfg.Chan
+	if !paced {
+		return limit
+	}
+	count, bytes := c.p.Quota()
+	if c.undispatched.bytes >= bytes {
+		return limit
+	}
+	return max(limit, count)
+}
 
 // pauseFetch pauses or resumes sarama's fetching of the partition (see
 // held), if the claim supports it.

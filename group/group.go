@@ -84,6 +84,11 @@ func (h Handler[T]) validate() error {
 // of one per batch.
 const wakeDelay = 500 * time.Microsecond
 
+// backlog is the ready backlog at which claim loops stop turning messages
+// into items (dispatch.Options.Backlog): two full batches, an item for
+// every worker, and at least one intake burst (Chan).
+func backlog(cfg Config) int { return max(2*cfg.Size, cfg.Num, cfg.Chan) }
+
 // Group consumes Config.Topics as Config.GroupID with a Handler. Create it
 // with New; Run it once.
 type Group[T any] struct {
@@ -193,7 +198,7 @@ func New[T any](cfg Config, h Handler[T]) (*Group[T], error) {
 	g.fail = newFailures(g)
 	g.sched = dispatch.New[Message, T](dispatch.Options[Message, T]{
 		Size: cfg.Size, MaxInFlight: cfg.MaxInFlight, MaxInFlightBytes: cfg.MaxInFlightBytes,
-		Window: cfg.Chan, WakeDelay: wakeDelay, Reset: resetFunc(h), Hold: g.fail.hold, Copied: copiedFunc(h),
+		Window: cfg.Chan, WakeDelay: wakeDelay, Backlog: backlog(cfg), Reset: resetFunc(h), Hold: g.fail.hold, Copied: copiedFunc(h),
 		// Msg.Attempt is 1 from intake and is behind the item's Attempt
 		// only after a charged failure (Uncharge takes back only the
 		// latest charge).

@@ -123,7 +123,7 @@ type PartitionStats struct {
 	Lag int64
 
 	InFlight      int64 // fetched, dispatched and not finished
-	Undispatched  int64 // read while out of share, not dispatched yet
+	Undispatched  int64 // read while out of share or paced (the workers had a backlog), not dispatched yet
 	Paused        bool  // sarama's fetching of the partition is paused
 	Held          int64 // messages waiting first in their lanes (a retry, a deferral, a dead letter being written)
 	FinishedAbove int64 // finished messages above the frontier (as of the last commit)

@@ -10,7 +10,9 @@ type fetchPauser interface {
 }
 
 // undispatched is the FIFO of messages a claim loop received while its
-// partition was out of its in-flight share. A claim loop out of budget must keep reading its
+// partition was out of its in-flight share, or paced (the workers had a
+// ready backlog; dispatch/pace.go: paced, it holds as many as its share
+// has room for before it pauses fetching). A claim loop out of budget must keep reading its
 // claim, for two reasons. Under the cooperative protocol the only sign that
 // a partition was revoked is its Messages channel closing, behind whatever
 // is buffered there, and sarama gives ConsumeClaim Rebalance.Timeout to
@@ -26,19 +28,24 @@ type fetchPauser interface {
 // against MaxInFlight until credit returns; on a revoke they are dropped
 // like other unstarted work.
 type undispatched struct {
-	q    []*sarama.ConsumerMessage
-	head int
+	q     []*sarama.ConsumerMessage
+	head  int
+	bytes int64 // msgSize of the messages in q
 }
 
 func (h *undispatched) len() int { return len(h.q) - h.head }
 
-func (h *undispatched) push(m *sarama.ConsumerMessage) { h.q = append(h.q, m) }
+func (h *undispatched) push(m *sarama.ConsumerMessage) {
+	h.q = append(h.q, m)
+	h.bytes += msgSize(m)
+}
 
 // pop returns the oldest undispatched message; the caller checks len first.
 func (h *undispatched) pop() *sarama.ConsumerMessage {
 	m := h.q[h.head]
 	h.q[h.head] = nil
 	h.head++
+	h.bytes -= msgSize(m)
 	if h.head == len(h.q) {
 		h.reset()
 	}
@@ -62,5 +69,6 @@ func (h *undispatched) drop() int {
 	n := h.len()
 	clear(h.q)
 	h.reset()
+	h.bytes = 0
 	return n
 }

@@ -1,0 +1,129 @@
+package group
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/IBM/sarama"
+)
+
+// TestPacedIntake: while the workers have a ready backlog (backlog(cfg))
+// the claim loop turns no more messages into items, though its in-flight
+// share has room: it reads on, leaving them undispatched, and dispatches
+// them, each lane in order, as the workers take the backlog. Without
+// pacing the 200 messages would all be items at once.
+//
+// Held messages stay within the share's bytes: with 1 KiB values and a 20
+// KiB share of MaxInFlightBytes, the loop pauses fetching once what it
+// holds passes what the share has room for.
+func TestPacedIntake(t *testing.T) {
+	tests := []struct {
+		name      string
+		maxBytes  int64
+		value     int
+		wantPause bool
+	}{
+		{"count", 0, 0, false},
+		{"bytes", 20 << 10, 1 << 10, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) { testPacedIntake(t, tt.maxBytes, tt.value, tt.wantPause) })
+	}
+}
+
+func testPacedIntake(t *testing.T, maxBytes int64, value int, wantPause bool) {
+	const sent, keys = 200, 10
+	var (
+		mu      sync.Mutex
+		seen    = map[string][]int64{}
+		release = make(chan struct{})
+	)
+	cfg := Config{Brokers: []string{"mem:0"}, Topics: []string{"mem"}, GroupID: "mem",
+		Size: 1, Num: 2, Ticker: -1, MaxInFlight: 10_000, MaxInFlightBytes: maxBytes, Chan: 4}
+	g := newGroup(t, cfg, func(_ context.Context, batch []*Message) error {
+		<-release
+		mu.Lock()
+		defer mu.Unlock()
+		for _, m := range batch {
+			seen[string(m.Key)] = append(seen[string(m.Key)], m.Offset)
+		}
+		return nil
+	})
+	t.Cleanup(startWorkers(t, g))
+	sess := &memSession{ctx: context.Background(), marked: map[int32]int64{}}
+	claim := &pausingClaim{memClaim: &memClaim{p: 0, msgs: make(chan *sarama.ConsumerMessage, sent)}}
+	for off := range int64(sent) {
+		claim.msgs <- &sarama.ConsumerMessage{Topic: "mem", Offset: off, Key: fmt.Appendf(nil, "k%d", off%keys), Value: make([]byte, value)}
+	}
+	consumed := make(chan error, 1)
+	go func() { consumed <- g.consume(sess, claim) }()
+	var unblock, revoke sync.Once
+	t.Cleanup(func() {
+		unblock.Do(func() { close(release) })
+		revoke.Do(func() { close(claim.msgs) })
+		<-consumed
+	})
+	if wantPause {
+		waitFor(t, 5*time.Second, "fetching to pause", func() bool { return claim.pauses.Load() > 0 })
+		unblock.Do(func() { close(release) })
+		waitFor(t, 10*time.Second, "every message to be marked", func() bool {
+			sess.mu.Lock()
+			defer sess.mu.Unlock()
+			return sess.marked[0] == sent
+		})
+		if st := g.Stats(); st.Fetched != sent {
+			t.Errorf("fetched: got %d, want %d", st.Fetched, sent)
+		}
+		checkLaneOrder(t, &mu, seen, sent, keys)
+		return
+	}
+	waitFor(t, 5*time.Second, "every message to be read", func() bool { return len(claim.msgs) == 0 })
+	// Num calls running, the backlog ready, and at most one burst (Chan)
+	// dispatched before the backlog was seen.
+	limit := int64(cfg.Num + backlog(cfg) + cfg.Chan)
+	st := g.Stats()
+	if st.InFlight > limit {
+		t.Errorf("items in flight with the workers' backlog full: got %d, want at most %d (Num %d + backlog %d + Chan %d)",
+			st.InFlight, limit, cfg.Num, backlog(cfg), cfg.Chan)
+	}
+	var undispatched int64
+	for _, p := range st.PartitionStats {
+		undispatched += p.Undispatched
+	}
+	if undispatched+st.InFlight != sent {
+		t.Errorf("undispatched %d + in flight %d: got %d, want every message read (%d)", undispatched, st.InFlight, undispatched+st.InFlight, sent)
+	}
+	if claim.pauses.Load() != 0 {
+		t.Errorf("Pause calls: got %d, want 0 (paced, the share still had room)", claim.pauses.Load())
+	}
+	unblock.Do(func() { close(release) })
+	waitFor(t, 10*time.Second, "every message to be marked", func() bool {
+		sess.mu.Lock()
+		defer sess.mu.Unlock()
+		return sess.marked[0] == sent
+	})
+	checkLaneOrder(t, &mu, seen, sent, keys)
+}
+
+// checkLaneOrder checks that each of keys lanes (key k%d, every keys-th
+// offset) saw its sent/keys messages in offset order.
+func checkLaneOrder(t *testing.T, mu *sync.Mutex, seen map[string][]int64, sent, keys int) {
+	t.Helper()
+	mu.Lock()
+	defer mu.Unlock()
+	for k := range keys {
+		key := fmt.Sprintf("k%d", k)
+		offs := seen[key]
+		if len(offs) != sent/keys {
+			t.Errorf("lane %s: got %d messages, want %d", key, len(offs), sent/keys)
+		}
+		for i, off := range offs {
+			if want := int64(k + i*keys); off != want {
+				t.Fatalf("lane %s: got offset %d at position %d, want %d (offset order)", key, off, i, want)
+			}
+		}
+	}
+}
