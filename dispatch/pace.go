@@ -1,37 +1,60 @@
 package dispatch
 
+import "slices"
+
 // Pacing: a claim loop turns a message into an item (its Msg filled in,
-// its lane found, its tracker entry linked) only when the workers are
-// about to want it. Items wait in lanes only while the ready backlog is
-// below Options.Backlog; past it, the claim loop leaves what it fetched as
-// sarama's messages (as it does out of share) and Wake tells it when the
-// backlog has drained below the mark again.
+// its lane found, its tracker entry linked) only while the workers are
+// short of ready work. Past Options.Backlog ready items, Paced tells the
+// claim loop to leave what it fetched as sarama's messages (as it does out
+// of share); as takes drain the backlog below the mark, the partitions it
+// held back are woken, oldest first, as many as the shortfall needs at one
+// Window each, so that they do not all push a burst at once.
 //
 // Why: an item is 256 bytes written at intake and read again by a worker
 // and by its owner when it finishes. With tens of thousands queued (a
 // claim loop reading as far as its in-flight share lets it, which a
-// no-op handler's workers never need), each item's lines have left the
-// cache by the time it is touched again, and those misses were most of
-// the claim loop's cost per message.
+// no-op handler's workers never need), each item's lines had left the
+// cache by the time it was touched again, and the claim loops' stores
+// into items were the largest part of their cost.
 //
-// Only items that workers could take now count (the scheduler's ready
-// backlog): items queued behind a lane's running or held head do not, so
-// a stuck lane never paces the other partitions, or its own.
+// Only ready items count (the scheduler's readyItems): not items queued
+// behind a lane's held head, nor, once a take has passed its lane over,
+// behind a running one. A lane a batch took items from and requeued while
+// it filled counts what arrives for it until the next take passes it over;
+// a push wakes idle workers, so that is at once unless every worker is in
+// a call, when more items would not be taken anyway.
 
-// pacedLocked publishes the ready backlog to Paced and wakes the partitions
-// waiting on it once it is below the mark or the scheduler stopped. Call
-// it, holding the lock, after readyItems shrinks.
+// pacedLocked publishes the ready backlog to Paced and, once it is below
+// the mark, wakes the partitions waiting on it, oldest first, one per
+// Window of shortfall (all of them once the scheduler stopped). Call it,
+// holding the lock, after readyItems shrinks.
 func (s *Scheduler[M, T]) pacedLocked() {
 	s.ready.Store(int64(s.readyItems))
 	if (s.readyItems >= s.backlog && !s.stopped) || len(s.paced) == 0 {
 		return
 	}
-	for i, p := range s.paced {
+	n := len(s.paced)
+	if !s.stopped {
+		n = min(n, max(1, (s.backlog-s.readyItems+int(s.window)-1)/int(s.window)))
+	}
+	for _, p := range s.paced[:n] {
 		p.inPaced = false
 		signal(p.wake)
-		s.paced[i] = nil
 	}
-	s.paced = s.paced[:0]
+	rest := copy(s.paced, s.paced[n:])
+	clear(s.paced[rest:])
+	s.paced = s.paced[:rest]
+}
+
+// forgetPacedLocked takes p off the paced list (it was revoked).
+func (s *Scheduler[M, T]) forgetPacedLocked(p *Partition[M, T]) {
+	if !p.inPaced {
+		return
+	}
+	p.inPaced = false
+	if i := slices.Index(s.paced, p); i >= 0 {
+		s.paced = slices.Delete(s.paced, i, i+1)
+	}
 }
 
 // Paced reports whether the workers have Options.Backlog items or more
@@ -50,11 +73,5 @@ func (p *Partition[M, T]) Paced() bool {
 		s.paced = append(s.paced, p)
 	}
 	s.mu.Unlock()
-	if paced {
-		p.pacedCount++
-	}
 	return paced
 }
-
-// PacedCount is how many times Paced said yes; owner only.
-func (p *Partition[M, T]) PacedCount() int64 { return p.pacedCount }

@@ -39,9 +39,6 @@ func TestPacedByReadyBacklog(t *testing.T) {
 	if p.Paced() {
 		t.Fatalf("2 ready, Backlog 4: got paced, want not")
 	}
-	if got := p.PacedCount() + q.PacedCount(); got != 2 {
-		t.Fatalf("PacedCount: got %d, want 2 (the times Paced said yes)", got)
-	}
 }
 
 // Items queued behind a lane's running head are not ready: a stuck lane's
@@ -101,11 +98,70 @@ func TestPacedWokenByRevoke(t *testing.T) {
 		t.Fatalf("4 ready, Backlog 3: got not paced, want paced")
 	}
 	woken(q)
+	if !p.Paced() {
+		t.Fatalf("4 ready, Backlog 3: got p not paced, want paced")
+	}
 	p.Revoke() // its 2 ready items are dropped: 2 left
 	if !woken(q) {
 		t.Fatalf("revoke dropped the backlog below the mark: want q woken")
 	}
 	if q.Paced() {
 		t.Fatalf("2 ready, Backlog 3: got paced, want not")
+	}
+	if len(s.paced) != 0 || p.inPaced {
+		t.Fatalf("after the revoke: got %d partitions paced (p listed: %v), want none", len(s.paced), p.inPaced)
+	}
+}
+
+// A take that leaves the backlog at or above the mark wakes no one; one
+// that drains it wakes the paced partitions oldest first, one per Window of
+// shortfall, so that they do not all push a burst at once.
+func TestPacedWakesByShortfall(t *testing.T) {
+	s := New[msg, int](Options[msg, int]{Size: 1, Backlog: 4, Window: 2})
+	src := s.NewPartition(64)
+	var off int64
+	feed(t, src, &off, 1, 2, 3, 4, 5, 6, 7)
+	paced := []*Partition[msg, int]{s.NewPartition(64), s.NewPartition(64), s.NewPartition(64)}
+	for i, p := range paced {
+		if !p.Paced() {
+			t.Fatalf("partition %d: 7 ready, Backlog 4: got not paced, want paced", i)
+		}
+		woken(p)
+	}
+	w := s.NewWorker()
+	next := func(want int) {
+		t.Helper()
+		b := s.NewBatch(w)
+		if st := s.Next(b, true, nil); st != Run {
+			t.Fatalf("Next: got %v, want Run", st)
+		}
+		if s.readyItems != want {
+			t.Fatalf("ready after the take: got %d, want %d", s.readyItems, want)
+		}
+	}
+	wake := func() []bool {
+		var got []bool
+		for _, p := range paced {
+			got = append(got, woken(p))
+		}
+		return got
+	}
+	for ready := 6; ready >= 4; ready-- {
+		next(ready)
+		if got := wake(); got[0] || got[1] || got[2] {
+			t.Fatalf("%d ready, Backlog 4: got woken %v, want none", ready, got)
+		}
+	}
+	next(3) // 1 short: one Window's worth, the oldest paced
+	if got := wake(); !got[0] || got[1] || got[2] {
+		t.Fatalf("1 short of Backlog 4, Window 2: got woken %v, want [true false false]", got)
+	}
+	next(2) // 2 short: one Window, the next oldest
+	if got := wake(); got[0] || !got[1] || got[2] {
+		t.Fatalf("2 short of Backlog 4, Window 2: got woken %v, want [false true false]", got)
+	}
+	next(1) // 3 short: two Windows' worth; one left to wake
+	if got := wake(); got[0] || got[1] || !got[2] {
+		t.Fatalf("3 short of Backlog 4, Window 2: got woken %v, want [false false true]", got)
 	}
 }

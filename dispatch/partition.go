@@ -44,12 +44,11 @@ type Partition[M, T any] struct {
 	freeLanes []*lane[M, T]
 	sweepAt   int
 
-	revoked    bool          // guarded by the scheduler mutex
-	inPaced    bool          // in the scheduler's paced list; guarded by the scheduler mutex
-	pacedCount int64         // times Paced said yes; owner only
-	held       int           // lanes held (Settle, Unhold); guarded by the scheduler mutex
-	orphans    []*Item[M, T] // items Orphan gave up on, for the owner to copy; guarded by the scheduler mutex
-	gone       atomic.Bool   // revoked, for readers without the lock
+	revoked bool          // guarded by the scheduler mutex
+	inPaced bool          // in the scheduler's paced list; guarded by the scheduler mutex
+	held    int           // lanes held (Settle, Unhold); guarded by the scheduler mutex
+	orphans []*Item[M, T] // items Orphan gave up on, for the owner to copy; guarded by the scheduler mutex
+	gone    atomic.Bool   // revoked, for readers without the lock
 
 	outstanding atomicInt // items handed to lanes and not yet finished, dropped or abandoned
 	// draining makes every completion wake the owner (it waits for

@@ -834,6 +834,7 @@ func (s *Scheduler[M, T]) revoke(p *Partition[M, T]) (dropped, abandoned int) {
 	}
 	p.revoked = true
 	p.gone.Store(true)
+	s.forgetPacedLocked(p)
 	s.revokeSeq++
 	seq := s.revokeSeq
 	var holders []*Batch[M, T]

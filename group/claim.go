@@ -49,7 +49,7 @@ type claimState struct {
 	received      atomic.Int64 // offset after the last message received, -1 none
 	listedHW      atomic.Int64 // high watermark listed by the read-back (readback.go)
 	outcomes      outcomeCounts
-	fetchPaused   atomic.Bool // sarama's fetching of the partition is paused (out of share)
+	fetchPaused   atomic.Bool // sarama's fetching of the partition is paused (out of share, or paced past what the share holds)
 	noMeta        atomic.Bool // the broker refused this partition's commit metadata
 	generation    int32
 	view          partitionView // published at each commit interval (partitionstats.go)
@@ -84,7 +84,7 @@ type claimLoop[T any] struct {
 	resume commit.Done // offsets a previous owner finished (commit metadata)
 	start  int64       // the claim's first offset (for OffsetOldest/Newest: from checkReset); -1 unknown
 
-	undispatched undispatched // read while out of share (see undispatched.go)
+	undispatched undispatched // read while out of share or paced (see undispatched.go)
 	pauser       fetchPauser  // nil if the claim cannot pause fetching
 	paused       bool         // fetching paused through pauser
 	probe        gapProbe     // side fetches past control records (markers.go)
@@ -166,6 +166,9 @@ func (g *Group[T]) consume(sess sarama.ConsumerGroupSession, claim sarama.Consum
 			if c.undispatched.len() >= c.holdLimit(paced) {
 				c.pauseFetch(true)
 			}
+		case paced && c.undispatched.len() < c.g.cfg.Chan:
+			// Fetching cannot be paused: read on into held for a
+			// channel's worth, then wait for the backlog to drain.
 		default:
 			in = nil // fetching cannot be paused: stop reading until room returns
 		}

@@ -123,11 +123,11 @@ type Config struct {
 	// undispatched, in the claim loop, and past Chan messages that
 	// partition's fetching pauses (sarama's PartitionConsumer.Pause). The
 	// other partitions go on. While the workers already have a backlog
-	// ready (two batches, an item per worker, and at least Chan), a claim
-	// loop dispatches nothing more either: it holds what it reads,
+	// ready (the largest of two batches, one item per worker, and Chan), a
+	// claim loop dispatches nothing more either: it holds what it reads,
 	// undispatched, as far as its share has room (in count and bytes)
-	// before fetching pauses, so that items are made only shortly before
-	// a worker takes them. A finished message costs nothing, even above
+	// before fetching pauses, so that items are made shortly before a
+	// worker can take them. A finished message costs nothing, even above
 	// a stuck frontier: it is recycled at once and remembered only as part
 	// of a run of finished offsets. Shares are not lent to busier
 	// partitions: a partition that borrowed and then got stuck would keep

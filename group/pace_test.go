@@ -127,3 +127,83 @@ func checkLaneOrder(t *testing.T, mu *sync.Mutex, seen map[string][]int64, sent,
 		}
 	}
 }
+
+// TestPacedClaimWokenByTheBacklogDraining: a claim paced by another
+// partition's backlog dispatches what it read once the workers drain that
+// backlog, before any of its own items finishes (their completions would
+// wake it otherwise). Partition 1's first message (a) waits in Do until
+// its second (b), held back while partition 0's backlog stood, has reached
+// Do too: without the wake from the draining backlog, b would wait for a
+// and a for b.
+func TestPacedClaimWokenByTheBacklogDraining(t *testing.T) {
+	const busy = 40
+	release, bStarted := make(chan struct{}), make(chan struct{})
+	var mu sync.Mutex
+	handled := map[int32]int{}
+	cfg := Config{Brokers: []string{"mem:0"}, Topics: []string{"mem"}, GroupID: "mem",
+		Size: 1, Num: 2, Ticker: -1, MaxInFlight: 10_000, Chan: 4}
+	g := newGroup(t, cfg, func(_ context.Context, batch []*Message) error {
+		switch m := batch[0]; {
+		case m.Partition == 0:
+			<-release
+		case m.Offset == 0:
+			select {
+			case <-bStarted:
+			case <-time.After(10 * time.Second):
+				return nil // the test fails on its own wait
+			}
+		default:
+			close(bStarted)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		handled[batch[0].Partition] += len(batch)
+		return nil
+	})
+	t.Cleanup(startWorkers(t, g))
+	sess := &memSession{ctx: context.Background(), marked: map[int32]int64{}}
+	claims := []*pausingClaim{
+		{memClaim: &memClaim{p: 0, msgs: make(chan *sarama.ConsumerMessage, busy)}},
+		{memClaim: &memClaim{p: 1, msgs: make(chan *sarama.ConsumerMessage, 2)}},
+	}
+	consumed := make(chan error, len(claims))
+	for _, c := range claims {
+		go func() { consumed <- g.consume(sess, c) }()
+	}
+	var unblock, revoke sync.Once
+	t.Cleanup(func() {
+		unblock.Do(func() { close(release) })
+		revoke.Do(func() {
+			for _, c := range claims {
+				close(c.msgs)
+			}
+		})
+		for range claims {
+			<-consumed
+		}
+	})
+	for off := range int64(busy) {
+		claims[0].msgs <- &sarama.ConsumerMessage{Topic: "mem", Partition: 0, Offset: off, Key: fmt.Appendf(nil, "k%d", off)}
+	}
+	waitFor(t, 5*time.Second, "partition 0's messages to be read", func() bool { return len(claims[0].msgs) == 0 })
+	// a may go in on a decision partition 1's loop made before the
+	// backlog formed; b, read after, is held back.
+	claims[1].msgs <- &sarama.ConsumerMessage{Topic: "mem", Partition: 1, Offset: 0, Key: []byte("a")}
+	waitFor(t, 5*time.Second, "a to be read", func() bool { ps, _ := partitionStats(g, 1); return ps.Fetched == 1 })
+	claims[1].msgs <- &sarama.ConsumerMessage{Topic: "mem", Partition: 1, Offset: 1, Key: []byte("b")}
+	waitFor(t, 5*time.Second, "b to be held back, undispatched", func() bool {
+		ps, _ := partitionStats(g, 1)
+		return ps.Undispatched >= 1 && ps.InFlight+ps.Undispatched == 2
+	})
+	unblock.Do(func() { close(release) })
+	waitFor(t, 10*time.Second, "partition 1's messages to be handled and marked", func() bool {
+		sess.mu.Lock()
+		defer sess.mu.Unlock()
+		return sess.marked[1] == 2
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	if handled[0] != busy || handled[1] != 2 {
+		t.Errorf("handled: got %d of partition 0 and %d of partition 1, want %d and 2", handled[0], handled[1], busy)
+	}
+}

@@ -21,7 +21,8 @@ type fetchPauser interface {
 // until every partition has taken its last response (or stalls for
 // MaxProcessingTime between two messages), so a loop that reads in
 // trickles as credit comes back holds up every partition of the broker,
-// revoked ones' close included. Past Chan undispatched messages, fetching is paused
+// revoked ones' close included. Past Chan undispatched messages (paced: past what the
+// share has room for, see claimLoop.holdLimit), fetching is paused
 // (fetchPauser), so undispatched stays within what sarama had already fetched: a
 // channel's worth and the rest of the responses in hand. Undispatched messages are
 // not in flight: they are not dispatched, not tracked and not counted
