@@ -237,8 +237,7 @@ func (c *claimLoop[T]) pauseFetch(pause bool) {
 func (c *claimLoop[T]) intakeHeld() {
 	count, bytes := c.p.Quota()
 	for n := min(c.undispatched.len(), c.g.cfg.Chan, max(count, 1)); n > 0; n-- {
-		m := c.undispatched.pop()
-		size := msgSize(m)
+		m, size := c.undispatched.pop()
 		c.intake(m, size)
 		if bytes -= size; bytes <= 0 {
 			break

@@ -85,8 +85,8 @@ func (h Handler[T]) validate() error {
 const wakeDelay = 500 * time.Microsecond
 
 // backlog is the ready backlog at which claim loops stop turning messages
-// into items (dispatch.Options.Backlog): two full batches, an item for
-// every worker, and at least one intake burst (Chan).
+// into items (dispatch.Options.Backlog): the largest of two full batches,
+// one item per worker, and one intake burst (Chan).
 func backlog(cfg Config) int { return max(2*cfg.Size, cfg.Num, cfg.Chan) }
 
 // Group consumes Config.Topics as Config.GroupID with a Handler. Create it

@@ -41,16 +41,18 @@ func (h *undispatched) push(m *sarama.ConsumerMessage) {
 	h.bytes += msgSize(m)
 }
 
-// pop returns the oldest undispatched message; the caller checks len first.
-func (h *undispatched) pop() *sarama.ConsumerMessage {
+// pop returns the oldest undispatched message and its msgSize; the caller
+// checks len first.
+func (h *undispatched) pop() (*sarama.ConsumerMessage, int64) {
 	m := h.q[h.head]
 	h.q[h.head] = nil
 	h.head++
-	h.bytes -= msgSize(m)
+	size := msgSize(m)
+	h.bytes -= size
 	if h.head == len(h.q) {
 		h.reset()
 	}
-	return m
+	return m, size
 }
 
 // reset empties h, keeping its array unless it grew past a few bursts

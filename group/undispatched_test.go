@@ -155,18 +155,22 @@ func TestHeldFIFO(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			var h undispatched
 			for off := range int64(tt.push) {
-				h.push(&sarama.ConsumerMessage{Offset: off})
+				h.push(&sarama.ConsumerMessage{Offset: off, Value: []byte("abc")})
 			}
 			for want := range int64(tt.pop) {
-				if got := h.pop().Offset; got != want {
-					t.Fatalf("pop: got offset %d, want %d", got, want)
+				m, size := h.pop()
+				if m.Offset != want || size != 3 {
+					t.Fatalf("pop: got offset %d size %d, want %d and 3", m.Offset, size, want)
 				}
+			}
+			if want := int64(3 * (tt.push - tt.pop)); h.bytes != want {
+				t.Errorf("bytes held: got %d, want %d", h.bytes, want)
 			}
 			if got := h.drop(); got != tt.wantDrop {
 				t.Errorf("drop: got %d, want %d", got, tt.wantDrop)
 			}
-			if h.len() != 0 {
-				t.Errorf("len after drop: got %d, want 0", h.len())
+			if h.len() != 0 || h.bytes != 0 {
+				t.Errorf("after drop: got len %d, bytes %d, want 0 and 0", h.len(), h.bytes)
 			}
 			if kept := h.q != nil; kept != tt.wantArray && tt.push > 0 {
 				t.Errorf("array kept after drop: got %v, want %v (cap %d)", kept, tt.wantArray, cap(h.q))
