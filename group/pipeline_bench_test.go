@@ -104,7 +104,7 @@ func runMemPipeline(tb testing.TB, cfg Config, do func(context.Context, []*Messa
 	}
 	for p := range parts {
 		feeders.Go(func() {
-			feed(chans[p], p, per, parts, 2*g.cfg.Chan+64, keyBytes)
+			feed(chans[p], p, per, parts, g.cfg.MaxInFlight/parts+2*g.cfg.Chan+64, keyBytes)
 		})
 	}
 	feeders.Wait()
@@ -140,11 +140,12 @@ func (g *Group[T]) committedNow() int64 {
 // feed sends n messages of partition p from a ring of preallocated
 // messages: the feeder plays sarama's part without allocating, so only the
 // pipeline is measured. The pipeline copies what it needs out of a
-// *sarama.ConsumerMessage as soon as it receives it (intake), so a slot
-// may be reused once the channel (Chan) and one burst have passed it: a
-// ring of 2*Chan+64 is enough, and small enough to stay in cache (a ring
-// as large as MaxInFlight made the feeder itself half of the measured
-// time, in cache misses).
+// *sarama.ConsumerMessage when it dispatches it, and a claim may hold
+// messages undispatched (out of share, or paced by the workers' backlog)
+// as far as its share, Chan more out of share, and the channel (Chan): a
+// slot may be reused only after those have passed it. The feeder's own
+// cache misses on a ring that large are part of the measured time (a ring
+// of MaxInFlight made the feeder half of it before pacing).
 func feed(c chan<- *sarama.ConsumerMessage, p, n, parts, ringSize int, keys [][]byte) {
 	ring := make([]sarama.ConsumerMessage, ringSize)
 	for i := range ring {
