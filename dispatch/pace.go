@@ -6,9 +6,10 @@ import "slices"
 // its lane found, its tracker entry linked) only while the workers are
 // short of ready work. Past Options.Backlog ready items, Paced tells the
 // claim loop to leave what it fetched as sarama's messages (as it does out
-// of share); as takes drain the backlog below the mark, the partitions it
-// held back are woken, oldest first, as many as the shortfall needs at one
-// Window each, so that they do not all push a burst at once.
+// of share), and AwaitBacklog lists it to be woken; as takes drain the
+// backlog below the mark, the listed partitions are woken, oldest first,
+// as many as the shortfall needs at one Window each, so that they do not
+// all push a burst at once.
 //
 // Why: an item is 256 bytes written at intake and read again by a worker
 // and by its owner when it finishes. With tens of thousands queued (a
@@ -25,20 +26,26 @@ import "slices"
 // a call, when more items would not be taken anyway.
 
 // pacedLocked publishes the ready backlog to Paced and, once it is below
-// the mark, wakes the partitions waiting on it, oldest first, one per
-// Window of shortfall (all of them once the scheduler stopped). Call it,
-// holding the lock, after readyItems shrinks.
+// the mark, wakes the partitions waiting on it (AwaitBacklog), oldest
+// first, one per Window of shortfall; all of them once the backlog is
+// empty or the scheduler stopped. Call it, holding the lock, after
+// readyItems shrinks.
+//
+// Why all of them at an empty backlog: only takes (and revokes, Unhold,
+// Stop) wake the list, and with nothing ready no take follows. A woken
+// partition that pushes nothing (its share shrank under it, or it could
+// not dispatch) would otherwise leave the rest listed with workers idle.
 func (s *Scheduler[M, T]) pacedLocked() {
 	s.ready.Store(int64(s.readyItems))
 	if (s.readyItems >= s.backlog && !s.stopped) || len(s.paced) == 0 {
 		return
 	}
 	n := len(s.paced)
-	if !s.stopped {
+	if !s.stopped && s.readyItems > 0 {
 		n = min(n, max(1, (s.backlog-s.readyItems+int(s.window)-1)/int(s.window)))
 	}
 	for _, p := range s.paced[:n] {
-		p.inPaced = false
+		p.inPaced.Store(false)
 		signal(p.wake)
 	}
 	rest := copy(s.paced, s.paced[n:])
@@ -46,12 +53,13 @@ func (s *Scheduler[M, T]) pacedLocked() {
 	s.paced = s.paced[:rest]
 }
 
-// forgetPacedLocked takes p off the paced list (it was revoked).
+// forgetPacedLocked takes p off the paced list (it was revoked, or is no
+// longer paced).
 func (s *Scheduler[M, T]) forgetPacedLocked(p *Partition[M, T]) {
-	if !p.inPaced {
+	if !p.inPaced.Load() {
 		return
 	}
-	p.inPaced = false
+	p.inPaced.Store(false)
 	if i := slices.Index(s.paced, p); i >= 0 {
 		s.paced = slices.Delete(s.paced, i, i+1)
 	}
@@ -59,19 +67,44 @@ func (s *Scheduler[M, T]) forgetPacedLocked(p *Partition[M, T]) {
 
 // Paced reports whether the workers have Options.Backlog items or more
 // ready to take, so that the owner should turn no more messages into
-// items for now; Wake fires once the backlog is below the mark. Owner
-// only; false when Backlog is 0 or the scheduler has stopped.
+// items for now. It has no side effect: to be woken once the backlog
+// drains, call AwaitBacklog. Owner only; false when Backlog is 0 or the
+// scheduler has stopped.
 func (p *Partition[M, T]) Paced() bool {
 	s := p.s
 	if s.backlog <= 0 || p.side || s.ready.Load() < int64(s.backlog) {
 		return false
 	}
 	s.mu.Lock()
-	paced := s.readyItems >= s.backlog && !s.stopped && !p.revoked
-	if paced && !p.inPaced {
-		p.inPaced = true
-		s.paced = append(s.paced, p)
+	defer s.mu.Unlock()
+	return s.readyItems >= s.backlog && !s.stopped && !p.revoked
+}
+
+// AwaitBacklog is Paced, and while paced it lists p to be woken (Wake)
+// once the backlog drains below the mark; not paced, it takes p off the
+// list. Call it only while holding messages to dispatch once woken: each
+// wake is one of a few handed out per take (see pacedLocked), and one
+// spent on a partition with nothing to push is lost to those still
+// waiting. Owner only.
+func (p *Partition[M, T]) AwaitBacklog() bool {
+	s := p.s
+	if s.backlog <= 0 || p.side || s.ready.Load() < int64(s.backlog) {
+		if p.inPaced.Load() {
+			s.mu.Lock()
+			s.forgetPacedLocked(p)
+			s.mu.Unlock()
+		}
+		return false
 	}
-	s.mu.Unlock()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	paced := s.readyItems >= s.backlog && !s.stopped && !p.revoked
+	switch {
+	case paced && !p.inPaced.Load():
+		p.inPaced.Store(true)
+		s.paced = append(s.paced, p)
+	case !paced:
+		s.forgetPacedLocked(p)
+	}
 	return paced
 }

@@ -44,8 +44,11 @@ type Partition[M, T any] struct {
 	freeLanes []*lane[M, T]
 	sweepAt   int
 
-	revoked bool          // guarded by the scheduler mutex
-	inPaced bool          // in the scheduler's paced list; guarded by the scheduler mutex
+	revoked bool // guarded by the scheduler mutex
+	// inPaced: in the scheduler's paced list. Written under the scheduler
+	// mutex; atomic so that the owner can see without the lock whether it
+	// is still listed (AwaitBacklog).
+	inPaced atomic.Bool
 	held    int           // lanes held (Settle, Unhold); guarded by the scheduler mutex
 	orphans []*Item[M, T] // items Orphan gave up on, for the owner to copy; guarded by the scheduler mutex
 	gone    atomic.Bool   // revoked, for readers without the lock

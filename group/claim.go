@@ -147,7 +147,7 @@ func (g *Group[T]) consume(sess sarama.ConsumerGroupSession, claim sarama.Consum
 	c.pauser, _ = claim.(fetchPauser)
 	for {
 		share := c.shareRoom()
-		paced := share && c.p.Paced()
+		paced := share && c.paced()
 		room := share && !paced
 		if room && c.undispatched.len() > 0 {
 			c.intakeHeld()
@@ -200,6 +200,18 @@ func (g *Group[T]) consume(sess sarama.ConsumerGroupSession, claim sarama.Consum
 // the workers are short of ready work (pacing, dispatch/pace.go); while
 // paced, it reads on into undispatched as far as its share has room.
 func (c *claimLoop[T]) shareRoom() bool { return c.p.Room() && !c.metaFull }
+
+// paced reports whether the workers have a ready backlog (see
+// dispatch/pace.go). Holding messages, the claim is listed to be woken once
+// the backlog drains; holding none, it is not: it reads into undispatched
+// and asks again with what it read, so that no wake goes to a claim with
+// nothing to dispatch.
+func (c *claimLoop[T]) paced() bool {
+	if c.undispatched.len() == 0 {
+		return c.p.Paced()
+	}
+	return c.p.AwaitBacklog()
+}
 
 // holdLimit is how many undispatched messages the claim holds before it
 // pauses fetching: a channel's worth, and while paced (not out of share) as

@@ -207,3 +207,84 @@ func TestPacedClaimWokenByTheBacklogDraining(t *testing.T) {
 		t.Errorf("handled: got %d of partition 0 and %d of partition 1, want %d and 2", handled[0], handled[1], busy)
 	}
 }
+
+// TestPacedWakeNotSpentOnIdleClaims: claims that hold nothing to dispatch
+// are not listed for the backlog's wake, so the wakes the draining backlog
+// hands out (one per take here: Chan 4, Backlog 4) reach the claim that
+// holds a message. Partition 0 builds the backlog, sixteen idle claims look at
+// it (a commit tick makes each loop go round) and the last partition reads one
+// message while it stands. No commit loop runs here: the backlog's wake is
+// the only thing that makes the late claim dispatch. (Whether wakes spent
+// on idle claims stall it depends on how many empty takes follow; the
+// dispatch tests TestPacedListsNoOne and TestPacedWakesAllWhenBacklogEmpties
+// pin the two rules that keep it live.)
+func TestPacedWakeNotSpentOnIdleClaims(t *testing.T) {
+	const busy, idle = 5, 16
+	release := make(chan struct{})
+	cfg := Config{Brokers: []string{"mem:0"}, Topics: []string{"mem"}, GroupID: "mem",
+		Size: 1, Num: 1, Ticker: -1, MaxInFlight: 10_000, Chan: 4}
+	if got := backlog(cfg); got != 4 {
+		t.Fatalf("backlog: got %d, want 4 (the test counts wakes on it)", got)
+	}
+	g := newGroup(t, cfg, func(_ context.Context, batch []*Message) error {
+		if batch[0].Partition == 0 {
+			<-release
+		}
+		return nil
+	})
+	t.Cleanup(startWorkers(t, g))
+	sess := &memSession{ctx: context.Background(), marked: map[int32]int64{}}
+	var claims []*pausingClaim
+	for p := range int32(idle + 2) {
+		claims = append(claims, &pausingClaim{memClaim: &memClaim{p: p, msgs: make(chan *sarama.ConsumerMessage, busy)}})
+	}
+	consumed := make(chan error, len(claims))
+	for _, c := range claims {
+		go func() { consumed <- g.consume(sess, c) }()
+	}
+	var unblock, revoke sync.Once
+	t.Cleanup(func() {
+		unblock.Do(func() { close(release) })
+		revoke.Do(func() {
+			for _, c := range claims {
+				close(c.msgs)
+			}
+		})
+		for range claims {
+			<-consumed
+		}
+	})
+	waitFor(t, 5*time.Second, "every claim to start", func() bool { return len(g.Stats().PartitionStats) == len(claims) })
+	for off := range int64(busy) {
+		claims[0].msgs <- &sarama.ConsumerMessage{Topic: "mem", Partition: 0, Offset: off, Key: fmt.Appendf(nil, "k%d", off)}
+	}
+	waitFor(t, 5*time.Second, "partition 0's backlog: one call, 4 ready", func() bool {
+		ps, _ := partitionStats(g, 0)
+		return ps.InFlight == busy
+	})
+	for range 2 { // the second tick is taken once the loops went round after the first
+		g.tickClaims()
+		waitFor(t, 5*time.Second, "every claim loop to take its tick", func() bool {
+			g.claimsMu.Lock()
+			defer g.claimsMu.Unlock()
+			for c := range g.claims {
+				if len(c.tick) > 0 {
+					return false
+				}
+			}
+			return true
+		})
+	}
+	late := claims[idle+1]
+	late.msgs <- &sarama.ConsumerMessage{Topic: "mem", Partition: late.p, Offset: 0, Key: []byte("late")}
+	waitFor(t, 5*time.Second, "the late message to be held back", func() bool {
+		ps, _ := partitionStats(g, late.p)
+		return ps.Undispatched == 1
+	})
+	unblock.Do(func() { close(release) })
+	waitFor(t, 5*time.Second, "the late message to be handled and marked", func() bool {
+		sess.mu.Lock()
+		defer sess.mu.Unlock()
+		return sess.marked[late.p] == 1
+	})
+}
