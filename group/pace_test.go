@@ -58,17 +58,10 @@ func testPacedIntake(t *testing.T, maxBytes int64, value int, wantPause bool) {
 	for off := range int64(sent) {
 		claim.msgs <- &sarama.ConsumerMessage{Topic: "mem", Offset: off, Key: fmt.Appendf(nil, "k%d", off%keys), Value: make([]byte, value)}
 	}
-	consumed := make(chan error, 1)
-	go func() { consumed <- g.consume(sess, claim) }()
-	var unblock, revoke sync.Once
-	t.Cleanup(func() {
-		unblock.Do(func() { close(release) })
-		revoke.Do(func() { close(claim.msgs) })
-		<-consumed
-	})
+	unblock := consumeClaims(t, g, sess, []*pausingClaim{claim}, release)
 	if wantPause {
 		waitFor(t, 5*time.Second, "fetching to pause", func() bool { return claim.pauses.Load() > 0 })
-		unblock.Do(func() { close(release) })
+		unblock()
 		waitFor(t, 10*time.Second, "every message to be marked", func() bool {
 			sess.mu.Lock()
 			defer sess.mu.Unlock()
@@ -99,7 +92,7 @@ func testPacedIntake(t *testing.T, maxBytes int64, value int, wantPause bool) {
 	if claim.pauses.Load() != 0 {
 		t.Errorf("Pause calls: got %d, want 0 (paced, the share still had room)", claim.pauses.Load())
 	}
-	unblock.Do(func() { close(release) })
+	unblock()
 	waitFor(t, 10*time.Second, "every message to be marked", func() bool {
 		sess.mu.Lock()
 		defer sess.mu.Unlock()
@@ -166,22 +159,7 @@ func TestPacedClaimWokenByTheBacklogDraining(t *testing.T) {
 		{memClaim: &memClaim{p: 0, msgs: make(chan *sarama.ConsumerMessage, busy)}},
 		{memClaim: &memClaim{p: 1, msgs: make(chan *sarama.ConsumerMessage, 2)}},
 	}
-	consumed := make(chan error, len(claims))
-	for _, c := range claims {
-		go func() { consumed <- g.consume(sess, c) }()
-	}
-	var unblock, revoke sync.Once
-	t.Cleanup(func() {
-		unblock.Do(func() { close(release) })
-		revoke.Do(func() {
-			for _, c := range claims {
-				close(c.msgs)
-			}
-		})
-		for range claims {
-			<-consumed
-		}
-	})
+	unblock := consumeClaims(t, g, sess, claims, release)
 	for off := range int64(busy) {
 		claims[0].msgs <- &sarama.ConsumerMessage{Topic: "mem", Partition: 0, Offset: off, Key: fmt.Appendf(nil, "k%d", off)}
 	}
@@ -195,7 +173,7 @@ func TestPacedClaimWokenByTheBacklogDraining(t *testing.T) {
 		ps, _ := partitionStats(g, 1)
 		return ps.Undispatched >= 1 && ps.InFlight+ps.Undispatched == 2
 	})
-	unblock.Do(func() { close(release) })
+	unblock()
 	waitFor(t, 10*time.Second, "partition 1's messages to be handled and marked", func() bool {
 		sess.mu.Lock()
 		defer sess.mu.Unlock()
@@ -238,22 +216,7 @@ func TestPacedWakeNotSpentOnIdleClaims(t *testing.T) {
 	for p := range int32(idle + 2) {
 		claims = append(claims, &pausingClaim{memClaim: &memClaim{p: p, msgs: make(chan *sarama.ConsumerMessage, busy)}})
 	}
-	consumed := make(chan error, len(claims))
-	for _, c := range claims {
-		go func() { consumed <- g.consume(sess, c) }()
-	}
-	var unblock, revoke sync.Once
-	t.Cleanup(func() {
-		unblock.Do(func() { close(release) })
-		revoke.Do(func() {
-			for _, c := range claims {
-				close(c.msgs)
-			}
-		})
-		for range claims {
-			<-consumed
-		}
-	})
+	unblock := consumeClaims(t, g, sess, claims, release)
 	waitFor(t, 5*time.Second, "every claim to start", func() bool { return len(g.Stats().PartitionStats) == len(claims) })
 	for off := range int64(busy) {
 		claims[0].msgs <- &sarama.ConsumerMessage{Topic: "mem", Partition: 0, Offset: off, Key: fmt.Appendf(nil, "k%d", off)}
@@ -281,10 +244,33 @@ func TestPacedWakeNotSpentOnIdleClaims(t *testing.T) {
 		ps, _ := partitionStats(g, late.p)
 		return ps.Undispatched == 1
 	})
-	unblock.Do(func() { close(release) })
+	unblock()
 	waitFor(t, 5*time.Second, "the late message to be handled and marked", func() bool {
 		sess.mu.Lock()
 		defer sess.mu.Unlock()
 		return sess.marked[late.p] == 1
 	})
+}
+
+// consumeClaims runs g's claim loop on each claim until the test ends,
+// then closes release (if not yet) and every claim's messages and waits
+// for the loops. The returned func closes release, once.
+func consumeClaims(t *testing.T, g *Group[*Message], sess *memSession, claims []*pausingClaim, release chan struct{}) (unblock func()) {
+	t.Helper()
+	consumed := make(chan error, len(claims))
+	for _, c := range claims {
+		go func() { consumed <- g.consume(sess, c) }()
+	}
+	var once sync.Once
+	unblock = func() { once.Do(func() { close(release) }) }
+	t.Cleanup(func() {
+		unblock()
+		for _, c := range claims {
+			close(c.msgs)
+		}
+		for range claims {
+			<-consumed
+		}
+	})
+	return unblock
 }
