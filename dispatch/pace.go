@@ -6,10 +6,10 @@ import "slices"
 // its lane found, its tracker entry linked) only while the workers are
 // short of ready work. Past Options.Backlog ready items, Paced tells the
 // claim loop to leave what it fetched as sarama's messages (as it does out
-// of share), and AwaitBacklog lists it to be woken; as takes drain the
+// of share), and ListIfPaced lists it to be woken; as takes drain the
 // backlog below the mark, the listed partitions are woken, oldest first,
 // as many as the shortfall needs at one Window each, so that they do not
-// all push a burst at once.
+// all push a burst at once, and all of them once nothing is ready.
 //
 // Why: an item is 256 bytes written at intake and read again by a worker
 // and by its owner when it finishes. With tens of thousands queued (a
@@ -26,15 +26,16 @@ import "slices"
 // a call, when more items would not be taken anyway.
 
 // pacedLocked publishes the ready backlog to Paced and, once it is below
-// the mark, wakes the partitions waiting on it (AwaitBacklog), oldest
+// the mark, wakes the partitions waiting on it (ListIfPaced), oldest
 // first, one per Window of shortfall; all of them once the backlog is
 // empty or the scheduler stopped. Call it, holding the lock, after
 // readyItems shrinks.
 //
-// Why all of them at an empty backlog: only takes (and revokes, Unhold,
-// Stop) wake the list, and with nothing ready no take follows. A woken
-// partition that pushes nothing (its share shrank under it, or it could
-// not dispatch) would otherwise leave the rest listed with workers idle.
+// Why all of them at an empty backlog: only takes, revokes, Unhold and
+// Stop wake the list, and with nothing ready no take follows. A woken
+// partition may push nothing (its share shrank, or its finished set no
+// longer fits the commit metadata, since it was listed); the rest would
+// then stay listed with the workers idle.
 func (s *Scheduler[M, T]) pacedLocked() {
 	s.ready.Store(int64(s.readyItems))
 	if (s.readyItems >= s.backlog && !s.stopped) || len(s.paced) == 0 {
@@ -68,7 +69,7 @@ func (s *Scheduler[M, T]) forgetPacedLocked(p *Partition[M, T]) {
 // Paced reports whether the workers have Options.Backlog items or more
 // ready to take, so that the owner should turn no more messages into
 // items for now. It has no side effect: to be woken once the backlog
-// drains, call AwaitBacklog. Owner only; false when Backlog is 0 or the
+// drains, call ListIfPaced. Owner only; false when Backlog is 0 or the
 // scheduler has stopped.
 func (p *Partition[M, T]) Paced() bool {
 	s := p.s
@@ -80,20 +81,16 @@ func (p *Partition[M, T]) Paced() bool {
 	return s.readyItems >= s.backlog && !s.stopped && !p.revoked
 }
 
-// AwaitBacklog is Paced, and while paced it lists p to be woken (Wake)
+// ListIfPaced is Paced, and while paced it lists p to be woken (Wake)
 // once the backlog drains below the mark; not paced, it takes p off the
-// list. Call it only while holding messages to dispatch once woken: each
-// wake is one of a few handed out per take (see pacedLocked), and one
-// spent on a partition with nothing to push is lost to those still
-// waiting. Owner only.
-func (p *Partition[M, T]) AwaitBacklog() bool {
+// list. Call it only while holding messages to dispatch once woken, and
+// call UnlistPaced when p could not dispatch anyway: each wake is one of a
+// few handed out per take (see pacedLocked), and one spent on a partition
+// with nothing to push is lost to those still waiting. Owner only.
+func (p *Partition[M, T]) ListIfPaced() bool {
 	s := p.s
 	if s.backlog <= 0 || p.side || s.ready.Load() < int64(s.backlog) {
-		if p.inPaced.Load() {
-			s.mu.Lock()
-			s.forgetPacedLocked(p)
-			s.mu.Unlock()
-		}
+		p.UnlistPaced()
 		return false
 	}
 	s.mu.Lock()
@@ -107,4 +104,15 @@ func (p *Partition[M, T]) AwaitBacklog() bool {
 		s.forgetPacedLocked(p)
 	}
 	return paced
+}
+
+// UnlistPaced takes p off the list of partitions waiting for the backlog
+// to drain, if it is on it. Owner only.
+func (p *Partition[M, T]) UnlistPaced() {
+	if !p.inPaced.Load() {
+		return
+	}
+	p.s.mu.Lock()
+	p.s.forgetPacedLocked(p)
+	p.s.mu.Unlock()
 }

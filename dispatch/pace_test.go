@@ -17,13 +17,13 @@ func TestPacedByReadyBacklog(t *testing.T) {
 	p, q := s.NewPartition(16), s.NewPartition(16)
 	var off, qoff int64
 	feed(t, p, &off, 1, 2, 3)
-	if p.AwaitBacklog() {
+	if p.ListIfPaced() {
 		t.Fatalf("3 ready, Backlog 4: got paced, want not")
 	}
 	feed(t, q, &qoff, 7)
 	// The backlog is every partition's: 4 ready now, q's one included.
-	if !p.AwaitBacklog() || !q.AwaitBacklog() {
-		t.Fatalf("4 ready, Backlog 4: got paced %v and %v, want both paced", p.AwaitBacklog(), q.AwaitBacklog())
+	if !p.ListIfPaced() || !q.ListIfPaced() {
+		t.Fatalf("4 ready, Backlog 4: got paced %v and %v, want both paced", p.ListIfPaced(), q.ListIfPaced())
 	}
 	woken(p)
 	woken(q)
@@ -36,7 +36,7 @@ func TestPacedByReadyBacklog(t *testing.T) {
 	if !woken(p) || !woken(q) {
 		t.Fatalf("backlog drained to 2 of Backlog 4: want both partitions woken")
 	}
-	if p.AwaitBacklog() {
+	if p.ListIfPaced() {
 		t.Fatalf("2 ready, Backlog 4: got paced, want not")
 	}
 }
@@ -53,11 +53,11 @@ func TestPacedIgnoresItemsBehindRunningLane(t *testing.T) {
 		t.Fatalf("Next: got %v, want Run", st)
 	}
 	feed(t, p, &off, 1, 1, 1, 1, 1, 1, 1, 1) // behind lane 1's running head
-	if p.AwaitBacklog() {
+	if p.ListIfPaced() {
 		t.Fatalf("8 items queued behind a running lane, none ready: got paced, want not")
 	}
 	feed(t, p, &off, 2, 3, 4, 5)
-	if !p.AwaitBacklog() {
+	if !p.ListIfPaced() {
 		t.Fatalf("4 ready items of other lanes, Backlog 4: got not paced, want paced")
 	}
 }
@@ -67,7 +67,7 @@ func TestPacedNeverWithoutBacklogOrAfterStop(t *testing.T) {
 	p := s.NewPartition(64)
 	var off int64
 	feed(t, p, &off, 1, 2, 3, 4, 5, 6, 7, 8)
-	if p.AwaitBacklog() {
+	if p.ListIfPaced() {
 		t.Fatalf("Backlog 0: got paced, want never")
 	}
 
@@ -75,7 +75,7 @@ func TestPacedNeverWithoutBacklogOrAfterStop(t *testing.T) {
 	p = s.NewPartition(64)
 	off = 0
 	feed(t, p, &off, 1, 2, 3)
-	if !p.AwaitBacklog() {
+	if !p.ListIfPaced() {
 		t.Fatalf("3 ready, Backlog 2: got not paced, want paced")
 	}
 	woken(p)
@@ -83,7 +83,7 @@ func TestPacedNeverWithoutBacklogOrAfterStop(t *testing.T) {
 	if !woken(p) {
 		t.Fatalf("Stop: want the paced partition woken")
 	}
-	if p.AwaitBacklog() {
+	if p.ListIfPaced() {
 		t.Fatalf("after Stop: got paced, want not")
 	}
 }
@@ -94,18 +94,18 @@ func TestPacedWokenByRevoke(t *testing.T) {
 	var off, qoff int64
 	feed(t, p, &off, 1, 2)
 	feed(t, q, &qoff, 3, 4)
-	if !q.AwaitBacklog() {
+	if !q.ListIfPaced() {
 		t.Fatalf("4 ready, Backlog 3: got not paced, want paced")
 	}
 	woken(q)
-	if !p.AwaitBacklog() {
+	if !p.ListIfPaced() {
 		t.Fatalf("4 ready, Backlog 3: got p not paced, want paced")
 	}
 	p.Revoke() // its 2 ready items are dropped: 2 left
 	if !woken(q) {
 		t.Fatalf("revoke dropped the backlog below the mark: want q woken")
 	}
-	if q.AwaitBacklog() {
+	if q.ListIfPaced() {
 		t.Fatalf("2 ready, Backlog 3: got paced, want not")
 	}
 	if len(s.paced) != 0 || p.inPaced.Load() {
@@ -123,7 +123,7 @@ func TestPacedWakesByShortfall(t *testing.T) {
 	feed(t, src, &off, 1, 2, 3, 4, 5, 6, 7)
 	paced := []*Partition[msg, int]{s.NewPartition(64), s.NewPartition(64), s.NewPartition(64)}
 	for i, p := range paced {
-		if !p.AwaitBacklog() {
+		if !p.ListIfPaced() {
 			t.Fatalf("partition %d: 7 ready, Backlog 4: got not paced, want paced", i)
 		}
 		woken(p)
@@ -167,7 +167,7 @@ func TestPacedWakesByShortfall(t *testing.T) {
 }
 
 // Paced only reports: a partition that asked it is not listed, and a drain
-// wakes only those that asked AwaitBacklog.
+// wakes only those that asked ListIfPaced.
 func TestPacedListsNoOne(t *testing.T) {
 	s := New[msg, int](Options[msg, int]{Size: 1, Backlog: 2, Window: 1})
 	src, p, q := s.NewPartition(64), s.NewPartition(64), s.NewPartition(64)
@@ -176,13 +176,13 @@ func TestPacedListsNoOne(t *testing.T) {
 	if !p.Paced() {
 		t.Fatalf("2 ready, Backlog 2: got not paced, want paced")
 	}
-	if !q.AwaitBacklog() {
+	if !q.ListIfPaced() {
 		t.Fatalf("2 ready, Backlog 2: got q not paced, want paced")
 	}
 	woken(p)
 	woken(q)
 	if got := len(s.paced); got != 1 {
-		t.Fatalf("Paced asked by p, AwaitBacklog by q: got %d listed, want 1 (q)", got)
+		t.Fatalf("Paced asked by p, ListIfPaced by q: got %d listed, want 1 (q)", got)
 	}
 	b := s.NewBatch(s.NewWorker())
 	if st := s.Next(b, true, nil); st != Run {
@@ -193,15 +193,16 @@ func TestPacedListsNoOne(t *testing.T) {
 	}
 }
 
-// A listed partition that finds the backlog below the mark before its wake
-// comes (it dispatched without one) is taken off the list, so that no
-// later wake is spent on it while others wait.
-func TestAwaitBacklogUnlistsWhenNotPaced(t *testing.T) {
+// A listed partition that asks again and finds the backlog below the mark
+// before its wake comes is taken off the list (it goes on to dispatch
+// without a wake), so that no later wake is spent on it while others
+// wait; so is one that unlists itself (it cannot dispatch for now).
+func TestListIfPacedUnlistsWhenNotPaced(t *testing.T) {
 	s := New[msg, int](Options[msg, int]{Size: 1, Backlog: 4, Window: 8})
 	src, p, q := s.NewPartition(64), s.NewPartition(64), s.NewPartition(64)
 	var off int64
 	feed(t, src, &off, 1, 2, 3, 4, 5)
-	if !p.AwaitBacklog() || !q.AwaitBacklog() {
+	if !p.ListIfPaced() || !q.ListIfPaced() {
 		t.Fatalf("5 ready, Backlog 4: want p and q paced")
 	}
 	woken(p)
@@ -216,11 +217,28 @@ func TestAwaitBacklogUnlistsWhenNotPaced(t *testing.T) {
 	if !woken(p) || woken(q) {
 		t.Fatalf("1 short of Backlog 4, Window 8: want p woken, q not")
 	}
-	if q.AwaitBacklog() {
+	if q.ListIfPaced() {
 		t.Fatalf("3 ready, Backlog 4: got q paced, want not")
 	}
 	if len(s.paced) != 0 || q.inPaced.Load() {
 		t.Fatalf("q asked again below the mark: got %d listed (q: %v), want none", len(s.paced), q.inPaced.Load())
+	}
+
+	feed(t, src, &off, 6, 7) // 5 ready
+	if !q.ListIfPaced() || !p.ListIfPaced() {
+		t.Fatalf("5 ready, Backlog 4: want q and p paced")
+	}
+	woken(q)
+	woken(p)
+	q.UnlistPaced()
+	for range 2 { // 3 ready: one wake, and q, the oldest, is off the list
+		if st := s.Next(b, true, nil); st != Run {
+			t.Fatalf("Next: got %v, want Run", st)
+		}
+		s.Release(b)
+	}
+	if woken(q) || !woken(p) {
+		t.Fatalf("1 short of Backlog 4 after q unlisted itself: want p woken, q not")
 	}
 }
 
@@ -234,7 +252,7 @@ func TestPacedWakesAllWhenBacklogEmpties(t *testing.T) {
 	feed(t, src, &off, 1, 2, 3, 4)
 	paced := []*Partition[msg, int]{s.NewPartition(64), s.NewPartition(64), s.NewPartition(64)}
 	for i, p := range paced {
-		if !p.AwaitBacklog() {
+		if !p.ListIfPaced() {
 			t.Fatalf("partition %d: 4 ready, Backlog 4: got not paced, want paced", i)
 		}
 		woken(p)

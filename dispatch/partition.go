@@ -47,7 +47,7 @@ type Partition[M, T any] struct {
 	revoked bool // guarded by the scheduler mutex
 	// inPaced: in the scheduler's paced list. Written under the scheduler
 	// mutex; atomic so that the owner can see without the lock whether it
-	// is still listed (AwaitBacklog).
+	// is still listed (ListIfPaced, UnlistPaced).
 	inPaced atomic.Bool
 	held    int           // lanes held (Settle, Unhold); guarded by the scheduler mutex
 	orphans []*Item[M, T] // items Orphan gave up on, for the owner to copy; guarded by the scheduler mutex

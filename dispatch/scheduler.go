@@ -108,7 +108,7 @@ type Scheduler[M, T any] struct {
 	onHold      func(it *Item[M, T], o Outcome)
 	shares      shares
 	backlog     int
-	ready       atomic.Int64 // readyItems, published for Paced
+	ready       atomic.Int64 // readyItems, published for Paced and ListIfPaced
 
 	wakeMu   sync.Mutex
 	wakeList []*Partition[M, T] // completions waiting for RunWaker
@@ -123,7 +123,7 @@ type Scheduler[M, T any] struct {
 	fresh      laneList[M, T]     // ready lanes whose head just arrived (see ready.go)
 	requeued   bucketQueue[M, T]  // ready lanes with older heads
 	readyItems int                // sum of n over ready lanes
-	paced      []*Partition[M, T] // partitions Paced held back, woken when readyItems drops below backlog
+	paced      []*Partition[M, T] // partitions listed by ListIfPaced, woken as readyItems drops below backlog
 	filler     *Batch[M, T]       // the one partially filled batch, if any
 	idle       []*Worker[M, T]
 	workers    []*Worker[M, T]
@@ -809,7 +809,7 @@ func (s *Scheduler[M, T]) Stop() {
 	if s.filler != nil {
 		signal(s.filler.w.wake)
 	}
-	s.pacedLocked() // Paced says no once stopped: wake those it held back
+	s.pacedLocked() // Paced says no once stopped: wake every listed partition
 	s.mu.Unlock()
 }
 

@@ -147,7 +147,7 @@ func (g *Group[T]) consume(sess sarama.ConsumerGroupSession, claim sarama.Consum
 	c.pauser, _ = claim.(fetchPauser)
 	for {
 		share := c.shareRoom()
-		paced := share && c.paced()
+		paced := c.listPacing(share)
 		room := share && !paced
 		if room && c.undispatched.len() > 0 {
 			c.intakeHeld()
@@ -201,16 +201,23 @@ func (g *Group[T]) consume(sess sarama.ConsumerGroupSession, claim sarama.Consum
 // paced, it reads on into undispatched as far as its share has room.
 func (c *claimLoop[T]) shareRoom() bool { return c.p.Room() && !c.metaFull }
 
-// paced reports whether the workers have a ready backlog (see
-// dispatch/pace.go). Holding messages, the claim is listed to be woken once
-// the backlog drains; holding none, it is not: it reads into undispatched
-// and asks again with what it read, so that no wake goes to a claim with
-// nothing to dispatch.
-func (c *claimLoop[T]) paced() bool {
-	if c.undispatched.len() == 0 {
+// listPacing reports whether the claim, with room in its share, is paced
+// by the workers' ready backlog (see dispatch/pace.go), and keeps its
+// place on the list of claims woken as that backlog drains: listed while
+// paced and holding messages to dispatch, off the list otherwise (out of
+// share, or holding none: it reads into undispatched and asks again with
+// what it read), so that no wake goes to a claim that would push nothing.
+func (c *claimLoop[T]) listPacing(share bool) (paced bool) {
+	switch {
+	case !share:
+		c.p.UnlistPaced()
+		return false
+	case c.undispatched.len() == 0:
+		c.p.UnlistPaced()
 		return c.p.Paced()
+	default:
+		return c.p.ListIfPaced()
 	}
-	return c.p.AwaitBacklog()
 }
 
 // holdLimit is how many undispatched messages the claim holds before it

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -187,19 +188,24 @@ func TestPacedClaimWokenByTheBacklogDraining(t *testing.T) {
 }
 
 // TestPacedWakeNotSpentOnIdleClaims: claims that hold nothing to dispatch
-// are not listed for the backlog's wake, so the wakes the draining backlog
-// hands out (one per take here: Chan 4, Backlog 4) reach the claim that
-// holds a message. Partition 0 builds the backlog, sixteen idle claims look at
-// it (a commit tick makes each loop go round) and the last partition reads one
-// message while it stands. No commit loop runs here: the backlog's wake is
-// the only thing that makes the late claim dispatch. (Whether wakes spent
-// on idle claims stall it depends on how many empty takes follow; the
-// dispatch tests TestPacedListsNoOne and TestPacedWakesAllWhenBacklogEmpties
-// pin the two rules that keep it live.)
+// are not listed for the backlog's wake, so the first wake the draining
+// backlog hands out (Chan 4, Backlog 4: one per take until it empties)
+// reaches the claim that holds a message. Partition 0 builds the backlog:
+// one call in Do and 4 ready. Sixteen idle claims look at it (a commit
+// tick, sent by hand, makes each loop go round; the commit loop's own
+// interval is an hour) and the last partition reads one message while it
+// stands. Releasing one call of partition 0 makes one take: the late claim
+// must dispatch then, with 3 of partition 0's items still ready. Were the
+// idle claims listed ahead of it, that wake would go to one of them, and
+// the late message would wait for the backlog to empty (or, without the
+// wake at an empty backlog, for ever).
 func TestPacedWakeNotSpentOnIdleClaims(t *testing.T) {
 	const busy, idle = 5, 16
 	release := make(chan struct{})
-	cfg := Config{Brokers: []string{"mem:0"}, Topics: []string{"mem"}, GroupID: "mem",
+	var lateHandled atomic.Bool
+	sc := DefaultSarama()
+	sc.Consumer.Offsets.AutoCommit.Interval = time.Hour // the test sends the ticks
+	cfg := Config{Brokers: []string{"mem:0"}, Topics: []string{"mem"}, GroupID: "mem", Sarama: sc,
 		Size: 1, Num: 1, Ticker: -1, MaxInFlight: 10_000, Chan: 4}
 	if got := backlog(cfg); got != 4 {
 		t.Fatalf("backlog: got %d, want 4 (the test counts wakes on it)", got)
@@ -207,6 +213,8 @@ func TestPacedWakeNotSpentOnIdleClaims(t *testing.T) {
 	g := newGroup(t, cfg, func(_ context.Context, batch []*Message) error {
 		if batch[0].Partition == 0 {
 			<-release
+		} else if string(batch[0].Key) == "late" {
+			lateHandled.Store(true)
 		}
 		return nil
 	})
@@ -244,17 +252,19 @@ func TestPacedWakeNotSpentOnIdleClaims(t *testing.T) {
 		ps, _ := partitionStats(g, late.p)
 		return ps.Undispatched == 1
 	})
-	unblock()
-	waitFor(t, 5*time.Second, "the late message to be handled and marked", func() bool {
-		sess.mu.Lock()
-		defer sess.mu.Unlock()
-		return sess.marked[late.p] == 1
+	release <- struct{}{} // one call ends: one take, 3 of partition 0's left ready
+	waitFor(t, 5*time.Second, "the late message to be dispatched after one take", func() bool {
+		ps, _ := partitionStats(g, late.p)
+		return ps.Undispatched == 0 && ps.InFlight == 1
 	})
+	unblock()
+	waitFor(t, 5*time.Second, "the late message to be handled", lateHandled.Load)
 }
 
 // consumeClaims runs g's claim loop on each claim until the test ends,
-// then closes release (if not yet) and every claim's messages and waits
-// for the loops. The returned func closes release, once.
+// then closes release (if not yet) and every claim's messages (the
+// helper's to close: a test must not) and waits for the loops. The
+// returned func closes release, once.
 func consumeClaims(t *testing.T, g *Group[*Message], sess *memSession, claims []*pausingClaim, release chan struct{}) (unblock func()) {
 	t.Helper()
 	consumed := make(chan error, len(claims))
