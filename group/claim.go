@@ -150,6 +150,9 @@ func (g *Group[T]) consume(sess sarama.ConsumerGroupSession, claim sarama.Consum
 		paced := c.listPacing(share)
 		room := share && !paced
 		if room && c.undispatched.len() > 0 {
+			if c.undispatched.len() <= c.g.cfg.Chan/2 {
+				c.pauseFetch(false) // fetch the next while the rest goes in
+			}
 			c.intakeHeld()
 			continue
 		}
@@ -162,9 +165,14 @@ func (g *Group[T]) consume(sess sarama.ConsumerGroupSession, claim sarama.Consum
 			// fetch loop, which waits for every partition to take its
 			// last response, is not held up by this one. Past a
 			// channel's worth (paced: past what the share has room
-			// for), stop fetching more.
-			if c.undispatched.len() >= c.holdLimit(paced) {
+			// for), stop fetching more; paced, fetch again once half
+			// of that is left, so that the next fetch is under way
+			// before the held messages run out.
+			switch limit, n := c.holdLimit(paced), c.undispatched.len(); {
+			case n >= limit:
 				c.pauseFetch(true)
+			case paced && n <= limit/2:
+				c.pauseFetch(false)
 			}
 		case paced && c.undispatched.len() < c.g.cfg.Chan:
 			// Fetching cannot be paused: read on into held for a
@@ -222,7 +230,12 @@ func (c *claimLoop[T]) listPacing(share bool) (paced bool) {
 
 // holdLimit is how many undispatched messages the claim holds before it
 // pauses fetching: a channel's worth, and while paced (not out of share) as
-// many more as its share has room for in count and in bytes.
+// many more as its share has room for in count and in bytes. Fetching
+// resumes at half of it while paced, and at half a channel's worth while
+// the claim dispatches what it holds: sarama's next fetch is then under
+// way before the held messages run out. Resuming only once they ran out
+// leaves the workers idle for the length of a fetch each time (io, Num 64,
+// 150k messages: 0.54-0.69x of the sleep limit against 0.90x).
 func (c *claimLoop[T]) holdLimit(paced bool) int {
 	limit := c.g.cfg.Chan
 	if !paced {

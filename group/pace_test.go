@@ -19,7 +19,8 @@ import (
 //
 // Held messages stay within the share's bytes: with 1 KiB values and a 20
 // KiB share of MaxInFlightBytes, the loop pauses fetching once what it
-// holds passes what the share has room for.
+// holds passes what the share has room for, and resumes it before what it
+// holds runs out.
 func TestPacedIntake(t *testing.T) {
 	tests := []struct {
 		name      string
@@ -59,6 +60,12 @@ func testPacedIntake(t *testing.T, maxBytes int64, value int, wantPause bool) {
 	for off := range int64(sent) {
 		claim.msgs <- &sarama.ConsumerMessage{Topic: "mem", Offset: off, Key: fmt.Appendf(nil, "k%d", off%keys), Value: make([]byte, value)}
 	}
+	var resumedHolding atomic.Int32 // Resume calls made with messages still held
+	claim.onResume = func() {
+		if ps, _ := partitionStats(g, 0); ps.Undispatched > 0 {
+			resumedHolding.Add(1)
+		}
+	}
 	unblock := consumeClaims(t, g, sess, []*pausingClaim{claim}, release)
 	if wantPause {
 		waitFor(t, 5*time.Second, "fetching to pause", func() bool { return claim.pauses.Load() > 0 })
@@ -70,6 +77,11 @@ func testPacedIntake(t *testing.T, maxBytes int64, value int, wantPause bool) {
 		})
 		if st := g.Stats(); st.Fetched != sent {
 			t.Errorf("fetched: got %d, want %d", st.Fetched, sent)
+		}
+		// Fetching resumes before what was held runs out, so that the
+		// next fetch is under way while the rest goes in.
+		if got := resumedHolding.Load(); got == 0 {
+			t.Errorf("Resume calls with messages still held: got 0 (of %d Resume calls), want some", claim.resumes.Load())
 		}
 		checkLaneOrder(t, &mu, seen, sent, keys)
 		return

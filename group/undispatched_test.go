@@ -12,14 +12,20 @@ import (
 )
 
 // pausingClaim is a memClaim that can pause fetching, as sarama's claims
-// can, and counts the calls.
+// can, and counts the calls; onResume, if set, runs at each Resume.
 type pausingClaim struct {
 	*memClaim
 	pauses, resumes atomic.Int32
+	onResume        func()
 }
 
-func (c *pausingClaim) Pause()  { c.pauses.Add(1) }
-func (c *pausingClaim) Resume() { c.resumes.Add(1) }
+func (c *pausingClaim) Pause() { c.pauses.Add(1) }
+func (c *pausingClaim) Resume() {
+	c.resumes.Add(1)
+	if c.onResume != nil {
+		c.onResume()
+	}
+}
 
 var _ fetchPauser = (*pausingClaim)(nil)
 
