@@ -171,7 +171,7 @@ func (g *Group[T]) consume(sess sarama.ConsumerGroupSession, claim sarama.Consum
 			switch limit, n := c.holdLimit(paced), c.undispatched.len(); {
 			case n >= limit:
 				c.pauseFetch(true)
-			case paced && n <= limit/2:
+			case paced && c.fetchAgain(limit, n):
 				c.pauseFetch(false)
 			}
 		case paced && c.undispatched.len() < c.g.cfg.Chan:
@@ -246,6 +246,15 @@ func (c *claimLoop[T]) holdLimit(paced bool) int {
 		return limit
 	}
 	return max(limit, count)
+}
+
+// fetchAgain reports whether a paced claim holding n of limit messages
+// should resume fetching: at half the limit, and only while what it holds
+// is within half its share's bytes (with large messages the limit is a
+// channel's worth, and the bytes decide).
+func (c *claimLoop[T]) fetchAgain(limit, n int) bool {
+	_, bytes := c.p.Quota()
+	return n <= limit/2 && c.undispatched.bytes <= bytes/2
 }
 
 // pauseFetch pauses or resumes sarama's fetching of the partition (see
