@@ -63,11 +63,7 @@ func testPacedIntake(t *testing.T, maxBytes int64, value int, wantPause bool) {
 	if wantPause {
 		waitFor(t, 5*time.Second, "fetching to pause", func() bool { return claim.pauses.Load() > 0 })
 		unblock()
-		waitFor(t, 10*time.Second, "every message to be marked", func() bool {
-			sess.mu.Lock()
-			defer sess.mu.Unlock()
-			return sess.marked[0] == sent
-		})
+		waitFor(t, 10*time.Second, "every message to be marked", func() bool { return sess.markedAt(0) == sent })
 		if st := g.Stats(); st.Fetched != sent {
 			t.Errorf("fetched: got %d, want %d", st.Fetched, sent)
 		}
@@ -94,11 +90,7 @@ func testPacedIntake(t *testing.T, maxBytes int64, value int, wantPause bool) {
 		t.Errorf("Pause calls: got %d, want 0 (paced, the share still had room)", claim.pauses.Load())
 	}
 	unblock()
-	waitFor(t, 10*time.Second, "every message to be marked", func() bool {
-		sess.mu.Lock()
-		defer sess.mu.Unlock()
-		return sess.marked[0] == sent
-	})
+	waitFor(t, 10*time.Second, "every message to be marked", func() bool { return sess.markedAt(0) == sent })
 	checkLaneOrder(t, &mu, seen, sent, keys)
 }
 
@@ -132,11 +124,7 @@ func TestPacedClaimResumesFetchingWhileHolding(t *testing.T) {
 	unblock := consumeClaims(t, g, sess, []*pausingClaim{claim}, release)
 	waitFor(t, 5*time.Second, "fetching to pause", func() bool { return claim.pauses.Load() > 0 })
 	unblock()
-	waitFor(t, 10*time.Second, "every message to be marked", func() bool {
-		sess.mu.Lock()
-		defer sess.mu.Unlock()
-		return sess.marked[0] == sent
-	})
+	waitFor(t, 10*time.Second, "every message to be marked", func() bool { return sess.markedAt(0) == sent })
 	if got := resumedHolding.Load(); got == 0 {
 		t.Errorf("Resume calls with messages still held: got 0 (of %d Resume calls), want some", claim.resumes.Load())
 	}
@@ -215,11 +203,7 @@ func TestPacedClaimWokenByTheBacklogDraining(t *testing.T) {
 		return ps.Undispatched >= 1 && ps.InFlight+ps.Undispatched == 2
 	})
 	unblock()
-	waitFor(t, 10*time.Second, "partition 1's messages to be handled and marked", func() bool {
-		sess.mu.Lock()
-		defer sess.mu.Unlock()
-		return sess.marked[1] == 2
-	})
+	waitFor(t, 10*time.Second, "partition 1's messages to be handled and marked", func() bool { return sess.markedAt(1) == 2 })
 	mu.Lock()
 	defer mu.Unlock()
 	if handled[0] != busy || handled[1] != 2 {

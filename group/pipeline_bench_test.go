@@ -29,6 +29,13 @@ type memSession struct {
 	marks  int // MarkOffset and ResetOffset calls that changed something
 }
 
+// markedAt is the offset marked for partition p.
+func (s *memSession) markedAt(p int32) int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.marked[p]
+}
+
 func (s *memSession) Claims() map[string][]int32 { return nil }
 func (s *memSession) MemberID() string           { return "mem" }
 func (s *memSession) GenerationID() int32        { return 1 }
