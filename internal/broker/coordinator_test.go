@@ -235,11 +235,12 @@ func stableWithLeader(t *testing.T, b *Broker, session, rebalance time.Duration)
 // buffered response channel and its done channel, and Go picks at random
 // when both are ready, so an answer to a closed connection counts as
 // delivered about half the time (and then the member does get a timer).
-// The test tries up to 8 times.
+// The test tries up to 16 times: at one chance in two per attempt, 8
+// attempts all missed it once in a CI run under load.
 func TestQuirkUndeliveredJoinLeavesGhost(t *testing.T) {
 	t.Parallel()
 	const session, rebalance = time.Second, time.Second
-	const attempts = 8
+	const attempts = 16
 	for i := range attempts {
 		if ghostStays(t, session, rebalance) {
 			t.Logf("quirk present (attempt %d): %v after it was killed (session and rebalance timeouts %v, %v), the member is still listed in a Stable group", i+1, 2500*time.Millisecond, session, rebalance)
