@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -10,6 +11,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 )
 
 // execScript is the --exec command of TestConsumeExec. Each run takes the
@@ -194,7 +196,7 @@ func TestConsumeExec(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the timed-out run left no sleep.pid: %v", err)
 	}
-	if n, _ := strconv.Atoi(strings.TrimSpace(string(pid))); n <= 0 || syscall.Kill(n, 0) == nil {
+	if n, _ := strconv.Atoi(strings.TrimSpace(string(pid))); n <= 0 || !processEnded(n, 5*time.Second) {
 		t.Errorf("the timed-out run's background sleep (pid %q) still runs: want its process group killed", pid)
 	}
 	got := finalFigures(t, p.stdout.String())
@@ -204,6 +206,35 @@ func TestConsumeExec(t *testing.T) {
 	if committed, hw := b.Committed("scripts", "jobs"), b.HighWatermarks("jobs"); fmt.Sprint(committed) != fmt.Sprint(hw) {
 		t.Errorf("committed %v, want the high watermarks %v", committed, hw)
 	}
+}
+
+// processEnded reports whether process pid has ended within the wait. A
+// killed process whose parent died too stays a zombie until PID 1 reaps
+// it, and signal 0 still reaches a zombie; so on Linux a zombie counts as
+// ended, read from the state field of /proc/PID/stat.
+func processEnded(pid int, wait time.Duration) bool {
+	deadline := time.Now().Add(wait)
+	for {
+		if processGoneOrZombie(pid) {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func processGoneOrZombie(pid int) bool {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return syscall.Kill(pid, 0) != nil // no /proc (not Linux), or gone
+	}
+	// pid (comm) state ...: comm may hold spaces and parentheses, so the
+	// state follows the last ')'.
+	rest := stat[bytes.LastIndexByte(stat, ')')+1:]
+	fields := strings.Fields(string(rest))
+	return len(fields) > 0 && fields[0] == "Z"
 }
 
 func dumpCalls(t *testing.T, calls []execCall) {
