@@ -275,6 +275,22 @@ func TestOrphan(t *testing.T) {
 	if next, _ := p.Next(); next != 3 || p.Unfinished() != 0 {
 		t.Fatalf("after the copies finished: frontier %d, unfinished %d; want 3 and 0", next, p.Unfinished())
 	}
+	// All six items (the hung call's and the copies) are back on the free
+	// list. Taken again, they are ordinary items: their completions count.
+	feed(t, p, &off, 1, 2, 3, 4, 5, 6)
+	for p.Unfinished() > 0 {
+		d := s.NewBatch(other)
+		if st := s.Next(d, true, nil); st != Run {
+			t.Fatalf("reused items: Next got %v, want Run (unfinished %d)", st, p.Unfinished())
+		}
+		s.Release(d)
+		if p.Advance() == 0 {
+			t.Fatalf("reused items: %d finished, the frontier did not move (still %v)", len(d.Items), p.Unfinished())
+		}
+	}
+	if next, _ := p.Next(); next != 9 {
+		t.Fatalf("after the reused items finished: frontier %d, want 9", next)
+	}
 }
 
 // TestHeldItemsSnapshot: HeldItems copies a held head's offset and attempt
