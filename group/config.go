@@ -72,8 +72,11 @@ type Config struct {
 	// DefaultSarama() rather than sarama.NewConfig(), or set what it sets
 	// yourself: above all Consumer.IsolationLevel = sarama.ReadCommitted
 	// (sarama's zero value reads uncommitted, so records of aborted
-	// transactions reach Do), and Metadata.RefreshFrequency (sarama's 10
-	// minutes delays new partitions by up to 20).
+	// transactions reach Do), Metadata.RefreshFrequency (sarama's 10
+	// minutes delays new partitions by up to 20), and
+	// Consumer.MaxWaitTime (sarama's 500 ms keeps a partition resumed
+	// after a pause waiting that long when the others are caught up; see
+	// DefaultFetchMaxWait).
 	Sarama *sarama.Config
 	// InstanceID makes this Group a static member of its consumer group
 	// (KIP-345, sarama's Consumer.Group.InstanceId): give each instance a
@@ -298,8 +301,10 @@ func (o Ordering) String() string {
 // cooperative-sticky rebalance strategy, Metadata.RefreshFrequency =
 // DefaultMetadataRefresh (30s: partitions added to a topic are consumed
 // within a minute), Metadata.AllowAutoTopicCreation off (a misspelt topic
-// is an error, ErrUnknownTopic, not a new topic), and sarama's defaults
-// otherwise. Start from it to change a few settings.
+// is an error, ErrUnknownTopic, not a new topic), Consumer.MaxWaitTime =
+// DefaultFetchMaxWait (100ms: a partition whose fetching was paused is
+// fetched again soon after it resumes), and sarama's defaults otherwise.
+// Start from it to change a few settings.
 func DefaultSarama() *sarama.Config {
 	sc := sarama.NewConfig()
 	sc.Version = sarama.V3_0_0_0
@@ -308,6 +313,7 @@ func DefaultSarama() *sarama.Config {
 	sc.Consumer.Group.Rebalance.GroupStrategies = []sarama.BalanceStrategy{sarama.NewBalanceStrategyCooperativeSticky()}
 	sc.Metadata.RefreshFrequency = DefaultMetadataRefresh
 	sc.Metadata.AllowAutoTopicCreation = false
+	sc.Consumer.MaxWaitTime = DefaultFetchMaxWait
 	return sc
 }
 

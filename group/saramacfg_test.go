@@ -4,18 +4,21 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/IBM/sarama"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // ownStrategy is a balance strategy of the user's own: Orderly cannot copy
 // it and must use it as given.
 type ownStrategy struct{ sarama.BalanceStrategy }
 
-// TestDefaultSarama: read-committed, and metadata refreshed often enough
-// that new partitions start within a minute.
+// TestDefaultSarama: read-committed, metadata refreshed often enough that
+// new partitions start within a minute, and fetches held at most
+// DefaultFetchMaxWait.
 func TestDefaultSarama(t *testing.T) {
 	sc := DefaultSarama()
 	if sc.Consumer.IsolationLevel != sarama.ReadCommitted {
@@ -23,6 +26,9 @@ func TestDefaultSarama(t *testing.T) {
 	}
 	if got := sc.Metadata.RefreshFrequency; got != DefaultMetadataRefresh || 2*got > time.Minute {
 		t.Errorf("Metadata.RefreshFrequency: got %v, want %v (two periods within a minute)", got, DefaultMetadataRefresh)
+	}
+	if got := sc.Consumer.MaxWaitTime; got != DefaultFetchMaxWait {
+		t.Errorf("Consumer.MaxWaitTime: got %v, want %v", got, DefaultFetchMaxWait)
 	}
 	if err := sc.Validate(); err != nil {
 		t.Fatal(err)
@@ -174,5 +180,66 @@ func TestStrategiesPlanConcurrently(t *testing.T) {
 	close(errs)
 	for err := range errs {
 		t.Fatalf("Plan: %v", err)
+	}
+}
+
+// TestFetchMaxWait reads the wait of the fetch requests that reach the
+// broker: DefaultFetchMaxWait when Config.Sarama is nil (a partition
+// resumed after a pause is fetched again within it, while the other
+// partitions' long poll is held), and a config of the user's own as given.
+func TestFetchMaxWait(t *testing.T) {
+	t.Parallel()
+	own := DefaultSarama()
+	own.Consumer.MaxWaitTime = 300 * time.Millisecond
+	for _, tt := range []struct {
+		name   string
+		sarama *sarama.Config
+		want   int32 // ms
+	}{
+		{"default", nil, int32(DefaultFetchMaxWait / time.Millisecond)},
+		{"own config", own, 300},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			b := startBroker(t, "waits", 2)
+			var mu sync.Mutex
+			waits := map[int32]int{} // MaxWaitMillis -> fetch requests
+			b.Cluster().ControlKey(kmsg.Fetch.Int16(), func(req kmsg.Request) (kmsg.Response, error, bool) {
+				b.Cluster().KeepControl()
+				if r, ok := req.(*kmsg.FetchRequest); ok && len(r.Topics) > 0 {
+					mu.Lock()
+					waits[r.MaxWaitMillis]++
+					mu.Unlock()
+				}
+				return nil, nil, false
+			})
+			produceSeq(t, b, "waits", 20, 4)
+			cfg := Config{Brokers: b.Addrs(), Topics: []string{"waits"}, GroupID: "waits", Sarama: tt.sarama, Size: 4, Num: 2, Ticker: -1}
+			var handled atomic.Int64
+			g := newGroup(t, cfg, func(_ context.Context, batch []*Message) error {
+				handled.Add(int64(len(batch)))
+				return nil
+			})
+			stop := run(t, g)
+			waitFor(t, 30*time.Second, "all 20 messages handled", func() bool { return handled.Load() == 20 })
+			// Caught up: the next fetches find nothing new and are held.
+			waitFor(t, 30*time.Second, "three fetch requests", func() bool {
+				mu.Lock()
+				defer mu.Unlock()
+				n := 0
+				for _, c := range waits {
+					n += c
+				}
+				return n >= 3
+			})
+			if err := stop(); err != nil {
+				t.Fatal(err)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if len(waits) != 1 || waits[tt.want] == 0 {
+				t.Errorf("fetch requests by MaxWaitMillis: got %v, want all at %d", waits, tt.want)
+			}
+		})
 	}
 }
