@@ -12,8 +12,21 @@ import (
 // callState is what the watchdog reads of a worker's call in progress,
 // besides its number (dispatch.Worker.Call).
 type callState struct {
-	start atomic.Int64 // unix nanos of the call in progress, 0 between calls
+	start atomic.Int64 // the pool's clock at the start of the call in progress, 0 between calls
 }
+
+// clock is a pool's monotonic clock: nanoseconds since the pool started,
+// plus one, so that no reading is 0 (callState's "between calls"). A
+// reading is one read of the runtime's monotonic clock, where time.Now
+// reads the wall clock as well; workers read it twice per Do call.
+type clock struct{ epoch time.Time }
+
+func newClock() clock { return clock{epoch: time.Now()} }
+
+func (c clock) now() int64 { return int64(time.Since(c.epoch)) + 1 }
+
+// time is the time of reading t.
+func (c clock) time(t int64) time.Time { return c.epoch.Add(time.Duration(t - 1)) }
 
 // callCtx is a worker's context with the deadline of its call in
 // progress: Deadline reports Config.Timeout from the call's start, and the
@@ -22,12 +35,13 @@ type callState struct {
 type callCtx struct {
 	context.Context
 	call    *callState
+	clock   clock
 	timeout time.Duration
 }
 
 func (c *callCtx) Deadline() (time.Time, bool) {
 	if start := c.call.start.Load(); start != 0 {
-		return time.Unix(0, start).Add(c.timeout), true
+		return c.clock.time(start).Add(c.timeout), true
 	}
 	return c.Context.Deadline()
 }
@@ -41,7 +55,7 @@ func (p *Pool[M, T]) context(wk *worker[M, T]) context.Context {
 			ctx = p.cfg.Context(ctx, wk.id)
 		}
 		if p.cfg.Timeout > 0 {
-			ctx = &callCtx{Context: ctx, call: &wk.call, timeout: p.cfg.Timeout}
+			ctx = &callCtx{Context: ctx, call: &wk.call, clock: p.clock, timeout: p.cfg.Timeout}
 		}
 		wk.ctx = ctx
 	}
@@ -53,12 +67,12 @@ func (p *Pool[M, T]) context(wk *worker[M, T]) context.Context {
 func (p *Pool[M, T]) call(wk *worker[M, T], items []*dispatch.Item[M, T]) (verdicts []Verdict, err error, timedOut bool) {
 	ctx := p.context(wk)
 	p.s.BeginCall(wk.w, items)
-	start := time.Now()
-	wk.call.start.Store(start.UnixNano())
+	start := p.clock.now()
+	wk.call.start.Store(start)
 	verdicts, err = p.handle(ctx, wk.id, items)
 	wk.call.start.Store(0)
 	p.s.EndCall(wk.w) // from here on the watchdog leaves this call alone
-	took := time.Since(start)
+	took := time.Duration(p.clock.now() - start)
 	wk.durations.Observe(took)
 	if p.cfg.Timeout > 0 && took >= p.cfg.Timeout {
 		p.stats.TimedOut.Add(1)

@@ -134,6 +134,7 @@ type Pool[M, T any] struct {
 	wg      sync.WaitGroup
 	once    sync.Once
 	workers []*worker[M, T] // each written by its goroutine; call state read by the watchdog
+	clock   clock           // when calls start, for the watchdog and Workers
 }
 
 // Start starts cfg.Num workers. Each worker's calls run with a context
@@ -141,7 +142,7 @@ type Pool[M, T any] struct {
 // batch's partition is revoked past its drain; cancel ctx to make every
 // call give up (Stop does not). st must come from NewStats(cfg.Num).
 func Start[M, T any](ctx context.Context, s *dispatch.Scheduler[M, T], cfg Config, h Handle[M, T], st *Stats) *Pool[M, T] {
-	p := &Pool[M, T]{s: s, cfg: cfg, handle: h, stats: st, stop: make(chan struct{}), workers: make([]*worker[M, T], cfg.Num)}
+	p := &Pool[M, T]{s: s, cfg: cfg, handle: h, stats: st, stop: make(chan struct{}), workers: make([]*worker[M, T], cfg.Num), clock: newClock()}
 	for i := range p.workers { // made before any goroutine starts: the watchdog reads them
 		wk := &worker[M, T]{id: i, root: ctx, w: s.NewWorker(), timer: time.NewTimer(time.Hour), count: &st.workers[i]}
 		wk.timer.Stop()
@@ -294,11 +295,11 @@ type WorkerState struct {
 
 // Workers appends every worker's state to dst.
 func (p *Pool[M, T]) Workers(dst []WorkerState) []WorkerState {
-	now := time.Now().UnixNano()
+	now := p.clock.now()
 	for _, wk := range p.workers {
 		var ws WorkerState
 		if start := wk.call.start.Load(); start != 0 {
-			ws.Busy, ws.Since = true, time.Unix(0, start)
+			ws.Busy, ws.Since = true, p.clock.time(start)
 			ws.Stuck = p.cfg.Timeout > 0 && time.Duration(now-start) >= p.cfg.Timeout+p.cfg.Grace
 		}
 		dst = append(dst, ws)

@@ -18,7 +18,7 @@ func (p *Pool[M, T]) watch() {
 		case <-p.stop:
 			return
 		}
-		now := time.Now().UnixNano()
+		now := p.clock.now()
 		for i, wk := range p.workers {
 			call := wk.w.Call()
 			start := wk.call.start.Load()
@@ -34,7 +34,7 @@ func (p *Pool[M, T]) watch() {
 				stuck[i] = call
 				p.stats.Stuck.Add(1)
 				if p.cfg.OnStuck != nil {
-					p.cfg.OnStuck(i, call, time.Unix(0, start))
+					p.cfg.OnStuck(i, call, p.clock.time(start))
 				}
 			}
 		}
@@ -47,7 +47,7 @@ func (p *Pool[M, T]) StuckNow() int {
 	if p.cfg.Timeout <= 0 {
 		return 0
 	}
-	n, now := 0, time.Now().UnixNano()
+	n, now := 0, p.clock.now()
 	for _, wk := range p.workers {
 		if start := wk.call.start.Load(); start != 0 && time.Duration(now-start) >= p.cfg.Timeout+p.cfg.Grace {
 			n++

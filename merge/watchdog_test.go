@@ -63,12 +63,15 @@ func TestTimeout(t *testing.T) {
 func TestStuck(t *testing.T) {
 	release := make(chan struct{})
 	stuck := make(chan int, 4)
+	var since, entered atomic.Pointer[time.Time]
 	var done atomic.Int64
 	var r *rig
 	r = newRigCtx(t, 1, Config{Num: 2, Ticker: -1, Timeout: 20 * time.Millisecond, TimeoutCause: errTimeout, Grace: 20 * time.Millisecond,
-		OnStuck: func(worker int, _ uint64, since time.Time) { stuck <- worker }}, time.Millisecond,
+		OnStuck: func(worker int, _ uint64, s time.Time) { since.Store(&s); stuck <- worker }}, time.Millisecond,
 		func(ctx context.Context, items []*dispatch.Item[msg, int]) ([]Verdict, error) {
 			if items[0].Msg.lane == 0 && items[0].Attempt == 1 {
+				now := time.Now()
+				entered.Store(&now)
 				<-release // ignores ctx
 			}
 			done.Add(1)
@@ -90,6 +93,19 @@ func TestStuck(t *testing.T) {
 	waitUntil(t, 5*time.Second, "the other lanes done on the other worker", func() bool { return done.Load() >= 3 })
 	if got := r.pool.StuckNow(); got != 1 {
 		t.Fatalf("StuckNow: got %d, want 1", got)
+	}
+	// The stuck call started before Do was entered, and not long before.
+	if s, e := *since.Load(), *entered.Load(); s.After(e) || e.Sub(s) > time.Second {
+		t.Fatalf("OnStuck's since: got %v, want at most a second before Do was entered at %v", s, e)
+	}
+	var busy []time.Time
+	for _, ws := range r.pool.Workers(nil) {
+		if ws.Busy && ws.Stuck {
+			busy = append(busy, ws.Since)
+		}
+	}
+	if len(busy) != 1 || !busy[0].Equal(*since.Load()) {
+		t.Fatalf("Workers: stuck and busy since %v, want one, since %v (as OnStuck was told)", busy, *since.Load())
 	}
 	time.Sleep(100 * time.Millisecond)
 	if len(stuck) != 0 {
