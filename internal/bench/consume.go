@@ -16,7 +16,8 @@ import (
 // that they fetch the same way: group.DefaultSarama() (Kafka 3.0.0,
 // OffsetOldest, the cooperative-sticky rebalance strategy: what Orderly
 // uses when Config.Sarama is nil) with errors returned, ChannelBufferSize
-// = chanSize (when positive) and sarama's default fetch sizes. Orderly
+// = chanSize (when positive), sarama's default fetch sizes and
+// DefaultSarama's fetch wait (group.DefaultFetchMaxWait). Orderly
 // receives it as group.Config.Sarama (it sets the same ChannelBufferSize
 // and Return.Errors itself).
 func SaramaConfig(chanSize int) *sarama.Config {

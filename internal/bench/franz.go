@@ -19,8 +19,8 @@ import (
 // failing call inline.
 //
 // Fetching matches what the sarama contenders do as far as the two clients
-// allow: 1 MiB per partition per fetch (both clients' default), a 500 ms
-// fetch wait (sarama's MaxWaitTime; kgo's default is 5 s), reading from the
+// allow: 1 MiB per partition per fetch (both clients' default), the same
+// fetch wait (SaramaConfig's MaxWaitTime; kgo's default is 5 s), reading from the
 // start, the cooperative-sticky balancer (kgo's default, and what
 // SaramaConfig sets).
 type Franz struct{}

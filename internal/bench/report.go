@@ -93,6 +93,9 @@ func secs(d time.Duration) Seconds { return Seconds(d.Seconds()) }
 // Duration is s as a time.Duration.
 func (s Seconds) Duration() time.Duration { return time.Duration(float64(s) * float64(time.Second)) }
 
+// fetchWait is the fetch wait every Kafka contender uses.
+func fetchWait() time.Duration { return SaramaConfig(0).Consumer.MaxWaitTime }
+
 func newReport(opts Options) *Report {
 	return &Report{
 		Command: opts.Command,
@@ -104,8 +107,8 @@ func newReport(opts Options) *Report {
 			"Throughput is timed from the start of the first handler call to the end of the last; 'total' includes the group join.",
 			"Each round runs every contender back to back, in an order rotated by one every round (A B C, B C A, C A B, ...; each position once over as many rounds as contenders, though a contender always follows the same other one unless it runs first), and every timed run starts after a runtime.GC(), so that no contender pays for collecting the previous run's garbage.",
 			"Ratios are medians of per-round ratios. CPU/msg is the whole process's user+system CPU over the run (join, shutdown and the in-process broker included) per message: less sensitive than msg/s to other load on the machine.",
-			"Every Kafka contender uses the same sarama config: V3_0_0_0, OffsetOldest, cooperative-sticky, ChannelBufferSize=Chan, default fetch sizes.",
-			"franz is a plain franz-go (kgo) consumer-group loop, franz-go's goroutine-per-partition pattern: the handler once per record, MarkCommitRecords per record (AutoCommitMarks); 1 MiB per partition per fetch (both clients' default), sarama's 500 ms fetch wait, from the start, cooperative-sticky.",
+			fmt.Sprintf("Every Kafka contender uses the same sarama config: V3_0_0_0, OffsetOldest, cooperative-sticky, ChannelBufferSize=Chan, default fetch sizes, a %v fetch wait (group.DefaultSarama's MaxWaitTime).", fetchWait()),
+			fmt.Sprintf("franz is a plain franz-go (kgo) consumer-group loop, franz-go's goroutine-per-partition pattern: the handler once per record, MarkCommitRecords per record (AutoCommitMarks); 1 MiB per partition per fetch (both clients' default), the same %v fetch wait, from the start, cooperative-sticky.", fetchWait()),
 			"raw and databus have no retry concept: a failing call is repeated inline at once; orderly retries it after Retry.Backoff = 1 ms (doubling, at most 10 ms) while other lanes go on.",
 			fmt.Sprintf("databus has no 'never wait': where a case says none, its Ticker is %v (Size > 1) or the seed's 5s (Size = 1, every message is a full batch).", DatabusTicker),
 			"The broker runs in-process: its CPU and memory are included in every measurement.",
