@@ -244,6 +244,10 @@ func TestOrphan(t *testing.T) {
 	hung, other := s.NewWorker(), s.NewWorker()
 	b := s.NewBatch(hung)
 	s.Next(b, true, nil)
+	recycled := map[*Item[msg, int]]bool{}
+	for _, it := range b.Items {
+		recycled[it] = true
+	}
 	call := s.BeginCall(hung, nil)
 	if n := s.Orphan(hung, call); n != 3 {
 		t.Fatalf("Orphan: got %d, want 3", n)
@@ -260,6 +264,7 @@ func TestOrphan(t *testing.T) {
 		t.Fatalf("copies: got %v with %d items, want Run with 3", st, len(c.Items))
 	}
 	for _, it := range c.Items {
+		recycled[it] = true
 		if it.Attempt != 2 {
 			t.Fatalf("copy of offset %d: attempt %d, want 2", it.Offset(), it.Attempt)
 		}
@@ -277,15 +282,21 @@ func TestOrphan(t *testing.T) {
 	}
 	// All six items (the hung call's and the copies) are back on the free
 	// list. Taken again, they are ordinary items: their completions count.
-	feed(t, p, &off, 1, 2, 3, 4, 5, 6)
+	for _, it := range feed(t, p, &off, 1, 2, 3, 4, 5, 6) {
+		if !recycled[it] {
+			t.Fatalf("offset %d got a new item, want one of the six recycled", it.Offset())
+		}
+	}
 	for p.Unfinished() > 0 {
 		d := s.NewBatch(other)
 		if st := s.Next(d, true, nil); st != Run {
 			t.Fatalf("reused items: Next got %v, want Run (unfinished %d)", st, p.Unfinished())
 		}
+		n := len(d.Items)
 		s.Release(d)
 		if p.Advance() == 0 {
-			t.Fatalf("reused items: %d finished, the frontier did not move (still %v)", len(d.Items), p.Unfinished())
+			next, _ := p.Next()
+			t.Fatalf("reused items: %d finished, the frontier did not move (still %d, %d unfinished)", n, next, p.Unfinished())
 		}
 	}
 	if next, _ := p.Next(); next != 9 {

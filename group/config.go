@@ -74,9 +74,9 @@ type Config struct {
 	// (sarama's zero value reads uncommitted, so records of aborted
 	// transactions reach Do), Metadata.RefreshFrequency (sarama's 10
 	// minutes delays new partitions by up to 20), and
-	// Consumer.MaxWaitTime (sarama's 500 ms keeps a partition resumed
-	// after a pause waiting that long when the others are caught up; see
-	// DefaultFetchMaxWait).
+	// Consumer.MaxWaitTime (with sarama's 500 ms a partition resumed
+	// after a pause can wait up to that long while the others are caught
+	// up; see DefaultFetchMaxWait).
 	Sarama *sarama.Config
 	// InstanceID makes this Group a static member of its consumer group
 	// (KIP-345, sarama's Consumer.Group.InstanceId): give each instance a

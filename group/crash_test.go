@@ -277,7 +277,7 @@ func TestCrashRepeatsOnlyWorkAfterLastCommit(t *testing.T) {
 	// The bound is what finished while the last commit was on its way:
 	// a commit interval, or as long as sarama's commit waits behind a
 	// long-polling fetch on the same connection (Consumer.MaxWaitTime,
-	// 500 ms), whichever is longer.
+	// DefaultFetchMaxWait), whichever is longer.
 	t.Logf("first consumer handled %d; its last commit listed %d finished above the frontiers; the second skipped all of them and repeated %d (bound: the %d the first finished after that commit)",
 		len(handledFirst), listedAtCrash, repeated, finishedAfterCommit)
 }

@@ -23,10 +23,9 @@ const DefaultMetadataRefresh = 30 * time.Second
 // share (Config.MaxInFlight), and sarama sends one fetch at a time per
 // broker, for the partitions not paused. When those are caught up, the
 // broker holds that fetch for the whole wait, and a partition resumed
-// meanwhile is fetched only after it returns: with sarama's 500 ms, a
-// backlogged partition stood idle for up to half a second after each
-// pause while the other partitions had nothing new (1 ms I/O at Num 256:
-// workers idle for 200 ms at the end of a run). A commit also waits
+// meanwhile is fetched only after it returns: a backlogged partition can
+// stand idle for up to the wait after each resume while the others have
+// nothing new (docs/SCALING.md has the measurement). A commit also waits
 // behind that fetch on the shared connection. The cost of a shorter wait
 // is an empty fetch per broker every 100 ms while there is nothing to
 // read.

@@ -90,7 +90,9 @@ func TestStuck(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("OnStuck not called")
 	}
-	waitUntil(t, 5*time.Second, "the other lanes done on the other worker", func() bool { return done.Load() >= 3 })
+	waitUntil(t, 5*time.Second, "the other lanes done on the other worker, and the stuck call in Do", func() bool {
+		return done.Load() >= 3 && entered.Load() != nil
+	})
 	if got := r.pool.StuckNow(); got != 1 {
 		t.Fatalf("StuckNow: got %d, want 1", got)
 	}
