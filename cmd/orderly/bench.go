@@ -70,7 +70,7 @@ messages, about 1 GB in the broker).`,
 		"scenarios, comma-separated: "+strings.Join(scenarios, "|")+" (all: "+strings.Join(bench.ScenarioNames, ",")+")")
 	listVar(fs, &o.contenders, "contenders", nil, false, known(bench.ContenderNames, "contender"),
 		"contenders, comma-separated, from "+strings.Join(bench.ContenderNames, ",")+" (default: each scenario's set)")
-	intVar(fs, &o.messages, "messages", 0, 0, math.MaxInt, "messages per data set (0: 1M for noop, 30k for io/batch/skew/fail, 10 x max-in-flight for stall; scale: 1M at values up to 1 KiB, a tenth per 10x value size beyond)")
+	intVar(fs, &o.messages, "messages", 0, 0, math.MaxInt, "messages per data set (0: 1M for noop; 30k for batch/skew/fail; io: 30k, and Num x 2000 for a Num whose limit would finish 30k in under 2s; 10 x max-in-flight for stall; scale: 1M at values up to 1 KiB, a tenth per 10x value size beyond)")
 	intVar(fs, &o.partitions, "partitions", 0, 0, 1<<16, fmt.Sprintf("partitions per topic (0: %d)", bench.DefaultPartitions))
 	intVar(fs, &o.keys, "keys", 0, 0, math.MaxInt, fmt.Sprintf("distinct message keys (0: %d)", bench.DefaultKeys))
 	intVar(fs, &o.rounds, "rounds", 0, 0, math.MaxInt, fmt.Sprintf("alternating rounds; the table shows medians (0: %d)", bench.DefaultRounds))

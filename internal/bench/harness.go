@@ -243,17 +243,31 @@ func (h *harness) runScenario(ctx context.Context, s scenario) error {
 	if s.Name == "stall" {
 		return h.runStall(ctx, s, ds, names)
 	}
+	data := map[string]*dataset{} // by case label: its own data set, or the scenario's
+	for _, c := range s.Cases {
+		data[c.Label] = ds
+		if c.Messages > 0 {
+			spec := s.Data
+			spec.Messages = c.Messages
+			cds, err := h.dataset(ctx, spec)
+			if err != nil {
+				return err
+			}
+			data[c.Label] = cds
+			h.rep.addCaseMessages(s, c, c.Messages)
+		}
+	}
 	rows := make(map[[2]string]*Row)
 	for _, c := range s.Cases {
 		for _, name := range names {
 			rows[[2]string{c.Label, name}] = h.rep.addRow(s, c, name)
 		}
 		if c.Baseline == "cap" {
-			h.addCapRows(s, c, ds)
+			h.addCapRows(s, c, data[c.Label])
 		}
 	}
 	for round := 1; round <= h.opts.Rounds; round++ {
-		if err := h.runRound(ctx, s, ds, names, rows, round); err != nil {
+		if err := h.runRound(ctx, s, data, names, rows, round); err != nil {
 			return err
 		}
 	}
@@ -276,15 +290,15 @@ func (h *harness) addCapRows(s scenario, c caseSpec, ds *dataset) {
 }
 
 // runRound runs every case with every contender once, in the round's
-// order (roundOrder).
-func (h *harness) runRound(ctx context.Context, s scenario, ds *dataset, names []string, rows map[[2]string]*Row, round int) error {
+// order (roundOrder), each case on its data set (data, by label).
+func (h *harness) runRound(ctx context.Context, s scenario, data map[string]*dataset, names []string, rows map[[2]string]*Row, round int) error {
 	reuse := map[string]Result{} // numIndependent results of this round
 	names = roundOrder(names, round)
 	for _, c := range s.Cases {
 		for _, name := range names {
 			row := rows[[2]string{c.Label, name}]
 			con, _ := newContender(name)
-			spec := h.spec(s, c, ds)
+			spec := h.spec(s, c, data[c.Label])
 			key := fmt.Sprintf("%s %d %v %v", name, spec.Size, spec.Ticker, spec.Work)
 			if ni, ok := con.(numIndependent); ok && ni.IgnoresNum() {
 				if r, ok := reuse[key]; ok {

@@ -1,14 +1,18 @@
 package bench
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"runtime"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/orderly-go/orderly/internal/broker"
 )
 
 // fakeContender runs fn as its Run.
@@ -191,5 +195,70 @@ func TestRoundDuration(t *testing.T) {
 	}
 	if got := Seconds(1.5).Duration(); got != 1500*time.Millisecond {
 		t.Errorf("Seconds(1.5).Duration() = %v, want 1.5s", got)
+	}
+}
+
+// TestIOCaseData: without --messages, an io case whose limit would finish
+// the scenario's 30k messages in under ioRunLength gets a data set of Num
+// x 2000 messages; with --messages every case shares the scenario's.
+func TestIOCaseData(t *testing.T) {
+	for _, tt := range []struct {
+		messages int
+		want     map[string]int // case -> its own messages (0: the scenario's)
+	}{
+		{0, map[string]int{"Num=8": 0, "Num=64": 128_000, "Num=256": 512_000}},
+		{2000, map[string]int{"Num=8": 0, "Num=64": 0, "Num=256": 0}},
+	} {
+		o := Options{Messages: tt.messages}
+		if err := o.setDefaults(); err != nil {
+			t.Fatal(err)
+		}
+		s, err := o.scenario("io")
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := map[string]int{}
+		for _, c := range s.Cases {
+			got[c.Label] = c.Messages
+		}
+		if fmt.Sprint(got) != fmt.Sprint(tt.want) {
+			t.Errorf("--messages %d: cases' own messages: got %v, want %v", tt.messages, got, tt.want)
+		}
+	}
+}
+
+// TestCaseOwnData runs a scenario one of whose cases has a data set of its
+// own: its contenders consume that one (the databus port stops once it has
+// handled what the data set holds, so a run on the wrong one either stops
+// short or never ends), and the report lists it.
+func TestCaseOwnData(t *testing.T) {
+	var progress bytes.Buffer
+	opts := Options{Rounds: 1, Progress: &progress}
+	if err := opts.setDefaults(); err != nil {
+		t.Fatal(err)
+	}
+	b, err := broker.Start(broker.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	h := &harness{opts: opts, b: b, data: map[dataSpec]*dataset{}, rep: newReport(opts)}
+	s := scenario{Name: "own", Data: dataSpec{Messages: 300, Partitions: 2, Keys: 10}, Contenders: []string{"databus"},
+		Cases: []caseSpec{
+			{Label: "shared", Num: 2, Size: 1, Ticker: -1, Baseline: "databus"},
+			{Label: "own", Messages: 500, Num: 2, Size: 1, Ticker: -1, BaselineCase: "shared"},
+		}}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := h.runScenario(ctx, s); err != nil {
+		t.Fatalf("%v\n%s", err, progress.String())
+	}
+	for _, want := range []string{"own shared round 1/1 databus: 300 msgs", "own own round 1/1 databus: 500 msgs"} {
+		if !strings.Contains(progress.String(), want) {
+			t.Errorf("progress: want a line with %q\n%s", want, progress.String())
+		}
+	}
+	if got := h.rep.Scenarios[0].CaseData; len(got) != 1 || got[0] != (CaseData{"own", 500}) {
+		t.Errorf("report's case data: got %+v, want [{own 500}]", got)
 	}
 }

@@ -56,6 +56,14 @@ type ScenarioInfo struct {
 	Value      int     `json:"value_bytes,omitempty"`
 	ProducedS  Seconds `json:"produced_s"`
 	Note       string  `json:"note"`
+	// CaseData are the cases with a data set of their own, in case order.
+	CaseData []CaseData `json:"case_data,omitempty"`
+}
+
+// CaseData is a case that ran on a data set of its own.
+type CaseData struct {
+	Case     string `json:"case"`
+	Messages int    `json:"messages"`
 }
 
 // Row is one contender in one case of a scenario, over all rounds.
@@ -136,6 +144,15 @@ func (r *Report) addScenario(s scenario, ds *dataset) {
 		Name: s.Name, Topic: ds.Topic, Messages: ds.Messages, Partitions: ds.Partitions, Keys: ds.Keys,
 		Zipf: ds.Zipf, Value: ds.valueSize(), HotKey: ds.HotKey, HotCount: ds.HotCount, ProducedS: secs(ds.Produced), Note: s.Note,
 	})
+}
+
+// addCaseMessages records that case c of s ran on a data set of its own.
+func (r *Report) addCaseMessages(s scenario, c caseSpec, messages int) {
+	for i := range r.Scenarios {
+		if si := &r.Scenarios[i]; si.Name == s.Name {
+			si.CaseData = append(si.CaseData, CaseData{c.Label, messages})
+		}
+	}
 }
 
 func (r *Report) addRow(s scenario, c caseSpec, contender string) *Row {
@@ -308,6 +325,9 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 	r.writeConcurrentCap(b)
 	for _, s := range r.Scenarios {
 		fmt.Fprintf(b, "- %s: %d messages, %d partitions, %d keys", s.Name, s.Messages, s.Partitions, s.Keys)
+		for _, c := range s.CaseData {
+			fmt.Fprintf(b, " (%s: %d messages)", c.Case, c.Messages)
+		}
 		if s.Zipf > 0 {
 			fmt.Fprintf(b, " (Zipf s=%g, hottest key %.1f%%)", s.Zipf, 100*float64(s.HotCount)/float64(max(s.Messages, 1)))
 		}

@@ -52,13 +52,28 @@ const (
 // DefaultNums are the io scenario's Num values.
 var DefaultNums = []int{8, 64, 256}
 
+// ioRunLength is how long, at least, each io case's data set lasts at the
+// sleep limit (Num messages per IOCost), so that the start and the end of
+// a run (the first fetch, the last calls) do not decide its ratio.
+const ioRunLength = 2 * time.Second
+
+// ioMessages is the data set of the io case with num workers: ioRunLength
+// at the sleep limit, and at least the scenario's default.
+func ioMessages(num, def int) int {
+	return max(def, num*int(ioRunLength/IOCost))
+}
+
 // caseSpec is one configuration of a scenario, run by every contender.
 type caseSpec struct {
-	Label  string
-	Num    int
-	Size   int
-	Ticker time.Duration
-	Work   Work
+	Label string
+	// Messages, if above 0, gives the case a data set of its own of that
+	// many messages (the scenario's partitions and keys), shared by its
+	// contenders; 0: the scenario's.
+	Messages int
+	Num      int
+	Size     int
+	Ticker   time.Duration
+	Work     Work
 	// Baseline names the row this case's rows are compared with: a
 	// contender of the same case ("raw", "limit", the pseudo contender
 	// "cap"), or, with BaselineCase, the same contender in another case.
@@ -97,12 +112,17 @@ func (o *Options) scenario(name string) (scenario, error) {
 			Note:       "no-op handler; limit is not meaningful without work",
 		}, nil
 	case "io":
-		s := scenario{Name: name, Data: data(30_000, 0), Contenders: workContenders,
-			Note: "1 ms simulated I/O per message, Size=1; raw runs one goroutine per partition whatever Num is (measured once per round)"}
+		const def = 30_000
+		s := scenario{Name: name, Data: data(def, 0), Contenders: workContenders,
+			Note: fmt.Sprintf("1 ms simulated I/O per message, Size=1; without --messages, a Num whose limit would finish %d messages in under %v gets a data set of Num x %d messages; raw runs one goroutine per partition whatever Num is (measured once per round, on the first case's data)",
+				def, ioRunLength, int(ioRunLength/IOCost))}
 		for _, n := range o.Nums {
 			c := caseSpec{Label: fmt.Sprintf("Num=%d", n), Num: n, Size: 1, Ticker: -1, Work: io1, Baseline: "limit"}
 			if n == 64 || n == 256 {
 				c.Target = 0.95
+			}
+			if m := ioMessages(n, def); o.Messages == 0 && m > def {
+				c.Messages = m
 			}
 			s.Cases = append(s.Cases, c)
 		}
