@@ -149,31 +149,18 @@ func (g *Group[T]) consume(sess sarama.ConsumerGroupSession, claim sarama.Consum
 		share := c.shareRoom()
 		paced := c.listPacing(share)
 		room := share && !paced
+		c.steerFetch(room, paced)
 		if room && c.undispatched.len() > 0 {
-			if c.undispatched.len() <= c.g.cfg.Chan/2 {
-				c.pauseFetch(false) // fetch the next while the rest goes in
-			}
 			c.intakeHeld()
 			continue
 		}
 		in := msgs
 		switch {
-		case room:
-			c.pauseFetch(false)
-		case c.pauser != nil:
-			// Read on into held: a revoke is seen at once, and sarama's
-			// fetch loop, which waits for every partition to take its
-			// last response, is not held up by this one. Past a
-			// channel's worth (paced: past what the share has room
-			// for), stop fetching more; paced, fetch again once half
-			// of that is left, so that the next fetch is under way
-			// before the held messages run out.
-			switch limit, n := c.holdLimit(paced), c.undispatched.len(); {
-			case n >= limit:
-				c.pauseFetch(true)
-			case paced && c.fetchAgain(limit, n):
-				c.pauseFetch(false)
-			}
+		case room, c.pauser != nil:
+			// Out of room, read on into held: a revoke is seen at once,
+			// and sarama's fetch loop, which waits for every partition
+			// to take its last response, is not held up by this one
+			// (steerFetch pauses fetching past the hold limit).
 		case paced && c.undispatched.len() < c.g.cfg.Chan:
 			// Fetching cannot be paused: read on into held for a
 			// channel's worth, then wait for the backlog to drain.
@@ -231,8 +218,7 @@ func (c *claimLoop[T]) listPacing(share bool) (paced bool) {
 // holdLimit is how many undispatched messages the claim holds before it
 // pauses fetching: a channel's worth, and while paced (not out of share) as
 // many more as its share has room for in count and in bytes. Fetching
-// resumes at half of it while paced, and at half a channel's worth while
-// the claim dispatches what it holds: sarama's next fetch is then under
+// resumes at half of it (steerFetch): sarama's next fetch is then under
 // way before the held messages run out. Resuming only once they ran out
 // leaves the workers idle for the length of a fetch each time (io, Num 64,
 // 150k messages: 0.54-0.69x of the sleep limit against 0.90x).
@@ -248,13 +234,31 @@ func (c *claimLoop[T]) holdLimit(paced bool) int {
 	return max(limit, count)
 }
 
-// fetchAgain reports whether a paced claim holding n of limit messages
-// should resume fetching: at half the limit, and only while what it holds
-// is within half its share's bytes (with large messages the limit is a
-// channel's worth, and the bytes decide).
-func (c *claimLoop[T]) fetchAgain(limit, n int) bool {
+// steerFetch pauses and resumes sarama's fetching of the partition from
+// what the claim holds undispatched, with hysteresis. It pauses at the
+// hold limit while the claim cannot dispatch (out of share, or paced). It
+// resumes, while the claim may dispatch or is paced, once what it holds is
+// down to half the limit and to half the bytes its share has room for
+// (with large messages the limit is a channel's worth, and the bytes
+// decide): the next fetch is then under way before the held messages run
+// out. Out of share it stays paused until room returns.
+func (c *claimLoop[T]) steerFetch(room, paced bool) {
+	if c.pauser == nil {
+		return
+	}
+	switch limit, n := c.holdLimit(paced), c.undispatched.len(); {
+	case !room && n >= limit:
+		c.pauseFetch(true)
+	case (room || paced) && n <= limit/2 && c.heldBytesFit():
+		c.pauseFetch(false)
+	}
+}
+
+// heldBytesFit reports whether the held messages' bytes are within half
+// of what the partition's byte share has room for.
+func (c *claimLoop[T]) heldBytesFit() bool {
 	_, bytes := c.p.Quota()
-	return n <= limit/2 && c.undispatched.bytes <= bytes/2
+	return c.undispatched.bytes <= bytes/2
 }
 
 // pauseFetch pauses or resumes sarama's fetching of the partition (see
