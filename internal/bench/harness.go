@@ -254,7 +254,6 @@ func (h *harness) runScenario(ctx context.Context, s scenario) error {
 				return err
 			}
 			data[c.Label] = cds
-			h.rep.addCaseMessages(s, c, c.Messages)
 		}
 	}
 	rows := make(map[[2]string]*Row)

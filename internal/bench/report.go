@@ -140,19 +140,17 @@ func machine() Machine {
 }
 
 func (r *Report) addScenario(s scenario, ds *dataset) {
+	var own []CaseData
+	for _, c := range s.Cases {
+		if c.Messages > 0 {
+			own = append(own, CaseData{c.Label, c.Messages})
+		}
+	}
 	r.Scenarios = append(r.Scenarios, ScenarioInfo{
 		Name: s.Name, Topic: ds.Topic, Messages: ds.Messages, Partitions: ds.Partitions, Keys: ds.Keys,
 		Zipf: ds.Zipf, Value: ds.valueSize(), HotKey: ds.HotKey, HotCount: ds.HotCount, ProducedS: secs(ds.Produced), Note: s.Note,
+		CaseData: own,
 	})
-}
-
-// addCaseMessages records that case c of s ran on a data set of its own.
-func (r *Report) addCaseMessages(s scenario, c caseSpec, messages int) {
-	for i := range r.Scenarios {
-		if si := &r.Scenarios[i]; si.Name == s.Name {
-			si.CaseData = append(si.CaseData, CaseData{c.Label, messages})
-		}
-	}
 }
 
 func (r *Report) addRow(s scenario, c caseSpec, contender string) *Row {
