@@ -2,6 +2,7 @@ package localqueue
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"os"
 	"runtime"
@@ -81,7 +82,7 @@ type refMsg struct {
 func refCycle(ch chan refMsg, inFlight map[ID]refMsg, body []byte, n int) {
 	var id ID
 	for i := range n {
-		id[0], id[1], id[2], id[3] = byte(i), byte(i>>8), byte(i>>16), byte(i>>24)
+		binary.LittleEndian.PutUint32(id[:], uint32(i))
 		ch <- refMsg{id, body}
 		m := <-ch
 		inFlight[m.id] = m
@@ -103,7 +104,7 @@ func refPipeline(ch chan refMsg, inFlight map[ID]refMsg, body []byte, n int) {
 	}()
 	var id ID
 	for i := range n {
-		id[0], id[1], id[2], id[3] = byte(i), byte(i>>8), byte(i>>16), byte(i>>24)
+		binary.LittleEndian.PutUint32(id[:], uint32(i))
 		ch <- refMsg{id, body}
 	}
 	<-done
