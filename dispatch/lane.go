@@ -8,6 +8,7 @@ type lane[M, T any] struct {
 	n          int
 	holder     *Batch[M, T] // the batch running (or filling) with this lane's items
 	inReady    bool         // in the scheduler's fresh list or requeue queue
+	seen       uint32       // the partition's sweeps at the last laneFor (owner only)
 	pending    int          // items assigned by laneFor, not yet pushed (owner only)
 	nextReady  *lane[M, T]  // fresh list link
 	// blocked: the lane is held for its head (Scheduler.Settle, Unhold):

@@ -43,6 +43,11 @@ type Partition[M, T any] struct {
 	lanes     laneTable[M, T]
 	freeLanes []*lane[M, T]
 	sweepAt   int
+	// sweeps counts laneFor's sweeps; a lane's seen is its value at the
+	// lane's last laneFor, so a sweep can tell the lanes used since the
+	// one before it.
+	sweeps    uint32
+	lanesMade int64 // lanes put in the table (new or reused), for tests
 
 	revoked bool // guarded by the scheduler mutex
 	// inPaced: in the scheduler's paced list. Written under the scheduler
@@ -313,7 +318,7 @@ func (p *Partition[M, T]) Trim() {
 	// over the slots under the scheduler lock is paid for by the lanes it
 	// frees. A backlog deeper than half the lanes defers it.
 	if n := p.lanes.len(); int64(n)-p.inflight >= int64(max(minLaneSweep, n/2)) {
-		p.sweep()
+		p.sweep(false)
 	}
 	keep := int(max(p.peak, 2*int64(p.chanSize)))
 	if n := len(p.free); n > keep {
@@ -460,7 +465,7 @@ func (p *Partition[M, T]) laneFor(key uint64) *lane[M, T] {
 	l := p.lanes.get(key)
 	if l == nil {
 		if p.lanes.len() >= p.sweepAt {
-			p.sweep()
+			p.sweep(true)
 		}
 		if n := len(p.freeLanes); n > 0 {
 			l = p.freeLanes[n-1]
@@ -472,16 +477,26 @@ func (p *Partition[M, T]) laneFor(key uint64) *lane[M, T] {
 		}
 		l.part = p
 		p.lanes.put(key, l)
+		p.lanesMade++
 	}
 	l.pending++
+	l.seen = p.sweeps
 	return l
 }
 
 // sweep drops idle lanes from the lane table, keeping some for reuse.
-func (p *Partition[M, T]) sweep() {
+// With keepRecent (laneFor's sweep, as the table grows) it keeps the idle
+// lanes used since the previous such sweep: a key that came in that time
+// is likely to come again, and a working set of keys a little over the
+// sweep threshold would otherwise lose nearly all its lanes at each sweep
+// and make a new one for nearly every message. The table then settles at
+// the working set (the next sweep is at twice what a sweep keeps), while
+// keys that stopped coming are dropped at the sweep after next. Trim's
+// sweep drops every idle lane: it runs when keys stopped coming.
+func (p *Partition[M, T]) sweep(keepRecent bool) {
 	p.s.mu.Lock()
 	p.lanes.sweep(func(l *lane[M, T]) bool {
-		if !l.idle() {
+		if !l.idle() || keepRecent && l.seen == p.sweeps {
 			return false
 		}
 		if len(p.freeLanes) < minLaneSweep {
@@ -490,5 +505,8 @@ func (p *Partition[M, T]) sweep() {
 		return true
 	})
 	p.s.mu.Unlock()
+	if keepRecent {
+		p.sweeps++
+	}
 	p.sweepAt = max(minLaneSweep, 2*p.lanes.len())
 }

@@ -378,6 +378,43 @@ func TestIdleLanesSwept(t *testing.T) {
 	}
 }
 
+// TestRecentLanesKept: a partition whose keys cycle through a working set
+// a little larger than the sweep threshold, each message finished before
+// the next few arrive (so nearly every lane is idle at a sweep), keeps the
+// lanes of keys seen since the last sweep: a lane is made once per key,
+// not again after each sweep.
+func TestRecentLanesKept(t *testing.T) {
+	const keys, rounds, chunk = minLaneSweep + minLaneSweep/4, 20, 64
+	s := New[msg, int](Options[msg, int]{Size: chunk, MaxInFlight: 1 << 20})
+	p := s.NewPartition(chunk)
+	w := s.NewWorker()
+	var off int64
+	lanes := make([]int, chunk)
+	for i := 0; i < keys*rounds; i += chunk {
+		for j := range lanes {
+			lanes[j] = (i + j) % keys
+		}
+		feed(t, p, &off, lanes...)
+		var done *Batch[msg, int]
+		for {
+			b := s.NewBatch(w)
+			st := s.Next(b, true, done)
+			done = nil
+			if st == Empty {
+				break
+			}
+			done = b
+		}
+		p.Advance()
+	}
+	if next, _ := p.Next(); next != off {
+		t.Fatalf("frontier: got %d, want %d (everything finished)", next, off)
+	}
+	if got := p.lanesMade; got != keys {
+		t.Fatalf("lanes made for %d messages over %d keys: got %d, want %d (one per key)", off, keys, got, keys)
+	}
+}
+
 // TestTrimSweepsIdleLanes: once the keys stop coming, Trim gives their
 // idle lanes back (laneFor's own sweep needs new keys to run), keeps the
 // lanes that still have work, and keeps at most minLaneSweep for reuse.
