@@ -92,9 +92,9 @@ func (t *laneTable[M, T]) each(fn func(*lane[M, T])) {
 // for reuse), in place: a removed slot is filled by shifting back the
 // entries that probed past it, so that no tombstones are left and nothing
 // is allocated. The table shrinks only when it is mostly empty after.
-func (t *laneTable[M, T]) sweep(drop func(*lane[M, T]) bool) {
+func (t *laneTable[M, T]) sweep(drop func(key uint64, l *lane[M, T]) bool) {
 	for i := 0; i < len(t.slots); {
-		if l := t.slots[i].l; l != nil && drop(l) {
+		if s := t.slots[i]; s.l != nil && drop(s.key, s.l) {
 			t.deleteAt(i)
 			continue // an entry may have shifted into i: look again
 		}

@@ -39,7 +39,7 @@ func TestLaneTable(t *testing.T) {
 				}
 				checkLaneTable(t, &tab, want)
 				// Sweep out every lane whose n is odd.
-				tab.sweep(func(l *lane[msg, int]) bool { return l.n%2 == 1 })
+				tab.sweep(func(_ uint64, l *lane[msg, int]) bool { return l.n%2 == 1 })
 				for k, l := range want {
 					if l.n%2 == 1 {
 						delete(want, k)
@@ -87,17 +87,17 @@ func TestLaneTableSweepInPlace(t *testing.T) {
 		tab.put(uint64(i)*0x9E3779B97F4A7C15, &lane[msg, int]{n: i})
 	}
 	before := &tab.slots[0]
-	tab.sweep(func(l *lane[msg, int]) bool { return l.n%10 == 0 })
+	tab.sweep(func(_ uint64, l *lane[msg, int]) bool { return l.n%10 == 0 })
 	if got := tab.len(); got != 4500 {
 		t.Fatalf("lanes after sweeping a tenth: got %d, want 4500", got)
 	}
 	if &tab.slots[0] != before {
 		t.Fatalf("sweeping a tenth reallocated the table, want it swept in place")
 	}
-	if allocs := testing.AllocsPerRun(10, func() { tab.sweep(func(*lane[msg, int]) bool { return false }) }); allocs != 0 {
+	if allocs := testing.AllocsPerRun(10, func() { tab.sweep(func(uint64, *lane[msg, int]) bool { return false }) }); allocs != 0 {
 		t.Fatalf("allocations per sweep that keeps every lane: got %v, want 0", allocs)
 	}
-	tab.sweep(func(*lane[msg, int]) bool { return true })
+	tab.sweep(func(uint64, *lane[msg, int]) bool { return true })
 	if tab.len() != 0 || len(tab.slots) != minLaneSlots {
 		t.Fatalf("after sweeping every lane: got %d lanes in %d slots, want 0 in %d", tab.len(), len(tab.slots), minLaneSlots)
 	}
@@ -155,7 +155,7 @@ func TestLaneTableSweepWraps(t *testing.T) {
 	}
 	// Drop the entry at the last slot and one that wrapped.
 	drop := map[*lane[msg, int]]bool{want[keys[0]]: true, want[keys[3]]: true}
-	tab.sweep(func(l *lane[msg, int]) bool { return drop[l] })
+	tab.sweep(func(_ uint64, l *lane[msg, int]) bool { return drop[l] })
 	for _, k := range []uint64{keys[0], keys[3]} {
 		if tab.get(k) != nil {
 			t.Fatalf("get(%#x) after its sweep: got a lane, want nil", k)

@@ -43,11 +43,7 @@ type Partition[M, T any] struct {
 	lanes     laneTable[M, T]
 	freeLanes []*lane[M, T]
 	sweepAt   int
-	// sweeps counts laneFor's sweeps; a lane's seen is its value at the
-	// lane's last laneFor, so a sweep can tell the lanes used since the
-	// one before it.
-	sweeps    uint32
-	lanesMade int64 // lanes put in the table (new or reused), for tests
+	sweep     laneSweep // what laneFor's sweeps learn about the keys (lanesweep.go)
 
 	revoked bool // guarded by the scheduler mutex
 	// inPaced: in the scheduler's paced list. Written under the scheduler
@@ -318,7 +314,7 @@ func (p *Partition[M, T]) Trim() {
 	// over the slots under the scheduler lock is paid for by the lanes it
 	// frees. A backlog deeper than half the lanes defers it.
 	if n := p.lanes.len(); int64(n)-p.inflight >= int64(max(minLaneSweep, n/2)) {
-		p.sweep(false)
+		p.sweepLanes(false)
 	}
 	keep := int(max(p.peak, 2*int64(p.chanSize)))
 	if n := len(p.free); n > keep {
@@ -455,58 +451,4 @@ func (p *Partition[M, T]) Close() int {
 	}
 	p.s.partsMu.Unlock()
 	return left
-}
-
-// laneFor returns key's lane, creating one (reusing an idle one) when the
-// key has none, and counts an item on its way to it. Only the partition's
-// goroutine touches the lane table, so this runs outside the scheduler lock;
-// only the sweep of idle lanes, rare, takes it to read lane state.
-func (p *Partition[M, T]) laneFor(key uint64) *lane[M, T] {
-	l := p.lanes.get(key)
-	if l == nil {
-		if p.lanes.len() >= p.sweepAt {
-			p.sweep(true)
-		}
-		if n := len(p.freeLanes); n > 0 {
-			l = p.freeLanes[n-1]
-			p.freeLanes[n-1] = nil
-			p.freeLanes = p.freeLanes[:n-1]
-			*l = lane[M, T]{}
-		} else {
-			l = new(lane[M, T])
-		}
-		l.part = p
-		p.lanes.put(key, l)
-		p.lanesMade++
-	}
-	l.pending++
-	l.seen = p.sweeps
-	return l
-}
-
-// sweep drops idle lanes from the lane table, keeping some for reuse.
-// With keepRecent (laneFor's sweep, as the table grows) it keeps the idle
-// lanes used since the previous such sweep: a key that came in that time
-// is likely to come again, and a working set of keys a little over the
-// sweep threshold would otherwise lose nearly all its lanes at each sweep
-// and make a new one for nearly every message. The table then settles at
-// the working set (the next sweep is at twice what a sweep keeps), while
-// keys that stopped coming are dropped at the sweep after next. Trim's
-// sweep drops every idle lane: it runs when keys stopped coming.
-func (p *Partition[M, T]) sweep(keepRecent bool) {
-	p.s.mu.Lock()
-	p.lanes.sweep(func(l *lane[M, T]) bool {
-		if !l.idle() || keepRecent && l.seen == p.sweeps {
-			return false
-		}
-		if len(p.freeLanes) < minLaneSweep {
-			p.freeLanes = append(p.freeLanes, l)
-		}
-		return true
-	})
-	p.s.mu.Unlock()
-	if keepRecent {
-		p.sweeps++
-	}
-	p.sweepAt = max(minLaneSweep, 2*p.lanes.len())
 }

@@ -378,21 +378,20 @@ func TestIdleLanesSwept(t *testing.T) {
 	}
 }
 
-// TestRecentLanesKept: a partition whose keys cycle through a working set
-// a little larger than the sweep threshold, each message finished before
-// the next few arrive (so nearly every lane is idle at a sweep), keeps the
-// lanes of keys seen since the last sweep: a lane is made once per key,
-// not again after each sweep.
-func TestRecentLanesKept(t *testing.T) {
-	const keys, rounds, chunk = minLaneSweep + minLaneSweep/4, 20, 64
+// feedFinished feeds a partition keyOf(i) for i in [0, n), chunk
+// messages at a time, each chunk finished before the next is fed (so
+// that at a sweep nearly every lane is idle), and calls after(i) after
+// each chunk.
+func feedFinished(t *testing.T, n, chunk int, keyOf func(int) int, after func(p *Partition[msg, int], i int)) *Partition[msg, int] {
+	t.Helper()
 	s := New[msg, int](Options[msg, int]{Size: chunk, MaxInFlight: 1 << 20})
 	p := s.NewPartition(chunk)
 	w := s.NewWorker()
 	var off int64
 	lanes := make([]int, chunk)
-	for i := 0; i < keys*rounds; i += chunk {
+	for i := 0; i < n; i += chunk {
 		for j := range lanes {
-			lanes[j] = (i + j) % keys
+			lanes[j] = keyOf(i + j)
 		}
 		feed(t, p, &off, lanes...)
 		var done *Batch[msg, int]
@@ -406,12 +405,45 @@ func TestRecentLanesKept(t *testing.T) {
 			done = b
 		}
 		p.Advance()
+		after(p, i+chunk)
 	}
 	if next, _ := p.Next(); next != off {
 		t.Fatalf("frontier: got %d, want %d (everything finished)", next, off)
 	}
-	if got := p.lanesMade; got != keys {
-		t.Fatalf("lanes made for %d messages over %d keys: got %d, want %d (one per key)", off, keys, got, keys)
+	return p
+}
+
+// TestLaneSweepKeepsReturningKeys: a partition whose keys cycle through a
+// working set a little larger than the sweep threshold, each message
+// finished soon (so that nearly every lane is idle at a sweep), keeps its
+// lanes once the sweeps see the keys they dropped come back: after a few
+// cycles no lane is made. Dropping every idle lane at each sweep made a
+// new lane for every message.
+func TestLaneSweepKeepsReturningKeys(t *testing.T) {
+	const keys, rounds, chunk = minLaneSweep + minLaneSweep/4, 20, 64
+	var warm int64 // lanes made in the first 5 rounds
+	p := feedFinished(t, keys*rounds, chunk, func(i int) int { return i % keys }, func(p *Partition[msg, int], i int) {
+		if i <= 5*keys {
+			warm = p.sweep.lanesMade
+		}
+	})
+	if got := p.sweep.lanesMade - warm; got != 0 {
+		t.Fatalf("lanes made in rounds 6-%d over %d keys: got %d, want 0 (%d made in the first 5)", rounds, keys, got, warm)
+	}
+}
+
+// TestLaneSweepDropsNewKeys: a stream of ever-new keys, each finished
+// soon, keeps no idle lane past a sweep: the table never holds more than
+// the sweep threshold and the chunk being fed (a sweep that kept the
+// lanes used since the one before would let it grow to twice that).
+func TestLaneSweepDropsNewKeys(t *testing.T) {
+	const n, chunk = 40 * minLaneSweep, 64
+	peak := 0
+	feedFinished(t, n, chunk, func(i int) int { return i }, func(p *Partition[msg, int], _ int) {
+		peak = max(peak, p.lanes.len())
+	})
+	if peak > minLaneSweep+chunk {
+		t.Fatalf("lanes in the table over %d new keys: got a peak of %d, want at most %d", n, peak, minLaneSweep+chunk)
 	}
 }
 
