@@ -308,3 +308,92 @@ func consumeClaims(t *testing.T, g *Group[*Message], sess *memSession, claims []
 	})
 	return unblock
 }
+
+// fetchingClaim is a memClaim that fetches as sarama's claims do: fetch
+// messages at a time, each fetch handed over whole through the channel,
+// and no fetch begun while fetching is paused. It counts what it handed
+// over.
+type fetchingClaim struct {
+	*memClaim
+	fetch     int
+	mu        sync.Mutex
+	paused    bool
+	resumed   chan struct{} // cap 1: a Resume since the fetcher last looked
+	delivered atomic.Int64
+}
+
+func (c *fetchingClaim) Pause() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.paused = true
+}
+
+func (c *fetchingClaim) Resume() {
+	c.mu.Lock()
+	c.paused = false
+	c.mu.Unlock()
+	select {
+	case c.resumed <- struct{}{}:
+	default:
+	}
+}
+
+func (c *fetchingClaim) isPaused() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.paused
+}
+
+// fetchAll hands over n messages over keys keys, a fetch at a time while
+// fetching is not paused, and calls sent after each message.
+func (c *fetchingClaim) fetchAll(n, keys int, sent func()) {
+	for off := 0; off < n; {
+		for c.isPaused() {
+			<-c.resumed
+		}
+		for end := min(off+c.fetch, n); off < end; off++ {
+			c.msgs <- &sarama.ConsumerMessage{Topic: "mem", Offset: int64(off), Key: fmt.Appendf(nil, "k%d", off%keys)}
+			c.delivered.Add(1)
+			sent()
+		}
+	}
+}
+
+var _ fetchPauser = (*fetchingClaim)(nil)
+
+// TestPacedClaimHoldsWithinItsShare: with slow handlers the workers' backlog
+// paces the claim, which reads on into what it holds undispatched as far
+// as its share has room, then pauses fetching. So at no moment do the
+// messages fetched and not yet finished exceed the share (MaxInFlight,
+// one partition), a burst and a channel's worth read past the limit, and
+// the fetches under way when fetching paused. A claim loop that never
+// paused would hold every message the fetcher has (here all 6,000 but
+// the few finished).
+func TestPacedClaimHoldsWithinItsShare(t *testing.T) {
+	const n, keys, maxInFlight, chanSize, fetch = 6000, 64, 1000, 16, 128
+	var finished atomic.Int64
+	cfg := Config{Brokers: []string{"mem:0"}, Topics: []string{"mem"}, GroupID: "mem",
+		Size: 1, Num: 16, Ticker: -1, MaxInFlight: maxInFlight, Chan: chanSize}
+	g := newGroup(t, cfg, func(context.Context, []*Message) error {
+		time.Sleep(time.Millisecond)
+		finished.Add(1)
+		return nil
+	})
+	t.Cleanup(startWorkers(t, g))
+	sess := &memSession{ctx: context.Background(), marked: map[int32]int64{}}
+	claim := &fetchingClaim{memClaim: &memClaim{p: 0, msgs: make(chan *sarama.ConsumerMessage, chanSize)}, fetch: fetch, resumed: make(chan struct{}, 1)}
+	consumed := make(chan error, 1)
+	go func() { consumed <- g.consume(sess, claim) }()
+	var peak int64 // fetched and not finished, at its highest (it grows only when a message is handed over)
+	claim.fetchAll(n, keys, func() { peak = max(peak, claim.delivered.Load()-finished.Load()) })
+	waitFor(t, 30*time.Second, "every message to be marked", func() bool { return sess.markedAt(0) == n })
+	close(claim.msgs)
+	if err := <-consumed; err != nil {
+		t.Fatalf("consume: %v", err)
+	}
+	if limit := int64(maxInFlight + 4*chanSize + 2*fetch); peak > limit {
+		t.Errorf("messages fetched and not finished: got a peak of %d, want at most %d (MaxInFlight %d + 4 x Chan %d + 2 fetches of %d)",
+			peak, limit, maxInFlight, chanSize, fetch)
+	}
+	t.Logf("peak fetched and not finished: %d", peak)
+}
