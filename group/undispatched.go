@@ -36,7 +36,17 @@ type undispatched struct {
 
 func (h *undispatched) len() int { return len(h.q) - h.head }
 
+// push appends m. When the array is full and at least half of it is
+// popped slots, it moves what is held to the front instead of growing: a
+// claim that stays paced pushes and pops without the FIFO ever emptying,
+// and an array that only grew would keep a slot for every message that
+// went through it.
 func (h *undispatched) push(m *sarama.ConsumerMessage) {
+	if len(h.q) == cap(h.q) && h.head > 0 && h.head >= len(h.q)/2 {
+		n := copy(h.q, h.q[h.head:])
+		clear(h.q[n:])
+		h.q, h.head = h.q[:n], 0
+	}
 	h.q = append(h.q, m)
 	h.bytes += msgSize(m)
 }

@@ -184,3 +184,31 @@ func TestHeldFIFO(t *testing.T) {
 		})
 	}
 }
+
+// TestHeldFIFONeverEmpty: a FIFO that is pushed and popped for a long time
+// without ever emptying (a claim that stays paced: it reads into held as
+// fast as it dispatches) keeps an array of about what it holds, not of
+// everything that went through it, and keeps the order.
+func TestHeldFIFONeverEmpty(t *testing.T) {
+	const held, through = 1000, 100_000
+	var h undispatched
+	next, want := int64(0), int64(0)
+	for range held {
+		h.push(&sarama.ConsumerMessage{Offset: next})
+		next++
+	}
+	for range through {
+		h.push(&sarama.ConsumerMessage{Offset: next})
+		next++
+		if m, _ := h.pop(); m.Offset != want {
+			t.Fatalf("pop: got offset %d, want %d", m.Offset, want)
+		}
+		want++
+	}
+	if h.len() != held {
+		t.Fatalf("held: got %d, want %d", h.len(), held)
+	}
+	if got, limit := cap(h.q), 4*held; got > limit {
+		t.Fatalf("array after %d messages through %d held: got %d slots, want at most %d", through, held, got, limit)
+	}
+}
