@@ -1,7 +1,7 @@
 package dispatch
 
 // lane is the FIFO of one ordering lane's queued items. Every field is
-// guarded by the scheduler's mutex, except pending (the owner's).
+// guarded by the scheduler's mutex, except pending and seen (the owner's).
 type lane[M, T any] struct {
 	part       *Partition[M, T]
 	head, tail *Item[M, T]

@@ -1,68 +1,89 @@
 package dispatch
 
-import "math/bits"
-
-// laneSweep is what a partition's growth sweeps (laneFor's, as new keys
-// fill the lane table) learn about its keys, to choose which idle lanes
-// to drop.
+// laneSweep is what a partition's lane sweeps learn about its keys, to
+// choose which idle lanes to drop and when to sweep next.
 //
-// A growth sweep drops every idle lane, unless the keys the previous one
-// dropped came back: at least a quarter of the lanes made since were for
-// such keys. The partition's working set is then larger than what the
-// sweeps leave it (with fast handlers nearly every lane is idle at a
-// sweep), and without a change it would make a new lane for nearly every
-// message. So that sweep keeps the idle lanes used since the one before
-// it, and the table settles at the working set (the next sweep comes at
-// twice what a sweep keeps). A stream of ever-new keys shows no returns,
-// and its idle lanes keep being dropped: no lane is held for a key that
-// never comes again.
+// A growth sweep (laneFor's, when new keys have filled the lane table to
+// sweepAt) drops every idle lane, unless the keys come back: at least a
+// quarter of the lane lookups since the last growth sweep that did not
+// find a lane made in that time were for keys that are back after a
+// sweep (a lane kept by it, found again, or a new lane for a key a sweep
+// dropped, as a Bloom filter of dropped keys tells). The working set is
+// then larger than what the sweeps leave (with fast handlers nearly every
+// lane is idle at a sweep, and without a change nearly every message would
+// make a new lane), so the sweep keeps the idle lanes used since the last
+// one and the next comes at twice this one's threshold: the table grows
+// until the working set fits, and then stops sweeping. Ever-new keys show
+// no returns, beyond the filter's false positives (about 6%), and every
+// idle lane keeps being dropped: no lane is held for a key that never
+// comes again. A working set too large for the filter to remember (more
+// than about 8,192 keys dropped since it was last cleared) is not seen as
+// one, and its lanes keep being remade: a lane costs about 100 ns to make.
 //
-// The returns are counted with a one-hash Bloom filter of the keys the
-// last sweep dropped, 16 bits per key (about 6% of the lanes made for new
-// keys count as returns), at most 8 KiB.
+// Trim's sweep (at a commit interval, when at least half the lanes and at
+// least minLaneSweep have no unfinished item) drops every idle lane, and
+// adds their keys to the filter: the memory of keys that stopped coming is
+// given back within an interval, and a working set that is still coming
+// is remade, a lane per key, and recognised again by the filter.
 type laneSweep struct {
 	n         uint32   // growth sweeps so far; a lane's seen is n at its last laneFor
 	made      int      // lanes made since the last growth sweep
-	back      int      // of them, for keys that sweep dropped (as the filter tells)
-	dropped   []uint64 // the filter's bits; empty before the first growth sweep
-	shift     uint     // 64 - log2 of its bits
+	hits      int      // lanes from before it found again (each once)
+	ghosts    int      // lanes made for keys in the filter
+	dropped   []uint64 // the filter's bits, nil until a sweep drops a lane
+	filled    int      // keys added since it was last cleared
 	lanesMade int64    // lanes made in all, for tests
 }
 
-const maxSweepFilterWords = 1 << 10 // 65,536 bits
+const (
+	sweepFilterBits = 1 << 17 // 16 KiB, allocated at a partition's first drop
+	// sweepFilterKeys is how many keys the filter takes before it is
+	// cleared: 16 bits per key, about 6% false positives when full.
+	sweepFilterKeys = sweepFilterBits / 16
+)
+
+// filterBit is key's bit in the filter.
+func filterBit(key uint64) uint64 { return (key * 0x9E3779B97F4A7C15) >> (64 - 17) }
 
 // noteMade counts a lane made for key.
 func (w *laneSweep) noteMade(key uint64) {
 	w.made++
 	w.lanesMade++
-	if len(w.dropped) > 0 {
-		if i := (key * 0x9E3779B97F4A7C15) >> w.shift; w.dropped[i/64]&(1<<(i%64)) != 0 {
-			w.back++
+	if w.dropped != nil {
+		if i := filterBit(key); w.dropped[i/64]&(1<<(i%64)) != 0 {
+			w.ghosts++
 		}
 	}
 }
 
-// keepRecent reports whether this growth sweep keeps the idle lanes used
-// since the last one: the keys that one dropped came back.
-func (w *laneSweep) keepRecent() bool { return w.made > 0 && 4*w.back >= w.made }
-
-// resetFilter empties the filter, sized for the drops of a sweep over
-// lanes lanes.
-func (w *laneSweep) resetFilter(lanes int) {
-	words := min(max(1<<bits.Len(uint(lanes*16/64)), 16), maxSweepFilterWords)
-	if cap(w.dropped) >= words {
-		w.dropped = w.dropped[:words]
-		clear(w.dropped)
-	} else {
-		w.dropped = make([]uint64, words)
+// noteFound records a lookup that found a lane last used when the
+// growth sweeps numbered seen.
+func (w *laneSweep) noteFound(seen uint32) {
+	if seen != w.n {
+		w.hits++
 	}
-	w.shift = uint(64 - bits.TrailingZeros(uint(words*64)))
 }
 
-// noteDropped adds key to the filter.
+// keysReturn reports whether a quarter or more of the lookups since the
+// last growth sweep that did not find a lane made in that time were for
+// keys back after a sweep.
+func (w *laneSweep) keysReturn() bool {
+	n := w.made + w.hits
+	return n > 0 && 4*(w.ghosts+w.hits) >= n
+}
+
+// noteDropped adds key to the filter, clearing it first when it is full.
 func (w *laneSweep) noteDropped(key uint64) {
-	i := (key * 0x9E3779B97F4A7C15) >> w.shift
+	switch {
+	case w.dropped == nil:
+		w.dropped = make([]uint64, sweepFilterBits/64)
+	case w.filled >= sweepFilterKeys:
+		clear(w.dropped)
+		w.filled = 0
+	}
+	i := filterBit(key)
 	w.dropped[i/64] |= 1 << (i % 64)
+	w.filled++
 }
 
 // laneFor returns key's lane, creating one (reusing an idle one) when the
@@ -86,6 +107,8 @@ func (p *Partition[M, T]) laneFor(key uint64) *lane[M, T] {
 		l.part = p
 		p.lanes.put(key, l)
 		p.sweep.noteMade(key)
+	} else {
+		p.sweep.noteFound(l.seen)
 	}
 	l.pending++
 	l.seen = p.sweep.n
@@ -93,32 +116,31 @@ func (p *Partition[M, T]) laneFor(key uint64) *lane[M, T] {
 }
 
 // sweepLanes drops idle lanes from the lane table, keeping up to
-// minLaneSweep of them for reuse. A growth sweep (laneFor's) may keep the
-// idle lanes used since the previous one (see laneSweep); Trim's drops
-// every idle lane: it runs when keys stopped coming.
+// minLaneSweep of them for reuse, and sets the table size of the next
+// growth sweep. A growth sweep keeps the idle lanes used since the last
+// one when keys come back (see laneSweep); Trim's drops every idle lane.
 func (p *Partition[M, T]) sweepLanes(growth bool) {
 	w := &p.sweep
-	keep := growth && w.keepRecent()
-	if growth {
-		w.resetFilter(p.lanes.len())
-	}
+	keep := growth && w.keysReturn()
 	p.s.mu.Lock()
 	p.lanes.sweep(func(key uint64, l *lane[M, T]) bool {
 		if !l.idle() || keep && l.seen == w.n {
 			return false
 		}
-		if growth {
-			w.noteDropped(key)
-		}
+		w.noteDropped(key)
 		if len(p.freeLanes) < minLaneSweep {
 			p.freeLanes = append(p.freeLanes, l)
 		}
 		return true
 	})
 	p.s.mu.Unlock()
+	next := 2 * p.lanes.len()
+	if keep {
+		next = max(next, 2*p.sweepAt)
+	}
 	if growth {
 		w.n++
-		w.made, w.back = 0, 0
+		w.made, w.hits, w.ghosts = 0, 0, 0
 	}
-	p.sweepAt = max(minLaneSweep, 2*p.lanes.len())
+	p.sweepAt = max(minLaneSweep, next)
 }

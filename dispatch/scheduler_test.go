@@ -1,6 +1,7 @@
 package dispatch
 
 import (
+	"math/rand/v2"
 	"testing"
 	"unsafe"
 
@@ -413,37 +414,76 @@ func feedFinished(t *testing.T, n, chunk int, keyOf func(int) int, after func(p 
 	return p
 }
 
-// TestLaneSweepKeepsReturningKeys: a partition whose keys cycle through a
-// working set a little larger than the sweep threshold, each message
-// finished soon (so that nearly every lane is idle at a sweep), keeps its
-// lanes once the sweeps see the keys they dropped come back: after a few
-// cycles no lane is made. Dropping every idle lane at each sweep made a
-// new lane for every message.
+// TestLaneSweepKeepsReturningKeys: a partition whose keys come back, each
+// message finished soon (so that nearly every lane is idle at a sweep),
+// grows its lane table until its working set fits, in rotation or at
+// random: in the second half of the run (the first lets the sweeps see
+// the keys return) at most 1% of messages make a lane. A sweep that drops
+// every idle lane makes a lane for nearly every message of a working set
+// over the sweep threshold.
 func TestLaneSweepKeepsReturningKeys(t *testing.T) {
-	const keys, rounds, chunk = minLaneSweep + minLaneSweep/4, 20, 64
-	var warm int64 // lanes made in the first 5 rounds
-	p := feedFinished(t, keys*rounds, chunk, func(i int) int { return i % keys }, func(p *Partition[msg, int], i int) {
-		if i <= 5*keys {
-			warm = p.sweep.lanesMade
-		}
-	})
-	if got := p.sweep.lanesMade - warm; got != 0 {
-		t.Fatalf("lanes made in rounds 6-%d over %d keys: got %d, want 0 (%d made in the first 5)", rounds, keys, got, warm)
+	tests := []struct {
+		name  string
+		keys  int
+		order string // "rotation" or "random"
+	}{
+		{"a little over the threshold, in rotation", minLaneSweep + minLaneSweep/4, "rotation"},
+		{"5k in rotation", 5000, "rotation"},
+		{"3k at random", 3000, "random"},
+		{"5k at random", 5000, "random"},
+		{"20k at random", 20000, "random"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			const chunk = 64
+			n := 40 * tt.keys
+			keyOf := func(i int) int { return i % tt.keys }
+			if tt.order == "random" {
+				rng := rand.New(rand.NewPCG(1, uint64(tt.keys)))
+				keyOf = func(int) int { return rng.IntN(tt.keys) }
+			}
+			var firstHalf int64
+			p := feedFinished(t, n, chunk, keyOf, func(p *Partition[msg, int], i int) {
+				if i <= n/2 {
+					firstHalf = p.sweep.lanesMade
+				}
+			})
+			if got, limit := p.sweep.lanesMade-firstHalf, int64(n/2/100); got > limit {
+				t.Fatalf("lanes made for the second %d messages over %d keys: got %d, want at most %d (%d in the first half; %d lanes in the table)",
+					n/2, tt.keys, got, limit, firstHalf, p.lanes.len())
+			}
+		})
 	}
 }
 
-// TestLaneSweepDropsNewKeys: a stream of ever-new keys, each finished
-// soon, keeps no idle lane past a sweep: the table never holds more than
-// the sweep threshold and the chunk being fed (a sweep that kept the
-// lanes used since the one before would let it grow to twice that).
+// TestLaneSweepDropsNewKeys: keys that do not come back after a sweep,
+// each finished soon, keep no idle lane past a sweep: the table never
+// holds more than the sweep threshold and the chunk being fed (a sweep
+// that kept the lanes used since the last one would let it grow to twice
+// that, one that grew with them without bound). That holds for keys seen
+// once, for keys seen a few times in a row, and for keys drawn at random
+// from far more than the filter remembers.
 func TestLaneSweepDropsNewKeys(t *testing.T) {
 	const n, chunk = 40 * minLaneSweep, 64
-	peak := 0
-	feedFinished(t, n, chunk, func(i int) int { return i }, func(p *Partition[msg, int], _ int) {
-		peak = max(peak, p.lanes.len())
-	})
-	if peak > minLaneSweep+chunk {
-		t.Fatalf("lanes in the table over %d new keys: got a peak of %d, want at most %d", n, peak, minLaneSweep+chunk)
+	rng := rand.New(rand.NewPCG(1, 2))
+	tests := []struct {
+		name  string
+		keyOf func(int) int
+	}{
+		{"each once", func(i int) int { return i }},
+		{"each 3 times in a row", func(i int) int { return i / 3 }},
+		{"at random from 10M", func(int) int { return rng.IntN(10_000_000) }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			peak := 0
+			feedFinished(t, n, chunk, tt.keyOf, func(p *Partition[msg, int], _ int) {
+				peak = max(peak, p.lanes.len())
+			})
+			if peak > minLaneSweep+chunk {
+				t.Fatalf("lanes in the table over %d messages: got a peak of %d, want at most %d", n, peak, minLaneSweep+chunk)
+			}
+		})
 	}
 }
 
