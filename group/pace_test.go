@@ -345,18 +345,29 @@ func (c *fetchingClaim) isPaused() bool {
 }
 
 // fetchAll hands over n messages over keys keys, a fetch at a time while
-// fetching is not paused, and calls sent after each message.
-func (c *fetchingClaim) fetchAll(n, keys int, sent func()) {
+// fetching is not paused, and calls sent after each message. It returns
+// early, false, once stop is closed.
+func (c *fetchingClaim) fetchAll(n, keys int, sent func(), stop <-chan struct{}) bool {
 	for off := 0; off < n; {
 		for c.isPaused() {
-			<-c.resumed
+			select {
+			case <-c.resumed:
+			case <-stop:
+				return false
+			}
 		}
 		for end := min(off+c.fetch, n); off < end; off++ {
-			c.msgs <- &sarama.ConsumerMessage{Topic: "mem", Offset: int64(off), Key: fmt.Appendf(nil, "k%d", off%keys)}
+			m := &sarama.ConsumerMessage{Topic: "mem", Offset: int64(off), Key: fmt.Appendf(nil, "k%d", off%keys)}
+			select {
+			case c.msgs <- m:
+			case <-stop:
+				return false
+			}
 			c.delivered.Add(1)
 			sent()
 		}
 	}
+	return true
 }
 
 var _ fetchPauser = (*fetchingClaim)(nil)
@@ -365,10 +376,12 @@ var _ fetchPauser = (*fetchingClaim)(nil)
 // paces the claim, which reads on into what it holds undispatched as far
 // as its share has room, then pauses fetching. So at no moment do the
 // messages fetched and not yet finished exceed the share (MaxInFlight,
-// one partition), a burst and a channel's worth read past the limit, and
-// the fetches under way when fetching paused. A claim loop that never
-// paused would hold every message the fetcher has (here all 6,000 but
-// the few finished).
+// one partition) by more than what is read or dispatched past a limit
+// before it is seen (a burst read into held before the pause, the
+// channel's buffer, a burst dispatched before the backlog formed: 4 x
+// Chan leaves one to spare) and the fetches under way when fetching
+// paused (2). A claim loop that never paused would hold every message the
+// fetcher has (here all 6,000 but the few finished).
 func TestPacedClaimHoldsWithinItsShare(t *testing.T) {
 	const n, keys, maxInFlight, chanSize, fetch = 6000, 64, 1000, 16, 128
 	var finished atomic.Int64
@@ -385,12 +398,25 @@ func TestPacedClaimHoldsWithinItsShare(t *testing.T) {
 	consumed := make(chan error, 1)
 	go func() { consumed <- g.consume(sess, claim) }()
 	var peak int64 // fetched and not finished, at its highest (it grows only when a message is handed over)
-	claim.fetchAll(n, keys, func() { peak = max(peak, claim.delivered.Load()-finished.Load()) })
-	waitFor(t, 30*time.Second, "every message to be marked", func() bool { return sess.markedAt(0) == n })
-	close(claim.msgs)
-	if err := <-consumed; err != nil {
-		t.Fatalf("consume: %v", err)
+	stop, fetched := make(chan struct{}), make(chan bool, 1)
+	go func() {
+		fetched <- claim.fetchAll(n, keys, func() { peak = max(peak, claim.delivered.Load()-finished.Load()) }, stop)
+	}()
+	t.Cleanup(func() { // also when a wait below fails: the fetcher and the claim end before the workers stop
+		close(stop)
+		<-fetched
+		close(claim.msgs)
+		if err := <-consumed; err != nil {
+			t.Errorf("consume: %v", err)
+		}
+	})
+	select {
+	case <-fetched:
+		fetched <- true // for the cleanup
+	case <-time.After(30 * time.Second):
+		t.Fatalf("fetching: got %d of %d messages handed over in 30s, want all (paused: %v)", claim.delivered.Load(), n, claim.isPaused())
 	}
+	waitFor(t, 30*time.Second, "every message to be marked", func() bool { return sess.markedAt(0) == n })
 	if limit := int64(maxInFlight + 4*chanSize + 2*fetch); peak > limit {
 		t.Errorf("messages fetched and not finished: got a peak of %d, want at most %d (MaxInFlight %d + 4 x Chan %d + 2 fetches of %d)",
 			peak, limit, maxInFlight, chanSize, fetch)
