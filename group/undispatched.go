@@ -42,7 +42,7 @@ func (h *undispatched) len() int { return len(h.q) - h.head }
 // and an array that only grew would keep a slot for every message that
 // went through it.
 func (h *undispatched) push(m *sarama.ConsumerMessage) {
-	if len(h.q) == cap(h.q) && h.head > 0 && h.head >= len(h.q)/2 {
+	if len(h.q) == cap(h.q) && 2*h.head >= len(h.q) && h.head > 0 {
 		n := copy(h.q, h.q[h.head:])
 		clear(h.q[n:])
 		h.q, h.head = h.q[:n], 0
