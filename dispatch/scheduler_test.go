@@ -346,26 +346,14 @@ func TestIdleLanesSwept(t *testing.T) {
 	w := s.NewWorker()
 	var off int64
 	key := 0
-	var done *Batch[msg, int]
-	for round := range 30 {
+	for range 30 {
 		lanes := make([]int, 1000)
 		for i := range lanes {
 			lanes[i] = key
 			key++
 		}
 		feed(t, p, &off, lanes...)
-		for {
-			b := s.NewBatch(w)
-			st := s.Next(b, true, done)
-			done = nil
-			if st == Empty {
-				break
-			}
-			if st != Run {
-				t.Fatalf("round %d: got %v, want Run or Empty", round, st)
-			}
-			done = b
-		}
+		runReady(t, s, w)
 		p.Advance()
 	}
 	if next, _ := p.Next(); next != off {
@@ -376,6 +364,25 @@ func TestIdleLanesSwept(t *testing.T) {
 	s.mu.Unlock()
 	if n > 4*minLaneSweep {
 		t.Fatalf("lane table: got %d lanes after 30000 distinct keys, want at most %d (idle lanes swept)", n, 4*minLaneSweep)
+	}
+}
+
+// runReady takes batches and finishes them until none is ready.
+func runReady(t *testing.T, s *Scheduler[msg, int], w *Worker[msg, int]) {
+	t.Helper()
+	var done *Batch[msg, int]
+	for {
+		b := s.NewBatch(w)
+		st := s.Next(b, true, done)
+		done = nil
+		switch st {
+		case Empty:
+			return
+		case Run:
+			done = b
+		default:
+			t.Fatalf("next batch: got %v, want Run or Empty", st)
+		}
 	}
 }
 
@@ -395,16 +402,7 @@ func feedFinished(t *testing.T, n, chunk int, keyOf func(int) int, after func(p 
 			lanes[j] = keyOf(i + j)
 		}
 		feed(t, p, &off, lanes...)
-		var done *Batch[msg, int]
-		for {
-			b := s.NewBatch(w)
-			st := s.Next(b, true, done)
-			done = nil
-			if st == Empty {
-				break
-			}
-			done = b
-		}
+		runReady(t, s, w)
 		p.Advance()
 		after(p, i+chunk)
 	}
