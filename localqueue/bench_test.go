@@ -110,6 +110,17 @@ func refPipeline(ch chan refMsg, inFlight map[ID]refMsg, body []byte, n int) {
 	<-done
 }
 
+// clockReads reads q's clock as often as a cycle does for each of n
+// messages: Put's timestamp, Get's deadline and Finish's check of it.
+func clockReads(q *Queue, n int) {
+	var last time.Time
+	for range n {
+		_, _ = q.now(), q.now()
+		last = q.now()
+	}
+	runtime.KeepAlive(last)
+}
+
 // benchCycle times one message's cycle (put, Get, Finish) through q.
 func benchCycle(b *testing.B, q *Queue, put putFunc, body []byte) {
 	b.ReportAllocs()
@@ -305,7 +316,9 @@ func (fs figures) String() string {
 // with a consumer goroutine) and the disk cycle against raw go-diskqueue,
 // with and without the journal, and the memory cycle against a
 // reference run in the same round (refCycle: a buffered channel send and
-// receive and a map insert and delete per message). It asserts nothing
+// receive and a map insert and delete per message), and against the three
+// clock reads a cycle makes (clockReads), which the reference does not
+// need and a queue with delivery deadlines does. It asserts nothing
 // about speed: the figures depend on the machine and its load. The
 // targets (issue 13: the memory cycle at most 2x the reference's cost;
 // 0.7x raw go-diskqueue through disk, or an argument from the bytes
@@ -323,8 +336,8 @@ func TestMeasureThroughput(t *testing.T) {
 	const memRounds, memN = 7, 1_000_000
 	const diskRounds, diskN = 7, 30_000
 	small, big := make([]byte, 100), make([]byte, diskBody)
-	var one, owned, pipe, ref, refPipe figures
-	var oneCost, ownedCost, pipeCost []float64 // per round: the queue's wall time per message over the reference's
+	var one, owned, pipe, ref, refPipe, clocks figures
+	var oneCost, ownedCost, pipeCost, clockCost []float64 // per round: the queue's wall time per message over the reference's
 	for round := range memRounds {
 		q := openQueue(t, Options{MemQueueSize: DefaultMemQueueSize})
 		ch, inFlight := make(chan refMsg, DefaultMemQueueSize), map[ID]refMsg{}
@@ -333,6 +346,7 @@ func TestMeasureThroughput(t *testing.T) {
 		refs := func() {
 			ref = append(ref, run(t, memN, func(n int) { refCycle(ch, inFlight, small, n) }))
 			refPipe = append(refPipe, run(t, memN, func(n int) { refPipeline(ch, inFlight, small, n) }))
+			clocks = append(clocks, run(t, memN, func(n int) { clockReads(q, n) }))
 		}
 		if round%2 == 0 {
 			refs()
@@ -347,6 +361,7 @@ func TestMeasureThroughput(t *testing.T) {
 		oneCost = append(oneCost, ref[round].rate/one[round].rate)
 		ownedCost = append(ownedCost, ref[round].rate/owned[round].rate)
 		pipeCost = append(pipeCost, refPipe[round].rate/pipe[round].rate)
+		clockCost = append(clockCost, ref[round].rate/clocks[round].rate)
 		t.Logf("memory round %d: one goroutine %.2fM msg/s (%.0f CPU-ns), PutOwned %.2fM msg/s (%.0f CPU-ns), producer+consumer %.2fM msg/s (%.0f CPU-ns); reference %.2fM msg/s (%.0f CPU-ns), its producer+consumer %.2fM msg/s (%.0f CPU-ns)",
 			round, one[round].rate/1e6, one[round].cpuNs, owned[round].rate/1e6, owned[round].cpuNs, pipe[round].rate/1e6, pipe[round].cpuNs,
 			ref[round].rate/1e6, ref[round].cpuNs, refPipe[round].rate/1e6, refPipe[round].cpuNs)
@@ -380,6 +395,8 @@ func TestMeasureThroughput(t *testing.T) {
 	t.Logf("memory, reference (chan send+receive, map insert+delete): %v", ref)
 	t.Logf("memory, one goroutine: %v; %.2fx the reference's cost (target: at most 2x)", one, median(oneCost))
 	t.Logf("memory, PutOwned:      %v; %.2fx the reference's cost", owned, median(ownedCost))
+	t.Logf("memory, the cycle's 3 clock reads alone: %.0f ns a message, %.2fx the reference's cost; the one-goroutine cycle less them: %.2fx",
+		1e9/clocks.median(func(f figure) float64 { return f.rate }), median(clockCost), median(oneCost)-median(clockCost))
 	t.Logf("memory, reference producer+consumer: %v", refPipe)
 	t.Logf("memory, producer+consumer: %v; %.2fx the reference's cost", pipe, median(pipeCost))
 	t.Logf("disk, raw go-diskqueue: %v", raws)
