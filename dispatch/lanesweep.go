@@ -5,26 +5,32 @@ package dispatch
 //
 // A growth sweep (laneFor's, when new keys have filled the lane table to
 // sweepAt) drops every idle lane, unless the keys come back: at least a
-// quarter of the lane lookups since the last growth sweep that did not
-// find a lane made in that time were for keys that are back after a
-// sweep (a lane kept by it, found again, or a new lane for a key a sweep
-// dropped, as a Bloom filter of dropped keys tells). The working set is
-// then larger than what the sweeps leave (with fast handlers nearly every
-// lane is idle at a sweep, and without a change nearly every message would
-// make a new lane), so the sweep keeps the idle lanes used since the last
-// one and the next comes at twice this one's threshold: the table grows
-// until the working set fits, and then stops sweeping. Ever-new keys show
-// no returns, beyond the filter's false positives (about 6%), and every
-// idle lane keeps being dropped: no lane is held for a key that never
-// comes again. A working set too large for the filter to remember (more
-// than about 8,192 keys dropped since it was last cleared) is not seen as
-// one, and its lanes keep being remade: a lane costs about 100 ns to make.
+// quarter of the lane lookups since the last sweep that did not find a
+// lane made in that time were for keys that are back after a sweep (a
+// lane kept by it, found again, or a new lane for a key a sweep dropped,
+// as a Bloom filter of dropped keys tells). The working set is then larger
+// than what the sweeps leave (with fast handlers nearly every lane is idle
+// at a sweep, and without a change nearly every message would make a new
+// lane), so the sweep keeps the idle lanes used since the last one and
+// the next comes at twice this one's threshold, up to maxLaneSweep: the
+// table grows until a working set that fits there fits, and then stops
+// sweeping. A sweep at maxLaneSweep drops every idle lane, so keys that
+// come back a few times and then never again cannot grow the table past
+// it. Keys that do not come back after a sweep show no returns, beyond the
+// filter's false positives (about 6%), and have every idle lane dropped.
 //
-// Trim's sweep (at a commit interval, when at least half the lanes and at
-// least minLaneSweep have no unfinished item) drops every idle lane, and
-// adds their keys to the filter: the memory of keys that stopped coming is
-// given back within an interval, and a working set that is still coming
-// is remade, a lane per key, and recognised again by the filter.
+// The filter holds up to sweepFilterKeys keys dropped since it was last
+// cleared (it is cleared when full), so the working sets recognised are
+// those whose keys come back within about that many drops: up to about
+// 7,000 keys in rotation and 25,000 at random. Beyond that, lanes are
+// remade, at about 100 ns each.
+//
+// Trim's sweep (at a commit interval, when the lanes outnumber the
+// unfinished items by at least half the lanes and at least minLaneSweep)
+// drops every idle lane, adds their keys to the filter and starts the
+// counts again: the memory of keys that stopped coming is given back
+// within an interval, and a working set that is still coming is remade, a
+// lane per key, and recognised again by the filter.
 type laneSweep struct {
 	n         uint32   // growth sweeps so far; a lane's seen is n at its last laneFor
 	made      int      // lanes made since the last growth sweep
@@ -36,14 +42,21 @@ type laneSweep struct {
 }
 
 const (
-	sweepFilterBits = 1 << 17 // 16 KiB, allocated at a partition's first drop
+	// maxLaneSweep is the largest table size at which a growth sweep
+	// comes: about 4 MB of lanes per partition.
+	maxLaneSweep = 1 << 15
+
+	sweepFilterLog  = 17
+	sweepFilterBits = 1 << sweepFilterLog // 16 KiB, allocated at a partition's first drop
 	// sweepFilterKeys is how many keys the filter takes before it is
 	// cleared: 16 bits per key, about 6% false positives when full.
 	sweepFilterKeys = sweepFilterBits / 16
 )
 
-// filterBit is key's bit in the filter.
-func filterBit(key uint64) uint64 { return (key * 0x9E3779B97F4A7C15) >> (64 - 17) }
+// filterBit is key's bit in the filter: the top bits of its Fibonacci
+// hash, as the lane table's slot is, so a sweep, which visits the table
+// in slot order, sets the filter's bits in order.
+func filterBit(key uint64) uint64 { return (key * 0x9E3779B97F4A7C15) >> (64 - sweepFilterLog) }
 
 // noteMade counts a lane made for key.
 func (w *laneSweep) noteMade(key uint64) {
@@ -72,12 +85,17 @@ func (w *laneSweep) keysReturn() bool {
 	return n > 0 && 4*(w.ghosts+w.hits) >= n
 }
 
+// readyFilter allocates the filter before a sweep (outside the scheduler
+// lock) if it has none.
+func (w *laneSweep) readyFilter() {
+	if w.dropped == nil {
+		w.dropped = make([]uint64, sweepFilterBits/64)
+	}
+}
+
 // noteDropped adds key to the filter, clearing it first when it is full.
 func (w *laneSweep) noteDropped(key uint64) {
-	switch {
-	case w.dropped == nil:
-		w.dropped = make([]uint64, sweepFilterBits/64)
-	case w.filled >= sweepFilterKeys:
+	if w.filled >= sweepFilterKeys {
 		clear(w.dropped)
 		w.filled = 0
 	}
@@ -85,6 +103,9 @@ func (w *laneSweep) noteDropped(key uint64) {
 	w.dropped[i/64] |= 1 << (i % 64)
 	w.filled++
 }
+
+// restart starts the counts of lookups again.
+func (w *laneSweep) restart() { w.made, w.hits, w.ghosts = 0, 0, 0 }
 
 // laneFor returns key's lane, creating one (reusing an idle one) when the
 // key has none, and counts an item on its way to it. Only the partition's
@@ -117,11 +138,13 @@ func (p *Partition[M, T]) laneFor(key uint64) *lane[M, T] {
 
 // sweepLanes drops idle lanes from the lane table, keeping up to
 // minLaneSweep of them for reuse, and sets the table size of the next
-// growth sweep. A growth sweep keeps the idle lanes used since the last
-// one when keys come back (see laneSweep); Trim's drops every idle lane.
+// growth sweep. A growth sweep below maxLaneSweep keeps the idle lanes used
+// since the last one when keys come back (see laneSweep); Trim's, and one
+// at maxLaneSweep, drop every idle lane.
 func (p *Partition[M, T]) sweepLanes(growth bool) {
 	w := &p.sweep
-	keep := growth && w.keysReturn()
+	keep := growth && p.sweepAt < maxLaneSweep && w.keysReturn()
+	w.readyFilter()
 	p.s.mu.Lock()
 	p.lanes.sweep(func(key uint64, l *lane[M, T]) bool {
 		if !l.idle() || keep && l.seen == w.n {
@@ -136,11 +159,11 @@ func (p *Partition[M, T]) sweepLanes(growth bool) {
 	p.s.mu.Unlock()
 	next := 2 * p.lanes.len()
 	if keep {
-		next = max(next, 2*p.sweepAt)
+		next = max(next, min(2*p.sweepAt, maxLaneSweep))
 	}
 	if growth {
 		w.n++
-		w.made, w.hits, w.ghosts = 0, 0, 0
 	}
+	w.restart()
 	p.sweepAt = max(minLaneSweep, next)
 }

@@ -1,6 +1,7 @@
 package dispatch
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"testing"
 	"unsafe"
@@ -482,6 +483,147 @@ func TestLaneSweepDropsNewKeys(t *testing.T) {
 				t.Fatalf("lanes in the table over %d messages: got a peak of %d, want at most %d", n, peak, minLaneSweep+chunk)
 			}
 		})
+	}
+}
+
+// TestLaneSweepKeepsOnlyRecentLanes: a growth sweep that sees keys come
+// back keeps the idle lanes used since the last sweep and drops the other
+// idle ones; one that does not see them come back drops every idle lane.
+func TestLaneSweepKeepsOnlyRecentLanes(t *testing.T) {
+	for _, returning := range []bool{true, false} {
+		t.Run(fmt.Sprintf("keys return %v", returning), func(t *testing.T) {
+			s := New[msg, int](Options[msg, int]{Size: 64, MaxInFlight: 1 << 20})
+			p := s.NewPartition(64)
+			w := s.NewWorker()
+			var off int64
+			use := func(from, to int) { // one message for each key in [from, to), run to the end
+				for k := from; k < to; k += 64 {
+					lanes := make([]int, 0, 64)
+					for j := k; j < min(k+64, to); j++ {
+						lanes = append(lanes, j)
+					}
+					feed(t, p, &off, lanes...)
+					runReady(t, s, w)
+				}
+				p.Advance()
+			}
+			sweep := func() {
+				if returning {
+					p.sweep.made, p.sweep.hits = 0, 1 // every lookup a return
+				} else {
+					p.sweep.made, p.sweep.hits, p.sweep.ghosts = 1, 0, 0
+				}
+				p.sweepLanes(true)
+			}
+			use(0, 100)
+			sweep() // keeps all 100 if keys return: all used since the start
+			use(0, 40)
+			sweep()
+			want := 0
+			if returning {
+				want = 40
+			}
+			if got := p.lanes.len(); got != want {
+				t.Fatalf("lanes after the second sweep: got %d, want %d (the keys used since the first)", got, want)
+			}
+			for k := range want {
+				if p.lanes.get(uint64(k)) == nil {
+					t.Fatalf("lane of key %d, used since the first sweep: got none, want it kept", k)
+				}
+			}
+		})
+	}
+}
+
+// TestLaneSweepTableBounded: keys that come back once, just after a
+// sweep dropped or kept them, and then never again look like a working
+// set to every sweep, and would double the table at each one; growth
+// sweeps stop keeping lanes at maxLaneSweep, so the table never holds more
+// than that and a chunk.
+func TestLaneSweepTableBounded(t *testing.T) {
+	const chunk, n = 64, 1 << 19 // 16 x maxLaneSweep
+	var (
+		part        *Partition[msg, int]
+		sweeps      uint32
+		once, again []int // keys seen once since the last sweep, and before it
+		next        int
+	)
+	keyOf := func(i int) int {
+		if part != nil && part.sweep.n != sweeps {
+			sweeps, again, once = part.sweep.n, append(again, once...), nil
+		}
+		if i%2 == 0 && len(again) > 0 { // every other message: a key back after a sweep
+			k := again[0]
+			again = again[1:]
+			return k
+		}
+		next++
+		once = append(once, next)
+		return next
+	}
+	peak := 0
+	feedFinished(t, n, chunk, keyOf, func(p *Partition[msg, int], _ int) {
+		part = p
+		peak = max(peak, p.lanes.len())
+	})
+	if peak > maxLaneSweep+chunk {
+		t.Fatalf("lanes in the table over %d messages, each key back once after a sweep: got a peak of %d, want at most %d", n, peak, maxLaneSweep+chunk)
+	}
+	if peak < maxLaneSweep/2 {
+		t.Fatalf("lanes in the table over %d messages, each key back once after a sweep: got a peak of %d, want near %d (the sweeps saw the keys come back)", n, peak, maxLaneSweep)
+	}
+}
+
+// TestLaneSweepForgetsOldWorkingSet: when the keys move to a new, larger
+// working set, the lanes of the old one are dropped by the growth sweeps
+// that follow (they are no longer used since the last sweep): the table
+// ends up holding about the new set, not both. (Until the table reaches
+// its next sweep, or Trim runs at a commit interval, idle lanes of the old
+// set stay.)
+func TestLaneSweepForgetsOldWorkingSet(t *testing.T) {
+	const before, after, chunk = 3000, 6000, 64
+	n := 80 * after
+	rng := rand.New(rand.NewPCG(3, 4))
+	keyOf := func(i int) int {
+		if i < n/2 {
+			return rng.IntN(before)
+		}
+		return before + rng.IntN(after) // keys of another set
+	}
+	p := feedFinished(t, n, chunk, keyOf, func(*Partition[msg, int], int) {})
+	if got, limit := p.lanes.len(), after+after/3; got > limit {
+		t.Fatalf("lanes after moving from %d keys to %d others: got %d, want at most %d", before, after, got, limit)
+	}
+}
+
+// TestTrimRestartsLaneSweep: after a working set grew the table, Trim
+// drops its idle lanes and brings the sweep threshold back, so ever-new
+// keys that follow keep no more than the threshold and a chunk.
+func TestTrimRestartsLaneSweep(t *testing.T) {
+	const keys, chunk = 20000, 64
+	n := 80 * keys
+	rng := rand.New(rand.NewPCG(5, 6))
+	keyOf := func(i int) int {
+		if i < n/2 {
+			return rng.IntN(keys)
+		}
+		return keys + i // new keys, each once
+	}
+	peak, trimmed := 0, false
+	feedFinished(t, n, chunk, keyOf, func(p *Partition[msg, int], i int) {
+		switch {
+		case i == n/2:
+			if p.lanes.len() < keys/2 {
+				t.Fatalf("lanes before Trim: got %d, want the working set's %d or so", p.lanes.len(), keys)
+			}
+			p.Trim()
+			trimmed = true
+		case trimmed:
+			peak = max(peak, p.lanes.len())
+		}
+	})
+	if peak > minLaneSweep+chunk {
+		t.Fatalf("lanes in the table for new keys after Trim: got a peak of %d, want at most %d", peak, minLaneSweep+chunk)
 	}
 }
 
