@@ -13,8 +13,8 @@ package dispatch
 // at a sweep, and without a change nearly every message would make a new
 // lane), so the sweep keeps the idle lanes used since the last one and
 // the next comes at twice this one's threshold, up to maxLaneSweep: the
-// table grows until a working set that fits there fits, and then stops
-// sweeping. A sweep at maxLaneSweep drops every idle lane, so keys that
+// table grows until the working set fits (if it fits under maxLaneSweep),
+// and then stops sweeping. A sweep at maxLaneSweep drops every idle lane, so keys that
 // come back a few times and then never again cannot grow the table past
 // it. Keys that do not come back after a sweep show no returns, beyond the
 // filter's false positives (about 6%), and have every idle lane dropped.
@@ -36,7 +36,7 @@ type laneSweep struct {
 	made      int      // lanes made since the last growth sweep
 	hits      int      // lanes from before it found again (each once)
 	ghosts    int      // lanes made for keys in the filter
-	dropped   []uint64 // the filter's bits, nil until a sweep drops a lane
+	dropped   []uint64 // the filter's bits, nil until the first sweep
 	filled    int      // keys added since it was last cleared
 	lanesMade int64    // lanes made in all, for tests
 }
