@@ -12,11 +12,14 @@ package dispatch
 // than what the sweeps leave (with fast handlers nearly every lane is idle
 // at a sweep, and without a change nearly every message would make a new
 // lane), so the sweep keeps the idle lanes used since the last one and
-// the next comes at twice this one's threshold, up to maxLaneSweep: the
-// table grows until the working set fits (if it fits under maxLaneSweep),
-// and then stops sweeping. A sweep at maxLaneSweep drops every idle lane, so keys that
-// come back a few times and then never again cannot grow the table past
-// it. Keys that do not come back after a sweep show no returns, beyond the
+// the next comes at twice this one's threshold, up to the growth limit
+// (laneGrowthLimit): the table grows until the working set fits (if it
+// fits under the limit), and then stops sweeping. A sweep at the limit
+// drops every idle lane, so keys that come back a few times and then
+// never again cannot grow the table past it. The limit is twice the
+// partition's share of MaxInFlight (at least minLaneSweep, at most
+// maxLaneSweep), so the idle lanes kept across partitions stay within
+// twice MaxInFlight, as the items do within MaxInFlight. Keys that do not come back after a sweep show no returns, beyond the
 // filter's false positives (about 6%), and have every idle lane dropped.
 //
 // The filter holds up to sweepFilterKeys keys dropped since it was last
@@ -42,8 +45,8 @@ type laneSweep struct {
 }
 
 const (
-	// maxLaneSweep is the largest table size at which a growth sweep
-	// comes: about 4 MB of lanes per partition.
+	// maxLaneSweep bounds the growth limit of any partition: about 4 MB
+	// of lanes.
 	maxLaneSweep = 1 << 15
 
 	sweepFilterLog  = 17
@@ -138,12 +141,13 @@ func (p *Partition[M, T]) laneFor(key uint64) *lane[M, T] {
 
 // sweepLanes drops idle lanes from the lane table, keeping up to
 // minLaneSweep of them for reuse, and sets the table size of the next
-// growth sweep. A growth sweep below maxLaneSweep keeps the idle lanes used
-// since the last one when keys come back (see laneSweep); Trim's, and one
-// at maxLaneSweep, drop every idle lane.
+// growth sweep. A growth sweep below the growth limit keeps the idle lanes
+// used since the last one when keys come back (see laneSweep); Trim's, and
+// one at the limit, drop every idle lane.
 func (p *Partition[M, T]) sweepLanes(growth bool) {
 	w := &p.sweep
-	keep := growth && p.sweepAt < maxLaneSweep && w.keysReturn()
+	limit := p.laneGrowthLimit()
+	keep := growth && p.sweepAt < limit && w.keysReturn()
 	w.readyFilter()
 	p.s.mu.Lock()
 	p.lanes.sweep(func(key uint64, l *lane[M, T]) bool {
@@ -159,11 +163,18 @@ func (p *Partition[M, T]) sweepLanes(growth bool) {
 	p.s.mu.Unlock()
 	next := 2 * p.lanes.len()
 	if keep {
-		next = max(next, min(2*p.sweepAt, maxLaneSweep))
+		next = max(next, min(2*p.sweepAt, limit))
 	}
 	if growth {
 		w.n++
 	}
 	w.restart()
 	p.sweepAt = max(minLaneSweep, next)
+}
+
+// laneGrowthLimit is the table size past which growth sweeps keep no idle
+// lane: twice the partition's share of MaxInFlight, within [minLaneSweep,
+// maxLaneSweep].
+func (p *Partition[M, T]) laneGrowthLimit() int {
+	return int(min(max(2*p.s.shares.count(), minLaneSweep), maxLaneSweep))
 }

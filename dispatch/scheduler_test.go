@@ -393,7 +393,14 @@ func runReady(t *testing.T, s *Scheduler[msg, int], w *Worker[msg, int]) {
 // each chunk.
 func feedFinished(t *testing.T, n, chunk int, keyOf func(int) int, after func(p *Partition[msg, int], i int)) *Partition[msg, int] {
 	t.Helper()
-	s := New[msg, int](Options[msg, int]{Size: chunk, MaxInFlight: 1 << 20})
+	return feedFinishedShare(t, 1<<20, n, chunk, keyOf, after)
+}
+
+// feedFinishedShare is feedFinished on a scheduler with MaxInFlight
+// maxInFlight (the partition's share: it is the only one).
+func feedFinishedShare(t *testing.T, maxInFlight, n, chunk int, keyOf func(int) int, after func(p *Partition[msg, int], i int)) *Partition[msg, int] {
+	t.Helper()
+	s := New[msg, int](Options[msg, int]{Size: chunk, MaxInFlight: maxInFlight})
 	p := s.NewPartition(chunk)
 	w := s.NewWorker()
 	var off int64
@@ -538,39 +545,53 @@ func TestLaneSweepKeepsOnlyRecentLanes(t *testing.T) {
 // TestLaneSweepTableBounded: keys that come back once, just after a
 // sweep dropped or kept them, and then never again look like a working
 // set to every sweep, and would double the table at each one; growth
-// sweeps stop keeping lanes at maxLaneSweep, so the table never holds more
-// than that and a chunk.
+// sweeps stop keeping lanes at the growth limit (twice the partition's
+// share of MaxInFlight, at most maxLaneSweep), so the table never holds
+// more than that and a chunk.
 func TestLaneSweepTableBounded(t *testing.T) {
-	const chunk, n = 64, 1 << 19 // 16 x maxLaneSweep
-	var (
-		part        *Partition[msg, int]
-		sweeps      uint32
-		once, again []int // keys seen once since the last sweep, and before it
-		next        int
-	)
-	keyOf := func(i int) int {
-		if part != nil && part.sweep.n != sweeps {
-			sweeps, again, once = part.sweep.n, append(again, once...), nil
-		}
-		if i%2 == 0 && len(again) > 0 { // every other message: a key back after a sweep
-			k := again[0]
-			again = again[1:]
-			return k
-		}
-		next++
-		once = append(once, next)
-		return next
+	tests := []struct {
+		name        string
+		maxInFlight int
+		limit       int
+	}{
+		{"large share", 1 << 20, maxLaneSweep},
+		{"share of 4096", 4096, 8192},
+		{"share under the threshold", 100, minLaneSweep},
 	}
-	peak := 0
-	feedFinished(t, n, chunk, keyOf, func(p *Partition[msg, int], _ int) {
-		part = p
-		peak = max(peak, p.lanes.len())
-	})
-	if peak > maxLaneSweep+chunk {
-		t.Fatalf("lanes in the table over %d messages, each key back once after a sweep: got a peak of %d, want at most %d", n, peak, maxLaneSweep+chunk)
-	}
-	if peak < maxLaneSweep/2 {
-		t.Fatalf("lanes in the table over %d messages, each key back once after a sweep: got a peak of %d, want near %d (the sweeps saw the keys come back)", n, peak, maxLaneSweep)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			const chunk, n = 64, 1 << 19 // 16 x maxLaneSweep
+			var (
+				part        *Partition[msg, int]
+				sweeps      uint32
+				once, again []int // keys seen once since the last sweep, and before it
+				next        int
+			)
+			keyOf := func(i int) int {
+				if part != nil && part.sweep.n != sweeps {
+					sweeps, again, once = part.sweep.n, append(again, once...), nil
+				}
+				if i%2 == 0 && len(again) > 0 { // every other message: a key back after a sweep
+					k := again[0]
+					again = again[1:]
+					return k
+				}
+				next++
+				once = append(once, next)
+				return next
+			}
+			peak := 0
+			feedFinishedShare(t, tt.maxInFlight, n, chunk, keyOf, func(p *Partition[msg, int], _ int) {
+				part = p
+				peak = max(peak, p.lanes.len())
+			})
+			if peak > tt.limit+chunk {
+				t.Fatalf("lanes in the table over %d messages, each key back once after a sweep: got a peak of %d, want at most %d", n, peak, tt.limit+chunk)
+			}
+			if peak < tt.limit/2 {
+				t.Fatalf("lanes in the table over %d messages, each key back once after a sweep: got a peak of %d, want near %d (the sweeps saw the keys come back)", n, peak, tt.limit)
+			}
+		})
 	}
 }
 
