@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -12,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/orderly-go/orderly/internal/proctest"
 )
 
 // execScript is the --exec command of TestConsumeExec. Each run takes the
@@ -226,14 +227,10 @@ func processEnded(pid int, wait time.Duration) bool {
 }
 
 func processGoneOrZombie(pid int) bool {
-	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	fields, err := proctest.StatFields(pid)
 	if err != nil {
 		return syscall.Kill(pid, 0) != nil // no /proc (not Linux), or gone
 	}
-	// pid (comm) state ...: comm may hold spaces and parentheses, so the
-	// state follows the last ')'.
-	rest := stat[bytes.LastIndexByte(stat, ')')+1:]
-	fields := strings.Fields(string(rest))
 	return len(fields) > 0 && fields[0] == "Z"
 }
 

@@ -241,16 +241,14 @@ func startMember(t *testing.T, cmd *exec.Cmd, out string) *memberProc {
 // (utime and stime, in USER_HZ ticks: 100 per second on Linux).
 func (p *memberProc) cpu(t *testing.T) time.Duration {
 	t.Helper()
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.Cmd.Process.Pid))
-	if err != nil {
-		t.Fatalf("CPU of pid %d: %v", p.Cmd.Process.Pid, err)
+	f, err := proctest.StatFields(p.Cmd.Process.Pid)
+	if err != nil || len(f) < 13 {
+		t.Fatalf("CPU of pid %d: %v (stat fields %q)", p.Cmd.Process.Pid, err, f)
 	}
-	// The command name (field 2) may hold spaces: fields 3 on follow the last ')'.
-	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
 	utime, err1 := strconv.ParseInt(f[11], 10, 64)
 	stime, err2 := strconv.ParseInt(f[12], 10, 64)
 	if err1 != nil || err2 != nil {
-		t.Fatalf("/proc/%d/stat: %q", p.Cmd.Process.Pid, b)
+		t.Fatalf("/proc/%d/stat: fields %q", p.Cmd.Process.Pid, f)
 	}
 	return time.Duration(utime+stime) * 10 * time.Millisecond
 }
