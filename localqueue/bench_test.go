@@ -80,13 +80,9 @@ type refMsg struct {
 // (the in-flight table), on one goroutine. The body is passed as given,
 // as PutOwned does.
 func refCycle(ch chan refMsg, inFlight map[ID]refMsg, body []byte, n int) {
-	var id ID
 	for i := range n {
-		binary.LittleEndian.PutUint32(id[:], uint32(i))
-		ch <- refMsg{id, body}
-		m := <-ch
-		inFlight[m.id] = m
-		delete(inFlight, m.id)
+		refSend(ch, body, i)
+		refTake(ch, inFlight)
 	}
 }
 
@@ -97,17 +93,27 @@ func refPipeline(ch chan refMsg, inFlight map[ID]refMsg, body []byte, n int) {
 	go func() {
 		defer close(done)
 		for range n {
-			m := <-ch
-			inFlight[m.id] = m
-			delete(inFlight, m.id)
+			refTake(ch, inFlight)
 		}
 	}()
-	var id ID
 	for i := range n {
-		binary.LittleEndian.PutUint32(id[:], uint32(i))
-		ch <- refMsg{id, body}
+		refSend(ch, body, i)
 	}
 	<-done
+}
+
+// refSend sends the reference's message i.
+func refSend(ch chan refMsg, body []byte, i int) {
+	var id ID
+	binary.LittleEndian.PutUint32(id[:], uint32(i))
+	ch <- refMsg{id, body}
+}
+
+// refTake receives a reference message, puts it in flight and finishes it.
+func refTake(ch chan refMsg, inFlight map[ID]refMsg) {
+	m := <-ch
+	inFlight[m.id] = m
+	delete(inFlight, m.id)
 }
 
 // clockReads reads q's clock as often as a cycle does for each of n
