@@ -7,18 +7,23 @@ type lane[M, T any] struct {
 	head, tail *Item[M, T]
 	n          int
 	holder     *Batch[M, T] // the batch running (or filling) with this lane's items
-	inReady    bool         // in the scheduler's fresh list or requeue queue
-	seen       uint32       // the partition's sweeps at the last laneFor (owner only)
 	pending    int          // items assigned by laneFor, not yet pushed (owner only)
 	nextReady  *lane[M, T]  // fresh list link
+	seen       uint32       // the partition's sweeps at the last laneFor (owner only)
+	inReady    bool         // in the scheduler's fresh list or requeue queue
 	// blocked: the lane is held for its head (Scheduler.Settle, Unhold):
 	// it is not ready, whatever it has queued.
 	blocked bool
-	// back, backTail, backN: items of this lane going back to its front
-	// while a batch settles (Scheduler.Settle).
-	back, backTail *Item[M, T]
-	backN          int
+	// returning: while a batch settles, an item of this lane goes back to
+	// the lane's front, and its later items in the batch go behind it
+	// (Scheduler.Settle).
+	returning bool
 }
+
+// laneBytes is the size a lane is kept within: one cache line, so that
+// looking up a key (laneFor) and queueing its item touch one line, and
+// the lanes of a partition's working set take as few as they can.
+const laneBytes = 64
 
 func (l *lane[M, T]) push(it *Item[M, T]) {
 	it.next = nil
@@ -42,33 +47,14 @@ func (l *lane[M, T]) pop() *Item[M, T] {
 	return it
 }
 
-// putBack appends it to the items going back to the lane's front.
-func (l *lane[M, T]) putBack(it *Item[M, T]) {
-	it.next = nil
-	if l.backTail == nil {
-		l.back = it
-	} else {
-		l.backTail.next = it
-	}
-	l.backTail = it
-	l.backN++
-}
-
-// restoreBack puts the items gathered by putBack in front of the queue, in
-// order, and returns how many.
-func (l *lane[M, T]) restoreBack() int {
-	n := l.backN
-	if n == 0 {
-		return 0
-	}
-	l.backTail.next = l.head
+// pushFront puts it at the front of the queue.
+func (l *lane[M, T]) pushFront(it *Item[M, T]) {
+	it.next = l.head
+	l.head = it
 	if l.tail == nil {
-		l.tail = l.backTail
+		l.tail = it
 	}
-	l.head = l.back
-	l.n += n
-	l.back, l.backTail, l.backN = nil, nil, 0
-	return n
+	l.n++
 }
 
 // idle reports whether nothing refers to the lane but its partition's map.

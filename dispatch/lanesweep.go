@@ -45,8 +45,8 @@ type laneSweep struct {
 }
 
 const (
-	// maxLaneSweep bounds the growth limit of any partition: about 4 MB
-	// of lanes.
+	// maxLaneSweep bounds the growth limit of any partition: about 3 MB
+	// of lanes and table slots.
 	maxLaneSweep = 1 << 15
 
 	sweepFilterLog  = 17

@@ -3,6 +3,7 @@ package dispatch
 import (
 	"math/rand/v2"
 	"testing"
+	"unsafe"
 )
 
 // TestLaneTable checks the lane table against a Go map over keys that are
@@ -163,4 +164,12 @@ func TestLaneTableSweepWraps(t *testing.T) {
 		delete(want, k)
 	}
 	checkLaneTable(t, &tab, want)
+}
+
+// TestLaneFitsCacheLine: a lane takes at most laneBytes, so that a lane
+// allocated alone (a size class of 64) sits in one cache line.
+func TestLaneFitsCacheLine(t *testing.T) {
+	if got := unsafe.Sizeof(lane[msg, int]{}); got > laneBytes {
+		t.Fatalf("lane size: got %d bytes, want at most %d", got, laneBytes)
+	}
 }

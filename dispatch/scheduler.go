@@ -169,10 +169,10 @@ type Batch[M, T any] struct {
 	early    []bool      // items handed back by Finish while it runs; guarded by the scheduler mutex
 
 	// scratch for Settle and SortByLane (failures only)
-	done, gone, scratch []*Item[M, T]
-	held                []heldItem[M, T]
-	starts              []int
-	order               map[*lane[M, T]]int
+	done, gone, back, scratch []*Item[M, T]
+	held                      []heldItem[M, T]
+	starts                    []int
+	order                     map[*lane[M, T]]int
 }
 
 // New returns a scheduler.

@@ -43,7 +43,7 @@ type Outcome struct {
 // others are ready again at once. b is empty and reusable afterwards. It
 // returns how many items went back to their partitions.
 func (s *Scheduler[M, T]) Settle(b *Batch[M, T], out []Outcome) (finished int) {
-	done, gone, held := b.done[:0], b.gone[:0], b.held[:0]
+	done, gone, held, back := b.done[:0], b.gone[:0], b.held[:0], b.back[:0]
 	if b.orphaned.Load() {
 		// Its items run elsewhere (Orphan): what it says is ignored, and
 		// they go back to their partitions only to be recycled.
@@ -77,12 +77,13 @@ func (s *Scheduler[M, T]) Settle(b *Batch[M, T], out []Outcome) (finished int) {
 			continue
 		}
 		switch l := it.lane; {
-		case l.backN > 0:
-			l.putBack(it) // behind an earlier item of its lane
+		case l.returning:
+			back = append(back, it) // behind an earlier item of its lane
 		case o.Verdict == Done:
 			done = append(done, it)
 		default:
-			l.putBack(it)
+			l.returning = true
+			back = append(back, it)
 			if o.Verdict == Hold {
 				l.blocked = true
 				held = append(held, heldItem[M, T]{it, o})
@@ -93,22 +94,27 @@ func (s *Scheduler[M, T]) Settle(b *Batch[M, T], out []Outcome) (finished int) {
 		b.w.running = nil
 		s.running--
 	}
+	// Back to the fronts of their lanes, in batch order: the last first.
+	// None is of a revoked partition (those are gone). A lane on the
+	// ready queue counts them as ready at once; a blocked one has them
+	// taken off again when it is next popped.
+	for i := len(back) - 1; i >= 0; i-- {
+		l := back[i].lane
+		l.pushFront(back[i])
+		l.returning = false
+		if l.inReady {
+			s.readyItems++
+		}
+	}
 	for i, l := range b.lanes {
 		b.lanes[i] = nil
 		l.holder = nil
-		n := l.restoreBack()
 		switch {
 		case l.part.revoked:
 		case l.blocked:
 			l.part.held++
 			s.held++
-			if n > 0 && l.inReady {
-				s.readyItems += n // taken off the ready queue when next popped
-			}
 		default:
-			if n > 0 && l.inReady {
-				s.readyItems += n
-			}
 			if l.n > 0 && !l.inReady {
 				s.requeue(l)
 			}
@@ -125,7 +131,8 @@ func (s *Scheduler[M, T]) Settle(b *Batch[M, T], out []Outcome) (finished int) {
 	clear(done)
 	clear(gone)
 	clear(held)
-	b.done, b.gone, b.held = done[:0], gone[:0], held[:0]
+	clear(back)
+	b.done, b.gone, b.held, b.back = done[:0], gone[:0], held[:0], back[:0]
 	clear(b.Items)
 	b.Items = b.Items[:0]
 	b.reset()

@@ -153,6 +153,12 @@ func TestSettleKeepsLaneOrder(t *testing.T) {
 	if b.Items[0].Attempt != 1 || b.Items[1].Attempt != 1 {
 		t.Fatal("returned items were charged an attempt")
 	}
+	// The lane's next settle starts afresh: its items are done this time.
+	s.Settle(b, []Outcome{{Verdict: Done}, {Verdict: Done}})
+	p.Advance()
+	if next, _ := p.Next(); next != 3 {
+		t.Fatalf("frontier after the rerun: got %d, want 3", next)
+	}
 }
 
 // TestSettleAfterFinish: items handed back early (Finish) are skipped by
