@@ -52,7 +52,10 @@ type Partition[M, T any] struct {
 	inPaced atomic.Bool
 	held    int           // lanes held (Settle, Unhold); guarded by the scheduler mutex
 	orphans []*Item[M, T] // items Orphan gave up on, for the owner to copy; guarded by the scheduler mutex
-	gone    atomic.Bool   // revoked, for readers without the lock
+	// hasOrphans is set, under the scheduler mutex, while orphans is not
+	// empty: the owner's every Advance reads it instead of taking the lock.
+	hasOrphans atomic.Bool
+	gone       atomic.Bool // revoked, for readers without the lock
 
 	outstanding atomicInt // items handed to lanes and not yet finished, dropped or abandoned
 	// draining makes every completion wake the owner (it waits for
@@ -269,9 +272,13 @@ func (p *Partition[M, T]) AdvanceFunc(fn func(*Item[M, T])) int {
 // replaceOrphans makes a copy of each item Orphan gave up on, one attempt
 // on, puts it in the item's place in the tracker and queues it on its lane.
 func (p *Partition[M, T]) replaceOrphans() {
+	if !p.hasOrphans.Load() {
+		return
+	}
 	p.s.mu.Lock()
 	orphans := p.orphans
 	p.orphans = nil
+	p.hasOrphans.Store(false)
 	p.s.mu.Unlock()
 	for _, old := range orphans {
 		c := p.Alloc()

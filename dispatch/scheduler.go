@@ -344,6 +344,7 @@ func (s *Scheduler[M, T]) Orphan(w *Worker[M, T], call uint64) int {
 		}
 		it.orphan.Store(true)
 		p.orphans = append(p.orphans, it)
+		p.hasOrphans.Store(true)
 		signal(p.wake)
 		n++
 	}
