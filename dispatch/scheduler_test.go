@@ -648,6 +648,33 @@ func TestTrimRestartsLaneSweep(t *testing.T) {
 	}
 }
 
+// TestTrimNotesDroppedKeys: the lanes Trim drops go into the sweep's
+// filter of dropped keys, as a growth sweep's do, so that a working set
+// that comes back after a Trim (every commit interval) is recognised as
+// returning at the first growth sweep after it. 3,000 keys in rotation,
+// trimmed every four rotations, make at most 1.5 lanes per key per Trim
+// interval: here 4,024, the working set and the 1,024 lanes of the first
+// sweep's window, which the second drops as not used since. Without the
+// note they make 7,084 in the intervals after the filter was cleared.
+func TestTrimNotesDroppedKeys(t *testing.T) {
+	const keys, chunk, every = 3000, 60, 4 * 3000
+	const n = 12 * every
+	var made []int64 // lanes made in each Trim interval
+	var last int64
+	feedFinished(t, n, chunk, func(i int) int { return i % keys }, func(p *Partition[msg, int], i int) {
+		if i%every == 0 {
+			made = append(made, p.sweep.lanesMade-last)
+			last = p.sweep.lanesMade
+			p.Trim()
+		}
+	})
+	for i, m := range made[1:] { // the first interval makes the working set
+		if 2*m > 3*keys {
+			t.Fatalf("lanes made after Trim %d: got %d, want at most %d (1.5 per key of the working set); all intervals: %v", i+1, m, 3*keys/2, made)
+		}
+	}
+}
+
 // TestTrimSweepsIdleLanes: once the keys stop coming, Trim gives their
 // idle lanes back (laneFor's own sweep needs new keys to run), keeps the
 // lanes that still have work, and keeps at most minLaneSweep for reuse.
