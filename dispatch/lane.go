@@ -20,9 +20,9 @@ type lane[M, T any] struct {
 	returning bool
 }
 
-// laneBytes is the size a lane is kept within: one cache line, so that
-// looking up a key (laneFor) and queueing its item touch one line, and
-// the lanes of a partition's working set take as few as they can.
+// laneBytes is the size a lane is kept within: one cache line, so that a
+// lane allocated alone (the 64-byte size class) never straddles two, and
+// the lanes of a partition's working set take as few lines as they can.
 const laneBytes = 64
 
 func (l *lane[M, T]) push(it *Item[M, T]) {
