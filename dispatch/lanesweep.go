@@ -19,8 +19,9 @@ package dispatch
 // never again cannot grow the table past it. The limit is twice the
 // partition's share of MaxInFlight (at least minLaneSweep, at most
 // maxLaneSweep), so the idle lanes kept across partitions stay within
-// twice MaxInFlight, as the items do within MaxInFlight. Keys that do not come back after a sweep show no returns, beyond the
-// filter's false positives (about 6%), and have every idle lane dropped.
+// twice MaxInFlight, as the items do within MaxInFlight. Keys that do not
+// come back after a sweep show no returns, beyond the filter's false
+// positives (about 6%), and have every idle lane dropped.
 //
 // The filter holds up to sweepFilterKeys keys dropped since it was last
 // cleared (it is cleared when full), so the working sets recognised are

@@ -166,10 +166,11 @@ func TestLaneTableSweepWraps(t *testing.T) {
 	checkLaneTable(t, &tab, want)
 }
 
-// TestLaneFitsCacheLine: a lane takes at most laneBytes, so that a lane
-// allocated alone (a size class of 64) sits in one cache line.
+// TestLaneFitsCacheLine: a lane takes at most one cache line, 64 bytes,
+// so that a lane allocated alone (the 64-byte size class) sits in one.
 func TestLaneFitsCacheLine(t *testing.T) {
-	if got := unsafe.Sizeof(lane[msg, int]{}); got > laneBytes {
-		t.Fatalf("lane size: got %d bytes, want at most %d", got, laneBytes)
+	const line = 64
+	if got := unsafe.Sizeof(lane[msg, int]{}); got > line {
+		t.Fatalf("lane size: got %d bytes, want at most %d", got, line)
 	}
 }
