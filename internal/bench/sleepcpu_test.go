@@ -2,7 +2,6 @@ package bench
 
 import (
 	"fmt"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -48,12 +47,12 @@ func TestSleepLimitUnderCPU(t *testing.T) {
 		plain := make([]float64, 0, rounds)
 		for round := range rounds {
 			rates := make([]float64, len(cpus))
-			order := slices.Clone(cpus)
-			if round%2 == 1 {
-				slices.Reverse(order)
-			}
-			for _, cpu := range order {
-				rates[slices.Index(cpus, cpu)] = sleepWithCPU(num, per, cpu)
+			for j := range cpus {
+				i := j
+				if round%2 == 1 {
+					i = len(cpus) - 1 - j // odd rounds run in reverse
+				}
+				rates[i] = sleepWithCPU(num, per, cpus[i])
 			}
 			plain = append(plain, rates[0])
 			for i := range cpus {
