@@ -316,32 +316,19 @@ func consumeClaims(t *testing.T, g *Group[*Message], sess *memSession, claims []
 type fetchingClaim struct {
 	*memClaim
 	fetch     int
-	mu        sync.Mutex
-	paused    bool
+	paused    atomic.Bool
 	resumed   chan struct{} // cap 1: a Resume since the fetcher last looked
 	delivered atomic.Int64
 }
 
-func (c *fetchingClaim) Pause() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.paused = true
-}
+func (c *fetchingClaim) Pause() { c.paused.Store(true) }
 
 func (c *fetchingClaim) Resume() {
-	c.mu.Lock()
-	c.paused = false
-	c.mu.Unlock()
+	c.paused.Store(false)
 	select {
 	case c.resumed <- struct{}{}:
 	default:
 	}
-}
-
-func (c *fetchingClaim) isPaused() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.paused
 }
 
 // fetchAll hands over n messages over keys keys, a fetch at a time while
@@ -349,7 +336,7 @@ func (c *fetchingClaim) isPaused() bool {
 // early, false, once stop is closed.
 func (c *fetchingClaim) fetchAll(n, keys int, sent func(), stop <-chan struct{}) bool {
 	for off := 0; off < n; {
-		for c.isPaused() {
+		for c.paused.Load() {
 			select {
 			case <-c.resumed:
 			case <-stop:
@@ -414,7 +401,7 @@ func TestPacedClaimHoldsWithinItsShare(t *testing.T) {
 	case <-fetched:
 		fetched <- true // for the cleanup
 	case <-time.After(30 * time.Second):
-		t.Fatalf("fetching: got %d of %d messages handed over in 30s, want all (paused: %v)", claim.delivered.Load(), n, claim.isPaused())
+		t.Fatalf("fetching: got %d of %d messages handed over in 30s, want all (paused: %v)", claim.delivered.Load(), n, claim.paused.Load())
 	}
 	waitFor(t, 30*time.Second, "every message to be marked", func() bool { return sess.markedAt(0) == n })
 	if limit := int64(maxInFlight + 4*chanSize + 2*fetch); peak > limit {
