@@ -8,7 +8,6 @@ import (
 	"io"
 	"runtime"
 	rtrace "runtime/trace"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -17,57 +16,62 @@ import (
 )
 
 // workerSched is what the Go execution tracer saw of a run's worker
-// goroutines (those that sleep in Work.Do): how long a wake-up waited to
-// run, how long the sleep took, and what the processors did meanwhile.
+// goroutines (those that sleep in Work.Do) from each sleep to their first
+// run after it: how long the sleep took until the worker was readied, how
+// long it then waited to run, and what the processors did meanwhile.
 type workerSched struct {
-	wakes       int     // worker transitions from runnable to running
-	runnableUs  float64 // mean time a worker waited runnable, µs
-	idlePShare  float64 // share of that wait during which a P ran nothing
+	sleeps      int     // sleeps in Work.Do that ended
+	wakes       int     // of those, the ones followed by a run (one per sleep, but for the last ones in flight when tracing stopped)
+	sleepUs     float64 // mean time from a sleep's start to the worker being readied, µs
+	runnableUs  float64 // mean time a readied worker then waited to run, µs
+	idleShare   float64 // share of that wait during which fewer goroutines ran (or were in system calls) than there are Ps
 	samePShare  float64 // share of wakes that ran on the P that readied them
-	sleepUs     float64 // mean time blocked in the sleep, µs
-	sliceUs     float64 // mean run slice of a worker, µs
-	blameOthers float64 // share of the same-P wait spent running other goroutines (not workers) on that P
+	othersShare float64 // share of those same-P waits in which that P ran goroutines other than workers
+	sliceUs     float64 // mean length of the worker's first run after a wake, µs
 }
 
-// schedOf reads a runtime/trace of a run and measures its workers.
+// schedOf reads a runtime/trace of a run and measures its workers; procs
+// is the run's GOMAXPROCS.
 func schedOf(data []byte, procs int) (workerSched, error) {
 	r, err := trace.NewReader(bytes.NewReader(data))
 	if err != nil {
 		return workerSched{}, err
 	}
 	type gstate struct {
-		worker        bool
-		runnableAt    trace.Time
-		readyP        trace.ProcID
-		lowAt         trace.Time // lowInt when it became runnable
-		blameAt       trace.Time // pOther[readyP] when it became runnable
-		sleepAt       trace.Time
-		runAt         trace.Time
-		runnable, run bool
+		worker    bool       // has had Work.Do on its stack (its earlier transitions count as another goroutine's)
+		sleepAt   trace.Time // in a Work.Do sleep since; 0: not
+		readyAt   trace.Time // readied after a sleep at; 0: not waiting to run
+		readyP    trace.ProcID
+		idleAt    trace.Time // idle when readied
+		othersAt  trace.Time // others[readyP] when readied
+		firstRun  bool       // running its first run after a wake
+		runningAt trace.Time
 	}
 	gs := map[trace.GoID]*gstate{}
-	get := func(id trace.GoID) *gstate {
-		g := gs[id]
-		if g == nil {
-			g = &gstate{}
-			gs[id] = g
+	// onP is who runs on a P and since when; others sums each P's time
+	// running non-workers up to the start of the current holder's run.
+	type holder struct {
+		g      trace.GoID
+		worker bool
+		since  trace.Time
+	}
+	onP := map[trace.ProcID]holder{}
+	others := map[trace.ProcID]trace.Time{}
+	othersNow := func(p trace.ProcID, now trace.Time) trace.Time {
+		t := others[p]
+		if h, ok := onP[p]; ok && !h.worker {
+			t += now - h.since
 		}
-		return g
+		return t
 	}
 	var (
-		busy         int        // goroutines running or in a syscall
-		last, lowInt trace.Time // lowInt: time with fewer than procs busy
-		pOther       = map[trace.ProcID]trace.Time{}
-		pStart       = map[trace.ProcID]trace.Time{}
-		pWorker      = map[trace.ProcID]bool{}
-		s            workerSched
-		wait, idle   trace.Time
-		same         int
-		sameWait     trace.Time
-		blame        trace.Time
-		sleep, slice trace.Time
-		sleeps       int
-		slicesN      int
+		s                     workerSched
+		busy                  int        // goroutines running or in a system call
+		last, idle            trace.Time // idle: time with busy below procs
+		sleep, wait, idleWait trace.Time
+		sameWait, othersWait  trace.Time
+		slice                 trace.Time
+		same, slices          int
 	)
 	for {
 		ev, err := r.ReadEvent()
@@ -79,7 +83,7 @@ func schedOf(data []byte, procs int) (workerSched, error) {
 		}
 		now := ev.Time()
 		if last != 0 && busy < procs {
-			lowInt += now - last
+			idle += now - last
 		}
 		last = now
 		if ev.Kind() != trace.EventStateTransition {
@@ -90,80 +94,95 @@ func schedOf(data []byte, procs int) (workerSched, error) {
 			continue
 		}
 		id := st.Resource.Goroutine()
-		g := get(id)
-		from, to := st.Goroutine()
+		g := gs[id]
+		if g == nil {
+			g = &gstate{}
+			gs[id] = g
+		}
 		for f := range st.Stack.Frames() {
 			if strings.HasSuffix(f.Func, "bench.Work.Do") {
 				g.worker = true
 			}
 		}
-		p := ev.Proc()
-		wasBusy, isBusy := from == trace.GoRunning || from == trace.GoSyscall, to == trace.GoRunning || to == trace.GoSyscall
-		if wasBusy && p != trace.NoProc {
-			if !pWorker[p] {
-				pOther[p] += now - pStart[p]
-			}
-			if g.worker && from == trace.GoRunning {
-				slice += now - g.runAt
-				slicesN++
-			}
+		from, to := st.Goroutine()
+		if from == to {
+			continue // a new trace generation restating the state: nothing happened
 		}
-		if isBusy && p != trace.NoProc {
-			pStart[p], pWorker[p] = now, g.worker
-		}
+		isBusy := func(x trace.GoState) bool { return x == trace.GoRunning || x == trace.GoSyscall }
 		switch {
-		case wasBusy && !isBusy:
+		case isBusy(from) && !isBusy(to):
 			busy--
-		case !wasBusy && isBusy:
+		case !isBusy(from) && isBusy(to):
 			busy++
 		}
-		if to == trace.GoWaiting && g.worker && st.Reason == "sleep" {
+		p := ev.Proc()
+		if from == trace.GoRunning {
+			if h, ok := onP[p]; ok && h.g == id {
+				if !h.worker {
+					others[p] += now - h.since
+				}
+				delete(onP, p)
+			}
+			if g.firstRun {
+				g.firstRun = false
+				slice += now - g.runningAt
+				slices++
+			}
+		}
+		switch {
+		case to == trace.GoWaiting && g.worker && st.Reason == "sleep":
 			g.sleepAt = now
-		}
-		if from == trace.GoWaiting && g.sleepAt != 0 {
+		case from == trace.GoWaiting && g.sleepAt != 0:
+			s.sleeps++
 			sleep += now - g.sleepAt
-			sleeps++
 			g.sleepAt = 0
+			if to == trace.GoRunnable {
+				g.readyAt, g.readyP, g.idleAt, g.othersAt = now, p, idle, othersNow(p, now)
+			}
 		}
-		if to == trace.GoRunnable && g.worker {
-			g.runnable, g.runnableAt, g.readyP, g.lowAt, g.blameAt = true, now, p, lowInt, pOther[p]
-		}
-		if to == trace.GoRunning {
-			g.runAt = now
-			if g.worker && g.runnable {
-				g.runnable = false
-				d := now - g.runnableAt
+		if to == trace.GoRunning && p != trace.NoProc {
+			if h, ok := onP[p]; ok && !h.worker { // its end was not seen: close it here
+				others[p] += now - h.since
+			}
+			onP[p] = holder{id, g.worker, now}
+			if g.readyAt != 0 {
+				d := now - g.readyAt
 				s.wakes++
 				wait += d
-				idle += lowInt - g.lowAt
+				idleWait += idle - g.idleAt
 				if p == g.readyP {
 					same++
 					sameWait += d
-					blame += pOther[p] - g.blameAt
+					othersWait += others[p] - g.othersAt
 				}
+				g.readyAt, g.firstRun, g.runningAt = 0, true, now
 			}
 		}
 	}
-	if s.wakes == 0 || sleeps == 0 || slicesN == 0 || sameWait == 0 {
-		return s, fmt.Errorf("the trace shows no worker goroutine sleeping in Work.Do")
+	switch {
+	case s.sleeps == 0:
+		return s, fmt.Errorf("the trace shows no goroutine sleeping in Work.Do")
+	case s.wakes == 0 || slices == 0 || wait == 0 || same == 0 || sameWait == 0:
+		return s, fmt.Errorf("the trace shows %d sleeps in Work.Do but %d wakes after them (%d on the readying P) and %d runs: too few to measure", s.sleeps, s.wakes, same, slices)
 	}
+	s.sleepUs = float64(sleep) / float64(s.sleeps) / 1e3
 	s.runnableUs = float64(wait) / float64(s.wakes) / 1e3
-	s.idlePShare = float64(idle) / float64(wait)
+	s.idleShare = float64(idleWait) / float64(wait)
 	s.samePShare = float64(same) / float64(s.wakes)
-	s.sleepUs = float64(sleep) / float64(sleeps) / 1e3
-	s.sliceUs = float64(slice) / float64(slicesN) / 1e3
-	s.blameOthers = min(float64(blame)/float64(sameWait), 1)
+	s.othersShare = float64(othersWait) / float64(sameWait)
+	s.sliceUs = float64(slice) / float64(slices) / 1e3
 	return s, nil
 }
 
 // TestWorkerSchedulingDelay runs the io scenario (Num 64, 1 ms per
 // message) for the limit and for orderly under the Go execution tracer and
-// reports, for the goroutines that sleep in Work.Do, how long a wake-up
-// waited to run, how much of that wait a processor stood idle, how long
-// the sleep itself took and how long a worker ran between sleeps: where
-// orderly's io gap to the limit goes (docs/SCALING.md, "The sleep,
-// timed"). Contenders alternate over rounds; medians. It asserts nothing
-// about speed, only that the trace shows the workers.
+// reports, for the goroutines that sleep in Work.Do (see workerSched), how
+// long the sleep took until the worker was readied, how long it then
+// waited to run and what the processors did meanwhile, and how long its
+// run after the wake was: where orderly's io gap to the limit goes
+// (docs/SCALING.md, "The wait, traced"). Contenders alternate over
+// rounds; medians. It asserts nothing about speed, only that the trace
+// shows the workers.
 //
 //	ORDERLY_BENCH=1 go test ./internal/bench -run TestWorkerSchedulingDelay -v
 func TestWorkerSchedulingDelay(t *testing.T) {
@@ -171,6 +190,7 @@ func TestWorkerSchedulingDelay(t *testing.T) {
 	const rounds = 3
 	names := []string{"limit", "orderly"}
 	got := map[string][]workerSched{}
+	rates := map[string][]float64{}
 	for round := range rounds {
 		for _, name := range roundOrder(names, round+1) {
 			var buf bytes.Buffer
@@ -186,15 +206,14 @@ func TestWorkerSchedulingDelay(t *testing.T) {
 			if err != nil {
 				t.Fatalf("%s: %v", name, err)
 			}
-			got[name] = append(got[name], s)
 			var rate float64
 			for _, row := range rep.Rows {
 				if row.Contender == name && row.Case == "Num=64" {
 					rate = row.Median
 				}
 			}
-			t.Logf("round %d %-7s %6.0f msg/s (traced): %d wakes, runnable %5.1f µs (%2.0f%% of it with an idle P; %2.0f%% on the readying P, %2.0f%% of that wait running non-workers), sleep %6.1f µs, run slice %.2f µs",
-				round, name, rate, s.wakes, s.runnableUs, 100*s.idlePShare, 100*s.samePShare, 100*s.blameOthers, s.sleepUs, s.sliceUs)
+			got[name], rates[name] = append(got[name], s), append(rates[name], rate)
+			t.Logf("round %d %s", round, schedLine(name, rate, s))
 		}
 	}
 	for _, name := range names {
@@ -203,19 +222,33 @@ func TestWorkerSchedulingDelay(t *testing.T) {
 			for _, s := range got[name] {
 				xs = append(xs, f(s))
 			}
-			slices.Sort(xs)
-			return xs[len(xs)/2]
+			return median(xs)
 		}
-		t.Logf("%-7s medians: runnable %5.1f µs (%2.0f%% with an idle P), sleep %6.1f µs, run slice %.2f µs",
-			name, med(func(s workerSched) float64 { return s.runnableUs }), 100*med(func(s workerSched) float64 { return s.idlePShare }),
-			med(func(s workerSched) float64 { return s.sleepUs }), med(func(s workerSched) float64 { return s.sliceUs }))
+		m := workerSched{
+			sleeps:      int(med(func(s workerSched) float64 { return float64(s.sleeps) })),
+			wakes:       int(med(func(s workerSched) float64 { return float64(s.wakes) })),
+			sleepUs:     med(func(s workerSched) float64 { return s.sleepUs }),
+			runnableUs:  med(func(s workerSched) float64 { return s.runnableUs }),
+			idleShare:   med(func(s workerSched) float64 { return s.idleShare }),
+			samePShare:  med(func(s workerSched) float64 { return s.samePShare }),
+			othersShare: med(func(s workerSched) float64 { return s.othersShare }),
+			sliceUs:     med(func(s workerSched) float64 { return s.sliceUs }),
+		}
+		t.Logf("medians %s", schedLine(name, median(rates[name]), m))
 	}
+}
+
+// schedLine is one contender's figures as TestWorkerSchedulingDelay logs
+// them.
+func schedLine(name string, rate float64, s workerSched) string {
+	return fmt.Sprintf("%-7s %6.0f msg/s (traced): %d sleeps, %d wakes; sleep %6.1f µs, then runnable %5.1f µs (%3.0f%% of it with a P idle; %3.0f%% of wakes on the readying P, %3.0f%% of their wait running non-workers there), first run %.2f µs",
+		name, rate, s.sleeps, s.wakes, s.sleepUs, s.runnableUs, 100*s.idleShare, 100*s.samePShare, 100*s.othersShare, s.sliceUs)
 }
 
 // TestSchedOfCountsWorkerWakes traces the limit contender on a known load
 // (4 goroutines, 25 calls each of a 1 ms sleep, no Kafka) and checks that
-// schedOf finds every sleep and every wake after it, a sleep of at least
-// the 1 ms asked for, and shares that are fractions.
+// schedOf finds every sleep and the one wake after each, a sleep of at
+// least the 1 ms asked for, and shares that are fractions.
 func TestSchedOfCountsWorkerWakes(t *testing.T) {
 	const num, calls = 4, 25
 	var buf bytes.Buffer
@@ -231,16 +264,16 @@ func TestSchedOfCountsWorkerWakes(t *testing.T) {
 	if err != nil {
 		t.Fatalf("schedOf: %v", err)
 	}
-	if s.wakes != num*calls {
-		t.Errorf("wakes: got %d, want %d (one per sleep)", s.wakes, num*calls)
+	if s.sleeps != num*calls || s.wakes != num*calls {
+		t.Errorf("sleeps %d, wakes %d: want %d of each (one per call)", s.sleeps, s.wakes, num*calls)
 	}
 	if s.sleepUs < 1000 {
 		t.Errorf("mean sleep: got %.1f µs, want at least the 1000 µs asked for", s.sleepUs)
 	}
 	if s.runnableUs < 0 || s.sliceUs <= 0 {
-		t.Errorf("runnable wait %.1f µs, run slice %.2f µs: want a wait of 0 or more and a positive slice", s.runnableUs, s.sliceUs)
+		t.Errorf("runnable wait %.1f µs, first run %.2f µs: want a wait of 0 or more and a positive run", s.runnableUs, s.sliceUs)
 	}
-	for name, f := range map[string]float64{"idle P": s.idlePShare, "same P": s.samePShare, "others on P": s.blameOthers} {
+	for name, f := range map[string]float64{"idle": s.idleShare, "same P": s.samePShare, "others on P": s.othersShare} {
 		if f < 0 || f > 1 {
 			t.Errorf("%s share: got %v, want a fraction", name, f)
 		}
