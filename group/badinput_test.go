@@ -64,6 +64,16 @@ func TestNewRejectsBadConfig(t *testing.T) {
 			sc.Consumer.Group.InstanceId = "a"
 			c.Sarama, c.InstanceID = sc, "b"
 		}, "InstanceID"},
+		{"jitter above 1", func(c *Config) { c.Retry.Jitter = 1.5 }, "Retry.Jitter"},
+		{"negative MaxAttempts", func(c *Config) { c.Retry.MaxAttempts = -1 }, "Retry.MaxAttempts"},
+		// A dead-letter queue in memory would lose what it holds.
+		{"MaxAttempts with nowhere to dead-letter", func(c *Config) { c.Retry.MaxAttempts = 3 }, "Retry.MaxAttempts"},
+		{"Ordering out of range", func(c *Config) { c.Ordering = Unordered + 1 }, "Ordering"},
+		{"Status.Window below 2", func(c *Config) { c.Status.Window = 1 }, "Status.Window"},
+		{"Status.Window above 1000", func(c *Config) { c.Status.Window = 1001 }, "Status.Window"},
+		{"negative Status.StuckHead", func(c *Config) { c.Status.StuckHead = -time.Second }, "Status"},
+		{"Status.ReadBack below 10ms", func(c *Config) { c.Status.ReadBack = time.Millisecond }, "Status.ReadBack"},
+		{"negative ParkAfter", func(c *Config) { c.ParkAfter = -time.Second }, "ParkAfter"},
 		{"no commit interval", func(c *Config) {
 			sc := sarama.NewConfig()
 			sc.Consumer.Offsets.AutoCommit.Interval = 0
@@ -89,6 +99,19 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		_, err := New(good, Handler[string]{Do: func(context.Context, []string) error { return nil }})
 		if !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "New") {
 			t.Fatalf("New: got %v, want an ErrConfig naming New", err)
+		}
+	})
+	t.Run("bounds accepted", func(t *testing.T) {
+		for name, edit := range map[string]func(c *Config){
+			"jitter 1":                             func(c *Config) { c.Retry.Jitter = 1 },
+			"MaxAttempts with a dead-letter topic": func(c *Config) { c.Retry.MaxAttempts, c.DeadLetterTopic = 3, "dlq" },
+			"Status.Window 2 and ReadBack never":   func(c *Config) { c.Status.Window, c.Status.ReadBack = 2, -1 },
+		} {
+			cfg := good
+			edit(&cfg)
+			if _, err := New(cfg, Handler[*Message]{Do: do}); err != nil {
+				t.Errorf("%s: New: got %v, want it accepted", name, err)
+			}
 		}
 	})
 	t.Run("largest accepted", func(t *testing.T) {
