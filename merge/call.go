@@ -3,6 +3,7 @@ package merge
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync/atomic"
 	"time"
 
@@ -76,12 +77,24 @@ func (p *Pool[M, T]) call(wk *worker[M, T], items []*dispatch.Item[M, T]) (verdi
 	wk.durations.Observe(took)
 	if p.cfg.Timeout > 0 && took >= p.cfg.Timeout {
 		p.stats.TimedOut.Add(1)
-		if err == nil {
-			err = p.cfg.TimeoutCause
-		}
-		return nil, err, true
+		return nil, timeoutErr(p.cfg.TimeoutCause, err), true
 	}
 	return verdicts, err, false
+}
+
+// timeoutErr is the error of a call that ran past Config.Timeout: cause,
+// wrapping what the handler returned, if anything. A handler that returns
+// its ctx's error (context.Canceled, as a cancel with a cause leaves it)
+// still reports a timeout, so whoever decides from the error (the dead
+// letter's reason) sees one whatever the handler made of it.
+func timeoutErr(cause, err error) error {
+	switch {
+	case err == nil:
+		return cause
+	case cause == nil || errors.Is(err, cause):
+		return err
+	}
+	return fmt.Errorf("%w (%w)", cause, err)
 }
 
 // cancelled reports whether the worker's context was cancelled for a

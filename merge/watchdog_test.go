@@ -3,6 +3,7 @@ package merge
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -278,5 +279,34 @@ func TestStuckReportOnReturnedCall(t *testing.T) {
 	defer mu.Unlock()
 	if len(nextAttempts) != 1 || nextAttempts[0] != 1 {
 		t.Fatalf("attempts of the next call's item: got %v, want [1]", nextAttempts)
+	}
+}
+
+// TestTimeoutErr: a call past Timeout fails with TimeoutCause, wrapping
+// what the handler returned, so that errors.Is finds the cause whatever
+// the handler made of its cancelled ctx.
+func TestTimeoutErr(t *testing.T) {
+	other := errors.New("store unavailable")
+	for _, tt := range []struct {
+		name       string
+		cause, err error
+		want       []error // errors.Is must find each
+		text       string
+	}{
+		{"handler returned nil", errTimeout, nil, []error{errTimeout}, "timeout"},
+		{"handler returned ctx.Err()", errTimeout, context.Canceled, []error{errTimeout, context.Canceled}, "timeout (context canceled)"},
+		{"handler returned its own error", errTimeout, other, []error{errTimeout, other}, "timeout (store unavailable)"},
+		{"handler returned the cause", errTimeout, fmt.Errorf("gave up: %w", errTimeout), []error{errTimeout}, "gave up: timeout"},
+		{"no cause configured", nil, other, []error{other}, "store unavailable"},
+	} {
+		got := timeoutErr(tt.cause, tt.err)
+		for _, w := range tt.want {
+			if !errors.Is(got, w) {
+				t.Errorf("%s: got %v, want it to wrap %v", tt.name, got, w)
+			}
+		}
+		if got.Error() != tt.text {
+			t.Errorf("%s: got %q, want %q", tt.name, got.Error(), tt.text)
+		}
 	}
 }

@@ -1,0 +1,95 @@
+package group
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/orderly-go/orderly/internal/deadletter"
+)
+
+// TestTimedOutDeadLettered (Config.MsgTimeout, Retry.MaxAttempts): a Do
+// call on one message that waits on its ctx sees the ctx's deadline at
+// MsgTimeout from the call's start and its cancellation with cause
+// ErrTimeout; each such call counts in Stats.TimedOut, and after
+// MaxAttempts of them the message is dead-lettered with reason "timeout"
+// (Stats.DeadLettered.Timeout), not max_attempts, although Do returned
+// ctx.Err() (context.Canceled). The rest of the partition is handled once
+// each, in order, and the commits reach the high watermark.
+func TestTimedOutDeadLettered(t *testing.T) {
+	t.Parallel() // mostly waits on the broker and the timeouts
+	const n, keys, target, timeout = 100, 10, 5, 200 * time.Millisecond
+	r := newRig(t, "slow", 1, n, keys)
+	if err := r.b.CreateTopic("slow-dlq", 1); err != nil {
+		t.Fatal(err)
+	}
+	w := r.work(0, 0)
+	var mu sync.Mutex
+	var calls int
+	var problems []string
+	cfg := r.config("slow")
+	cfg.Size, cfg.Num, cfg.MsgTimeout, cfg.DeadLetterTopic = 1, 4, timeout, "slow-dlq"
+	cfg.Retry = Retry{Backoff: 10 * time.Millisecond, MaxBackoff: 10 * time.Millisecond, MaxAttempts: 2}
+	g := newGroup(t, cfg, func(ctx context.Context, batch []*Message) error {
+		if batch[0].Offset != target {
+			return w.Do(ctx, batch)
+		}
+		start := time.Now()
+		deadline, ok := ctx.Deadline()
+		<-ctx.Done()
+		mu.Lock()
+		defer mu.Unlock()
+		calls++
+		switch {
+		case !ok:
+			problems = append(problems, "ctx has no deadline")
+		case deadline.Before(start.Add(timeout-50*time.Millisecond)) || deadline.After(start.Add(timeout+50*time.Millisecond)):
+			problems = append(problems, "ctx deadline "+deadline.Sub(start).String()+" after the call's start, want about "+timeout.String())
+		case !errors.Is(context.Cause(ctx), ErrTimeout):
+			problems = append(problems, "ctx cancelled with cause "+context.Cause(ctx).Error()+", want ErrTimeout")
+		}
+		return ctx.Err()
+	})
+	stop := run(t, g)
+	r.waitAllCommitted(cfg.GroupID, time.Minute)
+	if err := stop(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for _, p := range problems {
+		t.Error(p)
+	}
+	if calls != cfg.Retry.MaxAttempts {
+		t.Errorf("calls on offset %d: got %d, want MaxAttempts (%d)", target, calls, cfg.Retry.MaxAttempts)
+	}
+	st := g.Stats()
+	if st.TimedOut != int64(cfg.Retry.MaxAttempts) || st.DeadLettered.Timeout != 1 || st.DeadLettered.MaxAttempts != 0 {
+		t.Errorf("Stats: got TimedOut %d, DeadLettered %+v; want TimedOut %d and one dead letter for timeout", st.TimedOut, st.DeadLettered, cfg.Retry.MaxAttempts)
+	}
+	letters := readDeadLetters(t, r.b.Addrs(), "slow-dlq")
+	if len(letters) != 1 {
+		t.Fatalf("dead letters: got %d, want 1", len(letters))
+	}
+	hs := make([]deadletter.Header, len(letters[0].Headers))
+	for i, h := range letters[0].Headers {
+		hs[i] = deadletter.Header{Key: h.Key, Value: h.Value}
+	}
+	info, err := deadletter.ParseInfo(hs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Offset != target || info.Reason != deadletter.ReasonTimeout || info.Attempts != cfg.Retry.MaxAttempts {
+		t.Errorf("dead letter: got offset %d reason %q attempts %d, want offset %d reason %q attempts %d",
+			info.Offset, info.Reason, info.Attempts, target, deadletter.ReasonTimeout, cfg.Retry.MaxAttempts)
+	}
+	r.mu.Lock()
+	rep := r.ledger.Report()
+	r.mu.Unlock()
+	if rep.Lost != 1 || rep.OrderViolations != 0 || rep.Duplicates != 0 || rep.Unknown != 0 {
+		t.Errorf("ledger: got lost=%d order violations=%d duplicates=%d unknown=%d, want only the dead letter lost (1) and the rest once, in order",
+			rep.Lost, rep.OrderViolations, rep.Duplicates, rep.Unknown)
+	}
+}
