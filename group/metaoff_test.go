@@ -1,0 +1,82 @@
+package group
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// TestCommitMetadataOff (Config.CommitMetadata -1): member A finishes
+// everything but one lane, held by a failure waiting for its retry, and
+// leaves; its commits, read back from the broker, carry no metadata, so
+// member B handles again everything from the committed offset up
+// (Stats.Resumed 0). With the default, A's metadata lists what it
+// finished and B skips it (Stats.Resumed above 0).
+func TestCommitMetadataOff(t *testing.T) {
+	t.Parallel() // mostly waits on the broker
+	const n, keys, target = 300, 10, 5
+	for _, tt := range []struct {
+		name string
+		meta int
+	}{
+		{"off", -1},
+		{"default", 0},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			r := newRig(t, "meta-"+tt.name, 1, n, keys)
+			w := r.work(0, 0)
+			var failing atomic.Bool
+			failing.Store(true)
+			do := func(ctx context.Context, batch []*Message) error {
+				for _, m := range batch {
+					if m.Offset == target && failing.Load() {
+						return errors.New("fails under A")
+					}
+				}
+				return w.Do(ctx, batch)
+			}
+			cfg := r.config("meta-" + tt.name)
+			cfg.Size, cfg.Num, cfg.CommitMetadata = 1, 4, tt.meta
+			// The failure waits while A runs; B, told of the wait by A's
+			// metadata (the default), keeps to it.
+			cfg.Retry = Retry{Backoff: 3 * time.Second, MaxBackoff: 3 * time.Second, Jitter: -1}
+			a := newGroup(t, cfg, do)
+			stopA := run(t, a)
+			// Everything but the failing message's lane (its later
+			// messages wait behind it), then a commit interval or two.
+			waitFor(t, time.Minute, "A to finish all but one lane", func() bool { return a.Stats().Handled >= n-n/keys })
+			time.Sleep(5 * cfg.Sarama.Consumer.Offsets.AutoCommit.Interval)
+			if err := stopA(); err != nil {
+				t.Fatal(err)
+			}
+			c := r.b.Commits(cfg.GroupID, r.topic)[0]
+			if c.Offset != target {
+				t.Fatalf("A's committed offset: got %d, want %d (the waiting message)", c.Offset, target)
+			}
+			if tt.meta < 0 && c.Metadata != "" {
+				t.Errorf("A's commit metadata with CommitMetadata -1: got %q, want none", c.Metadata)
+			}
+			if tt.meta == 0 && c.Metadata == "" {
+				t.Error("A's commit metadata with the default: got none, want the finished set")
+			}
+			failing.Store(false)
+			b := newGroup(t, cfg, do)
+			stopB := run(t, b)
+			r.waitAllCommitted(cfg.GroupID, time.Minute)
+			if err := stopB(); err != nil {
+				t.Fatal(err)
+			}
+			st := b.Stats()
+			switch {
+			case tt.meta < 0 && (st.Resumed != 0 || st.Handled != n-target):
+				t.Errorf("B: got Resumed %d, Handled %d; want 0 and %d (everything from the committed offset up, again)", st.Resumed, st.Handled, n-target)
+			case tt.meta == 0 && (st.Resumed == 0 || st.Handled >= n/2):
+				t.Errorf("B: got Resumed %d, Handled %d; want what A finished skipped and less than %d handled", st.Resumed, st.Handled, n/2)
+			}
+			t.Logf("B: %d skipped as finished by A (Resumed), %d handled", st.Resumed, st.Handled)
+			r.check(true) // A's finished messages repeat under B when nothing records them
+		})
+	}
+}
