@@ -10,8 +10,9 @@ import (
 // TestParkAfter (Config.ParkAfter): with Unordered and a DataPath, a
 // message deferred by less than ParkAfter waits in memory and holds the
 // frontier; one deferred by more is parked on disk (the parked queue
-// under DataPath holds it) and the frontier passes it before it runs.
-// Both are handled once due.
+// under DataPath holds it) and the frontier passes it before it runs
+// (Stats.Deferred counts the one, Stats.Parked the other). Both are
+// handled once due.
 func TestParkAfter(t *testing.T) {
 	t.Parallel() // mostly waits on the deferrals
 	const n, keys, short, long = 200, 20, 10, 20
@@ -75,6 +76,9 @@ func TestParkAfter(t *testing.T) {
 		}
 		if got := parkedIn(t, dataPath); got != 1 {
 			t.Errorf("parked queue on disk: got %d messages, want 1 (the long deferral only)", got)
+		}
+		if st := g.Stats(); st.Deferred != 1 || st.Parked != 1 {
+			t.Errorf("Stats: got Deferred %d, Parked %d; want 1 waiting in memory and 1 parked", st.Deferred, st.Parked)
 		}
 	} else {
 		t.Logf("the short deferral's wait was over before the check (a slow start): its hold was not observed")
