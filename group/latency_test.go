@@ -21,11 +21,7 @@ func TestStatsLatencyPerSucceededCall(t *testing.T) {
 	cfg.Size, cfg.Num = 1, 8
 	cfg.Retry = Retry{Backoff: time.Millisecond, MaxBackoff: 5 * time.Millisecond}
 	g := newGroup(t, cfg, w.Do)
-	stop := run(t, g)
-	r.waitAllCommitted(cfg.GroupID, time.Minute)
-	if err := stop(); err != nil {
-		t.Fatalf("Run: %v", err)
-	}
+	r.runToEnd(g, cfg.GroupID)
 	bound := time.Since(produced)
 	st := g.Stats()
 	if w.failures() == 0 {

@@ -44,11 +44,7 @@ func TestMsgTimeoutDeadline(t *testing.T) {
 				mu.Unlock()
 				return w.Do(ctx, batch)
 			})
-			stop := run(t, g)
-			r.waitAllCommitted(cfg.GroupID, time.Minute)
-			if err := stop(); err != nil {
-				t.Fatalf("Run: %v", err)
-			}
+			r.runToEnd(g, cfg.GroupID)
 			mu.Lock()
 			defer mu.Unlock()
 			for i, p := range problems {

@@ -301,6 +301,17 @@ func (r *rig) waitAllCommitted(groupID string, timeout time.Duration) {
 	})
 }
 
+// runToEnd runs g until the commits of groupID reach the high watermarks,
+// then stops it; Run must return no error.
+func (r *rig) runToEnd(g *Group[*Message], groupID string) {
+	r.t.Helper()
+	stop := run(r.t, g)
+	r.waitAllCommitted(groupID, time.Minute)
+	if err := stop(); err != nil {
+		r.t.Fatalf("Run: %v", err)
+	}
+}
+
 // check fails the test on any recorded problem or ledger violation.
 func (r *rig) check(wantDuplicates bool) ledger.Report {
 	r.t.Helper()

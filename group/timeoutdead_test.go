@@ -52,11 +52,7 @@ func TestTimedOutDeadLettered(t *testing.T) {
 		}
 		return ctx.Err()
 	})
-	stop := run(t, g)
-	r.waitAllCommitted(cfg.GroupID, time.Minute)
-	if err := stop(); err != nil {
-		t.Fatalf("Run: %v", err)
-	}
+	r.runToEnd(g, cfg.GroupID)
 	mu.Lock()
 	defer mu.Unlock()
 	for _, p := range problems {
