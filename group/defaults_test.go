@@ -1,0 +1,40 @@
+package group
+
+import (
+	"context"
+	"testing"
+	"time"
+)
+
+// TestDerivedDefaults: DrainTimeout defaults to half of sarama's
+// Rebalance.Timeout, at most 30s, and a stuck worker's grace past
+// MsgTimeout is a tenth of it, at least 1s and at most 30s, as Config
+// documents.
+func TestDerivedDefaults(t *testing.T) {
+	for _, tt := range []struct {
+		rebalance, wantDrain time.Duration
+	}{
+		{10 * time.Second, 5 * time.Second},
+		{60 * time.Second, 30 * time.Second}, // sarama's default
+		{5 * time.Minute, 30 * time.Second},  // capped
+	} {
+		sc := DefaultSarama()
+		sc.Consumer.Group.Rebalance.Timeout = tt.rebalance
+		cfg := Config{Brokers: []string{"localhost:9092"}, Topics: []string{"t"}, GroupID: "g", Sarama: sc}
+		g := newGroup(t, cfg, func(context.Context, []*Message) error { return nil })
+		if got := g.cfg.DrainTimeout; got != tt.wantDrain {
+			t.Errorf("DrainTimeout with Rebalance.Timeout %v: got %v, want %v", tt.rebalance, got, tt.wantDrain)
+		}
+	}
+	for _, tt := range []struct {
+		timeout, want time.Duration
+	}{
+		{200 * time.Millisecond, time.Second}, // at least 1s
+		{20 * time.Second, 2 * time.Second},   // a tenth
+		{DefaultMsgTimeout, 30 * time.Second}, // at most 30s
+	} {
+		if got := stuckGrace(tt.timeout); got != tt.want {
+			t.Errorf("stuck grace past MsgTimeout %v: got %v, want %v", tt.timeout, got, tt.want)
+		}
+	}
+}
