@@ -155,7 +155,9 @@ type Config struct {
 	// MsgTimeout is the deadline of the ctx given to Do, counted from the
 	// call's start (ctx.Deadline reports it). Past it the ctx is cancelled
 	// (context.Cause: ErrTimeout) and, when the call returns, it counts as
-	// a failed attempt (a batch is then split to find the slow item). A Do
+	// a failed attempt whose error wraps ErrTimeout and what Do returned
+	// ("group: Do ran past MsgTimeout (context canceled)"; a batch is then
+	// split to find the slow item). A Do
 	// that ignores its ctx for MsgTimeout plus a grace of a tenth of it (at
 	// least 1s, at most 30s) marks its worker stuck: logged, counted in
 	// Stats.Stuck. With OrderLanes and OrderPartition its lanes stay

@@ -82,16 +82,20 @@ func (p *Pool[M, T]) call(wk *worker[M, T], items []*dispatch.Item[M, T]) (verdi
 	return verdicts, err, false
 }
 
-// timeoutErr is the error of a call that ran past Config.Timeout: cause,
-// wrapping what the handler returned, if anything. A handler that returns
+// timeoutErr is the error of a call that ran past Config.Timeout: cause
+// (context.DeadlineExceeded when none is configured), wrapping what the
+// handler returned, if anything. A handler that returns
 // its ctx's error (context.Canceled, as a cancel with a cause leaves it)
 // still reports a timeout, so whoever decides from the error (the dead
 // letter's reason) sees one whatever the handler made of it.
 func timeoutErr(cause, err error) error {
+	if cause == nil {
+		cause = context.DeadlineExceeded
+	}
 	switch {
 	case err == nil:
 		return cause
-	case cause == nil || errors.Is(err, cause):
+	case errors.Is(err, cause):
 		return err
 	}
 	return fmt.Errorf("%w (%w)", cause, err)

@@ -32,7 +32,9 @@ type Config struct {
 	Ticker time.Duration // a partial batch waits at most this long; < 0: never waits
 	// Timeout is how long a call may run: past it, its context is
 	// cancelled with TimeoutCause (its Deadline says when), and the call
-	// counts as failed when it returns. 0: no limit.
+	// counts as failed when it returns, with TimeoutCause
+	// (context.DeadlineExceeded if nil) wrapping what the handler
+	// returned. 0: no limit.
 	Timeout      time.Duration
 	TimeoutCause error
 	// Grace is how long past Timeout a call that ignores its context may

@@ -297,7 +297,8 @@ func TestTimeoutErr(t *testing.T) {
 		{"handler returned ctx.Err()", errTimeout, context.Canceled, []error{errTimeout, context.Canceled}, "timeout (context canceled)"},
 		{"handler returned its own error", errTimeout, other, []error{errTimeout, other}, "timeout (store unavailable)"},
 		{"handler returned the cause", errTimeout, fmt.Errorf("gave up: %w", errTimeout), []error{errTimeout}, "gave up: timeout"},
-		{"no cause configured", nil, other, []error{other}, "store unavailable"},
+		{"no cause configured", nil, other, []error{context.DeadlineExceeded, other}, "context deadline exceeded (store unavailable)"},
+		{"no cause configured, handler returned nil", nil, nil, []error{context.DeadlineExceeded}, "context deadline exceeded"},
 	} {
 		got := timeoutErr(tt.cause, tt.err)
 		for _, w := range tt.want {
