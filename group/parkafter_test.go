@@ -59,7 +59,8 @@ func TestParkAfter(t *testing.T) {
 		}
 	}()
 	waitFor(t, time.Minute, "the long deferral parked and the rest but the short one handled", func() bool {
-		return g.Stats().Parked == 1 && g.Stats().Handled >= n-2
+		st := g.Stats()
+		return st.Parked == 1 && st.Handled >= n-2 || deliveries(long) == 2 // or, on a slow machine, already due
 	})
 	waitFor(t, time.Minute, "the frontier committed up to the short deferral", func() bool {
 		return r.b.Committed(cfg.GroupID, r.topic)[0] >= short
@@ -86,8 +87,11 @@ func TestParkAfter(t *testing.T) {
 	waitFor(t, time.Minute, "the frontier past the parked message", func() bool {
 		return r.b.Committed(cfg.GroupID, r.topic)[0] == int64(n)
 	})
-	if got := deliveries(long); got != 1 {
-		t.Errorf("deliveries of the parked message when the frontier passed it: got %d, want 1 (it runs later)", got)
+	mu.Lock()
+	longFirst, longTimes := delivered[long][0], len(delivered[long])
+	mu.Unlock()
+	if time.Since(longFirst) < longBy-time.Second && longTimes != 1 { // not yet due: it must not have run again
+		t.Errorf("deliveries of the parked message when the frontier passed it, %v before it was due: got %d, want 1", longBy-time.Since(longFirst), longTimes)
 	}
 	waitFor(t, time.Minute, "the parked message handled when due", func() bool { return deliveries(long) == 2 && g.Stats().Parked == 0 })
 	mu.Lock()
