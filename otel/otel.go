@@ -3,6 +3,7 @@ package otel
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"time"
@@ -43,7 +44,7 @@ const (
 const (
 	ErrorPanic    = "panic"    // Do panicked (group.ErrPanic)
 	ErrorBatch    = "batch"    // Do returned a group.BatchError naming items
-	ErrorTimeout  = "timeout"  // Do's ctx passed MsgTimeout (group.ErrTimeout)
+	ErrorTimeout  = "timeout"  // the call ran past MsgTimeout (group.ErrTimeout), whatever Do returned
 	ErrorRevoked  = "revoked"  // the partition was revoked and DrainTimeout passed (group.ErrRevoked)
 	ErrorShutdown = "shutdown" // Run gave up on in-flight work (group.ErrShutdown)
 	ErrorOther    = "_OTHER"   // any other error
@@ -270,34 +271,47 @@ func (h *hook) extract(m *group.Message) trace.SpanContext {
 	return trace.SpanContextFromContext(h.cfg.prop.Extract(context.Background(), &c))
 }
 
-// end finishes the span of a call that returned err (ctx is Do's). A call
-// that returned nil past MsgTimeout failed all the same: group counts it
-// as a failed attempt, whether or not the watchdog (which looks every
-// tenth of MsgTimeout) has cancelled ctx yet.
+// end finishes the span of a call that returned err (ctx is Do's). A
+// BatchError naming nothing is a success. A call past MsgTimeout failed
+// whatever it returned, as group counts it, whether or not the watchdog
+// (which looks every tenth of MsgTimeout) has cancelled ctx yet: its
+// error is ErrTimeout, wrapping what Do returned, as group's is.
 func end(ctx context.Context, span trace.Span, err error) {
-	if err == nil {
-		if cause := context.Cause(ctx); errors.Is(cause, group.ErrTimeout) {
-			err = cause
-		} else if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) {
+	if be := (*group.BatchError)(nil); errors.As(err, &be) && be.Len() == 0 {
+		err = nil
+	}
+	if pastTimeout(ctx) && !errors.Is(err, group.ErrTimeout) {
+		if err == nil {
 			err = group.ErrTimeout
+		} else {
+			err = fmt.Errorf("%w (%w)", group.ErrTimeout, err)
 		}
 	}
 	if err != nil {
-		var be *group.BatchError
-		if !errors.As(err, &be) || be.Len() > 0 {
-			span.RecordError(err)
-			span.SetAttributes(semconv.ErrorTypeKey.String(errorType(ctx, err)))
-			msg, _, _ := strings.Cut(err.Error(), "\n") // a panic's error carries its stack
-			span.SetStatus(codes.Error, msg)
-		}
+		span.RecordError(err)
+		span.SetAttributes(semconv.ErrorTypeKey.String(errorType(ctx, err)))
+		msg, _, _ := strings.Cut(err.Error(), "\n") // a panic's error carries its stack
+		span.SetStatus(codes.Error, msg)
 	}
 	span.End()
+}
+
+// pastTimeout reports whether Do's call ran past MsgTimeout: its ctx was
+// cancelled for it, or its deadline has passed.
+func pastTimeout(ctx context.Context) bool {
+	if errors.Is(context.Cause(ctx), group.ErrTimeout) {
+		return true
+	}
+	dl, ok := ctx.Deadline()
+	return ok && !time.Now().Before(dl)
 }
 
 // errorType is the error.type of a failed call.
 func errorType(ctx context.Context, err error) string {
 	var be *group.BatchError
 	switch {
+	case errors.Is(err, group.ErrTimeout): // whatever Do made of it, as group charges it
+		return ErrorTimeout
 	case errors.Is(err, group.ErrPanic):
 		return ErrorPanic
 	case errors.As(err, &be):
@@ -305,8 +319,6 @@ func errorType(ctx context.Context, err error) string {
 	}
 	switch cause := context.Cause(ctx); {
 	case cause == nil:
-	case errors.Is(cause, group.ErrTimeout) || errors.Is(err, group.ErrTimeout):
-		return ErrorTimeout
 	case errors.Is(cause, group.ErrRevoked):
 		return ErrorRevoked
 	case errors.Is(cause, group.ErrShutdown):

@@ -181,7 +181,9 @@ func TestLinkCap(t *testing.T) {
 }
 
 // TestFailedCalls: a failed call records its error, sets error.type and
-// ends with status Error; a BatchError naming nothing is a success.
+// ends with status Error; a BatchError naming nothing is a success. A call
+// past MsgTimeout failed with ErrTimeout whatever it returned, wrapping
+// what it did return, as group counts it.
 func TestFailedCalls(t *testing.T) {
 	var named, none group.BatchError
 	named.Fail(0, errors.New("declined"))
@@ -204,7 +206,11 @@ func TestFailedCalls(t *testing.T) {
 		{"panic with its stack", context.Background(), fmt.Errorf("%w in Do: boom\ngoroutine 7 [running]:", group.ErrPanic), ErrorPanic, "group: handler panicked in Do: boom"},
 		{"BatchError naming an item", context.Background(), &named, ErrorBatch, "1 items failed; item 0: declined"},
 		{"BatchError naming nothing", context.Background(), &none, "", ""},
-		{"timeout", timedOut, context.Canceled, ErrorTimeout, "context canceled"},
+		{"timeout", timedOut, context.Canceled, ErrorTimeout, "group: Do ran past MsgTimeout (context canceled)"},
+		{"BatchError past its timeout", timedOut, &named, ErrorTimeout, "group: Do ran past MsgTimeout (1 items failed; item 0: declined)"},
+		{"BatchError naming nothing past its timeout", timedOut, &none, ErrorTimeout, group.ErrTimeout.Error()},
+		{"panic past its timeout", timedOut, fmt.Errorf("%w in Do: boom\ngoroutine 7 [running]:", group.ErrPanic), ErrorTimeout, "group: Do ran past MsgTimeout (group: handler panicked in Do: boom"},
+		{"ErrTimeout returned past its timeout", timedOut, fmt.Errorf("gave up: %w", group.ErrTimeout), ErrorTimeout, "gave up: " + group.ErrTimeout.Error()},
 		{"nil past its timeout", timedOut, nil, ErrorTimeout, group.ErrTimeout.Error()},
 		{"nil past its deadline, not yet cancelled", pastDeadline, nil, ErrorTimeout, group.ErrTimeout.Error()},
 		{"nil after a revoke", revoked, nil, "", ""},
