@@ -77,18 +77,19 @@ func (p *Pool[M, T]) call(wk *worker[M, T], items []*dispatch.Item[M, T]) (verdi
 	wk.durations.Observe(took)
 	if p.cfg.Timeout > 0 && took >= p.cfg.Timeout {
 		p.stats.TimedOut.Add(1)
-		return nil, timeoutErr(p.cfg.TimeoutCause, err), true
+		return nil, TimeoutError(p.cfg.TimeoutCause, err), true
 	}
 	return verdicts, err, false
 }
 
-// timeoutErr is the error of a call that ran past Config.Timeout: cause
+// TimeoutError is the error of a call that ran past Config.Timeout: cause
 // (context.DeadlineExceeded when none is configured), wrapping what the
-// handler returned, if anything. A handler that returns
-// its ctx's error (context.Canceled, as a cancel with a cause leaves it)
-// still reports a timeout, so whoever decides from the error (the dead
-// letter's reason) sees one whatever the handler made of it.
-func timeoutErr(cause, err error) error {
+// handler returned, if anything. A handler that returns its ctx's error
+// (context.Canceled, as a cancel with a cause leaves it) still reports a
+// timeout, so whoever decides from the error (the dead letter's reason, a
+// tracing hook that sees the handler's own error) sees one whatever the
+// handler made of it.
+func TimeoutError(cause, err error) error {
 	if cause == nil {
 		cause = context.DeadlineExceeded
 	}

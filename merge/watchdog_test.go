@@ -282,10 +282,10 @@ func TestStuckReportOnReturnedCall(t *testing.T) {
 	}
 }
 
-// TestTimeoutErr: a call past Timeout fails with TimeoutCause, wrapping
+// TestTimeoutError: a call past Timeout fails with TimeoutCause, wrapping
 // what the handler returned, so that errors.Is finds the cause whatever
 // the handler made of its cancelled ctx.
-func TestTimeoutErr(t *testing.T) {
+func TestTimeoutError(t *testing.T) {
 	other := errors.New("store unavailable")
 	for _, tt := range []struct {
 		name       string
@@ -300,7 +300,7 @@ func TestTimeoutErr(t *testing.T) {
 		{"no cause configured", nil, other, []error{context.DeadlineExceeded, other}, "context deadline exceeded (store unavailable)"},
 		{"no cause configured, handler returned nil", nil, nil, []error{context.DeadlineExceeded}, "context deadline exceeded"},
 	} {
-		got := timeoutErr(tt.cause, tt.err)
+		got := TimeoutError(tt.cause, tt.err)
 		for _, w := range tt.want {
 			if !errors.Is(got, w) {
 				t.Errorf("%s: got %v, want it to wrap %v", tt.name, got, w)

@@ -3,7 +3,6 @@ package otel
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strconv"
 	"strings"
 	"time"
@@ -16,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/orderly-go/orderly/group"
+	"github.com/orderly-go/orderly/merge"
 )
 
 // TracerName is the instrumentation scope of the spans Trace starts.
@@ -275,17 +275,13 @@ func (h *hook) extract(m *group.Message) trace.SpanContext {
 // BatchError naming nothing is a success. A call past MsgTimeout failed
 // whatever it returned, as group counts it, whether or not the watchdog
 // (which looks every tenth of MsgTimeout) has cancelled ctx yet: its
-// error is ErrTimeout, wrapping what Do returned, as group's is.
+// error is the pool's for it (merge.TimeoutError).
 func end(ctx context.Context, span trace.Span, err error) {
 	if be := (*group.BatchError)(nil); errors.As(err, &be) && be.Len() == 0 {
 		err = nil
 	}
-	if pastTimeout(ctx) && !errors.Is(err, group.ErrTimeout) {
-		if err == nil {
-			err = group.ErrTimeout
-		} else {
-			err = fmt.Errorf("%w (%w)", group.ErrTimeout, err)
-		}
+	if pastTimeout(ctx) {
+		err = merge.TimeoutError(group.ErrTimeout, err)
 	}
 	if err != nil {
 		span.RecordError(err)
