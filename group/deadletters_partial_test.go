@@ -12,7 +12,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/orderly-go/orderly/internal/broker"
-	"github.com/orderly-go/orderly/internal/deadletter"
 )
 
 // TestDeadLettersPartlyRefused: when the dead-letter topic's producer
@@ -112,15 +111,7 @@ func TestDeadLettersPartlyRefused(t *testing.T) {
 		t.Fatal("no produce was refused: the test exercised nothing")
 	}
 	got := map[int64]int{}
-	for _, m := range readDeadLetters(t, b.Addrs(), dlq) {
-		hs := make([]deadletter.Header, len(m.Headers))
-		for i, h := range m.Headers {
-			hs[i] = deadletter.Header{Key: h.Key, Value: h.Value}
-		}
-		info, err := deadletter.ParseInfo(hs)
-		if err != nil {
-			t.Fatalf("dead letter at %d/%d: %v", m.Partition, m.Offset, err)
-		}
+	for _, info := range readDeadLetterInfos(t, b.Addrs(), dlq) {
 		got[info.Offset]++
 	}
 	for off := range int64(poison) {

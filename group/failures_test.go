@@ -138,6 +138,25 @@ func readDeadLetters(t *testing.T, addrs []string, topic string) []*sarama.Consu
 	return out
 }
 
+// readDeadLetterInfos reads every record of topic from its start and
+// parses its __orderly.errors.* headers.
+func readDeadLetterInfos(t *testing.T, addrs []string, topic string) []deadletter.Info {
+	t.Helper()
+	var out []deadletter.Info
+	for _, m := range readDeadLetters(t, addrs, topic) {
+		hs := make([]deadletter.Header, len(m.Headers))
+		for i, h := range m.Headers {
+			hs[i] = deadletter.Header{Key: h.Key, Value: h.Value}
+		}
+		info, err := deadletter.ParseInfo(hs)
+		if err != nil {
+			t.Fatalf("dead letter at %s/%d offset %d: %v", topic, m.Partition, m.Offset, err)
+		}
+		out = append(out, info)
+	}
+	return out
+}
+
 func headerMap(hs []*sarama.RecordHeader) map[string]string {
 	out := map[string]string{}
 	for _, h := range hs {

@@ -66,19 +66,11 @@ func TestTimedOutDeadLettered(t *testing.T) {
 	if st.TimedOut < int64(cfg.Retry.MaxAttempts) || st.DeadLettered.Timeout != 1 || st.DeadLettered.MaxAttempts != 0 {
 		t.Errorf("Stats: got TimedOut %d, DeadLettered %+v; want TimedOut at least %d and one dead letter, for timeout", st.TimedOut, st.DeadLettered, cfg.Retry.MaxAttempts)
 	}
-	letters := readDeadLetters(t, r.b.Addrs(), "slow-dlq")
+	letters := readDeadLetterInfos(t, r.b.Addrs(), "slow-dlq")
 	if len(letters) != 1 {
 		t.Fatalf("dead letters: got %d, want 1", len(letters))
 	}
-	hs := make([]deadletter.Header, len(letters[0].Headers))
-	for i, h := range letters[0].Headers {
-		hs[i] = deadletter.Header{Key: h.Key, Value: h.Value}
-	}
-	info, err := deadletter.ParseInfo(hs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if info.Offset != target || info.Reason != deadletter.ReasonTimeout || info.Attempts != cfg.Retry.MaxAttempts {
+	if info := letters[0]; info.Offset != target || info.Reason != deadletter.ReasonTimeout || info.Attempts != cfg.Retry.MaxAttempts {
 		t.Errorf("dead letter: got offset %d reason %q attempts %d, want offset %d reason %q attempts %d",
 			info.Offset, info.Reason, info.Attempts, target, deadletter.ReasonTimeout, cfg.Retry.MaxAttempts)
 	}
