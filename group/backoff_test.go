@@ -1,7 +1,6 @@
 package group
 
 import (
-	"context"
 	"testing"
 	"time"
 )
@@ -12,8 +11,7 @@ import (
 // way, and a negative Jitter not at all.
 func TestRetryBackoff(t *testing.T) {
 	newFailures := func(r Retry) *failures[*Message] {
-		cfg := Config{Brokers: []string{"localhost:9092"}, Topics: []string{"t"}, GroupID: "g", Retry: r}
-		return newGroup(t, cfg, func(context.Context, []*Message) error { return nil }).fail
+		return offlineGroup(t, func(c *Config) { c.Retry = r }).fail
 	}
 	ms := time.Millisecond
 	exact := newFailures(Retry{Backoff: 100 * ms, MaxBackoff: time.Second, Jitter: -1})

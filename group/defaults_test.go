@@ -1,7 +1,6 @@
 package group
 
 import (
-	"context"
 	"testing"
 	"time"
 )
@@ -18,10 +17,10 @@ func TestDerivedDefaults(t *testing.T) {
 		{60 * time.Second, 30 * time.Second}, // sarama's default
 		{5 * time.Minute, 30 * time.Second},  // capped
 	} {
-		sc := DefaultSarama()
-		sc.Consumer.Group.Rebalance.Timeout = tt.rebalance
-		cfg := Config{Brokers: []string{"localhost:9092"}, Topics: []string{"t"}, GroupID: "g", Sarama: sc}
-		g := newGroup(t, cfg, func(context.Context, []*Message) error { return nil })
+		g := offlineGroup(t, func(c *Config) {
+			c.Sarama = DefaultSarama()
+			c.Sarama.Consumer.Group.Rebalance.Timeout = tt.rebalance
+		})
 		if got := g.cfg.DrainTimeout; got != tt.wantDrain {
 			t.Errorf("DrainTimeout with Rebalance.Timeout %v: got %v, want %v", tt.rebalance, got, tt.wantDrain)
 		}

@@ -54,6 +54,16 @@ func newGroup(t testing.TB, cfg Config, do func(context.Context, []*Message) err
 	return g
 }
 
+// offlineGroup is a Group of a minimal valid Config, edited by edit, and a
+// Do that does nothing: for what New derives from a Config (New connects
+// to nothing; the group is never run).
+func offlineGroup(t testing.TB, edit func(c *Config)) *Group[*Message] {
+	t.Helper()
+	cfg := Config{Brokers: []string{"localhost:9092"}, Topics: []string{"t"}, GroupID: "g"}
+	edit(&cfg)
+	return newGroup(t, cfg, func(context.Context, []*Message) error { return nil })
+}
+
 // waitFor polls cond until it holds or timeout passes.
 func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
