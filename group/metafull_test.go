@@ -40,11 +40,18 @@ func TestMetadataFullStopsIntake(t *testing.T) {
 	w := r.work(time.Millisecond, 0) // 20k take seconds: many commit intervals
 	var failing atomic.Bool
 	failing.Store(true)
-	var seen atomic.Int64 // highest offset Do was called with, plus one
+	var seenMu sync.Mutex
+	var seenEnd int64 // highest offset Do was called with, plus one
+	seen := func() int64 {
+		seenMu.Lock()
+		defer seenMu.Unlock()
+		return seenEnd
+	}
 	do := func(ctx context.Context, batch []*Message) error {
 		for _, m := range batch {
-			for s := seen.Load(); m.Offset+1 > s && !seen.CompareAndSwap(s, m.Offset+1); s = seen.Load() {
-			}
+			seenMu.Lock()
+			seenEnd = max(seenEnd, m.Offset+1)
+			seenMu.Unlock()
 			if failing.Load() && m.Offset%20 == 0 {
 				return errInjected
 			}
@@ -59,14 +66,14 @@ func TestMetadataFullStopsIntake(t *testing.T) {
 	g := newGroup(t, cfg, do)
 	stop := run(t, g)
 	waitFor(t, time.Minute, "the partition to stop for its commit metadata", func() bool { return g.Stats().MetadataFull > 0 })
-	stopped := seen.Load()
+	stopped := seen()
 	// Let what was already dispatched run out, over many commit
 	// intervals: intake stays stopped while the failures last.
 	time.Sleep(2 * time.Second)
 	// What was dispatched before it stopped: at most the workers' paced
 	// backlog, and a message running in each worker.
 	ahead := int64(backlog(g.cfg) + g.cfg.Num)
-	got := seen.Load()
+	got := seen()
 	if got-stopped > ahead || got >= n/2 {
 		t.Errorf("Do saw offsets up to %d when the partition stopped for its metadata, up to %d of %d two seconds later: want at most %d more (the backlog already dispatched)", stopped, got, n, ahead)
 	}

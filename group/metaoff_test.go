@@ -63,11 +63,7 @@ func TestCommitMetadataOff(t *testing.T) {
 			}
 			failing.Store(false)
 			b := newGroup(t, cfg, do)
-			stopB := run(t, b)
-			r.waitAllCommitted(cfg.GroupID, time.Minute)
-			if err := stopB(); err != nil {
-				t.Fatal(err)
-			}
+			r.runToEnd(b, cfg.GroupID)
 			st := b.Stats()
 			switch {
 			case tt.meta < 0 && (st.Resumed != 0 || st.Handled != n-target):

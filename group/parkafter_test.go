@@ -2,6 +2,7 @@ package group
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -44,10 +45,10 @@ func TestParkAfter(t *testing.T) {
 		}
 		return be.Err()
 	}
-	deliveries := func(off int64) int {
+	deliveries := func(off int64) []time.Time { // a copy
 		mu.Lock()
 		defer mu.Unlock()
-		return len(delivered[off])
+		return slices.Clone(delivered[off])
 	}
 	cfg := r.config("park-after")
 	cfg.Size, cfg.Num, cfg.Ordering, cfg.DataPath, cfg.ParkAfter = 8, 4, Unordered, dataPath, parkAfter
@@ -60,20 +61,18 @@ func TestParkAfter(t *testing.T) {
 	}()
 	waitFor(t, time.Minute, "the long deferral parked and the rest but the short one handled", func() bool {
 		st := g.Stats()
-		return st.Parked == 1 && st.Handled >= n-2 || deliveries(long) == 2 // or, on a slow machine, already due
+		return st.Parked == 1 && st.Handled >= n-2 || len(deliveries(long)) == 2 // or, on a slow machine, already due
 	})
 	waitFor(t, time.Minute, "the frontier committed up to the short deferral", func() bool {
 		return r.b.Committed(cfg.GroupID, r.topic)[0] >= short
 	})
 	time.Sleep(3 * cfg.Sarama.Consumer.Offsets.AutoCommit.Interval) // commits go on: none may pass it
-	mu.Lock()
-	first, times := delivered[short][0], len(delivered[short])
-	mu.Unlock()
+	d := deliveries(short)
 	c := r.b.Committed(cfg.GroupID, r.topic)[0]
-	if time.Since(first) < shortBy-time.Second { // still due to wait in memory
-		if times != 1 || c != short {
+	if time.Since(d[0]) < shortBy-time.Second { // still due to wait in memory
+		if len(d) != 1 || c != short {
 			t.Errorf("%v after offset %d was deferred by %v: got %d deliveries and the committed offset %d, want 1 and %d (it waits in memory and holds the frontier)",
-				time.Since(first).Round(time.Millisecond), short, shortBy, times, c, short)
+				time.Since(d[0]).Round(time.Millisecond), short, shortBy, len(d), c, short)
 		}
 		if got := parkedIn(t, dataPath); got != 1 {
 			t.Errorf("parked queue on disk: got %d messages, want 1 (the long deferral only)", got)
@@ -87,17 +86,12 @@ func TestParkAfter(t *testing.T) {
 	waitFor(t, time.Minute, "the frontier past the parked message", func() bool {
 		return r.b.Committed(cfg.GroupID, r.topic)[0] == int64(n)
 	})
-	mu.Lock()
-	longFirst, longTimes := delivered[long][0], len(delivered[long])
-	mu.Unlock()
-	if time.Since(longFirst) < longBy-time.Second && longTimes != 1 { // not yet due: it must not have run again
-		t.Errorf("deliveries of the parked message when the frontier passed it, %v before it was due: got %d, want 1", longBy-time.Since(longFirst), longTimes)
+	if d := deliveries(long); time.Since(d[0]) < longBy-time.Second && len(d) != 1 { // not yet due: it must not have run again
+		t.Errorf("deliveries of the parked message when the frontier passed it, %v before it was due: got %d, want 1", longBy-time.Since(d[0]), len(d))
 	}
-	waitFor(t, time.Minute, "the parked message handled when due", func() bool { return deliveries(long) == 2 && g.Stats().Parked == 0 })
-	mu.Lock()
-	defer mu.Unlock()
+	waitFor(t, time.Minute, "the parked message handled when due", func() bool { return len(deliveries(long)) == 2 && g.Stats().Parked == 0 })
 	for off, by := range map[int64]time.Duration{short: shortBy, long: longBy} {
-		if d := delivered[off]; len(d) != 2 || d[1].Sub(d[0]) < by-100*time.Millisecond {
+		if d := deliveries(off); len(d) != 2 || d[1].Sub(d[0]) < by-100*time.Millisecond {
 			t.Errorf("offset %d: delivered at %v, want twice, %v apart", off, d, by)
 		}
 	}

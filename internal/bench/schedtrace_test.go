@@ -30,6 +30,9 @@ type workerSched struct {
 	sliceUs     float64 // mean length of the worker's first run after a wake, µs
 }
 
+// isBusy reports whether a goroutine in state x holds a processor.
+func isBusy(x trace.GoState) bool { return x == trace.GoRunning || x == trace.GoSyscall }
+
 // schedOf reads a runtime/trace of a run and measures its workers; procs
 // is the run's GOMAXPROCS.
 func schedOf(data []byte, procs int) (workerSched, error) {
@@ -108,7 +111,6 @@ func schedOf(data []byte, procs int) (workerSched, error) {
 		if from == to {
 			continue // a new trace generation restating the state: nothing happened
 		}
-		isBusy := func(x trace.GoState) bool { return x == trace.GoRunning || x == trace.GoSyscall }
 		switch {
 		case isBusy(from) && !isBusy(to):
 			busy--
