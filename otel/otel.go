@@ -277,8 +277,10 @@ func (h *hook) extract(m *group.Message) trace.SpanContext {
 // (which looks every tenth of MsgTimeout) has cancelled ctx yet: its
 // error is the pool's for it (merge.TimeoutError).
 func end(ctx context.Context, span trace.Span, err error) {
-	if be := (*group.BatchError)(nil); errors.As(err, &be) && be.Len() == 0 {
-		err = nil
+	if err != nil { // errors.As's target escapes: keep it off the success path
+		if be := (*group.BatchError)(nil); errors.As(err, &be) && be.Len() == 0 {
+			err = nil
+		}
 	}
 	if pastTimeout(ctx) {
 		err = merge.TimeoutError(group.ErrTimeout, err)
