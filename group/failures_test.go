@@ -614,7 +614,7 @@ func TestUnorderedParking(t *testing.T) {
 				log.add(m.Attempt)
 				if deferredAt.Load() == 0 {
 					deferredAt.Store(time.Now().UnixNano())
-					r.markParked(m.Partition, m.Offset)
+					r.markSettled(m.Partition, m.Offset)
 					be.Defer(i, deferBy)
 					continue
 				}

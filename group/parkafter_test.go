@@ -33,7 +33,7 @@ func TestParkAfter(t *testing.T) {
 			case m.Offset == short && len(delivered[m.Offset]) == 1:
 				be.Defer(i, shortBy)
 			case m.Offset == long && len(delivered[m.Offset]) == 1:
-				r.markParked(m.Partition, m.Offset)
+				r.markSettled(m.Partition, m.Offset)
 				be.Defer(i, longBy)
 			default:
 				ok = append(ok, m)

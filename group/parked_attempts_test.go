@@ -118,7 +118,7 @@ func TestParkedRedeliveredTogether(t *testing.T) {
 			seen[m.Offset] = true
 			if !again {
 				mu.Unlock()
-				r.markParked(m.Partition, m.Offset)
+				r.markSettled(m.Partition, m.Offset)
 				var be BatchError
 				be.Defer(0, 50*time.Millisecond)
 				return be.Err()
@@ -166,7 +166,7 @@ func TestParkedOrphanFinishesItsQueueMessage(t *testing.T) {
 		if m.Offset == target {
 			switch calls.Add(1) {
 			case 1:
-				r.markParked(m.Partition, m.Offset)
+				r.markSettled(m.Partition, m.Offset)
 				return errors.New("first attempt fails: parked")
 			case 2:
 				<-release // hangs, ignoring ctx, until the test ends

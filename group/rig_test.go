@@ -172,10 +172,11 @@ func (r *rig) observe(req *kmsg.OffsetCommitRequest) {
 	}
 }
 
-// markParked counts partition/offset as finished for the commit checks:
-// a parked message (Unordered with a DataPath) may be committed past once
-// it is on disk, which its test checks itself.
-func (r *rig) markParked(p int32, off int64) {
+// markSettled counts partition/offset as finished for the commit checks:
+// a message that leaves the partition other than by Do returning nil for
+// it (parked durably with Unordered and a DataPath, or dead-lettered) may
+// be committed past once that is done, which its test checks itself.
+func (r *rig) markSettled(p int32, off int64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	fin := r.finished[p]
@@ -321,6 +322,19 @@ func (r *rig) check(wantDuplicates bool) ledger.Report {
 // checkOrder is check, with per-key order checked only when ordered.
 func (r *rig) checkOrder(wantDuplicates, ordered bool) ledger.Report {
 	r.t.Helper()
+	return r.checkLost(wantDuplicates, ordered, 0)
+}
+
+// checkDeadLettered is check for a run in which n messages were
+// dead-lettered: the ledger has exactly those lost to Do.
+func (r *rig) checkDeadLettered(n int) ledger.Report {
+	r.t.Helper()
+	return r.checkLost(false, true, n)
+}
+
+// checkLost is checkOrder with lost messages expected.
+func (r *rig) checkLost(wantDuplicates, ordered bool, lost int) ledger.Report {
+	r.t.Helper()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	nd := 0
@@ -342,9 +356,9 @@ func (r *rig) checkOrder(wantDuplicates, ordered bool) ledger.Report {
 		r.t.Error(p)
 	}
 	rep := r.ledger.Report()
-	if rep.Lost != 0 || (ordered && rep.OrderViolations != 0) || rep.Unknown != 0 || (!wantDuplicates && rep.Duplicates != 0) {
-		r.t.Errorf("ledger: got lost=%d order violations=%d duplicates=%d unknown=%d (seen %d of %d), want all 0",
-			rep.Lost, rep.OrderViolations, rep.Duplicates, rep.Unknown, rep.Distinct, rep.Produced)
+	if rep.Lost != lost || (ordered && rep.OrderViolations != 0) || rep.Unknown != 0 || (!wantDuplicates && rep.Duplicates != 0) {
+		r.t.Errorf("ledger: got lost=%d order violations=%d duplicates=%d unknown=%d (seen %d of %d), want lost=%d and the rest 0",
+			rep.Lost, rep.OrderViolations, rep.Duplicates, rep.Unknown, rep.Distinct, rep.Produced, lost)
 	}
 	if r.nCommits == 0 {
 		r.t.Error("the broker saw no OffsetCommit request: commit checks did not run")
