@@ -7,6 +7,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/orderly-go/orderly/commit"
 	"github.com/orderly-go/orderly/internal/broker"
 	"github.com/orderly-go/orderly/internal/ledger"
 )
@@ -70,16 +71,47 @@ func TestOracleCatches(t *testing.T) {
 			t.Errorf("%s: got %d, want %d", c.name, c.got, c.want)
 		}
 	}
-	o.sample(map[int32]int64{0: 5}, time.Now())
-	o.sample(map[int32]int64{0: 4}, time.Now())
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	found := false
-	for _, p := range o.problems {
-		found = found || strings.Contains(p, "went back from 5 to 4")
+}
+
+// TestOracleSampledCommits: the sampled broker commits of a partition are
+// reported when the committed offset goes back or a later commit no longer
+// covers a finished offset an earlier one listed, and not when a later
+// commit covers it by its offset or its own ranges.
+func TestOracleSampledCommits(t *testing.T) {
+	meta := func(base int64, ranges ...commit.Range) string {
+		m, _ := commit.EncodeMeta(base, ranges, 4096)
+		return m
 	}
-	if !found {
-		t.Errorf("a sampled commit going back was not reported; problems: %v", o.problems)
+	tests := []struct {
+		name    string
+		samples []broker.Commit
+		want    string // in a problem; "" for none
+	}{
+		{"offset back", []broker.Commit{{Offset: 5}, {Offset: 4}}, "went back from 5 to 4"},
+		{"ranges dropped", []broker.Commit{{Offset: 10, Metadata: meta(10, commit.Range{Start: 12, End: 14})}, {Offset: 11}},
+			"(offset 11) no longer covers 2 offsets (the first 12)"},
+		{"range partly dropped", []broker.Commit{{Offset: 10, Metadata: meta(10, commit.Range{Start: 12, End: 14})}, {Offset: 13}},
+			"(offset 13) no longer covers 1 offsets (the first 13)"},
+		{"passed on", []broker.Commit{{Offset: 10, Metadata: meta(10, commit.Range{Start: 12, End: 14})},
+			{Offset: 11, Metadata: meta(11, commit.Range{Start: 12, End: 15})}, {Offset: 15}}, ""},
+		{"metadata for another offset covers nothing", []broker.Commit{{Offset: 10, Metadata: meta(10, commit.Range{Start: 12, End: 14})},
+			{Offset: 11, Metadata: meta(10, commit.Range{Start: 12, End: 14})}}, "no longer covers 2 offsets"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			o := newOracle(t, "self", "t", []uint32{1})
+			for _, c := range tt.samples {
+				o.sample(map[int32]broker.Commit{0: c}, time.Now())
+			}
+			o.mu.Lock()
+			defer o.mu.Unlock()
+			switch {
+			case tt.want == "" && len(o.problems) > 0:
+				t.Errorf("got problems %q, want none", o.problems)
+			case tt.want != "" && (len(o.problems) != 1 || !strings.Contains(o.problems[0], tt.want)):
+				t.Errorf("got problems %q, want one with %q", o.problems, tt.want)
+			}
+		})
 	}
 }
 

@@ -64,7 +64,7 @@ type oracle struct {
 	comps    map[tpOff][]completion
 	other    map[tpOff]time.Time // finished without Do (dead letters, parked)
 	commits  []commitObs
-	sampled  map[int32]int64 // last sampled broker commit per partition
+	sampled  map[int32]sampledCommit // last sampled broker commit per partition
 	unclean  []uncleanMark
 	problems []string
 	maxGen   int32
@@ -115,7 +115,7 @@ type ownerMark struct {
 func newOracle(t *testing.T, name, topic string, counts []uint32) *oracle {
 	return &oracle{
 		t: t, name: name, topic: topic, counts: counts, ledger: ledger.New(counts),
-		comps: map[tpOff][]completion{}, other: map[tpOff]time.Time{}, sampled: map[int32]int64{},
+		comps: map[tpOff][]completion{}, other: map[tpOff]time.Time{}, sampled: map[int32]sampledCommit{},
 		owners: map[int32]ownerMark{}, repeatable: map[tpOff]int{},
 	}
 }
@@ -169,17 +169,62 @@ func (o *oracle) observe(req *kmsg.OffsetCommitRequest) {
 }
 
 // sample records what the broker holds (a broker in another process,
-// whose requests cannot be observed).
-func (o *oracle) sample(committed map[int32]int64, at time.Time) {
+// whose requests cannot be observed). A committed offset must never go
+// back, and what a commit covers (its offset and the finished ranges in
+// its metadata) must stay covered by every later commit: a new owner
+// passes on the finished set it resumed from, so a coverage that shrinks
+// means finished messages will be handled again.
+func (o *oracle) sample(committed map[int32]broker.Commit, at time.Time) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	for p, off := range committed {
-		if last, ok := o.sampled[p]; ok && off < last {
-			o.problems = append(o.problems, fmt.Sprintf("the broker's committed offset of partition %d went back from %d to %d (a zombie commit accepted)", p, last, off))
+	for p, c := range committed {
+		cov := coverage(c)
+		if last, ok := o.sampled[p]; ok {
+			if c.Offset < last.cov.Base {
+				o.problems = append(o.problems, fmt.Sprintf("the broker's committed offset of partition %d went back from %d to %d (a zombie commit accepted)", p, last.cov.Base, c.Offset))
+			} else if off, lost := uncovered(last.cov, cov); lost > 0 {
+				o.problems = append(o.problems, fmt.Sprintf("the broker's commit of partition %d at %s (offset %d) no longer covers %d offsets (the first %d) that its commit at %s (offset %d) covered: finished messages will be handled again",
+					p, at.Format("15:04:05.000"), c.Offset, lost, off, last.at.Format("15:04:05.000"), last.cov.Base))
+			}
 		}
-		o.sampled[p] = off
-		o.commits = append(o.commits, commitObs{at: at, p: p, off: off})
+		o.sampled[p] = sampledCommit{cov: cov, at: at}
+		o.commits = append(o.commits, commitObs{at: at, p: p, off: c.Offset})
 	}
+}
+
+// sampledCommit is a partition's last sampled commit.
+type sampledCommit struct {
+	cov commit.Done // Base: the committed offset
+	at  time.Time
+}
+
+// coverage is what c covers: every offset below its offset and the
+// finished ranges its metadata lists (none if the metadata is not
+// orderly's, or is for another offset).
+func coverage(c broker.Commit) commit.Done {
+	d, err := commit.DecodeMeta(c.Metadata)
+	if err != nil || d.Base != c.Offset {
+		d = commit.Done{}
+	}
+	d.Base = c.Offset
+	return d
+}
+
+// uncovered counts the offsets was covers at or above now's base that now
+// does not, and returns the first of them.
+func uncovered(was, now commit.Done) (first int64, n int64) {
+	first = -1
+	for _, r := range was.Ranges {
+		for off := max(r.Start, now.Base); off < r.End; off++ {
+			if !covers(now, off) {
+				if first < 0 {
+					first = off
+				}
+				n++
+			}
+		}
+	}
+	return first, n
 }
 
 // uncleanEnd records that member ended uncleanly (killed, evicted, its
@@ -187,12 +232,7 @@ func (o *oracle) sample(committed map[int32]int64, at time.Time) {
 func (o *oracle) uncleanEnd(member string, commits map[int32]broker.Commit) {
 	cov := map[int32]commit.Done{}
 	for p, c := range commits {
-		d, err := commit.DecodeMeta(c.Metadata)
-		if err != nil || d.Base != c.Offset {
-			d = commit.Done{}
-		}
-		d.Base = c.Offset
-		cov[p] = d
+		cov[p] = coverage(c)
 	}
 	o.mu.Lock()
 	defer o.mu.Unlock()

@@ -66,11 +66,7 @@ func sampleCommits(t *testing.T, o *oracle, admin sarama.ClusterAdmin, group str
 			}
 			at := time.Now()
 			if c, err := brokerCommits(admin, group, o.topic); err == nil {
-				offs := map[int32]int64{}
-				for p, x := range c {
-					offs[p] = x.Offset
-				}
-				o.sample(offs, at)
+				o.sample(c, at)
 			}
 		}
 	})
