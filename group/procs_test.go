@@ -89,7 +89,9 @@ type childOpts struct {
 
 func startScenarioChild(t *testing.T, o childOpts) *proctest.Proc {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^TestScenarioChild$")
+	// -test.v: the child's log lines reach its .stderr file as they are
+	// written, so that a killed child's are kept too.
+	cmd := exec.Command(os.Args[0], "-test.run=^TestScenarioChild$", "-test.v")
 	cmd.Env = append(os.Environ(),
 		"ORDERLY_SC_CHILD=1",
 		"ORDERLY_SC_BROKERS="+strings.Join(o.brokers, ","),
@@ -103,9 +105,36 @@ func startScenarioChild(t *testing.T, o childOpts) *proctest.Proc {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { logf.Close() })
+	t.Cleanup(func() {
+		logf.Close()
+		if t.Failed() {
+			logChildWarnings(t, o.tag, o.log+".stderr")
+		}
+	})
 	cmd.Stdout, cmd.Stderr = logf, logf
 	return proctest.Start(t, cmd)
+}
+
+// logChildWarnings logs the warnings and errors a child process logged
+// (the first 20), for a failed test: its log files go with t.TempDir.
+func logChildWarnings(t *testing.T, tag, path string) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Logf("consumer %s: %v", tag, err)
+		return
+	}
+	n := 0
+	for line := range strings.Lines(string(data)) {
+		if !strings.Contains(line, "\tWARN\t") && !strings.Contains(line, "\tERROR\t") {
+			continue
+		}
+		if n++; n <= 20 {
+			t.Logf("consumer %s: %s", tag, strings.TrimSpace(line))
+		}
+	}
+	if n > 20 {
+		t.Logf("consumer %s: %d more warnings", tag, n-20)
+	}
 }
 
 // waitReady waits until the child logging to log handles SIGTERM as a
