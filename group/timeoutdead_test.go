@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/zap/zaptest/observer"
+
 	"github.com/orderly-go/orderly/internal/deadletter"
 )
 
@@ -16,8 +18,9 @@ import (
 // ErrTimeout; each such call counts in Stats.TimedOut, and after
 // MaxAttempts of them the message is dead-lettered with reason "timeout"
 // (Stats.DeadLettered.Timeout), not max_attempts, although Do returned
-// ctx.Err() (context.Canceled). The rest of the partition is handled once
-// each, in order, and the commits reach the high watermark.
+// ctx.Err() (context.Canceled), and the failed call's warning says so
+// too. The rest of the partition is handled once each, in order, and the
+// commits reach the high watermark.
 func TestTimedOutDeadLettered(t *testing.T) {
 	t.Parallel() // mostly waits on the broker and the timeouts
 	// A timeout long enough that no healthy call under load reaches it.
@@ -33,6 +36,8 @@ func TestTimedOutDeadLettered(t *testing.T) {
 	cfg := r.config("slow")
 	cfg.Size, cfg.Num, cfg.MsgTimeout, cfg.DeadLetterTopic = 1, 4, timeout, "slow-dlq"
 	cfg.Retry = Retry{Backoff: 10 * time.Millisecond, MaxBackoff: 10 * time.Millisecond, MaxAttempts: 2}
+	var logs *observer.ObservedLogs
+	cfg.Logger, logs = observed()
 	g := newGroup(t, cfg, func(ctx context.Context, batch []*Message) error {
 		if batch[0].Offset != target {
 			return w.Do(ctx, batch)
@@ -78,4 +83,11 @@ func TestTimedOutDeadLettered(t *testing.T) {
 			info.Offset, info.Reason, info.Attempts, target, deadletter.ReasonTimeout, cfg.Retry.MaxAttempts)
 	}
 	r.checkDeadLettered(1) // and every commit the broker saw behind finished work
+	failed := logs.FilterMessage("Do failed; its failing items will be retried").All()
+	if len(failed) == 0 {
+		t.Fatal("no failed call logged")
+	}
+	if got := failed[0].ContextMap()["error"]; got != ErrTimeout.Error()+" (context canceled)" {
+		t.Errorf("the failed call's warning: got error %q, want %q (the timeout, then what Do returned)", got, ErrTimeout.Error()+" (context canceled)")
+	}
 }
