@@ -1,9 +1,6 @@
 package group
 
 import (
-	"context"
-	"errors"
-	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -26,17 +23,7 @@ func TestCommitMetadataOff(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			r := newRig(t, "meta-"+tt.name, 1, n, keys)
-			w := r.work(0, 0)
-			var failing atomic.Bool
-			failing.Store(true)
-			do := func(ctx context.Context, batch []*Message) error {
-				for _, m := range batch {
-					if m.Offset == target && failing.Load() {
-						return errors.New("fails under A")
-					}
-				}
-				return w.Do(ctx, batch)
-			}
+			do, failing := r.work(0, 0).failingAt(target)
 			cfg := r.config("meta-" + tt.name)
 			cfg.Size, cfg.Num, cfg.CommitMetadata = 1, 4, tt.meta
 			// The failure waits while A runs; B, told of the wait by A's

@@ -1,9 +1,6 @@
 package group
 
 import (
-	"context"
-	"errors"
-	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -20,17 +17,7 @@ func TestResumedSetPassedOn(t *testing.T) {
 	t.Parallel() // mostly waits on the broker and a retry's backoff
 	const n, keys, target = 300, 10, 5
 	r := newRig(t, "pass-on", 1, n, keys)
-	w := r.work(0, 0)
-	var failing atomic.Bool
-	failing.Store(true)
-	do := func(ctx context.Context, batch []*Message) error {
-		for _, m := range batch {
-			if m.Offset == target && failing.Load() {
-				return errors.New("fails under A and B")
-			}
-		}
-		return w.Do(ctx, batch)
-	}
+	do, failing := r.work(0, 0).failingAt(target)
 	cfg := r.config("pass-on")
 	cfg.Size, cfg.Num = 1, 4
 	cfg.Retry = Retry{Backoff: 2 * time.Second, MaxBackoff: 2 * time.Second, Jitter: -1}

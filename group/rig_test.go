@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -203,6 +204,21 @@ func (r *rig) work(delay time.Duration, failRate float64) *work {
 }
 
 var errInjected = errors.New("injected failure")
+
+// failingAt is w.Do, except that a batch holding offset target fails as a
+// whole while failing is set (it starts set).
+func (w *work) failingAt(target int64) (do func(context.Context, []*Message) error, failing *atomic.Bool) {
+	failing = new(atomic.Bool)
+	failing.Store(true)
+	return func(ctx context.Context, batch []*Message) error {
+		for _, m := range batch {
+			if m.Offset == target && failing.Load() {
+				return fmt.Errorf("offset %d: %w", target, errInjected)
+			}
+		}
+		return w.Do(ctx, batch)
+	}, failing
+}
 
 func (w *work) Do(ctx context.Context, batch []*Message) error {
 	if w.delay > 0 {
