@@ -2,6 +2,7 @@ package group
 
 import (
 	"errors"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -29,7 +30,7 @@ func (c *claimLoop[T]) resumeFrom(initial int64) commit.Done {
 	if c.g.cfg.CommitMetadata < 0 {
 		return commit.Done{}
 	}
-	off, meta, err := c.g.fetchCommitted(c.topic, c.part)
+	off, meta, err := c.readCommitted()
 	if err != nil {
 		c.g.errs.add(errOffsets)
 		c.log.Warn("reading commit metadata failed; messages finished by the previous owner may be handled again",
@@ -51,6 +52,33 @@ func (c *claimLoop[T]) resumeFrom(initial int64) commit.Done {
 	}
 	c.log.Debug("resuming", zap.Int64("offset", off), zap.Int64("finished", done.Count()))
 	return done
+}
+
+// readCommitted reads the partition's committed offset and metadata for
+// resumeFrom, retrying a failed read as sarama retries its own read of the
+// committed offset (Sarama.Metadata.Retry: Max more times, Backoff apart)
+// unless the session or the group ends meanwhile. Without the metadata the
+// claim would handle again everything the previous owner finished above
+// its frontier: a short wait costs less.
+func (c *claimLoop[T]) readCommitted() (off int64, meta string, err error) {
+	retry := c.g.cfg.Sarama.Metadata.Retry
+	for attempt := 1; ; attempt++ {
+		off, meta, err = c.g.fetchCommitted(c.topic, c.part)
+		if err == nil || attempt > retry.Max {
+			return off, meta, err
+		}
+		c.log.Info("reading commit metadata failed; retrying", zap.Int("attempt", attempt), zap.Duration("backoff", retry.Backoff), zap.Error(err))
+		t := time.NewTimer(retry.Backoff)
+		select {
+		case <-t.C:
+		case <-c.sess.Context().Done():
+			t.Stop()
+			return off, meta, err
+		case <-c.g.stopping:
+			t.Stop()
+			return off, meta, err
+		}
+	}
 }
 
 // fetchCommitted asks the group coordinator for the committed offset and
