@@ -134,7 +134,8 @@ func (g *Group[T]) consume(sess sarama.ConsumerGroupSession, claim sarama.Consum
 		g.ended[tp] = o
 		g.claimsMu.Unlock()
 	}()
-	c.log.Info("claim started", zap.Int64("offset", claim.InitialOffset()))
+	c.log.Info("claim started", zap.Int64("offset", claim.InitialOffset()),
+		zap.Int64("finished_above", c.resume.Count()), zap.Int("waiting", len(c.resume.Waiting))) // per the commit metadata
 	if g.cfg.OnAssigned != nil {
 		// Here, not in Setup: under a cooperative protocol Setup runs
 		// only at the member's first join, and later rounds start claims

@@ -50,7 +50,6 @@ func (c *claimLoop[T]) resumeFrom(initial int64) commit.Done {
 			zap.Int64("offset", initial), zap.Int64("committed", off), zap.Int64("metadata_base", done.Base))
 		return commit.Done{}
 	}
-	c.log.Debug("resuming", zap.Int64("offset", off), zap.Int64("finished", done.Count()))
 	return done
 }
 

@@ -7,6 +7,9 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
 )
 
 // TestResumeReadRetried: a claim whose read of the commit metadata fails
@@ -15,7 +18,8 @@ import (
 // leaves; the broker then answers the metadata read of member B's claim
 // (the second OffsetFetch: sarama's own read of the committed offset comes
 // first) with COORDINATOR_LOAD_IN_PROGRESS. B must skip what A finished
-// and handle the held lane only, each message once.
+// and handle the held lane only, each message once; its "claim started"
+// line says how many finished offsets the metadata listed.
 func TestResumeReadRetried(t *testing.T) {
 	t.Parallel() // mostly waits on the broker and a retry's backoff
 	const n, keys, target = 300, 10, 5
@@ -56,6 +60,8 @@ func TestResumeReadRetried(t *testing.T) {
 		return resp, nil, true
 	})
 	failing.Store(false)
+	core, logs := observer.New(zapcore.InfoLevel)
+	cfg.Logger = zap.New(core)
 	b := newGroup(t, cfg, do)
 	r.runToEnd(b, cfg.GroupID)
 	if refused.Load() != 1 {
@@ -65,6 +71,10 @@ func TestResumeReadRetried(t *testing.T) {
 	resumed := int64(n - n/keys - target) // what A finished above its commit
 	if got, want := st.Handled, int64(n/keys); got != want || st.Resumed != resumed {
 		t.Errorf("B: got Handled %d, Resumed %d; want %d (the held lane) and %d (what A finished above offset %d)", got, st.Resumed, want, resumed, target)
+	}
+	started := logs.FilterMessage("claim started").All()
+	if len(started) != 1 || started[0].ContextMap()["finished_above"] != resumed {
+		t.Errorf("B's \"claim started\" lines: got %v, want one with finished_above %d", started, resumed)
 	}
 	r.check(false)
 }
