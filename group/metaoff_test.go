@@ -29,19 +29,7 @@ func TestCommitMetadataOff(t *testing.T) {
 			// The failure waits while A runs; B, told of the wait by A's
 			// metadata (the default), keeps to it.
 			cfg.Retry = Retry{Backoff: 3 * time.Second, MaxBackoff: 3 * time.Second, Jitter: -1}
-			a := newGroup(t, cfg, do)
-			stopA := run(t, a)
-			// Everything but the failing message's lane (its later
-			// messages wait behind it), then a commit interval or two.
-			waitFor(t, time.Minute, "A to finish all but one lane", func() bool { return a.Stats().Handled >= n-n/keys })
-			time.Sleep(5 * cfg.Sarama.Consumer.Offsets.AutoCommit.Interval)
-			if err := stopA(); err != nil {
-				t.Fatal(err)
-			}
-			c := r.b.Commits(cfg.GroupID, r.topic)[0]
-			if c.Offset != target {
-				t.Fatalf("A's committed offset: got %d, want %d (the waiting message)", c.Offset, target)
-			}
+			c := r.oneLaneHeld(cfg, do, n, keys, target)
 			if tt.meta < 0 && c.Metadata != "" {
 				t.Errorf("A's commit metadata with CommitMetadata -1: got %q, want none", c.Metadata)
 			}

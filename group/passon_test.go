@@ -1,8 +1,11 @@
 package group
 
 import (
+	"context"
 	"testing"
 	"time"
+
+	"github.com/orderly-go/orderly/internal/broker"
 )
 
 // TestResumedSetPassedOn: a claim commits what the previous owner
@@ -21,19 +24,9 @@ func TestResumedSetPassedOn(t *testing.T) {
 	cfg := r.config("pass-on")
 	cfg.Size, cfg.Num = 1, 4
 	cfg.Retry = Retry{Backoff: 2 * time.Second, MaxBackoff: 2 * time.Second, Jitter: -1}
-	interval := cfg.Sarama.Consumer.Offsets.AutoCommit.Interval
 
-	a := newGroup(t, cfg, do)
-	stopA := run(t, a)
-	waitFor(t, time.Minute, "A to finish all but one lane", func() bool { return a.Stats().Handled >= n-n/keys })
-	time.Sleep(5 * interval)
-	if err := stopA(); err != nil {
-		t.Fatal(err)
-	}
-	byA := r.b.Commits(cfg.GroupID, r.topic)[0]
-	if byA.Offset != target {
-		t.Fatalf("A's committed offset: got %d, want %d (the held message)", byA.Offset, target)
-	}
+	byA := r.oneLaneHeld(cfg, do, n, keys, target)
+	stoppedA := time.Now()
 
 	// B: the held lane takes its whole share (MaxInFlight 8, one
 	// partition), so it stops receiving long before the end.
@@ -41,8 +34,9 @@ func TestResumedSetPassedOn(t *testing.T) {
 	cfgB.MaxInFlight, cfgB.Chan = 8, 1
 	b := newGroup(t, cfgB, do)
 	stopB := run(t, b)
-	waitFor(t, time.Minute, "B to skip what A finished", func() bool { return b.Stats().Resumed > 0 })
-	time.Sleep(10 * interval)
+	waitFor(t, time.Minute, "B to skip what A finished and commit", func() bool {
+		return b.Stats().Resumed > 0 && r.b.Commits(cfg.GroupID, r.topic)[0].At.After(stoppedA)
+	})
 	byB := r.b.Commits(cfg.GroupID, r.topic)[0]
 	if err := stopB(); err != nil {
 		t.Fatal(err)
@@ -62,4 +56,23 @@ func TestResumedSetPassedOn(t *testing.T) {
 		t.Errorf("C handled %d messages; want %d (the held lane only)", got, want)
 	}
 	r.check(false)
+}
+
+// oneLaneHeld runs a member of cfg on do (which fails at offset target)
+// until it has handled the rig's n messages over keys keys but target's
+// lane, stops it, and returns its final commit as the broker holds it: at
+// offset target, listing in its metadata what the member finished above.
+func (r *rig) oneLaneHeld(cfg Config, do func(context.Context, []*Message) error, n, keys int, target int64) broker.Commit {
+	r.t.Helper()
+	a := newGroup(r.t, cfg, do)
+	stop := run(r.t, a)
+	waitFor(r.t, time.Minute, "the first member to finish all but one lane", func() bool { return a.Stats().Handled >= int64(n-n/keys) })
+	if err := stop(); err != nil { // its final commit marks everything it finished
+		r.t.Fatal(err)
+	}
+	c := r.b.Commits(cfg.GroupID, r.topic)[0]
+	if c.Offset != target {
+		r.t.Fatalf("the first member's committed offset: got %d, want %d (the held message)", c.Offset, target)
+	}
+	return c
 }
