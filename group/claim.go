@@ -90,6 +90,7 @@ type claimLoop[T any] struct {
 	probe        gapProbe     // side fetches past control records (markers.go)
 
 	marked     bool   // mark has given sarama an offset
+	metaUnread bool   // the commit metadata could not be read (resumeFrom)
 	meta       string // metadata last marked (the offset is st.next)
 	metaFull   bool   // the finished set does not fit CommitMetadata: take nothing new
 	ranges     []commit.Range
@@ -118,7 +119,8 @@ func (g *Group[T]) consume(sess sarama.ConsumerGroupSession, claim sarama.Consum
 	c.st.received.Store(-1)
 	c.st.view.init(g.cfg.Status.Window)
 	c.checkRewind(claim.InitialOffset())
-	c.resume = c.resumeFrom(claim.InitialOffset())
+	var ending bool
+	c.resume, ending = c.resumeFrom(claim.InitialOffset())
 	g.ctr.claims.Add(1)
 	g.claimsMu.Lock()
 	g.claims[c.st] = struct{}{}
@@ -143,6 +145,9 @@ func (g *Group[T]) consume(sess sarama.ConsumerGroupSession, claim sarama.Consum
 		g.cfg.OnAssigned(c.topic, []int32{c.part}, c.st.generation)
 	}
 
+	if ending {
+		return c.revoke(c.endReason()) // before any message: nothing is marked
+	}
 	msgs := claim.Messages()
 	sessDone := sess.Context().Done()
 	c.pauser, _ = claim.(fetchPauser)
@@ -425,6 +430,17 @@ func (c *claimLoop[T]) advance() {
 	c.st.unfinished.Store(c.p.Unfinished())
 	c.st.undispatched.Store(int64(c.undispatched.len()))
 	c.st.outcomes.store(c.out)
+}
+
+// endReason is why a claim lets go when its session or the group ended
+// (see revoke).
+func (c *claimLoop[T]) endReason() string {
+	select {
+	case <-c.g.stopping:
+		return "shutdown"
+	default:
+		return "session ended"
+	}
 }
 
 // revoke lets the partition go: nothing more is dispatched, queued items are

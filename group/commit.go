@@ -154,7 +154,10 @@ func (c *claimLoop[T]) observe(committed bool, held int) {
 // but the partition has work left (a stuck head): the commit then goes
 // out anyway, as the Java client's auto-commit does, so lag monitors see a
 // consumer that commits without progress (Burrow's STALL) rather than one
-// that stopped; unless the group is paused (Pause): then it is STOP.
+// that stopped; unless the group is paused (Pause): then it is STOP. A
+// claim that could not read the previous owner's metadata marks nothing
+// until its frontier moves past the committed offset, so that the
+// broker keeps that metadata for the next owner.
 func (c *claimLoop[T]) mark(waiting []commit.Waiting) bool {
 	next, ok := c.p.Next()
 	if !ok {
@@ -187,6 +190,11 @@ func (c *claimLoop[T]) mark(waiting []commit.Waiting) bool {
 		c.watchMetadata(next, len(meta), leftFinished+int64(leftWaiting), limit)
 	}
 	switch marked := c.st.next.Load(); {
+	case c.metaUnread && next == c.st.claim.InitialOffset():
+		// The broker's metadata for this offset is the previous
+		// owner's, unread (resumeFrom): marking the same offset again
+		// would replace it with this claim's smaller view.
+		return false
 	case next > marked:
 		c.sess.MarkOffset(c.topic, c.part, next, meta)
 	case next == marked && (!c.marked || meta != c.meta || (c.p.Unfinished() > 0 || c.undispatched.len() > 0) && !c.g.paused.Load()):

@@ -18,64 +18,80 @@ import (
 
 // resumeFrom reads the committed offset and metadata of the claim's
 // partition and returns the finished offsets it lists, if the metadata was
-// written by orderly for the offset the claim starts from.
-func (c *claimLoop[T]) resumeFrom(initial int64) commit.Done {
+// written by orderly for the offset the claim starts from. It reports
+// ending when the claim's session or the group ended while it waited to
+// read again: the claim should let go at once, before it takes a message.
+// When the read failed, the claim keeps the broker's metadata as it is
+// until its frontier moves (see metaUnread in mark).
+func (c *claimLoop[T]) resumeFrom(initial int64) (done commit.Done, ending bool) {
 	if c.g.client == nil {
-		return commit.Done{}
+		return commit.Done{}, false
 	}
 	if initial < 0 {
 		c.checkReset(initial) // no commit yet, or sarama reset it (reset.go)
-		return commit.Done{}
+		return commit.Done{}, false
 	}
 	if c.g.cfg.CommitMetadata < 0 {
-		return commit.Done{}
+		return commit.Done{}, false
 	}
 	off, meta, err := c.readCommitted()
-	if err != nil {
+	switch {
+	case errors.Is(err, errClaimEnding):
+		return commit.Done{}, true
+	case err != nil:
+		c.metaUnread = true
 		c.g.errs.add(errOffsets)
 		c.log.Warn("reading commit metadata failed; messages finished by the previous owner may be handled again",
 			zap.Int64("offset", initial), zap.Error(err))
-		return commit.Done{}
+		return commit.Done{}, false
 	}
-	done, err := commit.DecodeMeta(meta)
+	done, err = commit.DecodeMeta(meta)
 	switch {
 	case errors.Is(err, commit.ErrNotOrderlyMetadata):
-		return commit.Done{}
+		return commit.Done{}, false
 	case err != nil:
 		c.g.errs.add(errOffsets)
 		c.log.Warn("ignoring corrupt commit metadata", zap.Int64("offset", off), zap.String("metadata", meta), zap.Error(err))
-		return commit.Done{}
+		return commit.Done{}, false
 	case off != initial || done.Base != off:
 		c.log.Warn("ignoring commit metadata for another offset",
 			zap.Int64("offset", initial), zap.Int64("committed", off), zap.Int64("metadata_base", done.Base))
-		return commit.Done{}
+		return commit.Done{}, false
 	}
-	return done
+	return done, false
 }
 
+// errClaimEnding: the claim's session or the group ended while the claim
+// waited to read its commit metadata again.
+var errClaimEnding = errors.New("group: claim ending")
+
 // readCommitted reads the partition's committed offset and metadata for
-// resumeFrom, retrying a failed read as sarama retries its own read of the
-// committed offset (Sarama.Metadata.Retry: Max more times, Backoff apart)
-// unless the session or the group ends meanwhile. Without the metadata the
-// claim would handle again everything the previous owner finished above
-// its frontier: a short wait costs less.
+// resumeFrom. A failed read is tried again, Sarama.Metadata.Retry.Max
+// more times, Retry.Backoff apart, while that fits in half of
+// Sarama.Consumer.Group.Rebalance.Timeout from the first read: under a
+// cooperative protocol a revoke of this partition is not seen until the
+// claim reads its messages, and the rebalance waits for it. The wait ends
+// early, with errClaimEnding, when the session or the group ends. Without
+// the metadata the claim would handle again everything the previous owner
+// finished above its frontier: a short wait costs less.
 func (c *claimLoop[T]) readCommitted() (off int64, meta string, err error) {
 	retry := c.g.cfg.Sarama.Metadata.Retry
-	for attempt := 1; ; attempt++ {
+	budget := time.Now().Add(c.g.cfg.Sarama.Consumer.Group.Rebalance.Timeout / 2)
+	for try := 1; ; try++ {
 		off, meta, err = c.g.fetchCommitted(c.topic, c.part)
-		if err == nil || attempt > retry.Max {
+		if err == nil || try > retry.Max || time.Now().Add(retry.Backoff).After(budget) {
 			return off, meta, err
 		}
-		c.log.Info("reading commit metadata failed; retrying", zap.Int("attempt", attempt), zap.Duration("backoff", retry.Backoff), zap.Error(err))
+		c.log.Debug("reading commit metadata failed; retrying", zap.Int("try", try), zap.Duration("backoff", retry.Backoff), zap.Error(err))
 		t := time.NewTimer(retry.Backoff)
 		select {
 		case <-t.C:
 		case <-c.sess.Context().Done():
 			t.Stop()
-			return off, meta, err
+			return off, meta, errClaimEnding
 		case <-c.g.stopping:
 			t.Stop()
-			return off, meta, err
+			return off, meta, errClaimEnding
 		}
 	}
 }

@@ -12,14 +12,15 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 )
 
-// TestResumeReadRetried: a claim whose read of the commit metadata fails
-// reads it again (Sarama.Metadata.Retry) rather than handle again what the
-// previous owner finished. Member A finishes everything but one lane and
-// leaves; the broker then answers the metadata read of member B's claim
-// (the second OffsetFetch: sarama's own read of the committed offset comes
-// first) with COORDINATOR_LOAD_IN_PROGRESS. B must skip what A finished
-// and handle the held lane only, each message once; its "claim started"
-// line says how many finished offsets the metadata listed.
+// Reading the commit metadata at a claim's start (resume.go). In each
+// test member A finishes everything but one lane and leaves (oneLaneHeld);
+// then the broker refuses member B's claim reads of the metadata.
+
+// TestResumeReadRetried: B's claim reads the metadata again after its
+// read is refused once (Sarama.Metadata.Retry), rather than handle again
+// what A finished: B skips it and handles the held lane only, each message
+// once; its "claim started" line says how many finished offsets the
+// metadata listed.
 func TestResumeReadRetried(t *testing.T) {
 	t.Parallel() // mostly waits on the broker and a retry's backoff
 	const n, keys, target = 300, 10, 5
@@ -28,44 +29,20 @@ func TestResumeReadRetried(t *testing.T) {
 	cfg := r.config("resume-retry")
 	cfg.Size, cfg.Num = 1, 4
 	cfg.Retry = Retry{Backoff: time.Second, MaxBackoff: time.Second, Jitter: -1}
-	cfg.Sarama.Metadata.Retry.Backoff = 50 * time.Millisecond
+	cfg.Sarama.Metadata.Retry.Max, cfg.Sarama.Metadata.Retry.Backoff = 1, 50*time.Millisecond
+	r.oneLaneHeld(cfg, do, n, keys, target)
 
-	a := newGroup(t, cfg, do)
-	stopA := run(t, a)
-	waitFor(t, time.Minute, "A to finish all but one lane", func() bool { return a.Stats().Handled >= n-n/keys })
-	time.Sleep(5 * cfg.Sarama.Consumer.Offsets.AutoCommit.Interval)
-	if err := stopA(); err != nil {
-		t.Fatal(err)
-	}
-	if c := r.b.Commits(cfg.GroupID, r.topic)[0]; c.Offset != target || c.Metadata == "" {
-		t.Fatalf("A's commit: got offset %d metadata %q, want offset %d with the finished set", c.Offset, c.Metadata, target)
-	}
-
-	var fetches, refused atomic.Int32
-	cl := r.b.Cluster()
-	cl.ControlKey(kmsg.OffsetFetch.Int16(), func(req kmsg.Request) (kmsg.Response, error, bool) {
-		cl.KeepControl()
-		if fetches.Add(1) != 2 {
-			return nil, nil, false
-		}
-		refused.Add(1)
-		resp := req.ResponseKind().(*kmsg.OffsetFetchResponse)
-		resp.SetVersion(req.GetVersion())
-		resp.ErrorCode = kerr.CoordinatorLoadInProgress.Code
-		if r := req.(*kmsg.OffsetFetchRequest); len(r.Groups) > 0 { // v8+: per group
-			g := kmsg.NewOffsetFetchResponseGroup()
-			g.Group, g.ErrorCode = r.Groups[0].Group, kerr.CoordinatorLoadInProgress.Code
-			resp.Groups = append(resp.Groups, g)
-		}
-		return resp, nil, true
-	})
+	refused := refuseClaimReads(r, func(n int32) bool { return n == 1 })
 	failing.Store(false)
-	core, logs := observer.New(zapcore.InfoLevel)
+	core, logs := observer.New(zapcore.DebugLevel)
 	cfg.Logger = zap.New(core)
 	b := newGroup(t, cfg, do)
 	r.runToEnd(b, cfg.GroupID)
-	if refused.Load() != 1 {
-		t.Fatalf("refused OffsetFetch requests: got %d, want 1 (of %d)", refused.Load(), fetches.Load())
+	if got := refused.Load(); got != 1 {
+		t.Fatalf("claim reads refused: got %d, want 1", got)
+	}
+	if got := logs.FilterMessage("reading commit metadata failed; retrying").Len(); got != 1 {
+		t.Errorf("retries logged: got %d, want 1", got)
 	}
 	st := b.Stats()
 	resumed := int64(n - n/keys - target) // what A finished above its commit
@@ -77,4 +54,116 @@ func TestResumeReadRetried(t *testing.T) {
 		t.Errorf("B's \"claim started\" lines: got %v, want one with finished_above %d", started, resumed)
 	}
 	r.check(false)
+}
+
+// TestResumeReadFailedKeepsMetadata: when every read fails, B's claim
+// handles again what A finished (it cannot know), but while its frontier
+// stays at A's commit (the held lane still fails) it leaves A's metadata
+// on the broker as it is, final commit included: B, with a small in-flight
+// share, has seen only the start of the partition, and its own view would
+// drop the rest of A's finished set. Member C then handles the held lane
+// only.
+func TestResumeReadFailedKeepsMetadata(t *testing.T) {
+	t.Parallel() // mostly waits on the broker and a retry's backoff
+	const n, keys, target = 300, 10, 5
+	r := newRig(t, "resume-unread", 1, n, keys)
+	do, failing := r.work(0, 0).failingAt(target)
+	cfg := r.config("resume-unread")
+	cfg.Size, cfg.Num = 1, 4
+	cfg.Retry = Retry{Backoff: 50 * time.Millisecond, MaxBackoff: 50 * time.Millisecond, Jitter: -1}
+	cfg.Sarama.Metadata.Retry.Max = 0
+	byA := r.oneLaneHeld(cfg, do, n, keys, target)
+
+	var refusing atomic.Bool
+	refusing.Store(true)
+	refused := refuseClaimReads(r, func(int32) bool { return refusing.Load() })
+	cfgB := cfg
+	cfgB.MaxInFlight, cfgB.Chan = 8, 1
+	b := newGroup(t, cfgB, do)
+	stopB := run(t, b)
+	waitFor(t, time.Minute, "B to fail the held message again and handle others", func() bool {
+		st := b.Stats()
+		return st.Failures >= 2 && st.Handled > 0
+	})
+	time.Sleep(3 * cfg.Sarama.Consumer.Offsets.AutoCommit.Interval) // commit ticks with the frontier at A's
+	if err := stopB(); err != nil {
+		t.Fatal(err)
+	}
+	if refused.Load() == 0 {
+		t.Fatal("no claim read refused")
+	}
+	if got := r.b.Commits(cfg.GroupID, r.topic)[0]; got.Offset != byA.Offset || got.Metadata != byA.Metadata {
+		t.Errorf("the commit after B: got offset %d metadata %q, want A's: offset %d metadata %q", got.Offset, got.Metadata, byA.Offset, byA.Metadata)
+	}
+
+	failing.Store(false)
+	refusing.Store(false)
+	c := newGroup(t, cfg, do)
+	r.runToEnd(c, cfg.GroupID)
+	if got, want := c.Stats().Handled, int64(n/keys); got != want {
+		t.Errorf("C handled %d messages; want %d (the held lane only)", got, want)
+	}
+	r.check(true) // B handled again what A finished, as far as it read
+}
+
+// TestResumeReadWaitEndsOnStop: B's claim, waiting a minute to read the
+// metadata again, lets go as soon as B stops: Run returns well within the
+// wait, B takes no message, and A's commit stays on the broker as it was.
+func TestResumeReadWaitEndsOnStop(t *testing.T) {
+	t.Parallel() // mostly waits on the broker
+	const n, keys, target = 300, 10, 5
+	r := newRig(t, "resume-stop", 1, n, keys)
+	do, _ := r.work(0, 0).failingAt(target)
+	cfg := r.config("resume-stop")
+	cfg.Size, cfg.Num = 1, 4
+	byA := r.oneLaneHeld(cfg, do, n, keys, target)
+
+	refused := refuseClaimReads(r, func(int32) bool { return true })
+	cfg.Sarama.Metadata.Retry.Max, cfg.Sarama.Metadata.Retry.Backoff = 5, time.Minute
+	cfg.Sarama.Consumer.Group.Rebalance.Timeout = 10 * time.Minute // the wait fits in half of it
+	b := newGroup(t, cfg, do)
+	stopB := run(t, b)
+	waitFor(t, time.Minute, "B's claim read to be refused", func() bool { return refused.Load() > 0 })
+	time.Sleep(500 * time.Millisecond) // sarama's fetch has messages waiting for the claim by now
+	start := time.Now()
+	if err := stopB(); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took > 30*time.Second {
+		t.Errorf("B's Run returned %v after the stop; want it well within the 1m wait", took)
+	}
+	if st := b.Stats(); st.Fetched != 0 || st.Handled != 0 {
+		t.Errorf("B: got Fetched %d, Handled %d; want none (it let go before taking a message)", st.Fetched, st.Handled)
+	}
+	if got := r.b.Commits(cfg.GroupID, r.topic)[0]; got.Offset != byA.Offset || got.Metadata != byA.Metadata {
+		t.Errorf("the commit after B: got offset %d metadata %q, want A's: offset %d metadata %q", got.Offset, got.Metadata, byA.Offset, byA.Metadata)
+	}
+}
+
+// refuseClaimReads makes the broker answer the claims' reads of their
+// committed offsets (OffsetFetch without RequireStable: sarama's own read
+// at a session's start asks for stable offsets under ReadCommitted) with
+// COORDINATOR_LOAD_IN_PROGRESS when refuse, given the read's number from
+// 1, says so; it returns the count of refused reads.
+func refuseClaimReads(r *rig, refuse func(n int32) bool) *atomic.Int32 {
+	var reads, refused atomic.Int32
+	cl := r.b.Cluster()
+	cl.ControlKey(kmsg.OffsetFetch.Int16(), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		cl.KeepControl()
+		fetch := req.(*kmsg.OffsetFetchRequest)
+		if fetch.RequireStable || !refuse(reads.Add(1)) {
+			return nil, nil, false
+		}
+		refused.Add(1)
+		resp := fetch.ResponseKind().(*kmsg.OffsetFetchResponse)
+		resp.SetVersion(fetch.GetVersion())
+		resp.ErrorCode = kerr.CoordinatorLoadInProgress.Code
+		for _, g := range fetch.Groups { // v8+: per group
+			rg := kmsg.NewOffsetFetchResponseGroup()
+			rg.Group, rg.ErrorCode = g.Group, kerr.CoordinatorLoadInProgress.Code
+			resp.Groups = append(resp.Groups, rg)
+		}
+		return resp, nil, true
+	})
+	return &refused
 }

@@ -31,7 +31,7 @@ var logFields = []string{
 	"backoff", "timeout", "running", "lasted", "worker", "redelivered", "outages", "probes",
 	"batch", "named", "suppressed",
 	"dropped", "abandoned", "late", "uncommitted", "unfinished", "cancelled",
-	"limit", "bytes", "left", "seen", "committed", "metadata", "metadata_base", "finished",
+	"limit", "bytes", "left", "seen", "committed", "metadata", "metadata_base", "finished_above", "waiting", "try",
 	"log_start", "high_watermark", "reset_to", "skipped", "policy", "from", "to",
 	// localqueue's, on the queue of messages parked under DataPath
 	"queue", "depth", "attempts", "memory", "in_flight", "deferred", "in_flight_journaled", "kept_in_journal",
