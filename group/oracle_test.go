@@ -211,17 +211,29 @@ func coverage(c broker.Commit) commit.Done {
 }
 
 // uncovered counts the offsets was covers at or above now's base that now
-// does not, and returns the first of them.
+// does not, and returns the first of them. Both range lists are sorted
+// and disjoint: one pass over each.
 func uncovered(was, now commit.Done) (first int64, n int64) {
 	first = -1
+	j := 0
 	for _, r := range was.Ranges {
-		for off := max(r.Start, now.Base); off < r.End; off++ {
-			if !covers(now, off) {
-				if first < 0 {
-					first = off
-				}
-				n++
+		for off := max(r.Start, now.Base); off < r.End; {
+			for j < len(now.Ranges) && now.Ranges[j].End <= off {
+				j++
 			}
+			next := r.End // off..next: not covered, or covered, as a block
+			if j < len(now.Ranges) && now.Ranges[j].Start <= off {
+				off = min(now.Ranges[j].End, r.End)
+				continue
+			}
+			if j < len(now.Ranges) {
+				next = min(next, now.Ranges[j].Start)
+			}
+			if first < 0 {
+				first = off
+			}
+			n += next - off
+			off = next
 		}
 	}
 	return first, n
