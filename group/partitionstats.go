@@ -166,7 +166,8 @@ type partitionView struct {
 	headOffset int64     // the frontier's message, -1 none
 	headSince  time.Time // since when it is the frontier's
 	lastCommit time.Time
-	committed  int64 // read back from the coordinator, -1 unknown
+	firstAt    time.Time // the first interval's (the claim's start)
+	committed  int64     // read back from the coordinator, -1 unknown
 	readAt     time.Time
 }
 
@@ -181,6 +182,7 @@ func (v *partitionView) seedRewind(seen, initial int64, at time.Time) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	v.samples[0] = sample{at: at, offset: seen, lag: -1}
+	v.firstAt = at
 	v.n = 1
 	v.status = PartitionStatus{StatusRewind, fmt.Sprintf("committed offset went back from %d (last seen) to %d", seen, initial)}
 }
@@ -197,6 +199,9 @@ func (v *partitionView) observe(s sample, stopAfter time.Duration) PartitionStat
 	w := len(v.samples)
 	if s.committed {
 		v.lastCommit = s.at
+	}
+	if v.firstAt.IsZero() {
+		v.firstAt = s.at
 	}
 	v.samples[v.n%w] = s
 	v.n++
@@ -216,7 +221,7 @@ func (v *partitionView) observe(s sample, stopAfter time.Duration) PartitionStat
 			}
 		}
 	}
-	since := s.at.Sub(first.at)
+	since := s.at.Sub(v.firstAt) // no commit since the claim started
 	if !v.lastCommit.IsZero() {
 		since = s.at.Sub(v.lastCommit)
 	}

@@ -605,3 +605,29 @@ func TestCorruptHistoryIgnored(t *testing.T) {
 		t.Fatalf("Stats.ErrorsBy.Offsets: got %d, want 1", st.ErrorsBy.Offsets)
 	}
 }
+
+// TestStatusStopWithoutAnyCommit: a claim that has never committed (it
+// left the previous owner's unread metadata in place) is STOP once
+// StopAfter has passed since it started, although no window of samples
+// is that long (Window intervals span one interval less than StopAfter's
+// default).
+func TestStatusStopWithoutAnyCommit(t *testing.T) {
+	const window, interval = 10, 100 * time.Millisecond
+	var v partitionView
+	v.init(window)
+	t0 := time.Now()
+	for i := range 2 * window {
+		at := t0.Add(time.Duration(i) * interval)
+		got := v.observe(sample{at: at, offset: 5, lag: 100}, window*interval)
+		want := StatusOK
+		switch {
+		case at.Sub(t0) > window*interval:
+			want = StatusStop
+		case i >= window-1:
+			want = StatusStall // a full window, the offset not moving: no sign yet that nothing commits
+		}
+		if got.Code != want {
+			t.Fatalf("interval %d (%v in): got %v (%s), want %v", i, at.Sub(t0), got.Code, got.Reason, want)
+		}
+	}
+}
