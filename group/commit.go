@@ -157,7 +157,8 @@ func (c *claimLoop[T]) observe(committed bool, held int) {
 // that stopped; unless the group is paused (Pause): then it is STOP. A
 // claim that could not read the previous owner's metadata marks nothing
 // until its frontier moves past the committed offset, so that the
-// broker keeps that metadata for the next owner.
+// broker keeps that metadata for the next owner (a stuck head there is
+// then STOP).
 func (c *claimLoop[T]) mark(waiting []commit.Waiting) bool {
 	next, ok := c.p.Next()
 	if !ok {

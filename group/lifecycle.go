@@ -51,11 +51,14 @@ func (c *claimLoop[T]) checkRewind(initial int64) {
 
 // released tells OnRevoked or OnLost that the claim ended with the
 // frontier at next: revoked when the coordinator holds next or beyond (the
-// final commit reached it), lost when it does not or cannot say.
+// final commit reached it), lost when it does not or cannot say. A claim
+// that never marked and ends where it started (a committed offset) made
+// no commit to confirm: revoked, without asking.
 func (c *claimLoop[T]) released(next int64) error {
 	var err error
 	refused := false // the final commit did not reach the coordinator
-	if c.g.client != nil && next >= 0 {
+	unchanged := !c.marked && next == c.st.claim.InitialOffset()
+	if c.g.client != nil && next >= 0 && !unchanged {
 		var committed int64
 		if committed, _, err = c.g.fetchCommitted(c.topic, c.part); err == nil {
 			c.g.history.seen(topicPartition{c.topic, c.part}, committed)

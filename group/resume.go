@@ -37,6 +37,7 @@ func (c *claimLoop[T]) resumeFrom(initial int64) (done commit.Done, ending bool)
 	off, meta, err := c.readCommitted()
 	switch {
 	case errors.Is(err, errClaimEnding):
+		c.metaUnread = true // the claim lets go before it takes a message; should one get in, mark keeps the metadata
 		return commit.Done{}, true
 	case err != nil:
 		c.metaUnread = true
@@ -67,10 +68,11 @@ var errClaimEnding = errors.New("group: claim ending")
 
 // readCommitted reads the partition's committed offset and metadata for
 // resumeFrom. A failed read is tried again, Sarama.Metadata.Retry.Max
-// more times, Retry.Backoff apart, while that fits in half of
-// Sarama.Consumer.Group.Rebalance.Timeout from the first read: under a
-// cooperative protocol a revoke of this partition is not seen until the
-// claim reads its messages, and the rebalance waits for it. The wait ends
+// more times, Retry.Backoff apart, but no try starts later than half of
+// Sarama.Consumer.Group.Rebalance.Timeout after the first (a try itself
+// can take up to Net.ReadTimeout): under a cooperative protocol a revoke
+// of this partition is not seen until the claim reads its messages, and
+// the rebalance waits for it. The wait ends
 // early, with errClaimEnding, when the session or the group ends. Without
 // the metadata the claim would handle again everything the previous owner
 // finished above its frontier: a short wait costs less.

@@ -61,7 +61,9 @@ func TestResumeReadRetried(t *testing.T) {
 // stays at A's commit (the held lane still fails) it leaves A's metadata
 // on the broker as it is, final commit included: B, with a small in-flight
 // share, has seen only the start of the partition, and its own view would
-// drop the rest of A's finished set. Member C then handles the held lane
+// drop the rest of A's finished set. Committing nothing, the partition is
+// STOP. B gives up on the read at once: a 6 s backoff would start past
+// half of the 10 s rebalance timeout. Member C then handles the held lane
 // only.
 func TestResumeReadFailedKeepsMetadata(t *testing.T) {
 	t.Parallel() // mostly waits on the broker and a retry's backoff
@@ -71,7 +73,6 @@ func TestResumeReadFailedKeepsMetadata(t *testing.T) {
 	cfg := r.config("resume-unread")
 	cfg.Size, cfg.Num = 1, 4
 	cfg.Retry = Retry{Backoff: 50 * time.Millisecond, MaxBackoff: 50 * time.Millisecond, Jitter: -1}
-	cfg.Sarama.Metadata.Retry.Max = 0
 	byA := r.oneLaneHeld(cfg, do, n, keys, target)
 
 	var refusing atomic.Bool
@@ -79,13 +80,17 @@ func TestResumeReadFailedKeepsMetadata(t *testing.T) {
 	refused := refuseClaimReads(r, func(int32) bool { return refusing.Load() })
 	cfgB := cfg
 	cfgB.MaxInFlight, cfgB.Chan = 8, 1
+	cfgB.Sarama.Metadata.Retry.Max, cfgB.Sarama.Metadata.Retry.Backoff = 5, 6*time.Second
+	if rt := cfgB.Sarama.Consumer.Group.Rebalance.Timeout; rt != 10*time.Second {
+		t.Fatalf("the rig's rebalance timeout: got %v, want 10s (the test's budget)", rt)
+	}
 	b := newGroup(t, cfgB, do)
 	stopB := run(t, b)
-	waitFor(t, time.Minute, "B to fail the held message again and handle others", func() bool {
+	waitFor(t, 20*time.Second, "B to give up on the read, fail the held message again and handle others", func() bool {
 		st := b.Stats()
 		return st.Failures >= 2 && st.Handled > 0
 	})
-	time.Sleep(3 * cfg.Sarama.Consumer.Offsets.AutoCommit.Interval) // commit ticks with the frontier at A's
+	waitStatus(t, b, 0, StatusStop, 30*time.Second)
 	if err := stopB(); err != nil {
 		t.Fatal(err)
 	}
@@ -108,7 +113,8 @@ func TestResumeReadFailedKeepsMetadata(t *testing.T) {
 
 // TestResumeReadWaitEndsOnStop: B's claim, waiting a minute to read the
 // metadata again, lets go as soon as B stops: Run returns well within the
-// wait, B takes no message, and A's commit stays on the broker as it was.
+// wait, B takes no message, A's commit stays on the broker as it was, and
+// the partition counts as revoked (OnRevoked), not lost.
 func TestResumeReadWaitEndsOnStop(t *testing.T) {
 	t.Parallel() // mostly waits on the broker
 	const n, keys, target = 300, 10, 5
@@ -118,9 +124,15 @@ func TestResumeReadWaitEndsOnStop(t *testing.T) {
 	cfg.Size, cfg.Num = 1, 4
 	byA := r.oneLaneHeld(cfg, do, n, keys, target)
 
+	if byA.Metadata == "" {
+		t.Fatal("A's commit has no metadata: the test needs some to keep")
+	}
 	refused := refuseClaimReads(r, func(int32) bool { return true })
 	cfg.Sarama.Metadata.Retry.Max, cfg.Sarama.Metadata.Retry.Backoff = 5, time.Minute
 	cfg.Sarama.Consumer.Group.Rebalance.Timeout = 10 * time.Minute // the wait fits in half of it
+	var revoked, lost atomic.Int32
+	cfg.OnRevoked = func(string, []int32, int32) { revoked.Add(1) }
+	cfg.OnLost = func(string, []int32, int32) { lost.Add(1) }
 	b := newGroup(t, cfg, do)
 	stopB := run(t, b)
 	waitFor(t, time.Minute, "B's claim read to be refused", func() bool { return refused.Load() > 0 })
@@ -137,6 +149,11 @@ func TestResumeReadWaitEndsOnStop(t *testing.T) {
 	}
 	if got := r.b.Commits(cfg.GroupID, r.topic)[0]; got.Offset != byA.Offset || got.Metadata != byA.Metadata {
 		t.Errorf("the commit after B: got offset %d metadata %q, want A's: offset %d metadata %q", got.Offset, got.Metadata, byA.Offset, byA.Metadata)
+	}
+	// It made no commit, so there is none to confirm (the coordinator,
+	// refusing the claim's reads, could not have): revoked, not lost.
+	if revoked.Load() != 1 || lost.Load() != 0 {
+		t.Errorf("B's partition: got OnRevoked %d, OnLost %d; want 1 and 0", revoked.Load(), lost.Load())
 	}
 }
 
