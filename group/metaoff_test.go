@@ -13,7 +13,7 @@ import (
 // finished and B skips it (Stats.Resumed above 0).
 func TestCommitMetadataOff(t *testing.T) {
 	t.Parallel() // mostly waits on the broker
-	const n, keys, target = 300, 10, 5
+	const n, keys, target = heldN, heldKeys, heldTarget
 	for _, tt := range []struct {
 		name string
 		meta int
@@ -22,14 +22,11 @@ func TestCommitMetadataOff(t *testing.T) {
 		{"default", 0},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			r := newRig(t, "meta-"+tt.name, 1, n, keys)
-			do, failing := r.work(0, 0).failingAt(target)
-			cfg := r.config("meta-" + tt.name)
-			cfg.Size, cfg.Num, cfg.CommitMetadata = 1, 4, tt.meta
 			// The failure waits while A runs; B, told of the wait by A's
 			// metadata (the default), keeps to it.
-			cfg.Retry = Retry{Backoff: 3 * time.Second, MaxBackoff: 3 * time.Second, Jitter: -1}
-			c := r.oneLaneHeld(cfg, do, n, keys, target)
+			r, cfg, do, failing := heldLaneRig(t, "meta-"+tt.name, 3*time.Second)
+			cfg.CommitMetadata = tt.meta
+			c := r.oneLaneHeld(cfg, do)
 			if tt.meta < 0 && c.Metadata != "" {
 				t.Errorf("A's commit metadata with CommitMetadata -1: got %q, want none", c.Metadata)
 			}

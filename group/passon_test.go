@@ -2,6 +2,7 @@ package group
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -18,14 +19,10 @@ import (
 // lane: nothing A finished is handled again.
 func TestResumedSetPassedOn(t *testing.T) {
 	t.Parallel() // mostly waits on the broker and a retry's backoff
-	const n, keys, target = 300, 10, 5
-	r := newRig(t, "pass-on", 1, n, keys)
-	do, failing := r.work(0, 0).failingAt(target)
-	cfg := r.config("pass-on")
-	cfg.Size, cfg.Num = 1, 4
-	cfg.Retry = Retry{Backoff: 2 * time.Second, MaxBackoff: 2 * time.Second, Jitter: -1}
+	const n, keys = heldN, heldKeys
+	r, cfg, do, failing := heldLaneRig(t, "pass-on", 2*time.Second)
 
-	byA := r.oneLaneHeld(cfg, do, n, keys, target)
+	byA := r.oneLaneHeld(cfg, do)
 	stoppedA := time.Now()
 
 	// B: the held lane takes its whole share (MaxInFlight 8, one
@@ -58,21 +55,39 @@ func TestResumedSetPassedOn(t *testing.T) {
 	r.check(false)
 }
 
-// oneLaneHeld runs a member of cfg on do (which fails at offset target)
-// until it has handled the rig's n messages over keys keys but target's
-// lane, stops it, and returns its final commit as the broker holds it: at
-// offset target, listing in its metadata what the member finished above.
-func (r *rig) oneLaneHeld(cfg Config, do func(context.Context, []*Message) error, n, keys int, target int64) broker.Commit {
+// The held-lane tests: heldN messages over heldKeys keys on one
+// partition, and a first member that fails at offset heldTarget, so that
+// it finishes all but that message's lane.
+const heldN, heldKeys, heldTarget = 300, 10, 5
+
+// heldLaneRig starts the rig of a held-lane test of group name, with its
+// Config (Size 1, Num 4, retries backoff apart) and a Do that fails at
+// heldTarget until failing is cleared.
+func heldLaneRig(t *testing.T, name string, backoff time.Duration) (r *rig, cfg Config, do func(context.Context, []*Message) error, failing *atomic.Bool) {
+	t.Helper()
+	r = newRig(t, name, 1, heldN, heldKeys)
+	do, failing = r.work(0, 0).failingAt(heldTarget)
+	cfg = r.config(name)
+	cfg.Size, cfg.Num = 1, 4
+	cfg.Retry = Retry{Backoff: backoff, MaxBackoff: backoff, Jitter: -1}
+	return r, cfg, do, failing
+}
+
+// oneLaneHeld runs a member of cfg on do (failing at heldTarget) until it
+// has handled all but heldTarget's lane, stops it, and returns its final
+// commit as the broker holds it: at offset heldTarget, listing in its
+// metadata what the member finished above.
+func (r *rig) oneLaneHeld(cfg Config, do func(context.Context, []*Message) error) broker.Commit {
 	r.t.Helper()
 	a := newGroup(r.t, cfg, do)
 	stop := run(r.t, a)
-	waitFor(r.t, time.Minute, "the first member to finish all but one lane", func() bool { return a.Stats().Handled >= int64(n-n/keys) })
+	waitFor(r.t, time.Minute, "the first member to finish all but one lane", func() bool { return a.Stats().Handled >= heldN-heldN/heldKeys })
 	if err := stop(); err != nil { // its final commit marks everything it finished
 		r.t.Fatal(err)
 	}
 	c := r.b.Commits(cfg.GroupID, r.topic)[0]
-	if c.Offset != target {
-		r.t.Fatalf("the first member's committed offset: got %d, want %d (the held message)", c.Offset, target)
+	if c.Offset != heldTarget {
+		r.t.Fatalf("the first member's committed offset: got %d, want %d (the held message)", c.Offset, heldTarget)
 	}
 	return c
 }

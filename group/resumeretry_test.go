@@ -23,14 +23,10 @@ import (
 // metadata listed.
 func TestResumeReadRetried(t *testing.T) {
 	t.Parallel() // mostly waits on the broker and a retry's backoff
-	const n, keys, target = 300, 10, 5
-	r := newRig(t, "resume-retry", 1, n, keys)
-	do, failing := r.work(0, 0).failingAt(target)
-	cfg := r.config("resume-retry")
-	cfg.Size, cfg.Num = 1, 4
-	cfg.Retry = Retry{Backoff: time.Second, MaxBackoff: time.Second, Jitter: -1}
+	const n, keys, target = heldN, heldKeys, heldTarget
+	r, cfg, do, failing := heldLaneRig(t, "resume-retry", time.Second)
 	cfg.Sarama.Metadata.Retry.Max, cfg.Sarama.Metadata.Retry.Backoff = 1, 50*time.Millisecond
-	r.oneLaneHeld(cfg, do, n, keys, target)
+	r.oneLaneHeld(cfg, do)
 
 	refused := refuseClaimReads(r, func(n int32) bool { return n == 1 })
 	failing.Store(false)
@@ -67,13 +63,9 @@ func TestResumeReadRetried(t *testing.T) {
 // only.
 func TestResumeReadFailedKeepsMetadata(t *testing.T) {
 	t.Parallel() // mostly waits on the broker and a retry's backoff
-	const n, keys, target = 300, 10, 5
-	r := newRig(t, "resume-unread", 1, n, keys)
-	do, failing := r.work(0, 0).failingAt(target)
-	cfg := r.config("resume-unread")
-	cfg.Size, cfg.Num = 1, 4
-	cfg.Retry = Retry{Backoff: 50 * time.Millisecond, MaxBackoff: 50 * time.Millisecond, Jitter: -1}
-	byA := r.oneLaneHeld(cfg, do, n, keys, target)
+	const n, keys, target = heldN, heldKeys, heldTarget
+	r, cfg, do, failing := heldLaneRig(t, "resume-unread", 50*time.Millisecond)
+	byA := r.oneLaneHeld(cfg, do)
 
 	var refusing atomic.Bool
 	refusing.Store(true)
@@ -117,12 +109,8 @@ func TestResumeReadFailedKeepsMetadata(t *testing.T) {
 // the partition counts as revoked (OnRevoked), not lost.
 func TestResumeReadWaitEndsOnStop(t *testing.T) {
 	t.Parallel() // mostly waits on the broker
-	const n, keys, target = 300, 10, 5
-	r := newRig(t, "resume-stop", 1, n, keys)
-	do, _ := r.work(0, 0).failingAt(target)
-	cfg := r.config("resume-stop")
-	cfg.Size, cfg.Num = 1, 4
-	byA := r.oneLaneHeld(cfg, do, n, keys, target)
+	r, cfg, do, _ := heldLaneRig(t, "resume-stop", time.Second)
+	byA := r.oneLaneHeld(cfg, do)
 
 	if byA.Metadata == "" {
 		t.Fatal("A's commit has no metadata: the test needs some to keep")
