@@ -72,10 +72,10 @@ var errClaimEnding = errors.New("group: claim ending")
 // Sarama.Consumer.Group.Rebalance.Timeout after the first (a try itself
 // can take up to Net.ReadTimeout): under a cooperative protocol a revoke
 // of this partition is not seen until the claim reads its messages, and
-// the rebalance waits for it. The wait ends
-// early, with errClaimEnding, when the session or the group ends. Without
-// the metadata the claim would handle again everything the previous owner
-// finished above its frontier: a short wait costs less.
+// the rebalance waits for it. The wait ends early, with errClaimEnding,
+// when the session or the group ends. Without the metadata the claim
+// would handle again everything the previous owner finished above its
+// frontier: a short wait costs less.
 func (c *claimLoop[T]) readCommitted() (off int64, meta string, err error) {
 	retry := c.g.cfg.Sarama.Metadata.Retry
 	budget := time.Now().Add(c.g.cfg.Sarama.Consumer.Group.Rebalance.Timeout / 2)
