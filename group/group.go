@@ -559,7 +559,7 @@ func (g *Group[T]) handle(ctx context.Context, worker int, items []*dispatch.Ite
 	}
 	first := &items[0].Msg
 	logged := err
-	if g.pastMsgTimeout(ctx) {
+	if g.cfg.MsgTimeout > 0 && merge.PastTimeout(ctx, ErrTimeout) {
 		logged = merge.TimeoutError(ErrTimeout, err) // as the pool will charge it
 	}
 	g.failLog.warn(g.log, "Do failed; its failing items will be retried",
@@ -567,13 +567,6 @@ func (g *Group[T]) handle(ctx context.Context, worker int, items []*dispatch.Ite
 		zap.Int64("offset", first.Offset), zap.Uint64("lane", items[0].Lane),
 		zap.Int("attempt", items[0].Attempt), zap.Int("batch", len(items)), zap.Int("named", len(verdicts)), zap.Error(logged))
 	return verdicts, err
-}
-
-// pastMsgTimeout reports whether a call with ctx has run past MsgTimeout:
-// its ctx's deadline (the call's start plus MsgTimeout) has passed.
-func (g *Group[T]) pastMsgTimeout(ctx context.Context) bool {
-	d, ok := ctx.Deadline()
-	return g.cfg.MsgTimeout > 0 && ok && !time.Now().Before(d)
 }
 
 func (g *Group[T]) call(ctx context.Context, vals []T) (err error) {

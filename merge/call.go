@@ -102,6 +102,20 @@ func TimeoutError(cause, err error) error {
 	return fmt.Errorf("%w (%w)", cause, err)
 }
 
+// PastTimeout reports whether a handler call with ctx (the ctx the pool
+// gave it, or one derived from it) has run past Config.Timeout: ctx was
+// cancelled with cause (the pool's TimeoutCause), or its deadline, the
+// call's start plus Timeout, has passed, whether or not the watchdog has
+// cancelled it yet. Whoever reports on a call before it returns (a log
+// line, a tracing hook) uses it to say what the pool will: TimeoutError.
+func PastTimeout(ctx context.Context, cause error) bool {
+	if cause != nil && errors.Is(context.Cause(ctx), cause) {
+		return true
+	}
+	d, ok := ctx.Deadline()
+	return ok && !time.Now().Before(d)
+}
+
 // cancelled reports whether the worker's context was cancelled for a
 // reason other than a timeout (its partition revoked, or shutdown): then
 // its items run again, uncharged.

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"strconv"
 	"strings"
-	"time"
 
 	gotel "go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
@@ -282,7 +281,7 @@ func end(ctx context.Context, span trace.Span, err error) {
 			err = nil
 		}
 	}
-	if pastTimeout(ctx) {
+	if merge.PastTimeout(ctx, group.ErrTimeout) {
 		err = merge.TimeoutError(group.ErrTimeout, err)
 	}
 	if err != nil {
@@ -292,16 +291,6 @@ func end(ctx context.Context, span trace.Span, err error) {
 		span.SetStatus(codes.Error, msg)
 	}
 	span.End()
-}
-
-// pastTimeout reports whether Do's call ran past MsgTimeout: its ctx was
-// cancelled for it, or its deadline has passed.
-func pastTimeout(ctx context.Context) bool {
-	if errors.Is(context.Cause(ctx), group.ErrTimeout) {
-		return true
-	}
-	dl, ok := ctx.Deadline()
-	return ok && !time.Now().Before(dl)
 }
 
 // errorType is the error.type of a failed call.
