@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
@@ -25,6 +24,7 @@ func TestResumeReadRetried(t *testing.T) {
 	t.Parallel() // mostly waits on the broker and a retry's backoff
 	const n, keys, target = heldN, heldKeys, heldTarget
 	r, cfg, do, failing := heldLaneRig(t, "resume-retry", time.Second)
+	cfg.Status.ReadBack = -1 // see refuseClaimReads
 	cfg.Sarama.Metadata.Retry.Max, cfg.Sarama.Metadata.Retry.Backoff = 1, 50*time.Millisecond
 	r.oneLaneHeld(cfg, do)
 
@@ -65,6 +65,7 @@ func TestResumeReadFailedKeepsMetadata(t *testing.T) {
 	t.Parallel() // mostly waits on the broker and a retry's backoff
 	const n, keys, target = heldN, heldKeys, heldTarget
 	r, cfg, do, failing := heldLaneRig(t, "resume-unread", 50*time.Millisecond)
+	cfg.Status.ReadBack = -1 // see refuseClaimReads
 	byA := r.oneLaneHeld(cfg, do)
 
 	var refusing atomic.Bool
@@ -110,6 +111,7 @@ func TestResumeReadFailedKeepsMetadata(t *testing.T) {
 func TestResumeReadWaitEndsOnStop(t *testing.T) {
 	t.Parallel() // mostly waits on the broker
 	r, cfg, do, _ := heldLaneRig(t, "resume-stop", time.Second)
+	cfg.Status.ReadBack = -1 // see refuseClaimReads
 	byA := r.oneLaneHeld(cfg, do)
 
 	if byA.Metadata == "" {
@@ -145,30 +147,16 @@ func TestResumeReadWaitEndsOnStop(t *testing.T) {
 	}
 }
 
-// refuseClaimReads makes the broker answer the claims' reads of their
+// refuseClaimReads makes the broker refuse the claims' reads of their
 // committed offsets (OffsetFetch without RequireStable: sarama's own read
-// at a session's start asks for stable offsets under ReadCommitted) with
-// COORDINATOR_LOAD_IN_PROGRESS when refuse, given the read's number from
-// 1, says so; it returns the count of refused reads.
+// at a session's start asks for stable offsets under ReadCommitted) when
+// refuse, given the read's number from 1, says so; it returns the count
+// of refused reads. The tests turn the group's periodic read-back off
+// (Status.ReadBack), so that every read counted is a claim's at its start.
 func refuseClaimReads(r *rig, refuse func(n int32) bool) *atomic.Int32 {
 	var reads, refused atomic.Int32
-	cl := r.b.Cluster()
-	cl.ControlKey(kmsg.OffsetFetch.Int16(), func(req kmsg.Request) (kmsg.Response, error, bool) {
-		cl.KeepControl()
-		fetch := req.(*kmsg.OffsetFetchRequest)
-		if fetch.RequireStable || !refuse(reads.Add(1)) {
-			return nil, nil, false
-		}
-		refused.Add(1)
-		resp := fetch.ResponseKind().(*kmsg.OffsetFetchResponse)
-		resp.SetVersion(fetch.GetVersion())
-		resp.ErrorCode = kerr.CoordinatorLoadInProgress.Code
-		for _, g := range fetch.Groups { // v8+: per group
-			rg := kmsg.NewOffsetFetchResponseGroup()
-			rg.Group, rg.ErrorCode = g.Group, kerr.CoordinatorLoadInProgress.Code
-			resp.Groups = append(resp.Groups, rg)
-		}
-		return resp, nil, true
-	})
+	r.b.RefuseOffsetFetch(func(req *kmsg.OffsetFetchRequest) bool {
+		return !req.RequireStable && refuse(reads.Add(1))
+	}, func() { refused.Add(1) })
 	return &refused
 }

@@ -274,6 +274,34 @@ func (b *Broker) RefuseProduce(topic string, refusing func() bool, refused func(
 	})
 }
 
+// RefuseOffsetFetch makes the broker answer every OffsetFetch request
+// that refusing reports true for with COORDINATOR_LOAD_IN_PROGRESS (what a
+// coordinator still loading its offsets answers, for the request and, from
+// version 8, for each group asked); it counts each refused request with
+// refused. refusing runs on the broker's loop, for every OffsetFetch:
+// it must not block. Other requests are handled normally.
+func (b *Broker) RefuseOffsetFetch(refusing func(*kmsg.OffsetFetchRequest) bool, refused func()) {
+	b.c.ControlKey(kmsg.OffsetFetch.Int16(), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		b.c.KeepControl()
+		r, ok := req.(*kmsg.OffsetFetchRequest)
+		if !ok || !refusing(r) {
+			return nil, nil, false
+		}
+		resp := r.ResponseKind().(*kmsg.OffsetFetchResponse)
+		resp.SetVersion(r.GetVersion())
+		resp.ErrorCode = kerr.CoordinatorLoadInProgress.Code
+		for _, g := range r.Groups {
+			rg := kmsg.NewOffsetFetchResponseGroup()
+			rg.Group, rg.ErrorCode = g.Group, kerr.CoordinatorLoadInProgress.Code
+			resp.Groups = append(resp.Groups, rg)
+		}
+		if refused != nil {
+			refused()
+		}
+		return resp, nil, true
+	})
+}
+
 // CaughtUp reports whether group's committed offsets on topic equal the
 // high watermarks of every partition. A topic with no partitions (not
 // created, or misspelt) is never caught up.
