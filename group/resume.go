@@ -37,7 +37,6 @@ func (c *claimLoop[T]) resumeFrom(initial int64) (done commit.Done, ending bool)
 	off, meta, err := c.readCommitted()
 	switch {
 	case errors.Is(err, errClaimEnding):
-		c.metaUnread = true // the claim lets go before it takes a message; should one get in, mark keeps the metadata
 		return commit.Done{}, true
 	case err != nil:
 		c.metaUnread = true
