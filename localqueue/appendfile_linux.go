@@ -26,13 +26,13 @@ var zeros [256 << 10]byte
 func (a *appendFile) grow(need int64) error {
 	from := max(int64(len(a.m)), a.size)
 	to := (need + reserveAhead(need) + 4095) &^ 4095
-	for off := from; off < to; {
-		n, err := a.f.WriteAt(zeros[:min(int64(len(zeros)), to-off)], off)
-		if err != nil {
-			a.f.Truncate(max(from, a.size)) // give back what was reserved
-			return fmt.Errorf("reserve %d bytes of %s: %w", to-from, a.f.Name(), err)
+	if err := a.reserve(from, to); err != nil {
+		// A nearly full disk may still hold the record: reserve only
+		// the pages it needs.
+		to = (need + 4095) &^ 4095
+		if err := a.reserve(from, to); err != nil {
+			return err
 		}
-		off += int64(n)
 	}
 	if err := a.unmap(); err != nil {
 		return err
@@ -43,6 +43,20 @@ func (a *appendFile) grow(need int64) error {
 		return errNoMap
 	}
 	a.m = m
+	return nil
+}
+
+// reserve writes zeros from from to to, and gives the space back (cuts
+// the file to from, or to what was appended) if it cannot.
+func (a *appendFile) reserve(from, to int64) error {
+	for off := from; off < to; {
+		n, err := a.f.WriteAt(zeros[:min(int64(len(zeros)), to-off)], off)
+		if err != nil {
+			a.f.Truncate(max(from, a.size))
+			return fmt.Errorf("reserve %d bytes of %s: %w", to-from, a.f.Name(), err)
+		}
+		off += int64(n)
+	}
 	return nil
 }
 

@@ -1,0 +1,9 @@
+//go:build !linux
+
+package tmpfs
+
+import "errors"
+
+func mount(string, int64) error { return errors.New("a size-limited tmpfs needs Linux") }
+
+func unmount(string) error { return nil }
