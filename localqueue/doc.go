@@ -227,6 +227,24 @@
 //     MOVE loses that message or brings it back in its older state; a lost
 //     FIN brings a finished message back.
 //
+//   - Full disk with a DataPath: a Put the backend cannot store returns
+//     its error (ENOSPC, naming the data file), and so does a PutDeferred
+//     the journal cannot store. The journal records of other operations
+//     (a Get's COPY, a Requeue, a FIN) are logged and counted in
+//     Stats.JournalErrors instead, and the message concerned is then not
+//     crash-safe (see the process crash above). Nothing the queue took is
+//     lost or torn, and it goes on once there is room again (see
+//     TestFullDisk). Two things make that so. go-diskqueue leaves the
+//     head of a write that failed part way past its last record, and its
+//     reader, having read ahead into it, hands out the next record
+//     written there torn (TestDiskqueueTearsAfterFailedWrite); so after a
+//     failed write the queue first writes a filler: the failed record with
+//     its checksum spoilt, which Get skips whole or torn (backendwrite.go).
+//     And the journal, whose dead records may be what fills the disk,
+//     compacts whatever its size once an append meets a full disk, and
+//     when it cannot reserve a megabyte ahead it reserves the pages a
+//     record needs.
+//
 // So MemQueueSize 0 is the setting for "a message whose Put returned
 // survives kill -9 until it is finished", and SyncEvery 1 adds power loss.
 package localqueue

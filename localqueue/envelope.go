@@ -82,3 +82,26 @@ func decodeEnvelope(b []byte, m *Message) error {
 	m.Deadline = time.Time{}
 	return nil
 }
+
+// A filler takes the place in the backend of a record whose write failed
+// (see putBackend): the same bytes, but with the checksum xored with
+// fillerMask, so that it never decodes as what it copies. isFiller
+// recognises it whole, and also torn the way go-diskqueue tears it: the
+// failed write's head in place of its own, as long as the head stops
+// before the checksum.
+const fillerMask = 0x46494c4c // "FILL"
+
+// appendFiller appends to dst the filler of the backend record rec (an
+// envelope or a marker, at least 4 bytes).
+func appendFiller(dst, rec []byte) []byte {
+	dst = append(dst, rec...)
+	sum := dst[len(dst)-4:]
+	binary.BigEndian.PutUint32(sum, binary.BigEndian.Uint32(sum)^fillerMask)
+	return dst
+}
+
+// isFiller reports whether the backend record b is a filler.
+func isFiller(b []byte) bool {
+	n := len(b) - 4
+	return n >= 0 && binary.BigEndian.Uint32(b[n:]) == crc32.Checksum(b[:n], castagnoli)^fillerMask
+}

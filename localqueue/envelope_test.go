@@ -116,3 +116,47 @@ func FuzzDecodeEnvelope(f *testing.F) {
 		}
 	})
 }
+
+// TestFiller: a filler is told from the record it copies, from a marker
+// and from a record damaged some other way, and is still told when torn
+// the way go-diskqueue tears it (a head of the failed write, up to the
+// checksum, in place of its own).
+func TestFiller(t *testing.T) {
+	env := appendEnvelope(nil, sampleMessage("a failed write", 2))
+	marker := appendMarker(nil, 42)
+	for _, tt := range []struct {
+		name string
+		rec  []byte
+	}{{"envelope", env}, {"marker", marker}} {
+		f := appendFiller(nil, tt.rec)
+		if len(f) != len(tt.rec) {
+			t.Fatalf("%s: filler of %d bytes, want %d", tt.name, len(f), len(tt.rec))
+		}
+		if !isFiller(f) || isFiller(tt.rec) {
+			t.Fatalf("%s: isFiller(filler) %v, isFiller(record) %v; want true, false", tt.name, isFiller(f), isFiller(tt.rec))
+		}
+		var m Message
+		if err := decodeEnvelope(f, &m); err == nil {
+			t.Fatalf("%s: a filler decodes as an envelope", tt.name)
+		}
+		if _, ok := decodeMarker(f); ok {
+			t.Fatalf("%s: a filler decodes as a marker", tt.name)
+		}
+		// Torn: the failed write's head (the record's own bytes) then the
+		// filler's rest. Heads that reach into the checksum are not told.
+		for k := 1; k < len(f); k++ {
+			torn := append(append([]byte(nil), tt.rec[:k]...), f[k:]...)
+			if want := k <= len(f)-4; isFiller(torn) != want {
+				t.Fatalf("%s torn after %d of %d bytes: isFiller %v, want %v", tt.name, k, len(f), !want, want)
+			}
+		}
+		damaged := append([]byte(nil), f...)
+		damaged[len(damaged)/2] ^= 1
+		if isFiller(damaged) {
+			t.Fatalf("%s: a filler with a flipped bit is still a filler", tt.name)
+		}
+	}
+	if isFiller(nil) || isFiller([]byte{1, 2, 3}) {
+		t.Fatal("records shorter than a checksum are fillers")
+	}
+}

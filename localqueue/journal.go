@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"go.uber.org/zap"
@@ -62,6 +63,7 @@ type journal struct {
 	syncing   *appendFile     // the file the syncer is fsyncing, nil if none
 	retired   *appendFile     // a file compaction replaced while it was synced
 	noCompact int64           // after a failed compaction: not again below this size
+	diskFull  bool            // an append met a full disk: compact whatever the size
 	// recent are the last FINs of messages read from the backend, so that
 	// compaction keeps those whose read go-diskqueue may not have
 	// persisted yet: after a crash their stale copies must still be known
@@ -280,6 +282,14 @@ func (j *journal) endDedup(nonce uint64) bool {
 func (j *journal) writeLocked(rec []byte) error {
 	if err := j.out.append(rec); err != nil {
 		j.counters.errors.Add(1)
+		if errors.Is(err, syscall.ENOSPC) && !j.diskFull {
+			// Dead records may be what fills the disk: a journal below
+			// compactMin is otherwise never compacted.
+			j.diskFull = true
+			if j.wantCompactLocked() {
+				signal(j.compactReq)
+			}
+		}
 		return fmt.Errorf("append to %s: %w", j.path, err)
 	}
 	return nil

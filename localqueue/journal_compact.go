@@ -43,13 +43,16 @@ import (
 // Empty and Close compact in place, under mu (compactLocked). compactMu
 // keeps them and the background compaction apart: they share <path>.tmp.
 
-// wantCompactLocked reports whether the journal is due for compaction: at
-// least compactMin (and noCompact) bytes, more than twice what a rewrite
-// would write (the live COPYs and what the last rewrite wrote besides
-// them: header, history, kept FINs).
+// wantCompactLocked reports whether the journal is due for compaction:
+// more than twice what a rewrite would write (the live COPYs and what the
+// last rewrite wrote besides them: header, history, kept FINs), and at
+// least compactMin (and noCompact) bytes, or whatever its size once an
+// append met a full disk (diskFull), which the dead records may be
+// filling. A compaction clears diskFull: while the disk stays full,
+// failed appends ask for one compaction at a time.
 func (j *journal) wantCompactLocked() bool {
 	size := j.out.size
-	return size >= j.compactMin && size >= j.noCompact && size > 2*(j.liveBytes+j.keepBytes)
+	return size > 2*(j.liveBytes+j.keepBytes) && (j.diskFull || size >= j.compactMin && size >= j.noCompact)
 }
 
 // snapshot is what a rewrite starts from.
@@ -81,6 +84,7 @@ func (j *journal) compactBackground() {
 		return
 	}
 	old, s := j.out, j.snapshotLocked()
+	j.diskFull = false
 	j.mu.Unlock()
 
 	rw, err := j.rewrite(old.f, s)

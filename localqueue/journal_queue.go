@@ -10,13 +10,13 @@ import (
 // writeMarker appends the dedup marker of the journal's generation to the
 // backend: backend records before it were written before this Open.
 func (q *Queue) writeMarker() error {
-	if err := q.backend.Put(appendMarker(nil, q.journal.gen)); err != nil && !errors.Is(err, ErrNotSynced) {
+	written, err := q.putBackend(appendMarker(nil, q.journal.gen))
+	q.wroteBackend(written)
+	if err != nil && !errors.Is(err, ErrNotSynced) {
 		return fmt.Errorf("localqueue %s: write the dedup marker: %w", q.opts.Name, err)
 	}
 	// ErrNotSynced: the marker is written (go-diskqueue logged the fsync);
 	// it only dedups, so it needs no fsync of its own.
-	q.onBackend.Add(1)
-	q.journal.backendOps.Add(1)
 	q.markerNonce = q.journal.gen
 	q.marker.Store(true)
 	q.backendErrs = q.backend.errorCount()

@@ -44,6 +44,10 @@ type Queue struct {
 	// backendErrs is the backend's error count when dedup began: if it
 	// grows, the marker may be gone with a corrupt file, so dedup ends.
 	backendErrs uint64
+	writer      backendWriter
+	// fillers counts the fillers written to the backend and not yet read
+	// (see backendWriter); Depth leaves them out.
+	fillers atomic.Int64
 
 	// putMu is held shared by everything that adds to the memory chan or
 	// the backend (Put, Requeue, the scanner), getMu by Get, which takes
@@ -311,17 +315,14 @@ func (q *Queue) writeBackend(m *Message) error {
 		bp = new([]byte)
 	}
 	buf := appendEnvelope((*bp)[:0], m)
-	err := q.backend.Put(buf)
+	written, err := q.putBackend(buf)
 	if cap(buf) <= 64<<10 {
 		*bp = buf
 		q.bufPool.Put(bp)
 	}
+	q.wroteBackend(written)
 	if err != nil && !errors.Is(err, ErrNotSynced) {
 		return q.writeFailed(m.ID, err)
-	}
-	q.onBackend.Add(1) // written, even if not synced
-	if q.journal != nil {
-		q.journal.backendOps.Add(1)
 	}
 	if err != nil {
 		// Not a write error: go-diskqueue counted and logged the
@@ -329,6 +330,15 @@ func (q *Queue) writeBackend(m *Message) error {
 		return fmt.Errorf("localqueue %s: message %s: %w", q.opts.Name, m.ID, err)
 	}
 	return nil
+}
+
+// wroteBackend accounts for n records written to the backend, even if not
+// synced.
+func (q *Queue) wroteBackend(n int) {
+	q.onBackend.Add(int64(n))
+	if q.journal != nil {
+		q.journal.backendOps.Add(uint64(n))
+	}
 }
 
 // readBackend accounts for a record received from the backend. It
@@ -442,6 +452,11 @@ func (q *Queue) fromBackend(b []byte, op uint64) *record {
 	}
 	r := new(record)
 	if err := decodeEnvelope(b, &r.m); err != nil {
+		if isFiller(b) {
+			q.fillers.Add(-1)
+			q.log.Debug("skipping the filler of a backend write that failed", zap.String("file", q.backend.where()), zap.Int("bytes", len(b)))
+			return nil
+		}
 		q.stats.decodeErrors.Add(1)
 		q.log.Error("dropping a record that does not decode", zap.String("file", q.backend.where()), zap.Int("bytes", len(b)), zap.Error(err))
 		q.stopDedup("a backend record did not decode")
@@ -569,7 +584,7 @@ func (q *Queue) backendDepth() int64 {
 	if q.mem != nil {
 		return q.mem.len()
 	}
-	d := q.backend.Depth()
+	d := q.backend.Depth() - q.fillers.Load()
 	if q.marker.Load() {
 		d--
 	}
