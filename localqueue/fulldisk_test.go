@@ -54,7 +54,7 @@ func TestFullDisk(t *testing.T) {
 	}
 	// The journal writes into space it reserved before: fill the rest of
 	// the disk, then the journal's own reserve with deferred messages.
-	filler := fill(t, dir)
+	filler := tmpfs.Fill(t, dir, 0)
 	deferred := 0
 	for {
 		if deferred == 100_000 {
@@ -123,7 +123,7 @@ func TestFullDisk(t *testing.T) {
 func TestJournalOnNearlyFullDisk(t *testing.T) {
 	dir := tmpfs.Mount(t, 2<<20)
 	q := openQueue(t, Options{DataPath: dir, SyncEvery: 1, MaxBytesPerFile: 1 << 20, MaxMsgSize: 64 << 10})
-	leave(t, dir, 64<<10)
+	tmpfs.Fill(t, dir, 64<<10)
 	n := 0
 	for ; n < 1000; n++ {
 		if _, err := q.PutDeferred(numbered(n), time.Hour); err != nil {
@@ -141,55 +141,6 @@ func TestJournalOnNearlyFullDisk(t *testing.T) {
 	}
 }
 
-// fill writes a file in dir until the file system is full, and returns its
-// path. The file goes when the test ends, as with leave.
-func fill(t *testing.T, dir string) string {
-	t.Helper()
-	f := filler(t, dir)
-	defer f.Close()
-	block := make([]byte, 4<<10)
-	for {
-		if _, err := f.Write(block); err != nil {
-			if !errors.Is(err, syscall.ENOSPC) {
-				t.Fatalf("fill %s: %v", dir, err)
-			}
-			return f.Name()
-		}
-	}
-}
-
-// leave fills the file system of dir with a file until free bytes are
-// left, and returns the file's path. The file goes when the test ends,
-// before the queue closes (Close writes go-diskqueue's metadata).
-func leave(t *testing.T, dir string, free int64) string {
-	t.Helper()
-	var fs syscall.Statfs_t
-	if err := syscall.Statfs(dir, &fs); err != nil {
-		t.Fatalf("statfs %s: %v", dir, err)
-	}
-	avail := int64(fs.Bavail) * fs.Bsize
-	if avail < free {
-		t.Fatalf("%s has %d bytes free, want more than %d", dir, avail, free)
-	}
-	f := filler(t, dir)
-	defer f.Close()
-	if _, err := f.Write(make([]byte, avail-free)); err != nil {
-		t.Fatalf("fill %s to %d bytes free: %v", dir, free, err)
-	}
-	return f.Name()
-}
-
-// filler creates a file in dir that is removed when the test ends.
-func filler(t *testing.T, dir string) *os.File {
-	t.Helper()
-	f, err := os.CreateTemp(dir, "filler")
-	if err != nil {
-		t.Fatalf("create a filler file: %v", err)
-	}
-	t.Cleanup(func() { os.Remove(f.Name()) })
-	return f
-}
-
 // TestDiskqueueTearsAfterFailedWrite shows, on go-diskqueue alone, why
 // the queue writes fillers (backendWriter): a write that fails part way
 // (the disk is full) leaves its head past the last record; the reader,
@@ -198,7 +149,7 @@ func filler(t *testing.T, dir string) *os.File {
 // are no longer needed.
 func TestDiskqueueTearsAfterFailedWrite(t *testing.T) {
 	dir := tmpfs.Mount(t, 1<<20)
-	spare := leave(t, dir, 300<<10)
+	spare := tmpfs.Fill(t, dir, 300<<10)
 	dq := diskqueue.New("raw", dir, DefaultMaxBytesPerFile, 0, 1<<20, 1, time.Hour, func(diskqueue.LogLevel, string, ...any) {})
 	defer dq.Close()
 	body := func(i int) []byte { return bytes.Repeat([]byte{byte(i)}, 1000) }

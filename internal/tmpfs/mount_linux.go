@@ -18,3 +18,13 @@ func unmount(dir string) error {
 	}
 	return nil
 }
+
+// available is the space left to an unprivileged writer on dir's file
+// system.
+func available(dir string) (int64, error) {
+	var fs syscall.Statfs_t
+	if err := syscall.Statfs(dir, &fs); err != nil {
+		return 0, fmt.Errorf("statfs %s: %w", dir, err)
+	}
+	return int64(fs.Bavail) * fs.Bsize, nil
+}

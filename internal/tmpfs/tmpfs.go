@@ -7,7 +7,9 @@
 package tmpfs
 
 import (
+	"errors"
 	"os"
+	"syscall"
 	"testing"
 )
 
@@ -32,4 +34,41 @@ func Mount(tb testing.TB, size int64) string {
 		}
 	})
 	return dir
+}
+
+// Fill writes a file into dir until at most free bytes are left on its
+// file system (0: until a write fails with ENOSPC), and returns the
+// file's path. The file is removed when the test ends, before cleanups
+// registered earlier run (a queue's Close, which needs room to write its
+// metadata).
+func Fill(tb testing.TB, dir string, free int64) string {
+	tb.Helper()
+	f, err := os.CreateTemp(dir, "filler")
+	if err != nil {
+		tb.Fatalf("create a filler file: %v", err)
+	}
+	tb.Cleanup(func() { os.Remove(f.Name()) })
+	defer f.Close()
+	if free > 0 {
+		avail, err := available(dir)
+		if err != nil {
+			tb.Fatalf("%v", err)
+		}
+		if avail < free {
+			tb.Fatalf("%s has %d bytes free, want more than %d", dir, avail, free)
+		}
+		if _, err := f.Write(make([]byte, avail-free)); err != nil {
+			tb.Fatalf("fill %s to %d bytes free: %v", dir, free, err)
+		}
+		return f.Name()
+	}
+	block := make([]byte, 4<<10)
+	for {
+		if _, err := f.Write(block); err != nil {
+			if !errors.Is(err, syscall.ENOSPC) {
+				tb.Fatalf("fill %s: %v", dir, err)
+			}
+			return f.Name()
+		}
+	}
 }
