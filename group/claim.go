@@ -382,7 +382,7 @@ func (c *claimLoop[T]) intake(m *sarama.ConsumerMessage, size int64) {
 	if err != nil {
 		c.g.ctr.decodeErrors.Add(1)
 		if !c.g.fail.dead.enabled() {
-			c.g.decodeLog.warn(c.log, "decode failed; message skipped (no dead-letter destination)", zap.Int64("offset", m.Offset), zap.Error(err))
+			c.g.decodeLog.Warn(c.log, "decode failed; message skipped (no dead-letter destination)", zap.Int64("offset", m.Offset), zap.Error(err))
 			c.out.Skipped++
 			if err := c.p.Skip(it, m.Offset); err != nil {
 				c.badOffset(m.Offset, err)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/orderly-go/orderly/dispatch"
 	"github.com/orderly-go/orderly/internal/deadletter"
+	"github.com/orderly-go/orderly/internal/lograte"
 )
 
 // deadLetters writes dead letters, one goroutine, in batches: to
@@ -37,8 +38,8 @@ type deadLetters[T any] struct {
 	skipped     atomic.Int64    // dead letters with no destination: skipped
 	writeErrors atomic.Int64
 	pending     atomic.Int64
-	errLog      rateLimit
-	writtenLog  rateLimit // "dead-lettered": one line a second, however many
+	errLog      lograte.Limit
+	writtenLog  lograte.Limit // "dead-lettered": one line a second, however many
 }
 
 // deadJob is one message to dead-letter; done runs once its record is
@@ -114,7 +115,7 @@ func (d *deadLetters[T]) add(it *dispatch.Item[Message, T], done func(), reason 
 	if d.sink == nil {
 		it.Fate = fateSkipped
 		d.skipped.Add(1)
-		d.errLog.warn(d.g.log, "no dead-letter destination (DeadLetterTopic, DataPath): message skipped",
+		d.errLog.Warn(d.g.log, "no dead-letter destination (DeadLetterTopic, DataPath): message skipped",
 			zap.String("topic", it.Msg.Topic), zap.Int32("partition", it.Msg.Partition), zap.Int64("offset", it.Msg.Offset),
 			zap.String("reason", reason), zap.Int("attempt", attempts), zap.Error(err))
 		done()
@@ -164,7 +165,7 @@ func (d *deadLetters[T]) run(ctx context.Context) {
 			return err
 		}, func(err error, wait time.Duration) {
 			d.writeErrors.Add(1)
-			d.errLog.warn(d.g.log, "writing dead letters failed; retrying", zap.String("destination", d.sink.name()),
+			d.errLog.Warn(d.g.log, "writing dead letters failed; retrying", zap.String("destination", d.sink.name()),
 				zap.Int("records", len(todo)), zap.Duration("backoff", wait), zap.Error(err))
 		}) {
 			return // the items stay unfinished: nothing is committed past them
@@ -172,7 +173,7 @@ func (d *deadLetters[T]) run(ctx context.Context) {
 		for _, j := range jobs {
 			d.byReason[reasonIndex(j.reason)].Add(1)
 			d.pending.Add(-1)
-			d.writtenLog.warn(d.g.log, "dead-lettered", zap.String("topic", j.it.Msg.Topic), zap.Int32("partition", j.it.Msg.Partition),
+			d.writtenLog.Warn(d.g.log, "dead-lettered", zap.String("topic", j.it.Msg.Topic), zap.Int32("partition", j.it.Msg.Partition),
 				zap.Int64("offset", j.it.Msg.Offset), zap.String("reason", j.reason), zap.Int("attempt", j.attempts),
 				zap.String("destination", d.sink.name()), zap.Error(j.err))
 			j.done()

@@ -33,6 +33,7 @@ import (
 
 	"github.com/orderly-go/orderly/dispatch"
 	"github.com/orderly-go/orderly/internal/histogram"
+	"github.com/orderly-go/orderly/internal/lograte"
 	"github.com/orderly-go/orderly/merge"
 )
 
@@ -109,13 +110,13 @@ type Group[T any] struct {
 	fail        *failures[T]
 	ctr         counters
 	errs        errorCounters
-	failLog     rateLimit                // "Do failed" warnings
-	decodeLog   rateLimit                // undecodable messages skipped
-	errLog      [numErrClasses]rateLimit // consumer errors, by cause
-	latency     histogram.H              // fetch-to-Do latency, first message of each call
-	joined      atomic.Bool              // inside a sarama session (Setup ran, Cleanup not yet)
-	lostAt      atomic.Int64             // unix nanos the session was found lost; 0 when healthy
-	history     *history                 // committed offsets last read back (readback.go)
+	failLog     lograte.Limit                // "Do failed" warnings
+	decodeLog   lograte.Limit                // undecodable messages skipped
+	errLog      [numErrClasses]lograte.Limit // consumer errors, by cause
+	latency     histogram.H                  // fetch-to-Do latency, first message of each call
+	joined      atomic.Bool                  // inside a sarama session (Setup ran, Cleanup not yet)
+	lostAt      atomic.Int64                 // unix nanos the session was found lost; 0 when healthy
+	history     *history                     // committed offsets last read back (readback.go)
 
 	offs   offsetCounters // reset.go, markers.go
 	probes sync.WaitGroup // side fetches of markers.go, waited for after the client closes
@@ -501,13 +502,13 @@ func (g *Group[T]) consumerError(err error) error {
 	case fatal != nil && cls != errTopic:
 		// Run ends with it: whoever called Run logs it.
 	case !errors.As(err, &ce):
-		g.errLog[cls].error(g.log, "consumer error", zap.Error(err))
+		g.errLog[cls].Error(g.log, "consumer error", zap.Error(err))
 	case cls == errMetadata:
 		g.metadataRejected(ce.Topic, ce.Partition, ce.Err)
 	case cls == errOutOfRange:
 		return g.outOfRange(ce) // reset.go
 	default:
-		g.errLog[cls].error(g.log, "consumer error", zap.String("topic", ce.Topic), zap.Int32("partition", ce.Partition), zap.Error(ce.Err))
+		g.errLog[cls].Error(g.log, "consumer error", zap.String("topic", ce.Topic), zap.Int32("partition", ce.Partition), zap.Error(ce.Err))
 	}
 	if fatal == nil || cls == errTopic {
 		// A partition's fetch reporting an unknown topic is a topic
@@ -562,7 +563,7 @@ func (g *Group[T]) handle(ctx context.Context, worker int, items []*dispatch.Ite
 	if g.cfg.MsgTimeout > 0 && merge.PastTimeout(ctx, ErrTimeout) {
 		logged = merge.TimeoutError(ErrTimeout, err) // as the pool will charge it
 	}
-	g.failLog.warn(g.log, "Do failed; its failing items will be retried",
+	g.failLog.Warn(g.log, "Do failed; its failing items will be retried",
 		zap.String("topic", first.Topic), zap.Int32("partition", first.Partition),
 		zap.Int64("offset", first.Offset), zap.Uint64("lane", items[0].Lane),
 		zap.Int("attempt", items[0].Attempt), zap.Int("batch", len(items)), zap.Int("named", len(verdicts)), zap.Error(logged))

@@ -11,6 +11,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/orderly-go/orderly/dispatch"
+	"github.com/orderly-go/orderly/internal/lograte"
 	"github.com/orderly-go/orderly/localqueue"
 )
 
@@ -36,7 +37,7 @@ type parking[T any] struct {
 
 	parked      atomic.Int64 // messages parked now
 	writeErrors atomic.Int64
-	errLog      rateLimit
+	errLog      lograte.Limit
 }
 
 type parkJob[T any] struct {
@@ -104,7 +105,7 @@ func (p *parking[T]) park(ctx context.Context) {
 			return p.q.Sync()
 		}, func(err error, wait time.Duration) {
 			p.writeErrors.Add(1)
-			p.errLog.warn(p.g.log, "parking messages failed; retrying", zap.String("path", p.g.cfg.DataPath),
+			p.errLog.Warn(p.g.log, "parking messages failed; retrying", zap.String("path", p.g.cfg.DataPath),
 				zap.Int("messages", len(jobs)+len(written)), zap.Duration("backoff", wait), zap.Error(err))
 		})
 		if !ok {

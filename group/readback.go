@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/orderly-go/orderly/internal/lograte"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -171,7 +172,7 @@ func (g *Group[T]) readBackLoop(stop <-chan struct{}) {
 	}
 	t := time.NewTicker(g.cfg.Status.ReadBack)
 	defer t.Stop()
-	var errLog rateLimit
+	var errLog lograte.Limit
 	for {
 		select {
 		case <-t.C:
@@ -179,7 +180,7 @@ func (g *Group[T]) readBackLoop(stop <-chan struct{}) {
 			return
 		}
 		if err := g.readBack(); err != nil {
-			errLog.warn(g.log, "reading back committed offsets failed", zap.Error(err))
+			errLog.Warn(g.log, "reading back committed offsets failed", zap.Error(err))
 		}
 	}
 }

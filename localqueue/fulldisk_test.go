@@ -13,6 +13,9 @@ import (
 	"time"
 
 	diskqueue "github.com/nsqio/go-diskqueue"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/orderly-go/orderly/internal/tmpfs"
 )
@@ -34,7 +37,9 @@ func numbered(i int) []byte {
 // journals again.
 func TestFullDisk(t *testing.T) {
 	dir := tmpfs.Mount(t, 4<<20)
-	q := openQueue(t, Options{DataPath: dir, SyncEvery: 1, MaxBytesPerFile: 1 << 20, MaxMsgSize: 64 << 10})
+	core, logs := observer.New(zapcore.ErrorLevel)
+	start := time.Now()
+	q := openQueue(t, Options{DataPath: dir, SyncEvery: 1, MaxBytesPerFile: 1 << 20, MaxMsgSize: 64 << 10, Logger: zap.New(core)})
 
 	var stored []int // the messages the queue took, in Put order
 	refused := 0
@@ -92,6 +97,10 @@ func TestFullDisk(t *testing.T) {
 		t.Fatalf("JournalErrors: got 0, want the journal to have met the full disk (%d messages stored, %d Puts refused)", len(stored), refused)
 	}
 	t.Logf("%d messages stored, %d Puts refused, %d deferred; journal errors %d, backend errors %d", len(stored), refused, deferred, st.JournalErrors, st.BackendErrors)
+	// One line a second at most for the journal's failures, not one each.
+	if lines, most := logs.FilterMessageSnippet("journal write failed").Len(), int(time.Since(start)/time.Second)+1; lines > most {
+		t.Errorf("journal failures logged: got %d lines for %d failures in %v, want at most %d", lines, st.JournalErrors, time.Since(start).Round(time.Millisecond), most)
+	}
 
 	if err := os.Remove(filler); err != nil {
 		t.Fatal(err)

@@ -38,7 +38,7 @@ func (q *Queue) Finish(id ID) error {
 // journalFin appends the FIN of a journaled message that is done here.
 func (q *Queue) journalFin(r *record) {
 	if err := q.journal.fin(r.m.ID); err != nil {
-		q.log.Error("journal write failed; a crash may bring this finished message back", zap.Stringer("id", r.m.ID), zap.Int("attempts", r.m.Attempts), zap.Error(err))
+		q.journalErrLog.Error(q.log, "journal write failed; a crash may bring this finished message back", zap.Stringer("id", r.m.ID), zap.Int("attempts", r.m.Attempts), zap.Error(err))
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/orderly-go/orderly/internal/lograte"
 	"github.com/orderly-go/orderly/internal/pqueue"
 	"go.uber.org/zap"
 )
@@ -45,6 +46,10 @@ type Queue struct {
 	// grows, the marker may be gone with a corrupt file, so dedup ends.
 	backendErrs uint64
 	writer      backendWriter
+	// journalErrLog holds back the lines of journal writes that failed
+	// after the first each second: on a full disk every one fails
+	// (Stats.JournalErrors counts them all).
+	journalErrLog lograte.Limit
 	// fillers counts the fillers written to the backend and not yet read
 	// (see backendWriter); Depth leaves them out.
 	fillers atomic.Int64
@@ -528,7 +533,8 @@ func (q *Queue) startInFlight(r *record, now time.Time) bool {
 }
 
 // journalWrite journals r in state and sets r.journaled to whether the journal holds
-// it. A failure is logged and counted, not returned: the message is in
+// it. A failure is logged (a line a second at most: a full disk fails
+// every write) and counted, not returned: the message is in
 // memory and goes on (Close writes it to the backend if the journal does
 // not hold it), but a crash before then can lose it, or, if the journal
 // held it already, bring it back in its older state.
@@ -536,7 +542,7 @@ func (q *Queue) journalWrite(r *record, state byte) {
 	held, err := q.journal.write(&r.m, state, r.readOp)
 	r.journaled = held
 	if err != nil {
-		q.log.Error("journal write failed; a crash now can lose this message", zap.Stringer("id", r.m.ID), zap.Int("attempts", r.m.Attempts), zap.Error(err))
+		q.journalErrLog.Error(q.log, "journal write failed; a crash now can lose this message", zap.Stringer("id", r.m.ID), zap.Int("attempts", r.m.Attempts), zap.Error(err))
 	}
 }
 

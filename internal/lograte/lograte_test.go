@@ -1,0 +1,33 @@
+package lograte
+
+import (
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
+)
+
+// TestLimit: of 100 lines in a burst one goes through; the first after
+// Interval goes through too, saying how many were held back.
+func TestLimit(t *testing.T) {
+	core, logs := observer.New(zapcore.DebugLevel)
+	log := zap.New(core)
+	var l Limit
+	for i := range 100 {
+		l.Warn(log, "burst", zap.Int("i", i))
+	}
+	time.Sleep(Interval + 50*time.Millisecond)
+	l.Error(log, "after")
+	got := logs.All()
+	if len(got) != 2 {
+		t.Fatalf("lines: got %d, want 2 (the burst's first, then the one after Interval)", len(got))
+	}
+	if got[0].Message != "burst" || got[0].ContextMap()["i"] != int64(0) || got[0].Level != zapcore.WarnLevel {
+		t.Errorf("first line: got %q %v at %v, want the burst's first at warn", got[0].Message, got[0].ContextMap(), got[0].Level)
+	}
+	if got[1].Message != "after" || got[1].ContextMap()["suppressed"] != int64(99) || got[1].Level != zapcore.ErrorLevel {
+		t.Errorf("second line: got %q %v at %v, want \"after\" with suppressed 99 at error", got[1].Message, got[1].ContextMap(), got[1].Level)
+	}
+}
