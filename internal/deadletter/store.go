@@ -99,7 +99,9 @@ type Store struct {
 	pendRecs int64      // records in pending
 	queued   uint64     // batches queued so far
 	synced   uint64     // batches durable so far
-	err      error      // a failed write or sync: the store takes no more Appends
+	err      error      // a failed write or sync: the store takes no more Appends (but see undone)
+	undone   bool       // err is a failed write that was cut off the file: see Append
+	waiting  int        // Appends waiting for their batch
 	closed   bool
 	stats    Stats
 }
@@ -214,8 +216,12 @@ func (s *Store) scanFile(size int64, yield func(pos int64, raw []byte, r Record)
 
 // Append adds recs to the store and returns once they are durable:
 // written and fdatasync'ed. Appends that overlap share one write and one
-// fdatasync (group commit). After a failed write or sync the store takes
-// no more Appends (reopen it: Open cuts off what a failed write left).
+// fdatasync (group commit). A write that fails (a full disk) fails the
+// Appends it carried, and is cut off the file, so that the next Append,
+// once those have returned, starts clean and may succeed. After a failed
+// sync, or a failed write that could not be cut off, the store takes no
+// more Appends: a failed fsync leaves unknown what reached the disk
+// (reopen it: Open cuts off what a failed write left).
 func (s *Store) Append(recs ...Record) error {
 	if s.opts.ReadOnly {
 		return fmt.Errorf("deadletter: append to %s: %w", s.path, ErrReadOnly)
@@ -232,6 +238,11 @@ func (s *Store) Append(recs ...Record) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.err != nil && s.undone && s.waiting == 0 {
+		// The Appends the failed write carried have all returned its
+		// error; what it wrote is gone from the file.
+		s.err, s.undone = nil, false
+	}
 	switch {
 	case s.closed:
 		return fmt.Errorf("deadletter: append to %s: %w", s.path, ErrClosed)
@@ -242,6 +253,8 @@ func (s *Store) Append(recs ...Record) error {
 	s.pendRecs += int64(len(recs))
 	s.queued++
 	mine := s.queued
+	s.waiting++
+	defer func() { s.waiting-- }() // before the unlock
 	for s.synced < mine && s.err == nil {
 		if s.writing {
 			s.cond.Wait() // a leader is writing; it or the next takes our batch
@@ -259,11 +272,16 @@ func (s *Store) Append(recs ...Record) error {
 // held on entry and exit, not during the write.
 func (s *Store) lead() {
 	s.writing = true
-	batch, recs, upTo := s.pending, s.pendRecs, s.queued
+	batch, recs, upTo, end := s.pending, s.pendRecs, s.queued, s.stats.Bytes
 	s.pending, s.spare, s.pendRecs = s.spare[:0], nil, 0
 	s.mu.Unlock()
+	undone := false
 	_, err := s.f.Write(batch)
-	if err == nil {
+	if err != nil {
+		// Cut off what the write left, or a later Append would follow
+		// a torn frame.
+		undone = s.f.Truncate(end) == nil
+	} else {
 		err = syncFile(s.f)
 	}
 	s.mu.Lock()
@@ -271,6 +289,7 @@ func (s *Store) lead() {
 	s.spare = batch[:0]
 	if err != nil {
 		s.err = fmt.Errorf("deadletter: append %d records to %s: %w", recs, s.path, err)
+		s.undone = undone
 	} else {
 		s.synced = upTo
 		s.stats.Records += recs
