@@ -1,0 +1,215 @@
+package group
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/orderly-go/orderly/internal/deadletter"
+	"github.com/orderly-go/orderly/internal/tmpfs"
+)
+
+// TestParkingOnFullDisk (Stats.ParkErrors): with Unordered and a DataPath
+// on a disk that is full, a deferred message cannot be parked. The group
+// tries again, counting each failure in Stats.ParkErrors and warning with
+// the DataPath and the error, and no commit passes the message's offset
+// meanwhile. Once the disk has room the message is parked, the frontier
+// passes it, and it is handled when due: nothing is lost.
+func TestParkingOnFullDisk(t *testing.T) {
+	t.Parallel() // mostly waits on the disk and the deferral
+	const n, keys, target = 100, 20, 30
+	r := bigMessagesRig(t, "park-full", n, keys) // a parked message fills more than the journal's first page
+	dataPath := tmpfs.Mount(t, 4<<20)
+	w := r.work(0, 0)
+	reached, filled := make(chan struct{}), make(chan struct{})
+	var log attemptLog
+	var deferred atomic.Bool
+	do := func(ctx context.Context, batch []*Message) error {
+		var be BatchError
+		var ok []*Message
+		for i, m := range batch {
+			if m.Offset == target {
+				log.add(m.Attempt)
+				if !deferred.Swap(true) {
+					close(reached)
+					<-filled
+					r.markSettled(m.Partition, m.Offset)
+					be.Defer(i, 2*time.Second)
+					continue
+				}
+			}
+			ok = append(ok, m)
+		}
+		if err := w.Do(ctx, ok); err != nil {
+			return err
+		}
+		return be.Err()
+	}
+	cfg := r.config("park-full")
+	cfg.Size, cfg.Num, cfg.Ordering, cfg.DataPath = 8, 4, Unordered, dataPath
+	core, logs := observer.New(zapcore.WarnLevel)
+	cfg.Logger = zap.New(core)
+	g := newGroup(t, cfg, do)
+	stop := run(t, g)
+	defer func() {
+		if err := stop(); err != nil {
+			t.Error(err)
+		}
+	}()
+
+	select {
+	case <-reached:
+	case <-time.After(time.Minute):
+		t.Fatalf("offset %d never reached Do", target)
+	}
+	filler := tmpfs.Fill(t, dataPath, 0) // the parked queue is open: its writes now fail
+	close(filled)
+	waitFor(t, time.Minute, "parking to fail twice", func() bool { return g.Stats().ParkErrors >= 2 })
+	warned := logs.FilterMessage("parking messages failed; retrying").All()
+	if len(warned) == 0 {
+		t.Fatal(`no "parking messages failed; retrying" warning`)
+	}
+	if f := warned[0].ContextMap(); f["path"] != dataPath || !strings.Contains(f["error"].(string), "no space left on device") {
+		t.Errorf("parking warning: got path %v, error %v; want path %s and ENOSPC", f["path"], f["error"], dataPath)
+	}
+	time.Sleep(3 * cfg.Sarama.Consumer.Offsets.AutoCommit.Interval) // commits go on: none may pass it
+	if c := r.b.Committed(cfg.GroupID, r.topic)[0]; c > target {
+		t.Fatalf("committed offset %d while offset %d could not be parked, want at most %d", c, target, target)
+	}
+	if st := g.Stats(); st.Parked != 0 {
+		t.Fatalf("Parked: got %d while the disk is full, want 0", st.Parked)
+	}
+
+	if err := os.Remove(filler); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, time.Minute, "the message parked and every other one committed", func() bool {
+		return r.b.Committed(cfg.GroupID, r.topic)[0] == int64(n) && g.Stats().Parked == 1 || len(attempts(&log)) == 2
+	})
+	waitFor(t, time.Minute, "the parked message handled when due", func() bool {
+		return len(attempts(&log)) == 2 && g.Stats().Parked == 0 && r.b.Committed(cfg.GroupID, r.topic)[0] == int64(n)
+	})
+	errs := g.Stats().ParkErrors
+	time.Sleep(3 * cfg.Sarama.Consumer.Offsets.AutoCommit.Interval)
+	if got := g.Stats().ParkErrors; got != errs {
+		t.Errorf("ParkErrors after the disk had room: went from %d to %d", errs, got)
+	}
+	r.checkOrder(false, false)
+}
+
+// attempts is the attempts log holds.
+func attempts(log *attemptLog) []int {
+	seen, _ := log.get()
+	return seen
+}
+
+// TestDeadLettersOnFullDisk: with a DataPath (the local dead-letter store)
+// on a disk that is full, a dead letter cannot be written. The group
+// tries again (Stats.DeadLetterErrors, a warning naming the store and the
+// error), no commit passes the message's offset meanwhile, and once the
+// disk has room the dead letter is written, the store holds it once, and
+// the frontier passes it.
+func TestDeadLettersOnFullDisk(t *testing.T) {
+	t.Parallel() // mostly waits on the disk
+	const n, keys, target = 100, 20, 30
+	r := bigMessagesRig(t, "dead-full", n, keys)
+	dataPath := tmpfs.Mount(t, 4<<20)
+	w := r.work(0, 0)
+	reached, filled := make(chan struct{}), make(chan struct{})
+	var rejected atomic.Bool
+	do := func(ctx context.Context, batch []*Message) error {
+		var be BatchError
+		var ok []*Message
+		for i, m := range batch {
+			if m.Offset == target && !rejected.Swap(true) {
+				close(reached)
+				<-filled
+				r.markSettled(m.Partition, m.Offset)
+				be.DeadLetter(i, errors.New("rejected by the test"))
+				continue
+			}
+			ok = append(ok, m)
+		}
+		if err := w.Do(ctx, ok); err != nil {
+			return err
+		}
+		return be.Err()
+	}
+	cfg := r.config("dead-full")
+	cfg.Size, cfg.Num, cfg.DataPath = 8, 4, dataPath
+	core, logs := observer.New(zapcore.WarnLevel)
+	cfg.Logger = zap.New(core)
+	g := newGroup(t, cfg, do)
+	stop := run(t, g)
+
+	select {
+	case <-reached:
+	case <-time.After(time.Minute):
+		t.Fatalf("offset %d never reached Do", target)
+	}
+	filler := tmpfs.Fill(t, dataPath, 0) // the store is open: its writes now fail
+	close(filled)
+	waitFor(t, time.Minute, "the dead letter's write to fail twice", func() bool { return g.Stats().DeadLetterErrors >= 2 })
+	warned := logs.FilterMessage("writing dead letters failed; retrying").All()
+	if len(warned) == 0 || !strings.Contains(warned[0].ContextMap()["error"].(string), "no space left on device") {
+		t.Fatalf(`"writing dead letters failed; retrying" warnings: got %v, want one with ENOSPC`, warned)
+	}
+	time.Sleep(3 * cfg.Sarama.Consumer.Offsets.AutoCommit.Interval) // commits go on: none may pass it
+	if c := r.b.Committed(cfg.GroupID, r.topic)[0]; c > target {
+		t.Fatalf("committed offset %d while offset %d's dead letter could not be written, want at most %d", c, target, target)
+	}
+
+	if err := os.Remove(filler); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, time.Minute, "the dead letter written and every message committed", func() bool {
+		return g.Stats().DeadLettered.Rejected == 1 && r.b.Committed(cfg.GroupID, r.topic)[0] == int64(n)
+	})
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	st, err := deadletter.Open(filepath.Join(dataPath, deadletter.DirName), deadletter.Options{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	var offsets []int64
+	if err := st.Scan(func(_ int64, rec deadletter.Record) error {
+		info, err := deadletter.ParseInfo(rec.Headers)
+		if err != nil {
+			return err
+		}
+		offsets = append(offsets, info.Offset)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if len(offsets) != 1 || offsets[0] != target || st.Stats().Damaged != 0 {
+		t.Fatalf("local dead-letter store: got offsets %v (%d damaged), want [%d] and none damaged", offsets, st.Stats().Damaged, target)
+	}
+	r.checkDeadLettered(1)
+}
+
+// bigMessagesRig is a rig of n messages over keys keys on one partition,
+// each over 5 KB: more than a file's first page can take, so that a write
+// meets a full disk whatever the page holds already.
+func bigMessagesRig(t *testing.T, topic string, n, keys int) *rig {
+	t.Helper()
+	plan := make([]planned, n)
+	for i := range plan {
+		plan[i] = planned{key: uint32(i % keys), part: -1}
+	}
+	r := newRigPlan(t, topic, 1, plan)
+	r.payload = make([]byte, 5000)
+	r.produce(0, n)
+	return r
+}
