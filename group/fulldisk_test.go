@@ -29,31 +29,8 @@ func TestParkingOnFullDisk(t *testing.T) {
 	const n, keys, target = 100, 20, 30
 	r := bigMessagesRig(t, "park-full", n, keys) // a parked message fills more than the journal's first page
 	dataPath := tmpfs.Mount(t, 4<<20)
-	w := r.work(0, 0)
-	reached, filled := make(chan struct{}), make(chan struct{})
 	var log attemptLog
-	var deferred atomic.Bool
-	do := func(ctx context.Context, batch []*Message) error {
-		var be BatchError
-		var ok []*Message
-		for i, m := range batch {
-			if m.Offset == target {
-				log.add(m.Attempt)
-				if !deferred.Swap(true) {
-					close(reached)
-					<-filled
-					r.markSettled(m.Partition, m.Offset)
-					be.Defer(i, 2*time.Second)
-					continue
-				}
-			}
-			ok = append(ok, m)
-		}
-		if err := w.Do(ctx, ok); err != nil {
-			return err
-		}
-		return be.Err()
-	}
+	do, fill := fullDiskDo(t, r, target, &log, func(be *BatchError, i int) { be.Defer(i, 2*time.Second) })
 	cfg := r.config("park-full")
 	cfg.Size, cfg.Num, cfg.Ordering, cfg.DataPath = 8, 4, Unordered, dataPath
 	core, logs := observer.New(zapcore.WarnLevel)
@@ -66,13 +43,7 @@ func TestParkingOnFullDisk(t *testing.T) {
 		}
 	}()
 
-	select {
-	case <-reached:
-	case <-time.After(time.Minute):
-		t.Fatalf("offset %d never reached Do", target)
-	}
-	filler := tmpfs.Fill(t, dataPath, 0) // the parked queue is open: its writes now fail
-	close(filled)
+	filler := fill(dataPath) // the parked queue is open: its writes now fail
 	waitFor(t, time.Minute, "parking to fail twice", func() bool { return g.Stats().ParkErrors >= 2 })
 	warned := logs.FilterMessage("parking messages failed; retrying").All()
 	if len(warned) == 0 {
@@ -123,27 +94,7 @@ func TestDeadLettersOnFullDisk(t *testing.T) {
 	const n, keys, target = 100, 20, 30
 	r := bigMessagesRig(t, "dead-full", n, keys)
 	dataPath := tmpfs.Mount(t, 4<<20)
-	w := r.work(0, 0)
-	reached, filled := make(chan struct{}), make(chan struct{})
-	var rejected atomic.Bool
-	do := func(ctx context.Context, batch []*Message) error {
-		var be BatchError
-		var ok []*Message
-		for i, m := range batch {
-			if m.Offset == target && !rejected.Swap(true) {
-				close(reached)
-				<-filled
-				r.markSettled(m.Partition, m.Offset)
-				be.DeadLetter(i, errors.New("rejected by the test"))
-				continue
-			}
-			ok = append(ok, m)
-		}
-		if err := w.Do(ctx, ok); err != nil {
-			return err
-		}
-		return be.Err()
-	}
+	do, fill := fullDiskDo(t, r, target, nil, func(be *BatchError, i int) { be.DeadLetter(i, errors.New("rejected by the test")) })
 	cfg := r.config("dead-full")
 	cfg.Size, cfg.Num, cfg.DataPath = 8, 4, dataPath
 	core, logs := observer.New(zapcore.WarnLevel)
@@ -151,13 +102,7 @@ func TestDeadLettersOnFullDisk(t *testing.T) {
 	g := newGroup(t, cfg, do)
 	stop := run(t, g)
 
-	select {
-	case <-reached:
-	case <-time.After(time.Minute):
-		t.Fatalf("offset %d never reached Do", target)
-	}
-	filler := tmpfs.Fill(t, dataPath, 0) // the store is open: its writes now fail
-	close(filled)
+	filler := fill(dataPath) // the store is open: its writes now fail
 	waitFor(t, time.Minute, "the dead letter's write to fail twice", func() bool { return g.Stats().DeadLetterErrors >= 2 })
 	warned := logs.FilterMessage("writing dead letters failed; retrying").All()
 	if len(warned) == 0 || !strings.Contains(warned[0].ContextMap()["error"].(string), "no space left on device") {
@@ -212,4 +157,52 @@ func bigMessagesRig(t *testing.T, topic string, n, keys int) *rig {
 	r.payload = make([]byte, 5000)
 	r.produce(0, n)
 	return r
+}
+
+// fullDiskDo returns a Do that hands each batch to r's work, except the
+// first delivery of offset target: that one waits until fill has filled
+// the disk under a DataPath (the group has its files open by then), is
+// marked settled, and gets verdict. Each delivery of target is logged in
+// log (if not nil). fill waits for that delivery, fills the disk and
+// returns the filler file's path.
+func fullDiskDo(t *testing.T, r *rig, target int64, log *attemptLog, verdict func(be *BatchError, i int)) (do func(context.Context, []*Message) error, fill func(dataPath string) string) {
+	w := r.work(0, 0)
+	reached, filled := make(chan struct{}), make(chan struct{})
+	var first atomic.Bool
+	do = func(ctx context.Context, batch []*Message) error {
+		var be BatchError
+		var ok []*Message
+		for i, m := range batch {
+			if m.Offset != target {
+				ok = append(ok, m)
+				continue
+			}
+			if log != nil {
+				log.add(m.Attempt)
+			}
+			if first.Swap(true) {
+				ok = append(ok, m)
+				continue
+			}
+			close(reached)
+			<-filled
+			r.markSettled(m.Partition, m.Offset)
+			verdict(&be, i)
+		}
+		if err := w.Do(ctx, ok); err != nil {
+			return err
+		}
+		return be.Err()
+	}
+	fill = func(dataPath string) string {
+		t.Helper()
+		select {
+		case <-reached:
+		case <-time.After(time.Minute):
+			t.Fatalf("offset %d never reached Do", target)
+		}
+		defer close(filled)
+		return tmpfs.Fill(t, dataPath, 0)
+	}
+	return do, fill
 }
