@@ -105,8 +105,11 @@ func TestDeadLettersOnFullDisk(t *testing.T) {
 	filler := fill(dataPath) // the store is open: its writes now fail
 	waitFor(t, time.Minute, "the dead letter's write to fail twice", func() bool { return g.Stats().DeadLetterErrors >= 2 })
 	warned := logs.FilterMessage("writing dead letters failed; retrying").All()
-	if len(warned) == 0 || !strings.Contains(warned[0].ContextMap()["error"].(string), "no space left on device") {
-		t.Fatalf(`"writing dead letters failed; retrying" warnings: got %v, want one with ENOSPC`, warned)
+	if len(warned) == 0 {
+		t.Fatal(`no "writing dead letters failed; retrying" warning`)
+	}
+	if f := warned[0].ContextMap(); !strings.Contains(f["destination"].(string), dataPath) || !strings.Contains(f["error"].(string), "no space left on device") {
+		t.Errorf("dead-letter warning: got destination %v, error %v; want the store under %s and ENOSPC", f["destination"], f["error"], dataPath)
 	}
 	time.Sleep(3 * cfg.Sarama.Consumer.Offsets.AutoCommit.Interval) // commits go on: none may pass it
 	if c := r.b.Committed(cfg.GroupID, r.topic)[0]; c > target {
