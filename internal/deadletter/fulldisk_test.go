@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 
@@ -12,9 +13,9 @@ import (
 )
 
 // TestStoreFullDisk: an Append the disk has no room for fails with ENOSPC
-// naming the file, and is cut off it; once there is room the next Append
-// succeeds, and a reopened store holds exactly the records of the Appends
-// that returned nil, with no damage.
+// naming the file, and is cut off it; once there is room a Rewrite and the
+// next Append succeed, and a reopened store holds exactly the records of
+// the Appends that returned nil, with no damage.
 func TestStoreFullDisk(t *testing.T) {
 	dir := tmpfs.Mount(t, 1<<20)
 	s := open(t, dir, Options{})
@@ -24,14 +25,18 @@ func TestStoreFullDisk(t *testing.T) {
 		return r
 	}
 	mustAppend(t, s, big(0))
-	filler := tmpfs.Fill(t, dir, 0)
+	ballast := tmpfs.Fill(t, dir, 0)
 	for i := 1; i <= 3; i++ {
 		if err := s.Append(big(i)); !errors.Is(err, syscall.ENOSPC) || !strings.Contains(err.Error(), s.path) {
 			t.Fatalf("Append %d on a full disk: got %v, want ENOSPC naming %s", i, err, s.path)
 		}
 	}
-	if err := os.Remove(filler); err != nil {
+	if err := os.Remove(ballast); err != nil {
 		t.Fatal(err)
+	}
+	// The failed writes left nothing to refuse: a Rewrite goes ahead.
+	if removed, err := s.Rewrite(func(int64, Record) bool { return true }); removed != 0 || err != nil {
+		t.Fatalf("Rewrite keeping everything after the failed Appends: got %d removed, %v; want 0, nil", removed, err)
 	}
 	mustAppend(t, s, big(4), big(5))
 	if err := s.Close(); err != nil {
@@ -43,4 +48,68 @@ func TestStoreFullDisk(t *testing.T) {
 	if st := r.Stats(); st.Damaged != 0 || st.TornBytes != 0 {
 		t.Fatalf("reopened: %d damaged, %d torn bytes; want none", st.Damaged, st.TornBytes)
 	}
+}
+
+// TestStoreFullDiskConcurrent: Appends from several goroutines while the
+// disk fills and then has room again. The store holds the records of
+// exactly the Appends that returned nil: none of one that failed (a write
+// that fails fails only the Appends it carried; those queued behind it
+// are written by a write of their own), and no damage.
+func TestStoreFullDiskConcurrent(t *testing.T) {
+	dir := tmpfs.Mount(t, 1<<20)
+	s := open(t, dir, Options{})
+	big := func(i int) Record {
+		r := rec(i)
+		r.Value = bytes.Repeat([]byte{byte(i)}, 6000)
+		return r
+	}
+	ballast := tmpfs.Fill(t, dir, 0)
+	const writers, each = 8, 40
+	var mu sync.Mutex
+	var failures int
+	room := make(chan struct{})
+	stored := map[string]bool{}
+	var wg sync.WaitGroup
+	for g := range writers {
+		wg.Go(func() {
+			for k := range each {
+				r := big(g*each + k)
+				err := s.Append(r)
+				mu.Lock()
+				switch {
+				case err == nil:
+					stored[string(r.Key)] = true
+				case errors.Is(err, syscall.ENOSPC):
+					if failures++; failures == 20 {
+						close(room)
+					}
+				default:
+					t.Errorf("Append: %v", err)
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	<-room
+	if err := os.Remove(ballast); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	r := open(t, dir, Options{ReadOnly: true})
+	_, got := scanAll(t, r)
+	found := map[string]bool{}
+	for _, rec := range got {
+		k := string(rec.Key)
+		if !stored[k] || found[k] {
+			t.Fatalf("record %s in the store: its Append returned an error, or it is there twice", k)
+		}
+		found[k] = true
+	}
+	if len(found) != len(stored) || r.Stats().Damaged != 0 {
+		t.Fatalf("store: %d records (%d damaged), want the %d whose Append returned nil", len(found), r.Stats().Damaged, len(stored))
+	}
+	t.Logf("%d Appends failed, %d succeeded", failures, len(stored))
 }

@@ -98,10 +98,10 @@ type Store struct {
 	spare    []byte     // the last written batch, reused
 	pendRecs int64      // records in pending
 	queued   uint64     // batches queued so far
-	synced   uint64     // batches durable so far
-	err      error      // a failed write or sync: the store takes no more Appends (but see undone)
-	undone   bool       // err is a failed write that was cut off the file: see Append
-	waiting  int        // Appends waiting for their batch
+	ended    uint64     // batches whose write has ended: durable, or in failed
+	failed   []failedWrite
+	waiting  int   // Appends waiting for their batch; failed is cleared when none is
+	err      error // a failed sync, or a failed write not cut off: the store takes no more Appends
 	closed   bool
 	stats    Stats
 }
@@ -214,14 +214,21 @@ func (s *Store) scanFile(size int64, yield func(pos int64, raw []byte, r Record)
 	return res, err
 }
 
+// failedWrite is a write that failed and was cut off the file: the
+// Appends of batches from+1 to to return err.
+type failedWrite struct {
+	from, to uint64
+	err      error
+}
+
 // Append adds recs to the store and returns once they are durable:
 // written and fdatasync'ed. Appends that overlap share one write and one
-// fdatasync (group commit). A write that fails (a full disk) fails the
-// Appends it carried, and is cut off the file, so that the next Append,
-// once those have returned, starts clean and may succeed. After a failed
-// sync, or a failed write that could not be cut off, the store takes no
-// more Appends: a failed fsync leaves unknown what reached the disk
-// (reopen it: Open cuts off what a failed write left).
+// fdatasync (group commit). A write that fails (a full disk) is cut off
+// the file and fails the Appends it carried, and only those: the store
+// goes on, and a later Append may succeed. After a failed sync, or a
+// failed write that could not be cut off, the store takes no more
+// Appends: what reached the disk is then unknown (reopen it: Open cuts
+// off what a failed write left).
 func (s *Store) Append(recs ...Record) error {
 	if s.opts.ReadOnly {
 		return fmt.Errorf("deadletter: append to %s: %w", s.path, ErrReadOnly)
@@ -238,11 +245,6 @@ func (s *Store) Append(recs ...Record) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.err != nil && s.undone && s.waiting == 0 {
-		// The Appends the failed write carried have all returned its
-		// error; what it wrote is gone from the file.
-		s.err, s.undone = nil, false
-	}
 	switch {
 	case s.closed:
 		return fmt.Errorf("deadletter: append to %s: %w", s.path, ErrClosed)
@@ -254,15 +256,24 @@ func (s *Store) Append(recs ...Record) error {
 	s.queued++
 	mine := s.queued
 	s.waiting++
-	defer func() { s.waiting-- }() // before the unlock
-	for s.synced < mine && s.err == nil {
+	defer func() { // before the unlock
+		if s.waiting--; s.waiting == 0 {
+			s.failed = nil // no Append is left to tell
+		}
+	}()
+	for s.ended < mine && s.err == nil {
 		if s.writing {
 			s.cond.Wait() // a leader is writing; it or the next takes our batch
 			continue
 		}
 		s.lead()
 	}
-	if s.synced >= mine {
+	for _, f := range s.failed {
+		if f.from < mine && mine <= f.to {
+			return f.err
+		}
+	}
+	if s.ended >= mine {
 		return nil
 	}
 	return s.err
@@ -272,26 +283,29 @@ func (s *Store) Append(recs ...Record) error {
 // held on entry and exit, not during the write.
 func (s *Store) lead() {
 	s.writing = true
-	batch, recs, upTo, end := s.pending, s.pendRecs, s.queued, s.stats.Bytes
+	batch, recs, from, upTo, end := s.pending, s.pendRecs, s.ended, s.queued, s.stats.Bytes
 	s.pending, s.spare, s.pendRecs = s.spare[:0], nil, 0
 	s.mu.Unlock()
-	undone := false
+	cutOff := false
 	_, err := s.f.Write(batch)
 	if err != nil {
 		// Cut off what the write left, or a later Append would follow
 		// a torn frame.
-		undone = s.f.Truncate(end) == nil
+		cutOff = s.f.Truncate(end) == nil
 	} else {
 		err = syncFile(s.f)
 	}
 	s.mu.Lock()
 	s.writing = false
 	s.spare = batch[:0]
-	if err != nil {
+	switch {
+	case err != nil && cutOff:
+		s.failed = append(s.failed, failedWrite{from, upTo, fmt.Errorf("deadletter: append %d records to %s: %w", recs, s.path, err)})
+		s.ended = upTo
+	case err != nil:
 		s.err = fmt.Errorf("deadletter: append %d records to %s: %w", recs, s.path, err)
-		s.undone = undone
-	} else {
-		s.synced = upTo
+	default:
+		s.ended = upTo
 		s.stats.Records += recs
 		s.stats.Bytes += int64(len(batch))
 		s.stats.Syncs++
@@ -353,7 +367,7 @@ func (s *Store) Close() error {
 		return fmt.Errorf("deadletter: close %s: %w", s.path, ErrClosed)
 	}
 	s.closed = true // Appends from now on fail; the queued ones are written
-	for s.writing || (s.synced < s.queued && s.err == nil) {
+	for s.writing || (s.ended < s.queued && s.err == nil) {
 		s.cond.Wait()
 	}
 	s.mu.Unlock()
