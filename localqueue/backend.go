@@ -2,6 +2,7 @@ package localqueue
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -9,6 +10,8 @@ import (
 
 	diskqueue "github.com/nsqio/go-diskqueue"
 	"go.uber.org/zap"
+
+	"github.com/orderly-go/orderly/internal/lograte"
 )
 
 // backend is where ready messages of a queue with a DataPath go when the
@@ -39,6 +42,8 @@ type backend interface {
 	// metadataCorrupt is 1 if Open found the backend's metadata damaged
 	// and rebuilt it from the data files, else 0.
 	metadataCorrupt() uint64
+	// afterRead is called after each record received from ReadChan.
+	afterRead()
 }
 
 var _ backend = (*diskBackend)(nil)
@@ -48,6 +53,7 @@ var _ backend = (*diskBackend)(nil)
 // 1, Put made to wait for the fsync that follows the write.
 type diskBackend struct {
 	dq        diskqueue.Interface
+	name      string
 	log       *zap.Logger
 	pattern   string // data file glob, for where() before any file was opened
 	syncEach  bool
@@ -55,12 +61,15 @@ type diskBackend struct {
 	metaBad   uint64 // 1: prepareMetadata rebuilt damaged metadata; set before use
 	errs      atomic.Uint64
 	syncFails atomic.Uint64 // go-diskqueue's "failed to sync" errors
+	syncLog   lograte.Limit // their log lines
+	rolled    rolledFiles
 	readingMu sync.Mutex
 	reading   string // guarded by readingMu
 }
 
 func newDiskBackend(o *Options, log *zap.Logger) (*diskBackend, error) {
 	b := &diskBackend{
+		name:     o.Name,
 		log:      log,
 		pattern:  filepath.Join(o.DataPath, o.Name+".diskqueue.*.dat"),
 		syncEach: o.SyncEvery == 1,
@@ -73,6 +82,7 @@ func newDiskBackend(o *Options, log *zap.Logger) (*diskBackend, error) {
 	if damaged {
 		b.metaBad = 1
 	}
+	b.removeMetaTemps() // an earlier run's
 	b.dq = diskqueue.New(o.Name, o.DataPath, o.MaxBytesPerFile,
 		int32(envelopeOverhead), int32(envelopeSize(o.MaxMsgSize)),
 		o.SyncEvery, o.SyncTimeout, b.logf)
@@ -91,10 +101,20 @@ func (b *diskBackend) logf(lvl diskqueue.LogLevel, f string, args ...any) {
 			b.readingMu.Unlock()
 		}
 	}
-	if lvl >= diskqueue.ERROR && strings.Contains(f, "failed to sync") {
-		b.syncFails.Add(1)
+	if b.rolled.note(b.log, f, args) {
+		return
 	}
 	msg := fmt.Sprintf(f, args...)
+	if lvl >= diskqueue.ERROR && strings.Contains(f, "failed to sync") {
+		// Every write fails so on a full disk: a line a second. go-diskqueue
+		// leaves the temporary file of metadata it failed to write behind;
+		// logf runs on its ioLoop, so none is being written now.
+		b.syncFails.Add(1)
+		b.errs.Add(1)
+		b.syncLog.Error(b.log, msg)
+		b.removeMetaTemps()
+		return
+	}
 	switch lvl {
 	case diskqueue.DEBUG, diskqueue.INFO:
 		b.log.Debug(msg)
@@ -106,9 +126,22 @@ func (b *diskBackend) logf(lvl diskqueue.LogLevel, f string, args ...any) {
 	}
 }
 
+// removeMetaTemps removes the temporary files go-diskqueue leaves behind
+// when writing its metadata fails (each failure names a new one, so on a
+// full disk they would pile up, an inode each). Call it only while
+// go-diskqueue writes none: before it starts, or from its ioLoop.
+func (b *diskBackend) removeMetaTemps() {
+	temps, _ := filepath.Glob(filepath.Join(b.dataPath, b.name+".diskqueue.meta.dat.*.tmp"))
+	for _, f := range temps {
+		os.Remove(f)
+	}
+}
+
 func (b *diskBackend) Put(data []byte) error {
 	fails := b.syncFails.Load()
-	if err := b.dq.Put(data); err != nil {
+	err := b.dq.Put(data)
+	b.rolled.remove()
+	if err != nil {
 		return err
 	}
 	if b.syncEach {
@@ -128,9 +161,15 @@ func (b *diskBackend) Put(data []byte) error {
 }
 
 func (b *diskBackend) ReadChan() <-chan []byte { return b.dq.ReadChan() }
+func (b *diskBackend) afterRead()              { b.rolled.remove() }
 func (b *diskBackend) Depth() int64            { return b.dq.Depth() }
 func (b *diskBackend) Empty() error            { return b.dq.Empty() }
-func (b *diskBackend) Close() error            { return b.dq.Close() }
+func (b *diskBackend) Close() error {
+	err := b.dq.Close()
+	b.rolled.remove()
+	b.removeMetaTemps() // go-diskqueue's last sync, at Close, may have failed too
+	return err
+}
 func (b *diskBackend) Delete() error           { return b.dq.Delete() }
 func (b *diskBackend) errorCount() uint64      { return b.errs.Load() }
 func (b *diskBackend) metadataCorrupt() uint64 { return b.metaBad }

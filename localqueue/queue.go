@@ -349,6 +349,7 @@ func (q *Queue) wroteBackend(n int) {
 // readBackend accounts for a record received from the backend. It
 // returns the record's backend operation number with a DataPath, else 0.
 func (q *Queue) readBackend() uint64 {
+	q.backend.afterRead()
 	for {
 		v := q.onBackend.Load()
 		if v <= 0 || q.onBackend.CompareAndSwap(v, v-1) {
