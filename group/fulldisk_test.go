@@ -43,7 +43,7 @@ func TestParkingOnFullDisk(t *testing.T) {
 		}
 	}()
 
-	filler := fill(dataPath) // the parked queue is open: its writes now fail
+	ballast := fill(dataPath) // the parked queue is open: its writes now fail
 	waitFor(t, time.Minute, "parking to fail twice", func() bool { return g.Stats().ParkErrors >= 2 })
 	warned := logs.FilterMessage("parking messages failed; retrying").All()
 	if len(warned) == 0 {
@@ -60,7 +60,7 @@ func TestParkingOnFullDisk(t *testing.T) {
 		t.Fatalf("Parked: got %d while the disk is full, want 0", st.Parked)
 	}
 
-	if err := os.Remove(filler); err != nil {
+	if err := os.Remove(ballast); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, time.Minute, "the message parked and every other one committed", func() bool {
@@ -102,7 +102,7 @@ func TestDeadLettersOnFullDisk(t *testing.T) {
 	g := newGroup(t, cfg, do)
 	stop := run(t, g)
 
-	filler := fill(dataPath) // the store is open: its writes now fail
+	ballast := fill(dataPath) // the store is open: its writes now fail
 	waitFor(t, time.Minute, "the dead letter's write to fail twice", func() bool { return g.Stats().DeadLetterErrors >= 2 })
 	warned := logs.FilterMessage("writing dead letters failed; retrying").All()
 	if len(warned) == 0 {
@@ -116,7 +116,7 @@ func TestDeadLettersOnFullDisk(t *testing.T) {
 		t.Fatalf("committed offset %d while offset %d's dead letter could not be written, want at most %d", c, target, target)
 	}
 
-	if err := os.Remove(filler); err != nil {
+	if err := os.Remove(ballast); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, time.Minute, "the dead letter written and every message committed", func() bool {
@@ -167,7 +167,7 @@ func bigMessagesRig(t *testing.T, topic string, n, keys int) *rig {
 // the disk under a DataPath (the group has its files open by then), is
 // marked settled, and gets verdict. Each delivery of target is logged in
 // log (if not nil). fill waits for that delivery, fills the disk and
-// returns the filler file's path.
+// returns the ballast file's path.
 func fullDiskDo(t *testing.T, r *rig, target int64, log *attemptLog, verdict func(be *BatchError, i int)) (do func(context.Context, []*Message) error, fill func(dataPath string) string) {
 	w := r.work(0, 0)
 	reached, filled := make(chan struct{}), make(chan struct{})

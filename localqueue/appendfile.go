@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"syscall"
 )
 
 // appendFile is the journal file opened for appending records. On Linux
@@ -23,7 +24,20 @@ type appendFile struct {
 	size  int64  // where the next record goes
 	m     []byte // the mapping (len is the reserved length), nil if none
 	noMap bool   // append with pwrite(2)
+	// frozen: the spare was given to a compaction (see freeSpare);
+	// appends fail until thaw.
+	frozen bool
 }
+
+// spareBytes is the end of the mapped space that appends leave alone:
+// when the disk is full, the journal's own dead records may be what fills
+// it, and compacting them needs room for the rewrite. freeSpare gives it
+// (and the rest of the reserve) back to the file system for that.
+const spareBytes = 64 << 10
+
+// errJournalFrozen: an append while a compaction on a full disk has the
+// journal's spare room.
+var errJournalFrozen = fmt.Errorf("%w: the journal's spare room is kept for its compaction", syscall.ENOSPC)
 
 // errNoMap reports that the file cannot be mapped; append falls back to
 // pwrite(2).
@@ -36,9 +50,12 @@ func newAppendFile(f *os.File, size int64, noMap bool) *appendFile {
 // append adds rec at the end. When it returns nil, rec survives a crash of
 // the process (not of the machine: see sync).
 func (a *appendFile) append(rec []byte) error {
+	if a.frozen {
+		return errJournalFrozen
+	}
 	end := a.size + int64(len(rec))
-	if !a.noMap && end > int64(len(a.m)) {
-		if err := a.grow(end); err != nil && !errors.Is(err, errNoMap) {
+	if !a.noMap && end+spareBytes > int64(len(a.m)) {
+		if err := a.grow(end + spareBytes); err != nil && !errors.Is(err, errNoMap) {
 			return err
 		}
 	}
@@ -48,7 +65,8 @@ func (a *appendFile) append(rec []byte) error {
 		return nil
 	}
 	if _, err := a.f.WriteAt(rec, a.size); err != nil {
-		return err // a partial record is overwritten by the next one
+		a.f.Truncate(a.size) // no partial record for a crash to leave behind
+		return err
 	}
 	a.size = end
 	return nil
@@ -68,6 +86,24 @@ func (a *appendFile) close() error {
 	}
 	return errors.Join(err, a.f.Close())
 }
+
+// freeSpare unmaps the file and cuts off its reserved tail, spare
+// included, so that a compaction on a full disk has room for its rewrite,
+// and freezes it: appends fail until thaw (they would take that room).
+func (a *appendFile) freeSpare() error {
+	a.frozen = true
+	if err := a.unmap(); err != nil {
+		return err
+	}
+	if err := a.f.Truncate(a.size); err != nil {
+		return fmt.Errorf("cut the reserved tail of %s: %w", a.f.Name(), err)
+	}
+	return nil
+}
+
+// thaw lets appends go on after a compaction that freeSpare made room
+// for has failed: the next one reserves again.
+func (a *appendFile) thaw() { a.frozen = false }
 
 // discard unmaps and closes a file that was replaced (renamed over).
 func (a *appendFile) discard() {

@@ -47,12 +47,12 @@ func (a *appendFile) grow(need int64) error {
 }
 
 // reserve writes zeros from from to to, and gives the space back (cuts
-// the file to from, or to what was appended) if it cannot.
+// the file to from) if it cannot.
 func (a *appendFile) reserve(from, to int64) error {
 	for off := from; off < to; {
 		n, err := a.f.WriteAt(zeros[:min(int64(len(zeros)), to-off)], off)
 		if err != nil {
-			a.f.Truncate(max(from, a.size))
+			a.f.Truncate(from)
 			return fmt.Errorf("reserve %d bytes of %s: %w", to-from, a.f.Name(), err)
 		}
 		off += int64(n)

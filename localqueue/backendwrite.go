@@ -27,18 +27,78 @@ func (q *Queue) putBackend(rec []byte) (written int, err error) {
 	w := &q.writer
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.failed != nil {
-		if err := q.backend.Put(w.failed); err != nil && !errors.Is(err, ErrNotSynced) {
-			return 0, fmt.Errorf("write the filler of an earlier write that failed: %w", err)
-		}
-		w.failed = nil
-		q.fillers.Add(1)
-		written++
+	if written, err = q.writeFillerLocked(); err != nil {
+		return 0, err
 	}
 	err = q.backend.Put(rec)
 	if err != nil && !errors.Is(err, ErrNotSynced) {
 		w.failed = appendFiller(nil, rec)
+		q.backendFailed(err)
 		return written, err
 	}
 	return written + 1, err
+}
+
+// writeFillerLocked writes the filler still to write, if there is one,
+// and reports how many it wrote. The caller holds writer.mu.
+func (q *Queue) writeFillerLocked() (written int, err error) {
+	w := &q.writer
+	if w.failed == nil {
+		return 0, nil
+	}
+	if err := q.backend.Put(w.failed); err != nil && !errors.Is(err, ErrNotSynced) {
+		q.backendFailed(err)
+		return 0, fmt.Errorf("write the filler of an earlier write that failed: %w", err)
+	}
+	w.failed = nil
+	q.fillers.Add(1)
+	return 1, nil
+}
+
+// writeFiller writes the filler still to write before Close closes the
+// backend, so that the next Open's reader does not meet the failed
+// write's remains (go-diskqueue would take them for a damaged file and
+// set the whole file aside).
+func (q *Queue) writeFiller() error {
+	q.writer.mu.Lock()
+	written, err := q.writeFillerLocked()
+	q.writer.mu.Unlock()
+	q.wroteBackend(written)
+	if err != nil {
+		return fmt.Errorf("localqueue %s: %w", q.opts.Name, err)
+	}
+	return nil
+}
+
+// backendFailed tells the journal when a backend write met a full disk:
+// the journal's dead records may be what fills it.
+func (q *Queue) backendFailed(err error) {
+	if q.journal != nil && isDiskFull(err) {
+		q.journal.noteDiskFull()
+	}
+}
+
+// fillerRead accounts for a filler Get passed: one fewer unread, never
+// below 0 (an earlier run's filler was not counted).
+func (q *Queue) fillerRead() {
+	for {
+		n := q.fillers.Load()
+		if n <= 0 || q.fillers.CompareAndSwap(n, n-1) {
+			return
+		}
+	}
+}
+
+// emptyBackend empties the backend, and with its files (torn tails
+// included) drops the filler still to write and the count of unread ones;
+// no backend write runs meanwhile.
+func (q *Queue) emptyBackend() error {
+	q.writer.mu.Lock()
+	defer q.writer.mu.Unlock()
+	if err := q.backend.Empty(); err != nil {
+		return err
+	}
+	q.writer.failed = nil
+	q.fillers.Store(0)
+	return nil
 }

@@ -35,7 +35,7 @@ drain:
 	q.deferredMu.Unlock()
 	if q.mem != nil {
 		q.mem.empty(false)
-	} else if err := q.backend.Empty(); err != nil {
+	} else if err := q.emptyBackend(); err != nil {
 		return fmt.Errorf("localqueue %s: empty backend: %w", q.opts.Name, err)
 	}
 	q.onBackend.Store(0)
@@ -104,6 +104,9 @@ func (q *Queue) shutdown(deleting bool) error {
 		q.log.Info("queue deleted")
 	default:
 		if err := q.flush(); err != nil {
+			errs = append(errs, err)
+		}
+		if err := q.writeFiller(); err != nil {
 			errs = append(errs, err)
 		}
 		if err := q.backend.Close(); err != nil {

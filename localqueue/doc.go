@@ -228,22 +228,38 @@
 //     FIN brings a finished message back.
 //
 //   - Full disk with a DataPath: a Put the backend cannot store returns
-//     its error (ENOSPC, naming the data file), and so does a PutDeferred
-//     the journal cannot store. The journal records of other operations
-//     (a Get's COPY, a Requeue, a FIN) are logged and counted in
-//     Stats.JournalErrors instead, and the message concerned is then not
-//     crash-safe (see the process crash above). Nothing the queue took is
-//     lost or torn, and it goes on once there is room again (see
-//     TestFullDisk). Two things make that so. go-diskqueue leaves the
-//     head of a write that failed part way past its last record, and its
-//     reader, having read ahead into it, hands out the next record
-//     written there torn (TestDiskqueueTearsAfterFailedWrite); so after a
-//     failed write the queue first writes a filler: the failed record with
-//     its checksum spoilt, which Get skips whole or torn (backendwrite.go).
-//     And the journal, whose dead records may be what fills the disk,
-//     compacts whatever its size once an append meets a full disk, and
-//     when it cannot reserve a megabyte ahead it reserves the pages a
-//     record needs.
+//     its error (ENOSPC, naming the data file), and so do a PutDeferred
+//     and a Replace the journal cannot store. The journal records of
+//     other operations (a Get's COPY, a Requeue, a FIN) are logged (a
+//     line a second) and counted in Stats.JournalErrors instead, and the
+//     message concerned is then not crash-safe (see the process crash
+//     above). While the queue runs, nothing it took is lost or torn, and
+//     it goes on once there is room again (TestFullDisk); a Close on a
+//     full disk can lose what only memory holds (it says which, and
+//     returns an error). What makes that so:
+//     go-diskqueue leaves the head of a write that failed part way past
+//     its last record, and its reader, having read ahead into it, hands
+//     out the next record written there torn
+//     (TestDiskqueueTearsAfterFailedWrite); so after a failed write the
+//     queue first writes a filler, the failed record with its checksum
+//     spoilt, which Get skips whole or torn (backendwrite.go). The
+//     journal's dead records may be what fills the disk: a write of the
+//     queue's that meets a full disk asks for a compaction whatever the
+//     journal's size (if more than half of it is dead; at most one a
+//     second after one failed), and the journal keeps the last 64 KiB of
+//     its reserved space (which it reserves 1 to 16 MiB ahead, and only
+//     the pages a record needs when that fails) to give that compaction
+//     room (TestJournalDeadRecordsFillingTheDisk). go-diskqueue's
+//     temporary metadata files, which it leaves behind when writing them
+//     fails, are removed.
+//
+//   - Data files read whole: go-diskqueue renames a data file to .bad
+//     when its reader, having caught up with the writer at the file's
+//     end, tries one more record there after the writer has moved on; the
+//     file (up to MaxBytesPerFile) would stay on disk for good. The queue
+//     removes such a file (every record in it was read) and does not count
+//     it as a backend error (diskroll.go, TestFileRollLeavesNothingBehind);
+//     a file go-diskqueue sets aside for real damage stays, and counts.
 //
 // So MemQueueSize 0 is the setting for "a message whose Put returned
 // survives kill -9 until it is finished", and SyncEvery 1 adds power loss.

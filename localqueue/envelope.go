@@ -84,11 +84,13 @@ func decodeEnvelope(b []byte, m *Message) error {
 }
 
 // A filler takes the place in the backend of a record whose write failed
-// (see putBackend): the same bytes, but with the checksum xored with
+// (see backendWriter): the same bytes, but with the checksum xored with
 // fillerMask, so that it never decodes as what it copies. isFiller
 // recognises it whole, and also torn the way go-diskqueue tears it: the
-// failed write's head in place of its own, as long as the head stops
-// before the checksum.
+// failed write's head in place of its own. As the two differ only in the
+// checksum, a torn filler is the filler, unless the head reaches 1 to 3
+// bytes into the checksum: its checksum then differs from the record's
+// by the mask's last 3, 2 or 1 bytes.
 const fillerMask = 0x46494c4c // "FILL"
 
 // appendFiller appends to dst the filler of the backend record rec (an
@@ -100,8 +102,16 @@ func appendFiller(dst, rec []byte) []byte {
 	return dst
 }
 
-// isFiller reports whether the backend record b is a filler.
+// isFiller reports whether the backend record b is a filler, whole or
+// torn.
 func isFiller(b []byte) bool {
 	n := len(b) - 4
-	return n >= 0 && binary.BigEndian.Uint32(b[n:]) == crc32.Checksum(b[:n], castagnoli)^fillerMask
+	if n < 0 {
+		return false
+	}
+	switch binary.BigEndian.Uint32(b[n:]) ^ crc32.Checksum(b[:n], castagnoli) {
+	case fillerMask, fillerMask & 0xffffff, fillerMask & 0xffff, fillerMask & 0xff:
+		return true
+	}
+	return false
 }

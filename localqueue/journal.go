@@ -7,10 +7,11 @@ import (
 	"path/filepath"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/orderly-go/orderly/internal/lograte"
 )
 
 // DefaultJournalCompactBytes is the journal size below which it is never
@@ -63,7 +64,14 @@ type journal struct {
 	syncing   *appendFile     // the file the syncer is fsyncing, nil if none
 	retired   *appendFile     // a file compaction replaced while it was synced
 	noCompact int64           // after a failed compaction: not again below this size
-	diskFull  bool            // an append met a full disk: compact whatever the size
+	// diskFull: a write met a full disk, so compact whatever the size
+	// (see wantCompactLocked). fullRetry: a compaction that diskFull
+	// asked for failed; the next is not asked for before then (a disk
+	// that stays full would otherwise get one compaction after another,
+	// each rewriting the live records until it fails).
+	diskFull      bool
+	fullRetry     time.Time
+	compactErrLog lograte.Limit // "journal compaction failed"
 	// recent are the last FINs of messages read from the backend, so that
 	// compaction keeps those whose read go-diskqueue may not have
 	// persisted yet: after a crash their stale copies must still be known
@@ -282,17 +290,35 @@ func (j *journal) endDedup(nonce uint64) bool {
 func (j *journal) writeLocked(rec []byte) error {
 	if err := j.out.append(rec); err != nil {
 		j.counters.errors.Add(1)
-		if errors.Is(err, syscall.ENOSPC) && !j.diskFull {
-			// Dead records may be what fills the disk: a journal below
-			// compactMin is otherwise never compacted.
-			j.diskFull = true
-			if j.wantCompactLocked() {
-				signal(j.compactReq)
-			}
+		if isDiskFull(err) {
+			j.noteDiskFullLocked()
 		}
 		return fmt.Errorf("append to %s: %w", j.path, err)
 	}
 	return nil
+}
+
+// fullRetryAfter is how long after a failed full-disk compaction the next
+// may be asked for.
+const fullRetryAfter = time.Second
+
+// noteDiskFull records that a write of the queue's (the journal's own, or
+// the backend's) met a full disk: the journal's dead records may be what
+// fills it, and a journal below compactMin is otherwise never compacted.
+func (j *journal) noteDiskFull() {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.noteDiskFullLocked()
+}
+
+func (j *journal) noteDiskFullLocked() {
+	if j.diskFull || j.out == nil || time.Now().Before(j.fullRetry) {
+		return
+	}
+	j.diskFull = true
+	if j.wantCompactLocked() {
+		signal(j.compactReq)
+	}
 }
 
 // load returns the message of a restore entry, with its own body.

@@ -48,8 +48,7 @@ import (
 // last rewrite wrote besides them: header, history, kept FINs), and at
 // least compactMin (and noCompact) bytes, or whatever its size once an
 // append met a full disk (diskFull), which the dead records may be
-// filling. A compaction clears diskFull: while the disk stays full,
-// failed appends ask for one compaction at a time.
+// filling (a compaction that begins clears it; see fullRetry).
 func (j *journal) wantCompactLocked() bool {
 	size := j.out.size
 	return size > 2*(j.liveBytes+j.keepBytes) && (j.diskFull || size >= j.compactMin && size >= j.noCompact)
@@ -83,8 +82,16 @@ func (j *journal) compactBackground() {
 		j.mu.Unlock()
 		return
 	}
-	old, s := j.out, j.snapshotLocked()
+	old, full := j.out, j.diskFull
 	j.diskFull = false
+	if full {
+		// The rewrite needs room the journal may be holding: its
+		// reserve. Appends wait for the outcome (they fail meanwhile).
+		if err := old.freeSpare(); err != nil {
+			j.log.Warn("journal: giving its reserved space to the compaction failed", zap.String("file", j.path), zap.Error(err))
+		}
+	}
+	s := j.snapshotLocked()
 	j.mu.Unlock()
 
 	rw, err := j.rewrite(old.f, s)
@@ -98,8 +105,12 @@ func (j *journal) compactBackground() {
 	}
 	if err != nil {
 		j.counters.errors.Add(1)
+		if full {
+			old.thaw()
+			j.fullRetry = time.Now().Add(fullRetryAfter)
+		}
 		j.noCompact = 2 * j.out.size
-		j.log.Error("journal compaction failed; appending to the old file", zap.String("file", j.path), zap.Error(err))
+		j.compactErrLog.Error(j.log, "journal compaction failed; appending to the old file", zap.String("file", j.path), zap.Error(err))
 	}
 }
 

@@ -51,7 +51,8 @@ type Queue struct {
 	// (Stats.JournalErrors counts them all).
 	journalErrLog lograte.Limit
 	// fillers counts the fillers written to the backend and not yet read
-	// (see backendWriter); Depth leaves them out.
+	// (see backendWriter); Depth leaves them out. It starts at 0 at Open:
+	// an earlier run's unread filler counts in Depth until Get passes it.
 	fillers atomic.Int64
 
 	// putMu is held shared by everything that adds to the memory chan or
@@ -459,7 +460,7 @@ func (q *Queue) fromBackend(b []byte, op uint64) *record {
 	r := new(record)
 	if err := decodeEnvelope(b, &r.m); err != nil {
 		if isFiller(b) {
-			q.fillers.Add(-1)
+			q.fillerRead()
 			q.log.Debug("skipping the filler of a backend write that failed", zap.String("file", q.backend.where()), zap.Int("bytes", len(b)))
 			return nil
 		}

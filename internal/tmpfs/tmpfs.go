@@ -43,9 +43,9 @@ func Mount(tb testing.TB, size int64) string {
 // metadata).
 func Fill(tb testing.TB, dir string, free int64) string {
 	tb.Helper()
-	f, err := os.CreateTemp(dir, "filler")
+	f, err := os.CreateTemp(dir, "ballast")
 	if err != nil {
-		tb.Fatalf("create a filler file: %v", err)
+		tb.Fatalf("create a ballast file: %v", err)
 	}
 	tb.Cleanup(func() { os.Remove(f.Name()) })
 	defer f.Close()
