@@ -46,12 +46,13 @@ func (q *Queue) writeFillerLocked() (written int, err error) {
 	if w.failed == nil {
 		return 0, nil
 	}
+	q.fillers.Add(1) // before a reader can pass it
 	if err := q.backend.Put(w.failed); err != nil && !errors.Is(err, ErrNotSynced) {
+		q.fillerRead()
 		q.backendFailed(err)
 		return 0, fmt.Errorf("write the filler of an earlier write that failed: %w", err)
 	}
 	w.failed = nil
-	q.fillers.Add(1)
 	return 1, nil
 }
 

@@ -290,7 +290,7 @@ func (j *journal) endDedup(nonce uint64) bool {
 func (j *journal) writeLocked(rec []byte) error {
 	if err := j.out.append(rec); err != nil {
 		j.counters.errors.Add(1)
-		if isDiskFull(err) {
+		if isDiskFull(err) && !errors.Is(err, errJournalFrozen) {
 			j.noteDiskFullLocked()
 		}
 		return fmt.Errorf("append to %s: %w", j.path, err)

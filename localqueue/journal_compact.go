@@ -108,6 +108,7 @@ func (j *journal) compactBackground() {
 		if full {
 			old.thaw()
 			j.fullRetry = time.Now().Add(fullRetryAfter)
+			j.diskFull = false // asked for meanwhile: held off until fullRetry
 		}
 		j.noCompact = 2 * j.out.size
 		j.compactErrLog.Error(j.log, "journal compaction failed; appending to the old file", zap.String("file", j.path), zap.Error(err))

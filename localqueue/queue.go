@@ -50,6 +50,9 @@ type Queue struct {
 	// after the first each second: on a full disk every one fails
 	// (Stats.JournalErrors counts them all).
 	journalErrLog lograte.Limit
+	// requeueErrLog does the same for messages due again that the backend
+	// cannot take (each is tried again after retryDelay).
+	requeueErrLog lograte.Limit
 	// fillers counts the fillers written to the backend and not yet read
 	// (see backendWriter); Depth leaves them out. It starts at 0 at Open:
 	// an earlier run's unread filler counts in Depth until Get passes it.
@@ -570,7 +573,7 @@ func (q *Queue) pushDeferred(r *record) {
 func (q *Queue) putReady(r *record) {
 	// ErrNotSynced: r is written, and trying again would write it twice.
 	if err := q.enqueue(r); err != nil && !errors.Is(err, ErrNotSynced) {
-		q.log.Error("requeue failed, retrying later", zap.Stringer("id", r.m.ID), zap.Int("attempts", r.m.Attempts), zap.Error(err))
+		q.requeueErrLog.Error(q.log, "requeue failed, retrying later", zap.Stringer("id", r.m.ID), zap.Int("attempts", r.m.Attempts), zap.Error(err))
 		r.m.Due = q.now().Add(retryDelay)
 		q.deferRecord(r)
 	}
