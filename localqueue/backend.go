@@ -1,7 +1,9 @@
 package localqueue
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -107,12 +109,15 @@ func (b *diskBackend) logf(lvl diskqueue.LogLevel, f string, args ...any) {
 	msg := fmt.Sprintf(f, args...)
 	if lvl >= diskqueue.ERROR && strings.Contains(f, "failed to sync") {
 		// Every write fails so on a full disk: a line a second. go-diskqueue
-		// leaves the temporary file of metadata it failed to write behind;
-		// logf runs on its ioLoop, so none is being written now.
+		// leaves behind the temporary file of metadata it failed to write,
+		// named in the error.
 		b.syncFails.Add(1)
 		b.errs.Add(1)
 		b.syncLog.Error(b.log, msg)
-		b.removeMetaTemps()
+		if len(args) == 2 {
+			err, _ := args[1].(error)
+			b.removeMetaTemp(err)
+		}
 		return
 	}
 	switch lvl {
@@ -134,6 +139,24 @@ func (b *diskBackend) removeMetaTemps() {
 	temps, _ := filepath.Glob(filepath.Join(b.dataPath, b.name+".diskqueue.meta.dat.*.tmp"))
 	for _, f := range temps {
 		os.Remove(f)
+	}
+}
+
+// removeMetaTemp removes the temporary metadata file a failed sync names
+// (a failed write names it in an *fs.PathError, a failed rename in an
+// *os.LinkError), if it is one.
+func (b *diskBackend) removeMetaTemp(err error) {
+	var name string
+	var pe *fs.PathError
+	var le *os.LinkError
+	switch {
+	case errors.As(err, &pe):
+		name = pe.Path
+	case errors.As(err, &le):
+		name = le.Old
+	}
+	if filepath.Dir(name) == filepath.Clean(b.dataPath) && strings.HasPrefix(filepath.Base(name), b.name+".diskqueue.meta.dat.") && strings.HasSuffix(name, ".tmp") {
+		os.Remove(name)
 	}
 }
 
@@ -170,7 +193,11 @@ func (b *diskBackend) Close() error {
 	b.removeMetaTemps() // go-diskqueue's last sync, at Close, may have failed too
 	return err
 }
-func (b *diskBackend) Delete() error           { return b.dq.Delete() }
+func (b *diskBackend) Delete() error {
+	err := b.dq.Delete()
+	b.rolled.remove()
+	return err
+}
 func (b *diskBackend) errorCount() uint64      { return b.errs.Load() }
 func (b *diskBackend) metadataCorrupt() uint64 { return b.metaBad }
 

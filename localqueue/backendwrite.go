@@ -21,39 +21,41 @@ type backendWriter struct {
 	failed []byte // the filler to write first; nil if none
 }
 
-// putBackend appends rec to the backend. Written counts the records it
-// appended (a filler, then rec), written or not synced.
-func (q *Queue) putBackend(rec []byte) (written int, err error) {
+// putBackend appends rec to the backend, after the filler still to write,
+// and accounts for each record written (or written and not synced).
+func (q *Queue) putBackend(rec []byte) error {
 	w := &q.writer
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if written, err = q.writeFillerLocked(); err != nil {
-		return 0, err
+	if err := q.writeFillerLocked(); err != nil {
+		return err
 	}
-	err = q.backend.Put(rec)
+	err := q.backend.Put(rec)
 	if err != nil && !errors.Is(err, ErrNotSynced) {
 		w.failed = appendFiller(nil, rec)
 		q.backendFailed(err)
-		return written, err
+		return err
 	}
-	return written + 1, err
+	q.wroteBackend()
+	return err
 }
 
-// writeFillerLocked writes the filler still to write, if there is one,
-// and reports how many it wrote. The caller holds writer.mu.
-func (q *Queue) writeFillerLocked() (written int, err error) {
+// writeFillerLocked writes the filler still to write, if there is one.
+// The caller holds writer.mu.
+func (q *Queue) writeFillerLocked() error {
 	w := &q.writer
 	if w.failed == nil {
-		return 0, nil
+		return nil
 	}
 	q.fillers.Add(1) // before a reader can pass it
 	if err := q.backend.Put(w.failed); err != nil && !errors.Is(err, ErrNotSynced) {
 		q.fillerRead()
 		q.backendFailed(err)
-		return 0, fmt.Errorf("write the filler of an earlier write that failed: %w", err)
+		return fmt.Errorf("write the filler of an earlier write that failed: %w", err)
 	}
 	w.failed = nil
-	return 1, nil
+	q.wroteBackend()
+	return nil
 }
 
 // writeFiller writes the filler still to write before Close closes the
@@ -62,13 +64,21 @@ func (q *Queue) writeFillerLocked() (written int, err error) {
 // set the whole file aside).
 func (q *Queue) writeFiller() error {
 	q.writer.mu.Lock()
-	written, err := q.writeFillerLocked()
+	err := q.writeFillerLocked()
 	q.writer.mu.Unlock()
-	q.wroteBackend(written)
 	if err != nil {
 		return fmt.Errorf("localqueue %s: %w", q.opts.Name, err)
 	}
 	return nil
+}
+
+// wroteBackend accounts for a record written to the backend, even if not
+// synced.
+func (q *Queue) wroteBackend() {
+	q.onBackend.Add(1)
+	if q.journal != nil {
+		q.journal.backendOps.Add(1)
+	}
 }
 
 // backendFailed tells the journal when a backend write met a full disk:

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -24,7 +25,8 @@ import (
 // logf recognises the pair of lines (a read at exactly the end of the
 // file, failing with io.EOF, then the rename of that file): neither is
 // counted or logged above debug, and the .bad file is removed once the
-// rename is done: after the next record read or write, or at Close.
+// rename is done: after the next record read or write, or at Close or
+// Delete (or the file itself, if the rename failed).
 type rolledFiles struct {
 	last    string // data file the last read past its end was in (ioLoop only)
 	mu      sync.Mutex
@@ -58,6 +60,19 @@ func (r *rolledFiles) note(log *zap.Logger, f string, args []any) bool {
 		r.pending.Store(true)
 		log.Debug("removing the data file go-diskqueue set aside though it had read it whole", zap.String("file", bad))
 		return true
+	case strings.HasPrefix(f, "DISKQUEUE(%s) failed to rename bad diskqueue file ") && len(args) == 3:
+		// The rename after the pair failed: the file read whole keeps its
+		// name, and go-diskqueue has moved past it.
+		file, _ := args[1].(string)
+		bad, _ := args[2].(string)
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if i := slices.Index(r.bad, bad); i >= 0 {
+			r.bad = slices.Delete(r.bad, i, i+1)
+			r.pending.Store(len(r.bad) > 0)
+			os.Remove(file)
+			return true
+		}
 	}
 	return false
 }

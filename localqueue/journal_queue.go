@@ -10,9 +10,7 @@ import (
 // writeMarker appends the dedup marker of the journal's generation to the
 // backend: backend records before it were written before this Open.
 func (q *Queue) writeMarker() error {
-	written, err := q.putBackend(appendMarker(nil, q.journal.gen))
-	q.wroteBackend(written)
-	if err != nil && !errors.Is(err, ErrNotSynced) {
+	if err := q.putBackend(appendMarker(nil, q.journal.gen)); err != nil && !errors.Is(err, ErrNotSynced) {
 		return fmt.Errorf("localqueue %s: write the dedup marker: %w", q.opts.Name, err)
 	}
 	// ErrNotSynced: the marker is written (go-diskqueue logged the fsync);

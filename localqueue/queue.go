@@ -324,12 +324,11 @@ func (q *Queue) writeBackend(m *Message) error {
 		bp = new([]byte)
 	}
 	buf := appendEnvelope((*bp)[:0], m)
-	written, err := q.putBackend(buf)
+	err := q.putBackend(buf)
 	if cap(buf) <= 64<<10 {
 		*bp = buf
 		q.bufPool.Put(bp)
 	}
-	q.wroteBackend(written)
 	if err != nil && !errors.Is(err, ErrNotSynced) {
 		return q.writeFailed(m.ID, err)
 	}
@@ -339,15 +338,6 @@ func (q *Queue) writeBackend(m *Message) error {
 		return fmt.Errorf("localqueue %s: message %s: %w", q.opts.Name, m.ID, err)
 	}
 	return nil
-}
-
-// wroteBackend accounts for n records written to the backend, even if not
-// synced.
-func (q *Queue) wroteBackend(n int) {
-	q.onBackend.Add(int64(n))
-	if q.journal != nil {
-		q.journal.backendOps.Add(uint64(n))
-	}
 }
 
 // readBackend accounts for a record received from the backend. It
