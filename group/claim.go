@@ -489,7 +489,7 @@ func (c *claimLoop[T]) revoke(reason string) error {
 	fields := []zap.Field{zap.String("reason", reason), zap.Int64("offset", next),
 		zap.Int("dropped", dropped), zap.Int("abandoned", abandoned), zap.Int64("late", late), zap.Int("uncommitted", left)}
 	if err := c.released(next); err != nil {
-		c.log.Warn("partition lost: its final commit did not reach the coordinator; the next owner repeats what finished since the last one",
+		c.log.Warn("partition lost: its final commit did not reach the coordinator; another owner repeats what finished since the last one (this member, claiming it again, skips it)",
 			append(fields, zap.Error(err))...)
 		return nil
 	}

@@ -117,6 +117,7 @@ type Group[T any] struct {
 	joined      atomic.Bool                  // inside a sarama session (Setup ran, Cleanup not yet)
 	lostAt      atomic.Int64                 // unix nanos the session was found lost; 0 when healthy
 	history     *history                     // committed offsets last read back (readback.go)
+	lost        *lostFinals                  // final commits of claims that did not reach the coordinator (lostfinal.go)
 
 	offs   offsetCounters // reset.go, markers.go
 	probes sync.WaitGroup // side fetches of markers.go, waited for after the client closes
@@ -195,6 +196,7 @@ func New[T any](cfg Config, h Handler[T]) (*Group[T], error) {
 		stopping:    make(chan struct{}),
 		outageLimit: -1,
 		history:     &history{group: cfg.GroupID, offsets: map[topicPartition]int64{}},
+		lost:        newLostFinals(cfg.Sarama.Consumer.Group.Session.Timeout + cfg.Sarama.Consumer.Group.Rebalance.Timeout),
 	}
 	g.fail = newFailures(g)
 	g.sched = dispatch.New[Message, T](dispatch.Options[Message, T]{

@@ -60,11 +60,16 @@ func (c *claimLoop[T]) released(next int64) error {
 	unchanged := !c.marked && next == c.st.claim.InitialOffset()
 	if c.g.client != nil && next >= 0 && !unchanged {
 		var committed int64
-		if committed, _, err = c.g.fetchCommitted(c.topic, c.part); err == nil {
-			c.g.history.seen(topicPartition{c.topic, c.part}, committed)
+		var meta string
+		tp := topicPartition{c.topic, c.part}
+		if committed, meta, err = c.g.fetchCommitted(c.topic, c.part); err == nil {
+			c.g.history.seen(tp, committed)
 			if committed < next {
 				refused = true
 				err = fmt.Errorf("the coordinator holds offset %d, below the final frontier %d", committed, next)
+				if committed >= 0 {
+					c.g.lost.keep(tp, lostFinal{committed: committed, meta: meta, next: next, final: c.meta, at: time.Now()})
+				}
 			}
 		}
 	}

@@ -18,7 +18,10 @@ import (
 
 // resumeFrom reads the committed offset and metadata of the claim's
 // partition and returns the finished offsets it lists, if the metadata was
-// written by orderly for the offset the claim starts from. It reports
+// written by orderly for the offset the claim starts from; or, when this
+// member's previous claim of the partition lost its final commit and the
+// coordinator still holds what it held then, the offsets that claim
+// finished (lostfinal.go). It reports
 // ending when the claim's session or the group ended while it waited to
 // read again: the claim should let go at once, before it takes a message.
 // When the read failed, the claim keeps the broker's metadata as it is
@@ -27,11 +30,12 @@ func (c *claimLoop[T]) resumeFrom(initial int64) (done commit.Done, ending bool)
 	if c.g.client == nil {
 		return commit.Done{}, false
 	}
+	own, lost := c.g.lost.take(topicPartition{c.topic, c.part}) // lostfinal.go
 	if initial < 0 {
 		c.checkReset(initial) // no commit yet, or sarama reset it (reset.go)
 		return commit.Done{}, false
 	}
-	if c.g.cfg.CommitMetadata < 0 {
+	if c.g.cfg.CommitMetadata < 0 && !lost {
 		return commit.Done{}, false
 	}
 	off, meta, err := c.readCommitted()
@@ -43,6 +47,17 @@ func (c *claimLoop[T]) resumeFrom(initial int64) (done commit.Done, ending bool)
 		c.g.errs.add(errOffsets)
 		c.log.Warn("reading commit metadata failed; messages finished by the previous owner may be handled again",
 			zap.Int64("offset", initial), zap.Error(err))
+		return commit.Done{}, false
+	}
+	if lost && off == initial {
+		if done, ok := own.resume(off, meta, time.Now(), c.g.lost.ttl); ok {
+			c.log.Info("resuming from this member's own final frontier, which its last claim of the partition could not commit",
+				zap.Int64("committed", off), zap.Int64("to", own.next), zap.Int64("finished_above", done.Count()-(own.next-off)),
+				zap.Int("waiting", len(done.Waiting)))
+			return done, false
+		}
+	}
+	if c.g.cfg.CommitMetadata < 0 {
 		return commit.Done{}, false
 	}
 	done, err = commit.DecodeMeta(meta)

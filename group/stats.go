@@ -29,7 +29,7 @@ type Stats struct {
 	Abandoned    int64  // messages left unfinished at revoke: waiting for a retry, or still in Do after DrainTimeout
 	Revokes      int64  // partition claims that ended (rebalance or shutdown)
 	Claims       int64  // partition claims that started
-	Resumed      int64  // messages skipped because a previous owner finished them (commit metadata)
+	Resumed      int64  // messages skipped because a previous owner finished them (commit metadata), or this member did before its final commit was lost
 	// ResumedWaiting counts messages a previous owner left waiting for a
 	// retry (commit metadata): they went on at the attempt and backoff
 	// it had reached.

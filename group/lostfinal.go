@@ -1,0 +1,94 @@
+package group
+
+import (
+	"sync"
+	"time"
+
+	"github.com/orderly-go/orderly/commit"
+)
+
+// Lost final commits. A claim whose final commit did not reach the
+// coordinator (the coordinator's connection dropped as the session ended,
+// the commit refused) leaves the partition at the offset committed before:
+// its next owner handles again everything the claim finished since. When
+// that next owner is this member (its session ended and it joined again,
+// and kept the partition), the member still knows what it finished: the
+// claim keeps its final frontier and metadata here (lostFinals.keep), and
+// the member's next claim of the partition starts from them (resumeFrom),
+// provided that
+//   - the coordinator still holds exactly the offset and metadata it held
+//     when the final commit was found missing: no commit came in between,
+//     so nobody else resumed from it or moved it (an offset reset of the
+//     group, a new owner's commits), and
+//   - the claim starts within Session.Timeout + Rebalance.Timeout of the
+//     loss, the time a member takes to join again when its session ended
+//     under it; a claim much later has no business trusting a view that
+//     old (the group may have been empty, its offsets reset and set back).
+//
+// Skipping what the member finished is safe whoever else handled the
+// partition in between: each of those messages was handled, in its key's
+// order, before the loss.
+
+// lostFinal is a claim's final frontier that did not reach the
+// coordinator, and what the coordinator held instead.
+type lostFinal struct {
+	committed int64     // the offset the coordinator held when the loss was found
+	meta      string    // its metadata then
+	next      int64     // the claim's final frontier (above committed)
+	final     string    // the metadata the claim marked with next ("" none)
+	at        time.Time // when the loss was found
+}
+
+// lostFinals holds the lost final commits of the member's claims, at most
+// one per partition, until the member's next claim of the partition takes
+// it.
+type lostFinals struct {
+	mu  sync.Mutex
+	by  map[topicPartition]lostFinal
+	ttl time.Duration // Session.Timeout + Rebalance.Timeout
+}
+
+func newLostFinals(ttl time.Duration) *lostFinals {
+	return &lostFinals{by: make(map[topicPartition]lostFinal), ttl: ttl}
+}
+
+// keep records a claim's lost final commit, replacing the partition's
+// previous one, and forgets those too old to be used.
+func (l *lostFinals) keep(tp topicPartition, f lostFinal) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for k, old := range l.by {
+		if f.at.Sub(old.at) > l.ttl {
+			delete(l.by, k)
+		}
+	}
+	l.by[tp] = f
+}
+
+// take removes and returns the partition's lost final commit, if any.
+func (l *lostFinals) take(tp topicPartition) (lostFinal, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	f, ok := l.by[tp]
+	delete(l.by, tp)
+	return f, ok
+}
+
+// resume returns what a claim starting at the coordinator's committed
+// offset off (with metadata meta) at now may skip by f: every offset from
+// off to f's frontier, and the finished offsets and waiting messages f's
+// metadata lists above it. ok is false when f does not apply: the
+// coordinator holds something else than when f was lost, or f is too old.
+func (f lostFinal) resume(off int64, meta string, now time.Time, ttl time.Duration) (done commit.Done, ok bool) {
+	if off != f.committed || meta != f.meta || f.next <= off || now.Sub(f.at) > ttl {
+		return commit.Done{}, false
+	}
+	above, err := commit.DecodeMeta(f.final)
+	if err != nil || above.Base != f.next {
+		above = commit.Done{} // nothing listed above the frontier (or "" with metadata off)
+	}
+	ranges := make([]commit.Range, 0, 1+len(above.Ranges))
+	ranges = append(ranges, commit.Range{Start: off, End: f.next})
+	ranges = above.AppendAfter(ranges, f.next-1)
+	return commit.Done{Base: off, Ranges: ranges, Waiting: above.Waiting}, true
+}

@@ -1,0 +1,100 @@
+package group
+
+import (
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/orderly-go/orderly/commit"
+)
+
+// A member whose session ends while the coordinator refuses its commits
+// loses its final commits (OnLost); it joins again and is given the same
+// partitions, and starts them from what it finished rather than from the
+// older offset the coordinator holds: nothing is handled twice. The
+// oracle checks every commit the broker received and what Do saw.
+func TestLostFinalCommitResumedBySameMember(t *testing.T) {
+	const partitions, n, keys = 2, 3000, 60
+	r, o := oracleRig(t, "lost final commit, same member", "lost-final", partitions, n, keys)
+	produced := r.produceAtRate(2000)
+	cfg := r.config("lost-final")
+	cfg.Size, cfg.Num = 4, 2
+	var lost atomic.Int64
+	cfg.OnLost = func(_ string, parts []int32, _ int32) { lost.Add(int64(len(parts))) }
+	m := &member{tag: "m", o: o, delay: time.Millisecond}
+	stop := m.start(t, cfg)
+	waitFor(t, 30*time.Second, "the first commits", func() bool { return len(r.b.Committed(cfg.GroupID, r.topic)) == partitions })
+
+	c := r.b.Cluster()
+	refuse := c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.OffsetCommit}, Group: cfg.GroupID, Err: kerr.CoordinatorLoadInProgress, Count: -1})
+	waitFor(t, 30*time.Second, "commits refused", func() bool { return refuse.Hits() >= 3 })
+	before := r.b.Committed(cfg.GroupID, r.topic)
+	// The session ends: sarama ends it on a heartbeat error it has no
+	// case for (a rebalance would not do: under cooperative-sticky the
+	// member keeps its claims through it).
+	c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Heartbeat}, Group: cfg.GroupID, Err: kerr.UnknownServerError})
+	waitFor(t, 30*time.Second, "both final commits lost", func() bool { return lost.Load() >= partitions })
+	refuse.Remove()
+	produced()
+	v := r.finalCheck(o, cfg.GroupID, time.Minute, want{all: true})
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if st := m.g.Load().Stats(); st.Resumed == 0 {
+		t.Errorf("Stats.Resumed: got 0 after the claims resumed from their own lost frontier, want > 0")
+	}
+	t.Logf("offsets the coordinator held when the session ended: %v; duplicates %d", before, v.Duplicates)
+}
+
+// lostFinal.resume applies only while the coordinator holds what it held
+// at the loss, within the time a member takes to join again.
+func TestLostFinalResume(t *testing.T) {
+	at := time.Unix(1000, 0)
+	final, _, _ := commit.EncodeMeta2(50, []commit.Waiting{{Offset: 52, Attempt: 2}}, []commit.Range{{Start: 51, End: 52}, {Start: 55, End: 57}}, 512)
+	f := lostFinal{committed: 10, meta: "x", next: 50, final: final, at: at}
+	ttl := 16 * time.Second
+	tests := []struct {
+		name     string
+		off      int64
+		meta     string
+		after    time.Duration
+		ok       bool
+		finished int64 // offsets the result skips
+	}{
+		{"unchanged", 10, "x", time.Second, true, 40 + 1 + 2},
+		{"committed since", 20, "x", time.Second, false, 0},
+		{"metadata changed", 10, "y", time.Second, false, 0},
+		{"too late", 10, "x", ttl + time.Millisecond, false, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			d, ok := f.resume(tt.off, tt.meta, at.Add(tt.after), ttl)
+			if ok != tt.ok || d.Count() != tt.finished {
+				t.Fatalf("got ok %v, %d offsets skipped; want %v, %d", ok, d.Count(), tt.ok, tt.finished)
+			}
+			if !ok {
+				return
+			}
+			if d.Base != 10 || len(d.Waiting) != 1 || d.Waiting[0].Offset != 52 || d.Waiting[0].Attempt != 2 {
+				t.Fatalf("got base %d, waiting %+v; want base 10, offset 52 waiting at attempt 2", d.Base, d.Waiting)
+			}
+			for _, off := range []int64{10, 49, 51, 55, 56} {
+				if !d.Contains(off) {
+					t.Errorf("offset %d: got not skipped, want skipped", off)
+				}
+			}
+		})
+	}
+	t.Run("metadata off", func(t *testing.T) {
+		g := f
+		g.final = ""
+		d, ok := g.resume(10, "x", at, ttl)
+		if !ok || d.Count() != 40 || len(d.Waiting) != 0 {
+			t.Fatalf("got ok %v, %d skipped, %d waiting; want true, 40, 0", ok, d.Count(), len(d.Waiting))
+		}
+	})
+}
