@@ -27,6 +27,9 @@ type appendFile struct {
 	// frozen: the spare was given to a compaction (see freeSpare);
 	// appends fail until thaw.
 	frozen bool
+	// leanUntil: below this need, grow reserves only the pages needed
+	// (a reservation ahead failed; see grow).
+	leanUntil int64
 }
 
 // spareBytes is the end of the mapped space that appends leave alone:

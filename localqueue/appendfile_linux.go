@@ -23,13 +23,26 @@ var zeros [256 << 10]byte
 // of fallocated space (measured: half the cost per record). It returns
 // errNoMap, and appends use pwrite(2) from then on, if the file cannot be
 // mapped.
+//
+// On a nearly full disk the reservation ahead fails after writing zeros
+// into whatever room is left; the record may still fit, so grow then
+// reserves only the pages it needs, and goes on that way until the file
+// has grown by what it reserves ahead (leanUntil) before it tries again:
+// trying at every page would write the disk's free space over and over,
+// once per page appended (measured: 15 µs per 1 KiB append at 64 KiB
+// free, 43 µs at 900 KiB).
 func (a *appendFile) grow(need int64) error {
 	from := max(int64(len(a.m)), a.size)
-	to := (need + reserveAhead(need) + 4095) &^ 4095
-	if err := a.reserve(from, to); err != nil {
-		// A nearly full disk may still hold the record: reserve only
-		// the pages it needs.
-		to = (need + 4095) &^ 4095
+	to, reserved := (need+4095)&^4095, false
+	if need >= a.leanUntil {
+		ahead := (need + reserveAhead(need) + 4095) &^ 4095
+		if err := a.reserve(from, ahead); err == nil {
+			to, reserved = ahead, true
+		} else {
+			a.leanUntil = need + reserveAhead(need)
+		}
+	}
+	if !reserved {
 		if err := a.reserve(from, to); err != nil {
 			return err
 		}

@@ -7,6 +7,8 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"runtime"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -175,6 +177,63 @@ func TestJournalOnNearlyFullDisk(t *testing.T) {
 	if got := q.Stats().Deferred; got != n {
 		t.Fatalf("Deferred: got %d, want %d", got, n)
 	}
+}
+
+// TestJournalNearlyFullWritesFreeSpaceOnce: on a nearly full disk the
+// journal's reservation ahead fails after writing zeros into the room
+// left. It must not try again at every page it appends, which wrote the
+// disk's free space once per page. The kernel's count of the bytes this
+// thread wrote (wchar in /proc/thread-self/io; the appends run on the
+// caller's goroutine, locked to the thread) stays within a few times the
+// free space while the journal takes deferred messages until the disk is
+// full.
+func TestJournalNearlyFullWritesFreeSpaceOnce(t *testing.T) {
+	dir := tmpfs.Mount(t, 4<<20)
+	q := openQueue(t, Options{DataPath: dir, MaxBytesPerFile: 1 << 20, MaxMsgSize: 64 << 10})
+	const free = 900 << 10
+	tmpfs.Fill(t, dir, free)
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	before := threadWritten(t)
+	n := 0
+	for ; n < 4000; n++ {
+		if _, err := q.PutDeferred(numbered(n), time.Hour); err != nil {
+			if !errors.Is(err, syscall.ENOSPC) {
+				t.Fatalf("PutDeferred %d: got %v, want ENOSPC", n, err)
+			}
+			break
+		}
+	}
+	written := threadWritten(t) - before
+	// A COPY of 1 KiB takes about 1.1 KiB.
+	if n < free/1200 {
+		t.Fatalf("deferred messages of 1 KiB taken with %d KiB free: got %d, want at least %d", free>>10, n, free/1200)
+	}
+	if written > 4*free {
+		t.Fatalf("bytes written by %d appends with %d KiB free: got %d, want at most %d (4x the free space)", n, free>>10, written, 4*free)
+	}
+	t.Logf("%d deferred messages taken with %d KiB free; %d KiB written by the appends' system calls", n, free>>10, written>>10)
+}
+
+// threadWritten is the bytes the calling thread has passed to write(2)
+// and its kin, as the kernel counts them (wchar).
+func threadWritten(t *testing.T) int64 {
+	t.Helper()
+	b, err := os.ReadFile("/proc/thread-self/io")
+	if err != nil {
+		t.Fatalf("per-thread I/O counts: %v", err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "wchar: "); ok {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				t.Fatalf("/proc/thread-self/io: %q: %v", line, err)
+			}
+			return n
+		}
+	}
+	t.Fatalf("/proc/thread-self/io has no wchar: %q", b)
+	return 0
 }
 
 // TestDiskqueueTearsAfterFailedWrite shows, on go-diskqueue alone, why
