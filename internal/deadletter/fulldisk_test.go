@@ -6,6 +6,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 
@@ -112,4 +113,39 @@ func TestStoreFullDiskConcurrent(t *testing.T) {
 		t.Fatalf("store: %d records (%d damaged), want the %d whose Append returned nil", len(found), r.Stats().Damaged, len(stored))
 	}
 	t.Logf("%d Appends failed, %d succeeded", failures, len(stored))
+}
+
+// TestStoreFullDiskFailedWritesForgotten: on a disk that stays full,
+// writers that keep appending keep failing; the store remembers a failed
+// write only until each Append it carried has returned, so what it holds
+// stays within the number of Appends under way however long that lasts.
+func TestStoreFullDiskFailedWritesForgotten(t *testing.T) {
+	dir := tmpfs.Mount(t, 1<<20)
+	s := open(t, dir, Options{})
+	tmpfs.Fill(t, dir, 0)
+	const writers, each = 8, 2000
+	var most atomic.Int64
+	var wg sync.WaitGroup
+	for g := range writers {
+		wg.Go(func() {
+			for k := range each {
+				r := rec(g*each + k)
+				r.Value = bytes.Repeat([]byte{byte(k)}, 6000)
+				if err := s.Append(r); !errors.Is(err, syscall.ENOSPC) {
+					t.Errorf("Append on a full disk: got %v, want ENOSPC", err)
+					return
+				}
+				s.mu.Lock()
+				n := int64(len(s.failed))
+				s.mu.Unlock()
+				for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if got := most.Load(); got > writers {
+		t.Fatalf("failed writes remembered at once by %d writers: got up to %d, want at most %d", writers, got, writers)
+	}
+	t.Logf("failed writes remembered at once: at most %d", most.Load())
 }

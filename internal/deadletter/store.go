@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 )
 
@@ -92,16 +93,15 @@ type Store struct {
 	f      *os.File
 
 	mu       sync.Mutex
-	cond     *sync.Cond // broadcast when a write ends or the writer role is free
-	writing  bool       // an Append leader or a Rewrite owns the file's end
-	pending  []byte     // frames waiting for the next write
-	spare    []byte     // the last written batch, reused
-	pendRecs int64      // records in pending
-	queued   uint64     // batches queued so far
-	ended    uint64     // batches whose write has ended: durable, or in failed
-	failed   []failedWrite
-	waiting  int   // Appends waiting for their batch; failed is cleared when none is
-	err      error // a failed sync, or a failed write not cut off: the store takes no more Appends
+	cond     *sync.Cond    // broadcast when a write ends or the writer role is free
+	writing  bool          // an Append leader or a Rewrite owns the file's end
+	pending  []byte        // frames waiting for the next write
+	spare    []byte        // the last written batch, reused
+	pendRecs int64         // records in pending
+	queued   uint64        // batches queued so far
+	ended    uint64        // batches whose write has ended: durable, or in failed
+	failed   []failedWrite // until each of their Appends has returned
+	err      error         // a failed sync, or a failed write not cut off: the store takes no more Appends
 	closed   bool
 	stats    Stats
 }
@@ -215,9 +215,11 @@ func (s *Store) scanFile(size int64, yield func(pos int64, raw []byte, r Record)
 }
 
 // failedWrite is a write that failed and was cut off the file: the
-// Appends of batches from+1 to to return err.
+// Appends of batches from+1 to to return err. untold counts those that
+// have not yet: the last one removes it.
 type failedWrite struct {
 	from, to uint64
+	untold   uint64
 	err      error
 }
 
@@ -255,12 +257,6 @@ func (s *Store) Append(recs ...Record) error {
 	s.pendRecs += int64(len(recs))
 	s.queued++
 	mine := s.queued
-	s.waiting++
-	defer func() { // before the unlock
-		if s.waiting--; s.waiting == 0 {
-			s.failed = nil // no Append is left to tell
-		}
-	}()
 	for s.ended < mine && s.err == nil {
 		if s.writing {
 			s.cond.Wait() // a leader is writing; it or the next takes our batch
@@ -268,9 +264,13 @@ func (s *Store) Append(recs ...Record) error {
 		}
 		s.lead()
 	}
-	for _, f := range s.failed {
-		if f.from < mine && mine <= f.to {
-			return f.err
+	for i := range s.failed {
+		if f := &s.failed[i]; f.from < mine && mine <= f.to {
+			err := f.err
+			if f.untold--; f.untold == 0 {
+				s.failed = slices.Delete(s.failed, i, i+1)
+			}
+			return err
 		}
 	}
 	if s.ended >= mine {
@@ -300,7 +300,7 @@ func (s *Store) lead() {
 	s.spare = batch[:0]
 	switch {
 	case err != nil && cutOff:
-		s.failed = append(s.failed, failedWrite{from, upTo, fmt.Errorf("deadletter: append %d records to %s: %w", recs, s.path, err)})
+		s.failed = append(s.failed, failedWrite{from, upTo, upTo - from, fmt.Errorf("deadletter: append %d records to %s: %w", recs, s.path, err)})
 		s.ended = upTo
 	case err != nil:
 		s.err = fmt.Errorf("deadletter: append %d records to %s: %w", recs, s.path, err)
