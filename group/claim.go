@@ -89,10 +89,11 @@ type claimLoop[T any] struct {
 	paused       bool         // fetching paused through pauser
 	probe        gapProbe     // side fetches past control records (markers.go)
 
-	marked     bool   // mark has given sarama an offset
-	metaUnread bool   // the commit metadata could not be read (resumeFrom)
-	meta       string // metadata last marked (the offset is st.next)
-	metaFull   bool   // the finished set does not fit CommitMetadata: take nothing new
+	marked     bool       // mark has given sarama an offset
+	metaUnread bool       // the commit metadata could not be read (resumeFrom); read again at commit ticks (readAgain)
+	ownLost    *lostFinal // this member's lost final commit of the partition, taken by this claim (lostfinal.go)
+	meta       string     // metadata last marked (the offset is st.next)
+	metaFull   bool       // the finished set does not fit CommitMetadata: take nothing new
 	ranges     []commit.Range
 	held       []dispatch.HeldItem[Message, T] // scratch for waiting
 	counted    uint64                          // the partition's Released as last counted in committed
@@ -137,7 +138,7 @@ func (g *Group[T]) consume(sess sarama.ConsumerGroupSession, claim sarama.Consum
 		g.claimsMu.Unlock()
 	}()
 	c.log.Info("claim started", zap.Int64("offset", claim.InitialOffset()),
-		zap.Int64("finished_above", c.resume.Count()), zap.Int("waiting", len(c.resume.Waiting))) // per the commit metadata
+		zap.Int64("finished_above", c.resume.Count()), zap.Int("waiting", len(c.resume.Waiting))) // per the commit metadata, or a lost final commit of this member
 	if g.cfg.OnAssigned != nil {
 		// Here, not in Setup: under a cooperative protocol Setup runs
 		// only at the member's first join, and later rounds start claims
@@ -489,7 +490,7 @@ func (c *claimLoop[T]) revoke(reason string) error {
 	fields := []zap.Field{zap.String("reason", reason), zap.Int64("offset", next),
 		zap.Int("dropped", dropped), zap.Int("abandoned", abandoned), zap.Int64("late", late), zap.Int("uncommitted", left)}
 	if err := c.released(next); err != nil {
-		c.log.Warn("partition lost: its final commit did not reach the coordinator; another owner repeats what finished since the last one (this member, claiming it again, skips it)",
+		c.log.Warn("partition lost: its final commit did not reach the coordinator; another owner repeats what finished since the last commit",
 			append(fields, zap.Error(err))...)
 		return nil
 	}

@@ -101,6 +101,7 @@ func (g *Group[T]) metadataRejected(topic string, part int32, err error) {
 func (c *claimLoop[T]) commitTick() {
 	c.advance()
 	c.p.Trim()
+	c.readAgain() // resume.go
 	w := c.waiting()
 	committed := c.mark(w)
 	c.st.finishedAbove.Store(c.p.FinishedAbove())

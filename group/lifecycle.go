@@ -58,6 +58,11 @@ func (c *claimLoop[T]) released(next int64) error {
 	var err error
 	refused := false // the final commit did not reach the coordinator
 	unchanged := !c.marked && next == c.st.claim.InitialOffset()
+	if unchanged && c.ownLost != nil {
+		// It took this member's lost final commit of the partition and
+		// passes it on unused, to the member's next claim.
+		c.g.lost.keep(topicPartition{c.topic, c.part}, *c.ownLost)
+	}
 	if c.g.client != nil && next >= 0 && !unchanged {
 		var committed int64
 		var meta string
@@ -67,8 +72,8 @@ func (c *claimLoop[T]) released(next int64) error {
 			if committed < next {
 				refused = true
 				err = fmt.Errorf("the coordinator holds offset %d, below the final frontier %d", committed, next)
-				if committed >= 0 {
-					c.g.lost.keep(tp, lostFinal{committed: committed, meta: meta, next: next, final: c.meta, at: time.Now()})
+				if committed >= 0 && c.start >= 0 {
+					c.g.lost.keep(tp, lostFinal{start: c.start, committed: committed, meta: meta, next: next, final: c.meta, at: time.Now()})
 				}
 			}
 		}

@@ -17,21 +17,25 @@ import (
 // the member's next claim of the partition starts from them (resumeFrom),
 // provided that
 //   - the coordinator still holds exactly the offset and metadata it held
-//     when the final commit was found missing: no commit came in between,
-//     so nobody else resumed from it or moved it (an offset reset of the
-//     group, a new owner's commits), and
+//     when the final commit was found missing (no commit moved it since,
+//     a new owner's or an offset reset's, unless one wrote the very same
+//     offset and metadata), and that offset is not below where the lost
+//     claim started (it skips only what it handled);
 //   - the claim starts within Session.Timeout + Rebalance.Timeout of the
 //     loss, the time a member takes to join again when its session ended
 //     under it; a claim much later has no business trusting a view that
 //     old (the group may have been empty, its offsets reset and set back).
 //
 // Skipping what the member finished is safe whoever else handled the
-// partition in between: each of those messages was handled, in its key's
-// order, before the loss.
+// partition in between without committing: each of those messages was
+// handled, in its key's order, before the loss. A claim that takes the
+// entry and ends before it marks anything (or cannot read the committed
+// offset to check it) leaves it for the next (see released).
 
 // lostFinal is a claim's final frontier that did not reach the
 // coordinator, and what the coordinator held instead.
 type lostFinal struct {
+	start     int64     // where the lost claim started
 	committed int64     // the offset the coordinator held when the loss was found
 	meta      string    // its metadata then
 	next      int64     // the claim's final frontier (above committed)
@@ -52,8 +56,9 @@ func newLostFinals(ttl time.Duration) *lostFinals {
 	return &lostFinals{by: make(map[topicPartition]lostFinal), ttl: ttl}
 }
 
-// keep records a claim's lost final commit, replacing the partition's
-// previous one, and forgets those too old to be used.
+// keep records a claim's lost final commit (or puts back one a claim
+// took and could not use), replacing the partition's previous one, and
+// forgets those too old to be used.
 func (l *lostFinals) keep(tp topicPartition, f lostFinal) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -80,7 +85,7 @@ func (l *lostFinals) take(tp topicPartition) (lostFinal, bool) {
 // metadata lists above it. ok is false when f does not apply: the
 // coordinator holds something else than when f was lost, or f is too old.
 func (f lostFinal) resume(off int64, meta string, now time.Time, ttl time.Duration) (done commit.Done, ok bool) {
-	if off != f.committed || meta != f.meta || f.next <= off || now.Sub(f.at) > ttl {
+	if off != f.committed || meta != f.meta || off < f.start || f.next <= off || now.Sub(f.at) > ttl {
 		return commit.Done{}, false
 	}
 	above, err := commit.DecodeMeta(f.final)

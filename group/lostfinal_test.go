@@ -55,7 +55,7 @@ func TestLostFinalCommitResumedBySameMember(t *testing.T) {
 func TestLostFinalResume(t *testing.T) {
 	at := time.Unix(1000, 0)
 	final, _, _ := commit.EncodeMeta2(50, []commit.Waiting{{Offset: 52, Attempt: 2}}, []commit.Range{{Start: 51, End: 52}, {Start: 55, End: 57}}, 512)
-	f := lostFinal{committed: 10, meta: "x", next: 50, final: final, at: at}
+	f := lostFinal{start: 10, committed: 10, meta: "x", next: 50, final: final, at: at}
 	ttl := 16 * time.Second
 	tests := []struct {
 		name     string
@@ -89,6 +89,13 @@ func TestLostFinalResume(t *testing.T) {
 			}
 		})
 	}
+	t.Run("coordinator below the lost claim's start", func(t *testing.T) {
+		g := f
+		g.committed = 5 // rewound while the claim ran: [5, 10) was never handled by it
+		if d, ok := g.resume(5, "x", at, ttl); ok {
+			t.Fatalf("got %d offsets skipped from 5, want none: the claim started at 10", d.Count())
+		}
+	})
 	t.Run("metadata off", func(t *testing.T) {
 		g := f
 		g.final = ""

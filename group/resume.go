@@ -25,7 +25,8 @@ import (
 // ending when the claim's session or the group ended while it waited to
 // read again: the claim should let go at once, before it takes a message.
 // When the read failed, the claim keeps the broker's metadata as it is
-// until its frontier moves (see metaUnread in mark).
+// until its frontier moves (see metaUnread in mark), and tries to read it
+// again at each commit tick until then (readAgain).
 func (c *claimLoop[T]) resumeFrom(initial int64) (done commit.Done, ending bool) {
 	if c.g.client == nil {
 		return commit.Done{}, false
@@ -38,42 +39,83 @@ func (c *claimLoop[T]) resumeFrom(initial int64) (done commit.Done, ending bool)
 	if c.g.cfg.CommitMetadata < 0 && !lost {
 		return commit.Done{}, false
 	}
+	if lost {
+		c.ownLost = &own // put back if the claim ends having marked nothing (released)
+	}
 	off, meta, err := c.readCommitted()
 	switch {
 	case errors.Is(err, errClaimEnding):
 		return commit.Done{}, true
 	case err != nil:
-		c.metaUnread = true
+		// With metadata, the claim keeps the broker's as it is and reads
+		// it again (readAgain); without, there is nothing to keep.
+		c.metaUnread = c.g.cfg.CommitMetadata >= 0
 		c.g.errs.add(errOffsets)
 		c.log.Warn("reading commit metadata failed; messages finished by the previous owner may be handled again",
 			zap.Int64("offset", initial), zap.Error(err))
 		return commit.Done{}, false
 	}
-	if lost && off == initial {
-		if done, ok := own.resume(off, meta, time.Now(), c.g.lost.ttl); ok {
+	return c.resumeWith(initial, off, meta), false
+}
+
+// resumeWith returns what a claim that starts at initial may skip, the
+// coordinator holding off with meta: what this member's lost final commit
+// of the partition (ownLost) says it finished, if that applies (otherwise
+// ownLost is dropped); else the finished offsets meta lists, if orderly
+// wrote it for initial.
+func (c *claimLoop[T]) resumeWith(initial, off int64, meta string) commit.Done {
+	if own := c.ownLost; own != nil {
+		done, ok := own.resume(off, meta, time.Now(), c.g.lost.ttl)
+		if ok && off == initial {
 			c.log.Info("resuming from this member's own final frontier, which its last claim of the partition could not commit",
 				zap.Int64("committed", off), zap.Int64("to", own.next), zap.Int64("finished_above", done.Count()-(own.next-off)),
 				zap.Int("waiting", len(done.Waiting)))
-			return done, false
+			return done
 		}
+		c.ownLost = nil
 	}
 	if c.g.cfg.CommitMetadata < 0 {
-		return commit.Done{}, false
+		return commit.Done{}
 	}
-	done, err = commit.DecodeMeta(meta)
+	done, err := commit.DecodeMeta(meta)
 	switch {
 	case errors.Is(err, commit.ErrNotOrderlyMetadata):
-		return commit.Done{}, false
+		return commit.Done{}
 	case err != nil:
 		c.g.errs.add(errOffsets)
 		c.log.Warn("ignoring corrupt commit metadata", zap.Int64("offset", off), zap.String("metadata", meta), zap.Error(err))
-		return commit.Done{}, false
+		return commit.Done{}
 	case off != initial || done.Base != off:
 		c.log.Warn("ignoring commit metadata for another offset",
 			zap.Int64("offset", initial), zap.Int64("committed", off), zap.Int64("metadata_base", done.Base))
-		return commit.Done{}, false
+		return commit.Done{}
 	}
-	return done, false
+	return done
+}
+
+// readAgain is a commit tick's try at the commit metadata the claim could
+// not read when it started (metaUnread): one read, no retries, and only
+// while the claim has marked nothing of its own, so that the coordinator
+// still holds the previous owner's commit. Once read, the claim skips
+// what the previous owner finished above the messages it has taken, and
+// its commits pass on the rest, as if it had read it at its start.
+func (c *claimLoop[T]) readAgain() {
+	initial := c.st.claim.InitialOffset()
+	if !c.metaUnread || c.st.next.Load() != initial {
+		return
+	}
+	off, meta, err := c.g.fetchCommitted(c.topic, c.part)
+	if err != nil {
+		c.log.Debug("reading commit metadata failed again", zap.Int64("offset", initial), zap.Error(err))
+		return
+	}
+	c.metaUnread = false
+	c.resume = c.resumeWith(initial, off, meta)
+	taken := c.p.Last()
+	ahead := commit.Done{Ranges: c.resume.AppendAfter(nil, taken)}
+	c.log.Info("commit metadata read at last: skipping what the previous owner finished above the messages taken",
+		zap.Int64("offset", initial), zap.Int64("seen", taken),
+		zap.Int64("finished_above", ahead.Count()), zap.Int("waiting", len(c.resume.WaitingAfter(nil, taken))))
 }
 
 // errClaimEnding: the claim's session or the group ended while the claim

@@ -104,6 +104,55 @@ func TestResumeReadFailedKeepsMetadata(t *testing.T) {
 	r.check(true) // B handled again what A finished, as far as it read
 }
 
+// TestResumeReadAgain: B's claim gives up on its read of the metadata
+// when it starts, and takes messages (its small in-flight share fills
+// with the held lane); once the broker answers again, a commit tick reads
+// the metadata after all, and from then on B skips what A finished above
+// the messages it had taken. B handles the held lane and, again, only
+// what A finished among the messages it took before the read.
+func TestResumeReadAgain(t *testing.T) {
+	t.Parallel() // mostly waits on the broker and a retry's backoff
+	const n, target = heldN, heldTarget
+	r, cfg, do, failing := heldLaneRig(t, "resume-again", 50*time.Millisecond)
+	cfg.Status.ReadBack = -1 // see refuseClaimReads
+	r.oneLaneHeld(cfg, do)
+
+	var refusing atomic.Bool
+	refusing.Store(true)
+	refuseClaimReads(r, func(int32) bool { return refusing.Load() })
+	cfgB := cfg
+	cfgB.MaxInFlight, cfgB.Chan = 8, 1
+	cfgB.Sarama.Metadata.Retry.Max, cfgB.Sarama.Metadata.Retry.Backoff = 1, 50*time.Millisecond
+	core, logs := observer.New(zapcore.InfoLevel)
+	cfgB.Logger = zap.New(core)
+	b := newGroup(t, cfgB, do)
+	stopB := run(t, b)
+	waitFor(t, 20*time.Second, "B to give up on the read and fail the held message again", func() bool {
+		return logs.FilterMessage("reading commit metadata failed; messages finished by the previous owner may be handled again").Len() == 1 &&
+			b.Stats().Failures >= 2
+	})
+	refusing.Store(false)
+	readLog := "commit metadata read at last: skipping what the previous owner finished above the messages taken"
+	waitFor(t, 20*time.Second, "a commit tick to read the metadata", func() bool { return logs.FilterMessage(readLog).Len() == 1 })
+	read := logs.FilterMessage(readLog).All()[0].ContextMap()
+	failing.Store(false)
+	r.waitAllCommitted(cfg.GroupID, time.Minute)
+	if err := stopB(); err != nil {
+		t.Fatal(err)
+	}
+	seen, ahead := read["seen"].(int64), read["finished_above"].(int64)
+	st := b.Stats()
+	if ahead == 0 || st.Resumed != ahead || st.Handled+st.Resumed != n-target {
+		t.Errorf("B: got Handled %d, Resumed %d, %d finished by A above offset %d when read; want Resumed > 0 and equal to it, and Handled + Resumed = %d",
+			st.Handled, st.Resumed, ahead, seen, n-target)
+	}
+	if heldLane := int64(n / heldKeys); st.Handled < heldLane || st.Handled > heldLane+seen-target+1 {
+		t.Errorf("B handled %d; want the held lane (%d) and at most the %d others it had taken when it read the metadata", st.Handled, heldLane, seen-target+1)
+	}
+	t.Logf("B read the metadata at offset %d taken: handled %d, skipped %d", seen, st.Handled, st.Resumed)
+	r.check(true) // B handled again what A finished among what it took before the read
+}
+
 // TestResumeReadWaitEndsOnStop: B's claim, waiting a minute to read the
 // metadata again, lets go as soon as B stops: Run returns well within the
 // wait, B takes no message, A's commit stays on the broker as it was, and
