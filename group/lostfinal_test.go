@@ -1,6 +1,7 @@
 package group
 
 import (
+	"context"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -104,4 +105,24 @@ func TestLostFinalResume(t *testing.T) {
 			t.Fatalf("got ok %v, %d skipped, %d waiting; want true, 40, 0", ok, d.Count(), len(d.Waiting))
 		}
 	})
+}
+
+// A claim that took this member's lost final commit of its partition and
+// lets go having marked nothing (its session ended before a message came,
+// or it could not read the committed offset) puts it back for the
+// member's next claim; one that marked does not.
+func TestLostFinalPutBack(t *testing.T) {
+	noop := func(context.Context, []*Message) error { return nil }
+	for _, marked := range []bool{false, true} {
+		g := newGroup(t, Config{Brokers: []string{"mem:0"}, Topics: []string{"mem"}, GroupID: "mem"}, noop)
+		own := lostFinal{start: 0, committed: 0, next: 40, at: time.Now()}
+		c := &claimLoop[*Message]{g: g, topic: "mem", part: 0, st: &claimState{claim: &memClaim{p: 0}}, ownLost: &own, marked: marked}
+		if err := c.released(0); err != nil {
+			t.Fatal(err)
+		}
+		got, ok := g.lost.take(topicPartition{"mem", 0})
+		if ok != !marked || ok && got != own {
+			t.Errorf("claim that marked %v: got %+v kept %v; want kept %v", marked, got, ok, !marked)
+		}
+	}
 }
