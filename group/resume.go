@@ -96,22 +96,47 @@ func (c *claimLoop[T]) resumeWith(first, off int64, meta string) commit.Done {
 	return done
 }
 
-// readAgain is a commit tick's try at the commit metadata the claim could
-// not read when it started (metaUnread): one read, no retries, and only
-// while the claim has marked nothing of its own, so that the coordinator
-// still holds the previous owner's commit. Once read, the claim skips
-// what the previous owner finished above the messages it has taken, and
-// its commits pass on the rest, as if it had read it at its start.
+// readAgain is the commit ticks' retry of the read of the commit
+// metadata that failed when the claim started (metaUnread), while the
+// claim has marked nothing of its own, so that the coordinator still holds
+// the previous owner's commit. The read runs beside the claim loop (a
+// coordinator that does not answer holds it up to Net.ReadTimeout, and
+// the loop must go on seeing its messages and a revoke); a tick starts
+// one, and a later tick takes its result. Once read, the claim skips what
+// the previous owner finished above the messages it has taken, and its
+// commits pass on the rest, as if it had read it at its start.
 func (c *claimLoop[T]) readAgain() {
 	initial := c.st.claim.InitialOffset()
 	if !c.metaUnread || c.st.next.Load() != initial {
 		return
 	}
-	off, meta, err := c.g.fetchCommitted(c.topic, c.part)
-	if err != nil {
-		c.log.Debug("reading commit metadata failed again", zap.Int64("offset", initial), zap.Error(err))
-		return
+	if c.reread.running {
+		var r committedRead
+		select {
+		case r = <-c.reread.done:
+			c.reread.running = false
+		default:
+			return // still reading
+		}
+		if r.err == nil {
+			c.readAgainDone(initial, r.off, r.meta)
+			return
+		}
+		c.log.Debug("reading commit metadata failed again", zap.Int64("offset", initial), zap.Error(r.err))
 	}
+	if c.reread.done == nil {
+		c.reread.done = make(chan committedRead, 1)
+	}
+	c.reread.running = true
+	g, topic, part, done := c.g, c.topic, c.part, c.reread.done
+	g.probes.Go(func() {
+		off, meta, err := g.fetchCommitted(topic, part)
+		done <- committedRead{off: off, meta: meta, err: err}
+	})
+}
+
+// readAgainDone applies the metadata read by readAgain.
+func (c *claimLoop[T]) readAgainDone(initial, off int64, meta string) {
 	c.metaUnread = false
 	c.resume = c.resumeWith(initial, off, meta)
 	taken := c.p.Last()
@@ -119,6 +144,21 @@ func (c *claimLoop[T]) readAgain() {
 	c.log.Info("commit metadata read at last: skipping what the previous owner finished above the messages taken",
 		zap.Int64("offset", initial), zap.Int64("seen", taken),
 		zap.Int64("finished_above", ahead.Count()), zap.Int("waiting", len(c.resume.WaitingAfter(nil, taken))))
+}
+
+// rereadState is readAgain's read under way, if any: its result arrives
+// on done (cap 1: the reader never blocks).
+type rereadState struct {
+	done    chan committedRead
+	running bool
+}
+
+// committedRead is one read of a partition's committed offset and
+// metadata.
+type committedRead struct {
+	off  int64
+	meta string
+	err  error
 }
 
 // errClaimEnding: the claim's session or the group ended while the claim

@@ -153,6 +153,62 @@ func TestResumeReadAgain(t *testing.T) {
 	r.check(true) // B handled again what A finished among what it took before the read
 }
 
+// TestResumeReadAgainUnanswered: the commit tick's read of the metadata
+// runs beside the claim loop. Here the broker never answers it (the
+// coordinator's connection, shared with the fetches, is held until
+// Net.ReadTimeout); meanwhile B's claim goes on handling the messages it
+// has already fetched once the held lane is let go, rather than wait the
+// 10 s the read takes to fail.
+func TestResumeReadAgainUnanswered(t *testing.T) {
+	t.Parallel() // mostly waits on the broker
+	const n, target = heldN, heldTarget
+	r, cfg, do, failing := heldLaneRig(t, "resume-unanswered", 50*time.Millisecond)
+	cfg.Status.ReadBack = -1 // see refuseClaimReads
+	r.oneLaneHeld(cfg, do)
+
+	var refusing, holding atomic.Bool
+	refusing.Store(true)
+	refuseClaimReads(r, func(int32) bool { return refusing.Load() })
+	var held atomic.Int32
+	c := r.b.Cluster()
+	c.ControlKey(kmsg.OffsetFetch.Int16(), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		if f, ok := req.(*kmsg.OffsetFetchRequest); !ok || f.RequireStable || !holding.Load() || held.Load() > 0 {
+			return nil, nil, false
+		}
+		held.Add(1)
+		return nil, nil, true // never answered
+	})
+	cfgB := cfg
+	cfgB.MaxInFlight, cfgB.Chan = 8, 1
+	cfgB.Sarama.Metadata.Retry.Max, cfgB.Sarama.Metadata.Retry.Backoff = 1, 50*time.Millisecond
+	cfgB.Sarama.Net.ReadTimeout = 10 * time.Second
+	core, logs := observer.New(zapcore.InfoLevel)
+	cfgB.Logger = zap.New(core)
+	b := newGroup(t, cfgB, do)
+	stopB := run(t, b)
+	waitFor(t, 20*time.Second, "B to give up on the read and fail the held message again", func() bool {
+		return logs.FilterMessage("reading commit metadata failed; messages finished by the previous owner may be handled again").Len() == 1 &&
+			b.Stats().Failures >= 2
+	})
+	holding.Store(true)
+	refusing.Store(false)
+	waitFor(t, 10*time.Second, "a commit tick's read to be held", func() bool { return held.Load() == 1 })
+	failing.Store(false)
+	released := time.Now()
+	waitFor(t, 20*time.Second, "B to handle every message from A's commit on", func() bool { return b.Stats().Handled >= n-target })
+	if took := time.Since(released); took > 5*time.Second {
+		t.Errorf("B handled the partition %v after the held lane was let go; want well within the 10s the unanswered read takes", took.Round(time.Millisecond))
+	}
+	if err := stopB(); err != nil {
+		t.Fatal(err)
+	}
+	if got := logs.FilterMessage("commit metadata read at last: skipping what the previous owner finished above the messages taken").Len(); got != 0 {
+		t.Errorf("metadata reads that succeeded: got %d, want 0 (the broker never answered)", got)
+	}
+	r.check(true) // B handled again what A finished
+}
+
 // TestResumeReadWaitEndsOnStop: B's claim, waiting a minute to read the
 // metadata again, lets go as soon as B stops: Run returns well within the
 // wait, B takes no message, A's commit stays on the broker as it was, and
