@@ -481,7 +481,12 @@ func (c *claimLoop[T]) revoke(reason string) error {
 	}
 	c.advance()
 	c.mark(waiting)
-	c.g.commits.commit(c.sess)
+	if c.marked {
+		// Nothing to commit for a claim that never marked: its commit
+		// would only wait its turn on the coordinator's connection
+		// (sarama holds it for each request's whole round trip).
+		c.g.commits.commit(c.sess)
+	}
 	next := c.st.next.Load()
 	left := c.p.Close()
 	c.g.fail.forget(c.p)

@@ -120,7 +120,7 @@ type Group[T any] struct {
 	lost        *lostFinals                  // final commits of claims that did not reach the coordinator (lostfinal.go)
 
 	offs   offsetCounters // reset.go, markers.go
-	probes sync.WaitGroup // side fetches of markers.go, waited for after the client closes
+	probes sync.WaitGroup // side fetches of markers.go and reads of commit metadata (resume.go), waited for after the client closes
 
 	claimsMu sync.Mutex
 	claims   map[*claimState]struct{}

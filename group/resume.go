@@ -162,7 +162,7 @@ type committedRead struct {
 }
 
 // errClaimEnding: the claim's session or the group ended while the claim
-// waited to read its commit metadata again.
+// read its commit metadata or waited to read it again.
 var errClaimEnding = errors.New("group: claim ending")
 
 // readCommitted reads the partition's committed offset and metadata for
@@ -171,15 +171,30 @@ var errClaimEnding = errors.New("group: claim ending")
 // Sarama.Consumer.Group.Rebalance.Timeout after the first (a try itself
 // can take up to Net.ReadTimeout): under a cooperative protocol a revoke
 // of this partition is not seen until the claim reads its messages, and
-// the rebalance waits for it. The wait ends early, with errClaimEnding,
-// when the session or the group ends. Without the metadata the claim
-// would handle again everything the previous owner finished above its
-// frontier: a short wait costs less.
+// the rebalance waits for it. The wait, and a read under way, end early,
+// with errClaimEnding, when the session or the group ends: a read the
+// coordinator does not answer would otherwise hold the claim's revoke up
+// to Net.ReadTimeout. Without the metadata the claim would handle again
+// everything the previous owner finished above its frontier: a short wait
+// costs less.
 func (c *claimLoop[T]) readCommitted() (off int64, meta string, err error) {
 	retry := c.g.cfg.Sarama.Metadata.Retry
 	budget := time.Now().Add(c.g.cfg.Sarama.Consumer.Group.Rebalance.Timeout / 2)
+	done := make(chan committedRead, 1)
 	for try := 1; ; try++ {
-		off, meta, err = c.g.fetchCommitted(c.topic, c.part)
+		g, topic, part := c.g, c.topic, c.part
+		g.probes.Go(func() {
+			off, meta, err := g.fetchCommitted(topic, part)
+			done <- committedRead{off: off, meta: meta, err: err}
+		})
+		select {
+		case r := <-done:
+			off, meta, err = r.off, r.meta, r.err
+		case <-c.sess.Context().Done():
+			return off, meta, errClaimEnding // the read finishes into done, unread
+		case <-c.g.stopping:
+			return off, meta, errClaimEnding
+		}
 		if err == nil || try > retry.Max || time.Now().Add(retry.Backoff).After(budget) {
 			return off, meta, err
 		}

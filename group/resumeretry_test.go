@@ -252,6 +252,52 @@ func TestResumeReadWaitEndsOnStop(t *testing.T) {
 	}
 }
 
+// TestResumeReadUnansweredEndsOnStop: B's claim reads the metadata when it
+// starts and the broker never answers; B is stopped meanwhile. The claim
+// lets go at once (OnRevoked), before it takes a message, rather than
+// when the read fails 20 s later (Net.ReadTimeout). Run itself returns
+// only after that: sarama's LeaveGroup waits on the same connection.
+func TestResumeReadUnansweredEndsOnStop(t *testing.T) {
+	t.Parallel() // mostly waits on the broker
+	r, cfg, do, _ := heldLaneRig(t, "resume-unanswered-stop", time.Second)
+	cfg.Status.ReadBack = -1 // see refuseClaimReads
+	r.oneLaneHeld(cfg, do)
+
+	var held atomic.Int32
+	c := r.b.Cluster()
+	c.ControlKey(kmsg.OffsetFetch.Int16(), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		if f, ok := req.(*kmsg.OffsetFetchRequest); !ok || f.RequireStable || held.Load() > 0 {
+			return nil, nil, false
+		}
+		held.Add(1)
+		return nil, nil, true // never answered
+	})
+	cfg.Sarama.Net.ReadTimeout = 20 * time.Second
+	revoked := make(chan time.Time, 1)
+	cfg.OnRevoked = func(string, []int32, int32) { revoked <- time.Now() }
+	b := newGroup(t, cfg, do)
+	stopB := run(t, b)
+	waitFor(t, 20*time.Second, "B's claim read to be held", func() bool { return held.Load() == 1 })
+	stopped := time.Now()
+	ran := make(chan error, 1)
+	go func() { ran <- stopB() }()
+	select {
+	case at := <-revoked:
+		if took := at.Sub(stopped); took > 5*time.Second {
+			t.Errorf("B's claim let go %v after the stop; want well within the 20s the unanswered read takes", took.Round(time.Millisecond))
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("B's claim never let go")
+	}
+	if err := <-ran; err != nil {
+		t.Fatal(err)
+	}
+	if st := b.Stats(); st.Fetched != 0 || st.Handled != 0 {
+		t.Errorf("B: got Fetched %d, Handled %d; want none (it let go before taking a message)", st.Fetched, st.Handled)
+	}
+}
+
 // refuseClaimReads makes the broker refuse the claims' reads of their
 // committed offsets (OffsetFetch without RequireStable: sarama's own read
 // at a session's start asks for stable offsets under ReadCommitted) when
