@@ -72,7 +72,7 @@ func (c *claimLoop[T]) released(next int64) error {
 			if committed < next {
 				refused = true
 				err = fmt.Errorf("the coordinator holds offset %d, below the final frontier %d", committed, next)
-				if c.start >= 0 { // committed -1: none yet
+				if committed >= 0 && c.start >= 0 {
 					c.g.lost.keep(tp, lostFinal{start: c.start, committed: committed, meta: meta, next: next, final: c.meta, at: time.Now()})
 				}
 			}

@@ -20,8 +20,7 @@ import (
 //     when the final commit was found missing (no commit moved it since,
 //     a new owner's or an offset reset's, unless one wrote the very same
 //     offset and metadata), and that offset is not below where the lost
-//     claim started (it skips only what it handled); with no commit at
-//     all, the claim starts at the reset position where the lost one did;
+//     claim started (it skips only what it handled);
 //   - the claim starts within Session.Timeout + Rebalance.Timeout of the
 //     loss, the time a member takes to join again when its session ended
 //     under it; a claim much later has no business trusting a view that
@@ -80,21 +79,13 @@ func (l *lostFinals) take(tp topicPartition) (lostFinal, bool) {
 	return f, ok
 }
 
-// resume returns what a claim starting at first at now may skip by f, the
-// coordinator holding offset off (-1: none; the claim then starts at the
-// reset position) with metadata meta: every offset from first to f's
-// frontier, and the finished offsets and waiting messages f's metadata
-// lists above it. ok is false when f does not apply: the coordinator
-// holds something else than when f was lost, the claim starts elsewhere
-// than at the committed offset (or, with none, than where the lost claim
-// started) or below where the lost claim started, or f is too old.
-func (f lostFinal) resume(first, off int64, meta string, now time.Time, ttl time.Duration) (done commit.Done, ok bool) {
-	switch {
-	case off != f.committed || meta != f.meta || now.Sub(f.at) > ttl:
-		return commit.Done{}, false
-	case off >= 0 && first != off, off < 0 && first != f.start:
-		return commit.Done{}, false
-	case first < f.start || first >= f.next:
+// resume returns what a claim starting at the coordinator's committed
+// offset off (with metadata meta) at now may skip by f: every offset from
+// off to f's frontier, and the finished offsets and waiting messages f's
+// metadata lists above it. ok is false when f does not apply: the
+// coordinator holds something else than when f was lost, or f is too old.
+func (f lostFinal) resume(off int64, meta string, now time.Time, ttl time.Duration) (done commit.Done, ok bool) {
+	if off != f.committed || meta != f.meta || off < f.start || f.next <= off || now.Sub(f.at) > ttl {
 		return commit.Done{}, false
 	}
 	above, err := commit.DecodeMeta(f.final)
@@ -102,7 +93,7 @@ func (f lostFinal) resume(first, off int64, meta string, now time.Time, ttl time
 		above = commit.Done{} // nothing listed above the frontier (or "" with metadata off)
 	}
 	ranges := make([]commit.Range, 0, 1+len(above.Ranges))
-	ranges = append(ranges, commit.Range{Start: first, End: f.next})
+	ranges = append(ranges, commit.Range{Start: off, End: f.next})
 	ranges = above.AppendAfter(ranges, f.next-1)
-	return commit.Done{Base: first, Ranges: ranges, Waiting: above.Waiting}, true
+	return commit.Done{Base: off, Ranges: ranges, Waiting: above.Waiting}, true
 }

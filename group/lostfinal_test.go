@@ -16,66 +16,39 @@ import (
 // A member whose session ends while the coordinator refuses its commits
 // loses its final commits (OnLost); it joins again and is given the same
 // partitions, and starts them from what it finished rather than from the
-// older offset the coordinator holds, or, when none of its commits ever
-// reached it, from the reset position: nothing is handled twice. The
+// older offset the coordinator holds: nothing is handled twice. The
 // oracle checks every commit the broker received and what Do saw.
 func TestLostFinalCommitResumedBySameMember(t *testing.T) {
-	for _, tt := range []struct {
-		name        string
-		commitFirst bool // the coordinator holds a commit of the member's before the fault
-	}{
-		{"after a commit", true},
-		{"before any commit", false},
-	} {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			const partitions, n, keys = 2, 3000, 60
-			topic := "lost-final"
-			if !tt.commitFirst {
-				topic = "lost-first"
-			}
-			r, o := oracleRig(t, "lost final commit, same member, "+tt.name, topic, partitions, n, keys)
-			produced := r.produceAtRate(2000)
-			cfg := r.config(topic)
-			cfg.Size, cfg.Num = 4, 2
-			var lost atomic.Int64
-			cfg.OnLost = func(_ string, parts []int32, _ int32) { lost.Add(int64(len(parts))) }
-			m := &member{tag: "m", o: o, delay: time.Millisecond}
-			c := r.b.Cluster()
-			refuseCommits := func() *kfake.FaultHandle {
-				return c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.OffsetCommit}, Group: cfg.GroupID, Err: kerr.CoordinatorLoadInProgress, Count: -1})
-			}
-			var refuse *kfake.FaultHandle
-			if !tt.commitFirst {
-				refuse = refuseCommits()
-			}
-			stop := m.start(t, cfg)
-			if tt.commitFirst {
-				waitFor(t, 30*time.Second, "the first commits", func() bool { return len(r.b.Committed(cfg.GroupID, r.topic)) == partitions })
-				refuse = refuseCommits()
-			}
-			waitFor(t, 30*time.Second, "commits refused and messages handled", func() bool { return refuse.Hits() >= 3 && m.n.Load() >= 200 })
-			before := r.b.Committed(cfg.GroupID, r.topic)
-			// The session ends: sarama ends it on a heartbeat error it has
-			// no case for (a rebalance would not do: under cooperative-
-			// sticky the member keeps its claims through it).
-			c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Heartbeat}, Group: cfg.GroupID, Err: kerr.UnknownServerError})
-			waitFor(t, 30*time.Second, "both final commits lost", func() bool { return lost.Load() >= partitions })
-			refuse.Remove()
-			produced()
-			v := r.finalCheck(o, cfg.GroupID, time.Minute, want{all: true})
-			if err := stop(); err != nil {
-				t.Fatal(err)
-			}
-			if st := m.g.Load().Stats(); st.Resumed == 0 {
-				t.Errorf("Stats.Resumed: got 0 after the claims resumed from their own lost frontier, want > 0")
-			}
-			if len(before) != 0 != tt.commitFirst {
-				t.Errorf("offsets the coordinator held when the session ended: got %v, want commits %v", before, tt.commitFirst)
-			}
-			t.Logf("offsets the coordinator held when the session ended: %v; duplicates %d", before, v.Duplicates)
-		})
+	const partitions, n, keys = 2, 3000, 60
+	r, o := oracleRig(t, "lost final commit, same member", "lost-final", partitions, n, keys)
+	produced := r.produceAtRate(2000)
+	cfg := r.config("lost-final")
+	cfg.Size, cfg.Num = 4, 2
+	var lost atomic.Int64
+	cfg.OnLost = func(_ string, parts []int32, _ int32) { lost.Add(int64(len(parts))) }
+	m := &member{tag: "m", o: o, delay: time.Millisecond}
+	stop := m.start(t, cfg)
+	waitFor(t, 30*time.Second, "the first commits", func() bool { return len(r.b.Committed(cfg.GroupID, r.topic)) == partitions })
+
+	c := r.b.Cluster()
+	refuse := c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.OffsetCommit}, Group: cfg.GroupID, Err: kerr.CoordinatorLoadInProgress, Count: -1})
+	waitFor(t, 30*time.Second, "commits refused", func() bool { return refuse.Hits() >= 3 })
+	before := r.b.Committed(cfg.GroupID, r.topic)
+	// The session ends: sarama ends it on a heartbeat error it has no
+	// case for (a rebalance would not do: under cooperative-sticky the
+	// member keeps its claims through it).
+	c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Heartbeat}, Group: cfg.GroupID, Err: kerr.UnknownServerError})
+	waitFor(t, 30*time.Second, "both final commits lost", func() bool { return lost.Load() >= partitions })
+	refuse.Remove()
+	produced()
+	v := r.finalCheck(o, cfg.GroupID, time.Minute, want{all: true})
+	if err := stop(); err != nil {
+		t.Fatal(err)
 	}
+	if st := m.g.Load().Stats(); st.Resumed == 0 {
+		t.Errorf("Stats.Resumed: got 0 after the claims resumed from their own lost frontier, want > 0")
+	}
+	t.Logf("offsets the coordinator held when the session ended: %v; duplicates %d", before, v.Duplicates)
 }
 
 // lostFinal.resume applies only while the coordinator holds what it held
@@ -100,7 +73,7 @@ func TestLostFinalResume(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			d, ok := f.resume(tt.off, tt.off, tt.meta, at.Add(tt.after), ttl)
+			d, ok := f.resume(tt.off, tt.meta, at.Add(tt.after), ttl)
 			if ok != tt.ok || d.Count() != tt.finished {
 				t.Fatalf("got ok %v, %d offsets skipped; want %v, %d", ok, d.Count(), tt.ok, tt.finished)
 			}
@@ -120,39 +93,16 @@ func TestLostFinalResume(t *testing.T) {
 	t.Run("coordinator below the lost claim's start", func(t *testing.T) {
 		g := f
 		g.committed = 5 // rewound while the claim ran: [5, 10) was never handled by it
-		if d, ok := g.resume(5, 5, "x", at, ttl); ok {
+		if d, ok := g.resume(5, "x", at, ttl); ok {
 			t.Fatalf("got %d offsets skipped from 5, want none: the claim started at 10", d.Count())
 		}
 	})
 	t.Run("metadata off", func(t *testing.T) {
 		g := f
 		g.final = ""
-		d, ok := g.resume(10, 10, "x", at, ttl)
+		d, ok := g.resume(10, "x", at, ttl)
 		if !ok || d.Count() != 40 || len(d.Waiting) != 0 {
 			t.Fatalf("got ok %v, %d skipped, %d waiting; want true, 40, 0", ok, d.Count(), len(d.Waiting))
-		}
-	})
-	t.Run("claim not at the committed offset", func(t *testing.T) {
-		if d, ok := f.resume(12, 10, "x", at, ttl); ok {
-			t.Fatalf("got %d offsets skipped from 12, want none: the coordinator holds 10", d.Count())
-		}
-	})
-	// No commit at all: the claims start at the reset position.
-	none := lostFinal{start: 3, committed: -1, next: 40, at: at}
-	t.Run("no commit, same start", func(t *testing.T) {
-		d, ok := none.resume(3, -1, "", at, ttl)
-		if !ok || d.Base != 3 || d.Count() != 37 {
-			t.Fatalf("got ok %v, base %d, %d skipped; want true, 3, 37", ok, d.Base, d.Count())
-		}
-	})
-	t.Run("no commit, another start", func(t *testing.T) {
-		if d, ok := none.resume(20, -1, "", at, ttl); ok {
-			t.Fatalf("got %d skipped from 20, want none: the lost claim started at 3", d.Count())
-		}
-	})
-	t.Run("a commit since", func(t *testing.T) {
-		if d, ok := none.resume(3, 3, "", at, ttl); ok {
-			t.Fatalf("got %d skipped, want none: the coordinator holds an offset now", d.Count())
 		}
 	})
 }

@@ -86,21 +86,20 @@ func applyResetPolicy(sc *sarama.Config, p ResetPolicy) {
 // reports a reset. Either way it learns where the claim starts (the log
 // start or the high watermark), which the claim's lag and the
 // control-record frontier (markers.go) need. Errors are logged: the claim
-// runs on without knowing. It reports whether the coordinator holds no
-// committed offset for the partition and the claim's start is known.
-func (c *claimLoop[T]) checkReset(initial int64) (none bool) {
+// runs on without knowing.
+func (c *claimLoop[T]) checkReset(initial int64) {
 	g := c.g
 	committed, _, err := g.fetchCommitted(c.topic, c.part)
 	if err != nil {
 		g.errs.add(errOffsets)
 		c.log.Warn("claim starts at the reset position; cannot tell whether a committed offset was reset", zap.Error(err))
-		return false
+		return
 	}
 	logStart, hw, err := g.logBounds(c.topic, c.part)
 	if err != nil {
 		g.errs.add(errOffsets)
 		c.log.Warn("claim starts at the reset position; cannot read the partition's offsets", zap.Int64("committed", committed), zap.Error(err))
-		return false
+		return
 	}
 	start := logStart
 	if initial == sarama.OffsetNewest {
@@ -109,7 +108,7 @@ func (c *claimLoop[T]) checkReset(initial int64) (none bool) {
 	c.start = start
 	c.st.next.Store(start)
 	if committed < 0 {
-		return true // nothing committed yet: not a reset
+		return // nothing committed yet: not a reset
 	}
 	skipped := max(start-committed, 0)
 	g.offs.resets.Add(1)
@@ -117,7 +116,6 @@ func (c *claimLoop[T]) checkReset(initial int64) (none bool) {
 	c.log.Warn("committed offset out of range: reset; records below the log start were deleted before this group handled them",
 		zap.Int64("committed", committed), zap.Int64("log_start", logStart), zap.Int64("high_watermark", hw),
 		zap.Int64("reset_to", start), zap.Int64("skipped", skipped), zap.Stringer("policy", g.cfg.OnOffsetReset))
-	return false
 }
 
 // logBounds returns a partition's log start offset and high watermark.

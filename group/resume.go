@@ -32,19 +32,15 @@ func (c *claimLoop[T]) resumeFrom(initial int64) (done commit.Done, ending bool)
 		return commit.Done{}, false
 	}
 	own, lost := c.g.lost.take(topicPartition{c.topic, c.part}) // lostfinal.go
-	if lost {
-		c.ownLost = &own // put back if the claim ends having marked nothing (released)
-	}
 	if initial < 0 {
-		// No commit yet, or sarama reset it (reset.go). With none, the
-		// claim starts where a lost one of this member may have.
-		if none := c.checkReset(initial); none && lost {
-			return c.resumeWith(c.start, -1, ""), false
-		}
+		c.checkReset(initial) // no commit yet, or sarama reset it (reset.go)
 		return commit.Done{}, false
 	}
 	if c.g.cfg.CommitMetadata < 0 && !lost {
 		return commit.Done{}, false
+	}
+	if lost {
+		c.ownLost = &own // put back if the claim ends having marked nothing (released)
 	}
 	off, meta, err := c.readCommitted()
 	switch {
@@ -62,22 +58,23 @@ func (c *claimLoop[T]) resumeFrom(initial int64) (done commit.Done, ending bool)
 	return c.resumeWith(initial, off, meta), false
 }
 
-// resumeWith returns what a claim that starts at first may skip, the
-// coordinator holding off (-1: none) with meta: what this member's lost
-// final commit of the partition (ownLost) says it finished, if that
-// applies (otherwise ownLost is dropped); else the finished offsets meta
-// lists, if orderly wrote it for first.
-func (c *claimLoop[T]) resumeWith(first, off int64, meta string) commit.Done {
+// resumeWith returns what a claim that starts at initial may skip, the
+// coordinator holding off with meta: what this member's lost final commit
+// of the partition (ownLost) says it finished, if that applies (otherwise
+// ownLost is dropped); else the finished offsets meta lists, if orderly
+// wrote it for initial.
+func (c *claimLoop[T]) resumeWith(initial, off int64, meta string) commit.Done {
 	if own := c.ownLost; own != nil {
-		if done, ok := own.resume(first, off, meta, time.Now(), c.g.lost.ttl); ok {
+		done, ok := own.resume(off, meta, time.Now(), c.g.lost.ttl)
+		if ok && off == initial {
 			c.log.Info("resuming from this member's own final frontier, which its last claim of the partition could not commit",
-				zap.Int64("offset", first), zap.Int64("committed", off), zap.Int64("to", own.next),
-				zap.Int64("finished_above", done.Count()-(own.next-first)), zap.Int("waiting", len(done.Waiting)))
+				zap.Int64("committed", off), zap.Int64("to", own.next), zap.Int64("finished_above", done.Count()-(own.next-off)),
+				zap.Int("waiting", len(done.Waiting)))
 			return done
 		}
 		c.ownLost = nil
 	}
-	if off < 0 || c.g.cfg.CommitMetadata < 0 {
+	if c.g.cfg.CommitMetadata < 0 {
 		return commit.Done{}
 	}
 	done, err := commit.DecodeMeta(meta)
@@ -88,9 +85,9 @@ func (c *claimLoop[T]) resumeWith(first, off int64, meta string) commit.Done {
 		c.g.errs.add(errOffsets)
 		c.log.Warn("ignoring corrupt commit metadata", zap.Int64("offset", off), zap.String("metadata", meta), zap.Error(err))
 		return commit.Done{}
-	case off != first || done.Base != off:
+	case off != initial || done.Base != off:
 		c.log.Warn("ignoring commit metadata for another offset",
-			zap.Int64("offset", first), zap.Int64("committed", off), zap.Int64("metadata_base", done.Base))
+			zap.Int64("offset", initial), zap.Int64("committed", off), zap.Int64("metadata_base", done.Base))
 		return commit.Done{}
 	}
 	return done
