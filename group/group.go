@@ -252,7 +252,7 @@ func (g *Group[T]) Run(ctx context.Context) error {
 		}
 		return fmt.Errorf("%w %v (group %q): %w", ErrConnect, g.cfg.Brokers, g.cfg.GroupID, err)
 	}
-	defer g.probes.Wait() // after client.Close (defers run last first), which ends a side fetch
+	defer g.probes.Wait() // after client.Close (defers run last first); a side fetch still waiting ends by Net.ReadTimeout at the latest
 	defer client.Close()
 	if err := g.checkTopics(client); err != nil {
 		return err
