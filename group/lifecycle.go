@@ -67,7 +67,7 @@ func (c *claimLoop[T]) released(next int64) error {
 		var committed int64
 		var meta string
 		tp := topicPartition{c.topic, c.part}
-		if committed, meta, err = c.g.fetchCommitted(c.topic, c.part); err == nil {
+		if committed, meta, err = c.readBack(); err == nil {
 			c.g.history.seen(tp, committed)
 			if committed < next {
 				refused = true
@@ -96,4 +96,23 @@ func (c *claimLoop[T]) released(next int64) error {
 		c.g.cfg.OnRevoked(c.topic, parts, c.st.generation)
 	}
 	return nil
+}
+
+// readBack reads the partition's committed offset and metadata for
+// released. A failed read is tried again, Sarama.Metadata.Retry.Max more
+// times, Retry.Backoff apart, while the tries start within a quarter of
+// Sarama.Consumer.Group.Rebalance.Timeout (an eager rebalance waits for
+// the claim): a read that cannot say makes the partition lost (OnLost),
+// and the member keeps no lost final commit to resume from.
+func (c *claimLoop[T]) readBack() (off int64, meta string, err error) {
+	retry := c.g.cfg.Sarama.Metadata.Retry
+	budget := time.Now().Add(c.g.cfg.Sarama.Consumer.Group.Rebalance.Timeout / 4)
+	for try := 1; ; try++ {
+		off, meta, err = c.g.fetchCommitted(c.topic, c.part)
+		if err == nil || try > retry.Max || time.Now().Add(retry.Backoff).After(budget) {
+			return off, meta, err
+		}
+		c.log.Debug("reading the final commit back failed; retrying", zap.Int("try", try), zap.Duration("backoff", retry.Backoff), zap.Error(err))
+		time.Sleep(retry.Backoff)
+	}
 }

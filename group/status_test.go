@@ -369,6 +369,34 @@ func (l *callbackLog) count(kind string) int {
 	return n
 }
 
+// TestCallbacksReadBackRetried: the read-back that confirms a claim's
+// final commit is refused once when the member stops; it is read again
+// (Sarama.Metadata.Retry), and the partition is revoked (OnRevoked), not
+// lost.
+func TestCallbacksReadBackRetried(t *testing.T) {
+	t.Parallel() // waits on the broker mostly
+	r := newRig(t, "readback-retry", 1, 200, 10)
+	var log callbackLog
+	cfg := r.config("readback-retry")
+	cfg.Status.ReadBack = -1 // the final read-back is the only read after the claim's start
+	cfg.Sarama.Metadata.Retry.Max, cfg.Sarama.Metadata.Retry.Backoff = 2, 50*time.Millisecond
+	log.install(&cfg, nil)
+	g := newGroup(t, cfg, r.work(0, 0).Do)
+	stop := run(t, g)
+	r.waitAllCommitted("readback-retry", time.Minute)
+	refused := refuseClaimReads(r, func(n int32) bool { return n == 1 })
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if got := refused.Load(); got != 1 {
+		t.Fatalf("read-backs refused: got %d, want 1", got)
+	}
+	if rv, lost := log.count("revoked"), log.count("lost"); rv != 1 || lost != 0 {
+		t.Fatalf("at the stop: got OnRevoked %d, OnLost %d; want 1 and 0", rv, lost)
+	}
+	r.check(false)
+}
+
 // TestCallbacksGraceful: OnAssigned on joining with the session's
 // generation; a second member joining makes the first give up partitions
 // gracefully: OnRevoked, by which time the broker holds the final
