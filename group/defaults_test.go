@@ -37,3 +37,22 @@ func TestDerivedDefaults(t *testing.T) {
 		}
 	}
 }
+
+// TestChanDefault: Chan defaults to Size, and to DefaultChanSize1 when
+// Size is 1, as Config documents; an explicit Chan stays. sarama's
+// ChannelBufferSize is set from it.
+func TestChanDefault(t *testing.T) {
+	for _, tt := range []struct{ size, chanSet, want int }{
+		{1, 0, DefaultChanSize1},
+		{8, 0, 8},
+		{1024, 0, 1024},
+		{0, 0, DefaultSize},
+		{1, 1, 1},
+		{1, 4096, 4096},
+	} {
+		g := offlineGroup(t, func(c *Config) { c.Size, c.Chan = tt.size, tt.chanSet })
+		if got, buf := g.cfg.Chan, g.cfg.Sarama.ChannelBufferSize; got != tt.want || buf != tt.want {
+			t.Errorf("Size %d, Chan %d: got Chan %d, ChannelBufferSize %d; want %d", tt.size, tt.chanSet, got, buf, tt.want)
+		}
+	}
+}

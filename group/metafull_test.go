@@ -71,8 +71,10 @@ func TestMetadataFullStopsIntake(t *testing.T) {
 	// intervals: intake stays stopped while the failures last.
 	time.Sleep(2 * time.Second)
 	// What was dispatched before it stopped: at most the workers' paced
-	// backlog, and a message running in each worker.
-	ahead := int64(backlog(g.cfg) + g.cfg.Num)
+	// backlog, one intake step past it (a step that starts below the
+	// backlog hands over up to Chan), and a message running in each
+	// worker.
+	ahead := int64(backlog(g.cfg) + g.cfg.Chan + g.cfg.Num)
 	got := seen()
 	if got-stopped > ahead || got >= n/2 {
 		t.Errorf("Do saw offsets up to %d when the partition stopped for its metadata, up to %d of %d two seconds later: want at most %d more (the backlog already dispatched)", stopped, got, n, ahead)
