@@ -1,6 +1,7 @@
 package group
 
 import (
+	"context"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -120,17 +121,7 @@ func TestResumeReadAgain(t *testing.T) {
 	var refusing atomic.Bool
 	refusing.Store(true)
 	refuseClaimReads(r, func(int32) bool { return refusing.Load() })
-	cfgB := cfg
-	cfgB.MaxInFlight, cfgB.Chan = 8, 1
-	cfgB.Sarama.Metadata.Retry.Max, cfgB.Sarama.Metadata.Retry.Backoff = 1, 50*time.Millisecond
-	core, logs := observer.New(zapcore.InfoLevel)
-	cfgB.Logger = zap.New(core)
-	b := newGroup(t, cfgB, do)
-	stopB := run(t, b)
-	waitFor(t, 20*time.Second, "B to give up on the read and fail the held message again", func() bool {
-		return logs.FilterMessage("reading commit metadata failed; messages finished by the previous owner may be handled again").Len() == 1 &&
-			b.Stats().Failures >= 2
-	})
+	b, stopB, logs := startUnreadMember(t, cfg, do, 0)
 	refusing.Store(false)
 	readLog := "commit metadata read at last: skipping what the previous owner finished above the messages taken"
 	waitFor(t, 20*time.Second, "a commit tick to read the metadata", func() bool { return logs.FilterMessage(readLog).Len() == 1 })
@@ -179,18 +170,7 @@ func TestResumeReadAgainUnanswered(t *testing.T) {
 		held.Add(1)
 		return nil, nil, true // never answered
 	})
-	cfgB := cfg
-	cfgB.MaxInFlight, cfgB.Chan = 8, 1
-	cfgB.Sarama.Metadata.Retry.Max, cfgB.Sarama.Metadata.Retry.Backoff = 1, 50*time.Millisecond
-	cfgB.Sarama.Net.ReadTimeout = 10 * time.Second
-	core, logs := observer.New(zapcore.InfoLevel)
-	cfgB.Logger = zap.New(core)
-	b := newGroup(t, cfgB, do)
-	stopB := run(t, b)
-	waitFor(t, 20*time.Second, "B to give up on the read and fail the held message again", func() bool {
-		return logs.FilterMessage("reading commit metadata failed; messages finished by the previous owner may be handled again").Len() == 1 &&
-			b.Stats().Failures >= 2
-	})
+	b, stopB, logs := startUnreadMember(t, cfg, do, 10*time.Second)
 	holding.Store(true)
 	refusing.Store(false)
 	waitFor(t, 10*time.Second, "a commit tick's read to be held", func() bool { return held.Load() == 1 })
@@ -296,6 +276,29 @@ func TestResumeReadUnansweredEndsOnStop(t *testing.T) {
 	if st := b.Stats(); st.Fetched != 0 || st.Handled != 0 {
 		t.Errorf("B: got Fetched %d, Handled %d; want none (it let go before taking a message)", st.Fetched, st.Handled)
 	}
+}
+
+// startUnreadMember starts member B of the held-lane tests with a small
+// in-flight share (it fills with the held lane), one quick retry of its
+// claim's metadata read and, if not 0, readTimeout as Net.ReadTimeout, and
+// waits until B has given up on the read (the broker refuses it) and
+// failed the held message again.
+func startUnreadMember(t *testing.T, cfg Config, do func(context.Context, []*Message) error, readTimeout time.Duration) (*Group[*Message], func() error, *observer.ObservedLogs) {
+	t.Helper()
+	cfg.MaxInFlight, cfg.Chan = 8, 1
+	cfg.Sarama.Metadata.Retry.Max, cfg.Sarama.Metadata.Retry.Backoff = 1, 50*time.Millisecond
+	if readTimeout > 0 {
+		cfg.Sarama.Net.ReadTimeout = readTimeout
+	}
+	core, logs := observer.New(zapcore.InfoLevel)
+	cfg.Logger = zap.New(core)
+	b := newGroup(t, cfg, do)
+	stop := run(t, b)
+	waitFor(t, 20*time.Second, "B to give up on the read and fail the held message again", func() bool {
+		return logs.FilterMessage("reading commit metadata failed; messages finished by the previous owner may be handled again").Len() == 1 &&
+			b.Stats().Failures >= 2
+	})
+	return b, stop, logs
 }
 
 // refuseClaimReads makes the broker refuse the claims' reads of their
