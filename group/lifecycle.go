@@ -72,8 +72,8 @@ func (c *claimLoop[T]) released(next int64) error {
 			if committed < next {
 				refused = true
 				err = fmt.Errorf("the coordinator holds offset %d, below the final frontier %d", committed, next)
-				if committed >= 0 && c.start >= 0 {
-					c.g.lost.keep(tp, lostFinal{start: c.start, committed: committed, meta: meta, next: next, final: c.meta, at: time.Now()})
+				if f, ok := newLostFinal(c.start, committed, meta, next, c.meta, time.Now()); ok {
+					c.g.lost.keep(tp, f)
 				}
 			}
 		}

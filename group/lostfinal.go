@@ -43,6 +43,20 @@ type lostFinal struct {
 	at        time.Time // when the loss was found
 }
 
+// newLostFinal is the lost final commit of a claim that started at start
+// and ended with its frontier at next (final: the metadata marked with
+// it), the coordinator holding committed with meta instead. ok is false
+// when there is nothing to keep: the start is unknown, or the coordinator
+// holds no offset at all (committed < 0), which leaves nothing to tie the
+// frontier to the log (a topic deleted and recreated meanwhile would pass
+// resume's checks).
+func newLostFinal(start, committed int64, meta string, next int64, final string, at time.Time) (lostFinal, bool) {
+	if start < 0 || committed < 0 || committed >= next {
+		return lostFinal{}, false
+	}
+	return lostFinal{start: start, committed: committed, meta: meta, next: next, final: final, at: at}, true
+}
+
 // lostFinals holds the lost final commits of the member's claims, at most
 // one per partition, until the member's next claim of the partition takes
 // it.

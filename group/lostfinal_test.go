@@ -126,3 +126,24 @@ func TestLostFinalPutBack(t *testing.T) {
 		}
 	}
 }
+
+// A lost final commit is kept only when the coordinator holds an offset
+// below the frontier and the lost claim's start is known.
+func TestNewLostFinal(t *testing.T) {
+	at := time.Unix(1000, 0)
+	for _, tt := range []struct {
+		name                   string
+		start, committed, next int64
+		ok                     bool
+	}{
+		{"committed below the frontier", 10, 10, 50, true},
+		{"no committed offset", 0, -1, 50, false},
+		{"start unknown", -1, 10, 50, false},
+		{"committed at the frontier", 10, 50, 50, false},
+	} {
+		f, ok := newLostFinal(tt.start, tt.committed, "m", tt.next, "", at)
+		if ok != tt.ok || ok && (f.start != tt.start || f.committed != tt.committed || f.next != tt.next || f.meta != "m" || f.at != at) {
+			t.Errorf("%s: got %+v, %v; want kept %v", tt.name, f, ok, tt.ok)
+		}
+	}
+}
