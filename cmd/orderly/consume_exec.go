@@ -155,10 +155,7 @@ func (s *execSink) send(ctx context.Context, batch []*group.Message) error {
 		return failAll(batch, why)
 	case exitNotExecutable, exitNotFound:
 		s.ctr.endpointError(fmt.Sprintf("exit %d", code))
-		d := s.gate.remaining() // runs in flight when the first error came do not double the backoff
-		if d <= 0 {
-			d = s.gate.close(s.endpoint.failed())
-		}
+		d := s.gate.closeIfOpen(s.endpoint.failed) // runs in flight when the first error came do not double the backoff
 		if s.warn.allow() {
 			s.log.Error("command not found or not executable: check --exec; retrying, never dead-lettered",
 				append(batchFields(batch), zap.String("exec", s.cmd), zap.Int("exit", code),

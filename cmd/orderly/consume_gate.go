@@ -34,6 +34,25 @@ func (g *gate) remaining() time.Duration {
 func (g *gate) close(d time.Duration) time.Duration {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	return g.closeLocked(d)
+}
+
+// closeIfOpen closes the gate for next() from now if it is open, and
+// reports how long it stays closed. Calls in flight when the first error
+// came, answered while the gate is closed, do not call next: the endpoint
+// backoff doubles once for them, however close together they come back
+// (checking remaining and then calling close let two of them both find
+// the gate open).
+func (g *gate) closeIfOpen(next func() time.Duration) time.Duration {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if left := time.Until(g.until); left > 0 {
+		return left
+	}
+	return g.closeLocked(next())
+}
+
+func (g *gate) closeLocked(d time.Duration) time.Duration {
 	now := time.Now()
 	until := now.Add(d)
 	if !until.After(g.until) {

@@ -153,10 +153,7 @@ func (s *httpSink) send(ctx context.Context, batch []*group.Message) error {
 	case code == http.StatusUnauthorized || code == http.StatusForbidden || code == http.StatusNotFound ||
 		code == http.StatusProxyAuthRequired || code >= 300 && code < 400:
 		s.ctr.endpointError(status)
-		d := s.gate.remaining() // calls in flight when the first error came do not double the backoff
-		if d <= 0 {
-			d = s.gate.close(s.endpoint.failed())
-		}
+		d := s.gate.closeIfOpen(s.endpoint.failed) // calls in flight when the first error came do not double the backoff
 		if s.warn.allow() {
 			s.log.Error("endpoint error: check --http and its credentials (--header); retrying, never dead-lettered",
 				append(batchFields(batch), zap.String("url", s.url), zap.String("status", status),

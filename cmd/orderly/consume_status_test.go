@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -378,5 +379,38 @@ func TestConsumeOrdering(t *testing.T) {
 				t.Errorf("--ordering %s: %d requests arrived while another of their key was in flight, want some only with none", ordering, concurrent)
 			}
 		})
+	}
+}
+
+// TestGateCloseIfOpenOnce: errors answered together close the gate once:
+// of 64 callers released at once, one computes the backoff (doubling the
+// endpoint's), and all are told the same pause.
+func TestGateCloseIfOpenOnce(t *testing.T) {
+	g := &gate{}
+	defer g.stop()
+	const callers = 64
+	var next atomic.Int32
+	var start, done sync.WaitGroup
+	start.Add(1)
+	pauses := make([]time.Duration, callers)
+	for i := range callers {
+		done.Go(func() {
+			start.Wait()
+			pauses[i] = g.closeIfOpen(func() time.Duration {
+				next.Add(1)
+				time.Sleep(10 * time.Millisecond) // widens the window a check-then-close would leave
+				return time.Minute
+			})
+		})
+	}
+	start.Done()
+	done.Wait()
+	if n := next.Load(); n != 1 {
+		t.Fatalf("backoffs computed: got %d, want 1", n)
+	}
+	for i, d := range pauses {
+		if d <= 59*time.Second || d > time.Minute {
+			t.Fatalf("caller %d: got pause %v, want about 1m", i, d)
+		}
 	}
 }
