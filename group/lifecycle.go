@@ -99,20 +99,12 @@ func (c *claimLoop[T]) released(next int64) error {
 }
 
 // readBack reads the partition's committed offset and metadata for
-// released. A failed read is tried again, Sarama.Metadata.Retry.Max more
-// times, Retry.Backoff apart, while the tries start within a quarter of
-// Sarama.Consumer.Group.Rebalance.Timeout (an eager rebalance waits for
-// the claim): a read that cannot say makes the partition lost (OnLost),
-// and the member keeps no lost final commit to resume from.
+// released, trying again within a quarter of
+// Sarama.Consumer.Group.Rebalance.Timeout (see readRetrying; an eager
+// rebalance waits for the claim), and not cut short by the session's end
+// (the claim is letting go because of it): a read that cannot say makes
+// the partition lost (OnLost), and the member keeps no lost final commit
+// to resume from.
 func (c *claimLoop[T]) readBack() (off int64, meta string, err error) {
-	retry := c.g.cfg.Sarama.Metadata.Retry
-	budget := time.Now().Add(c.g.cfg.Sarama.Consumer.Group.Rebalance.Timeout / 4)
-	for try := 1; ; try++ {
-		off, meta, err = c.g.fetchCommitted(c.topic, c.part)
-		if err == nil || try > retry.Max || time.Now().Add(retry.Backoff).After(budget) {
-			return off, meta, err
-		}
-		c.log.Debug("reading the final commit back failed; retrying", zap.Int("try", try), zap.Duration("backoff", retry.Backoff), zap.Error(err))
-		time.Sleep(retry.Backoff)
-	}
+	return c.readRetrying(c.g.cfg.Sarama.Consumer.Group.Rebalance.Timeout/4, nil, nil)
 }

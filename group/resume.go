@@ -125,11 +125,7 @@ func (c *claimLoop[T]) readAgain() {
 		c.reread.done = make(chan committedRead, 1)
 	}
 	c.reread.running = true
-	g, topic, part, done := c.g, c.topic, c.part, c.reread.done
-	g.probes.Go(func() {
-		off, meta, err := g.fetchCommitted(topic, part)
-		done <- committedRead{off: off, meta: meta, err: err}
-	})
+	c.startRead(c.reread.done)
 }
 
 // readAgainDone applies the metadata read by readAgain.
@@ -163,50 +159,66 @@ type committedRead struct {
 var errClaimEnding = errors.New("group: claim ending")
 
 // readCommitted reads the partition's committed offset and metadata for
-// resumeFrom. A failed read is tried again, Sarama.Metadata.Retry.Max
-// more times, Retry.Backoff apart, but no try starts later than half of
-// Sarama.Consumer.Group.Rebalance.Timeout after the first (a try itself
-// can take up to Net.ReadTimeout): under a cooperative protocol a revoke
-// of this partition is not seen until the claim reads its messages, and
-// the rebalance waits for it. The wait, and a read under way, end early,
-// with errClaimEnding, when the session or the group ends: a read the
-// coordinator does not answer would otherwise hold the claim's revoke up
-// to Net.ReadTimeout. Without the metadata the claim would handle again
-// everything the previous owner finished above its frontier: a short wait
-// costs less.
+// resumeFrom, trying again within half of
+// Sarama.Consumer.Group.Rebalance.Timeout (see readRetrying): under a
+// cooperative protocol a revoke of this partition is not seen until the
+// claim reads its messages, and the rebalance waits for it. The wait, and
+// a read under way, end early, with errClaimEnding, when the session or
+// the group ends: a read the coordinator does not answer would otherwise
+// hold the claim's revoke up to Net.ReadTimeout. Without the metadata the
+// claim would handle again everything the previous owner finished above
+// its frontier: a short wait costs less.
 func (c *claimLoop[T]) readCommitted() (off int64, meta string, err error) {
+	return c.readRetrying(c.g.cfg.Sarama.Consumer.Group.Rebalance.Timeout/2, c.sess.Context().Done(), c.g.stopping)
+}
+
+// readRetrying reads the partition's committed offset and metadata. A
+// failed read is tried again, Sarama.Metadata.Retry.Max more times,
+// Retry.Backoff apart, as long as the try starts within budget of the
+// first (a try itself can take up to Net.ReadTimeout). Each read runs
+// beside the claim (startRead); waiting for it or for the backoff ends
+// early, with errClaimEnding, when sessDone or stopping closes (a nil one
+// never does).
+func (c *claimLoop[T]) readRetrying(budget time.Duration, sessDone, stopping <-chan struct{}) (off int64, meta string, err error) {
 	retry := c.g.cfg.Sarama.Metadata.Retry
-	budget := time.Now().Add(c.g.cfg.Sarama.Consumer.Group.Rebalance.Timeout / 2)
+	until := time.Now().Add(budget)
 	done := make(chan committedRead, 1)
 	for try := 1; ; try++ {
-		g, topic, part := c.g, c.topic, c.part
-		g.probes.Go(func() {
-			off, meta, err := g.fetchCommitted(topic, part)
-			done <- committedRead{off: off, meta: meta, err: err}
-		})
+		c.startRead(done)
 		select {
 		case r := <-done:
 			off, meta, err = r.off, r.meta, r.err
-		case <-c.sess.Context().Done():
+		case <-sessDone:
 			return off, meta, errClaimEnding // the read finishes into done, unread
-		case <-c.g.stopping:
+		case <-stopping:
 			return off, meta, errClaimEnding
 		}
-		if err == nil || try > retry.Max || time.Now().Add(retry.Backoff).After(budget) {
+		if err == nil || try > retry.Max || time.Now().Add(retry.Backoff).After(until) {
 			return off, meta, err
 		}
 		c.log.Debug("reading commit metadata failed; retrying", zap.Int("try", try), zap.Duration("backoff", retry.Backoff), zap.Error(err))
 		t := time.NewTimer(retry.Backoff)
 		select {
 		case <-t.C:
-		case <-c.sess.Context().Done():
+		case <-sessDone:
 			t.Stop()
 			return off, meta, errClaimEnding
-		case <-c.g.stopping:
+		case <-stopping:
 			t.Stop()
 			return off, meta, errClaimEnding
 		}
 	}
+}
+
+// startRead reads the partition's committed offset and metadata in a
+// goroutine the group waits for (probes) and sends the result on done,
+// which must have room for it.
+func (c *claimLoop[T]) startRead(done chan<- committedRead) {
+	g, topic, part := c.g, c.topic, c.part
+	g.probes.Go(func() {
+		off, meta, err := g.fetchCommitted(topic, part)
+		done <- committedRead{off: off, meta: meta, err: err}
+	})
 }
 
 // fetchCommitted asks the group coordinator for the committed offset and
