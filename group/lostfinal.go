@@ -46,12 +46,13 @@ type lostFinal struct {
 // newLostFinal is the lost final commit of a claim that started at start
 // and ended with its frontier at next (final: the metadata marked with
 // it), the coordinator holding committed with meta instead. ok is false
-// when there is nothing to keep: the start is unknown, or the coordinator
-// holds no offset at all (committed < 0), which leaves nothing to tie the
-// frontier to the log (a topic deleted and recreated meanwhile would pass
-// resume's checks).
+// when there is nothing to keep: the coordinator holds no offset at all
+// (committed < 0), which leaves nothing to tie the frontier to the log (a
+// topic deleted and recreated meanwhile would pass resume's checks), or
+// one below where the claim started (the claim did not handle what lies
+// between; a start < 0 is unknown), or the frontier itself.
 func newLostFinal(start, committed int64, meta string, next int64, final string, at time.Time) (lostFinal, bool) {
-	if start < 0 || committed < 0 || committed >= next {
+	if start < 0 || committed < start || committed >= next { // committed < 0 (none) is below any start
 		return lostFinal{}, false
 	}
 	return lostFinal{start: start, committed: committed, meta: meta, next: next, final: final, at: at}, true
@@ -84,13 +85,17 @@ func (l *lostFinals) keep(tp topicPartition, f lostFinal) {
 	l.by[tp] = f
 }
 
-// take removes and returns the partition's lost final commit, if any.
-func (l *lostFinals) take(tp topicPartition) (lostFinal, bool) {
+// take removes and returns the partition's lost final commit, nil if
+// none.
+func (l *lostFinals) take(tp topicPartition) *lostFinal {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	f, ok := l.by[tp]
+	if !ok {
+		return nil
+	}
 	delete(l.by, tp)
-	return f, ok
+	return &f
 }
 
 // resume returns what a claim starting at the coordinator's committed
@@ -98,8 +103,10 @@ func (l *lostFinals) take(tp topicPartition) (lostFinal, bool) {
 // off to f's frontier, and the finished offsets and waiting messages f's
 // metadata lists above it. ok is false when f does not apply: the
 // coordinator holds something else than when f was lost, or f is too old.
+// (newLostFinal made sure that f.committed lies between the lost claim's
+// start and its frontier.)
 func (f lostFinal) resume(off int64, meta string, now time.Time, ttl time.Duration) (done commit.Done, ok bool) {
-	if off != f.committed || meta != f.meta || off < f.start || f.next <= off || now.Sub(f.at) > ttl {
+	if off != f.committed || meta != f.meta || now.Sub(f.at) > ttl {
 		return commit.Done{}, false
 	}
 	above, err := commit.DecodeMeta(f.final)

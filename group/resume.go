@@ -31,16 +31,14 @@ func (c *claimLoop[T]) resumeFrom(initial int64) (done commit.Done, ending bool)
 	if c.g.client == nil {
 		return commit.Done{}, false
 	}
-	own, lost := c.g.lost.take(topicPartition{c.topic, c.part}) // lostfinal.go
+	c.ownLost = c.g.lost.take(topicPartition{c.topic, c.part}) // lostfinal.go; put back if the claim ends having marked nothing (released)
 	if initial < 0 {
 		c.checkReset(initial) // no commit yet, or sarama reset it (reset.go)
+		c.ownLost = nil       // kept only against a committed offset (newLostFinal)
 		return commit.Done{}, false
 	}
-	if c.g.cfg.CommitMetadata < 0 && !lost {
+	if c.g.cfg.CommitMetadata < 0 && c.ownLost == nil {
 		return commit.Done{}, false
-	}
-	if lost {
-		c.ownLost = &own // put back if the claim ends having marked nothing (released)
 	}
 	off, meta, err := c.readCommitted()
 	switch {
