@@ -160,16 +160,7 @@ func TestResumeReadAgainUnanswered(t *testing.T) {
 	var refusing, holding atomic.Bool
 	refusing.Store(true)
 	refuseClaimReads(r, func(int32) bool { return refusing.Load() })
-	var held atomic.Int32
-	c := r.b.Cluster()
-	c.ControlKey(kmsg.OffsetFetch.Int16(), func(req kmsg.Request) (kmsg.Response, error, bool) {
-		c.KeepControl()
-		if f, ok := req.(*kmsg.OffsetFetchRequest); !ok || f.RequireStable || !holding.Load() || held.Load() > 0 {
-			return nil, nil, false
-		}
-		held.Add(1)
-		return nil, nil, true // never answered
-	})
+	held := holdClaimRead(r, holding.Load)
 	b, stopB, logs := startUnreadMember(t, cfg, do, 10*time.Second)
 	holding.Store(true)
 	refusing.Store(false)
@@ -243,16 +234,7 @@ func TestResumeReadUnansweredEndsOnStop(t *testing.T) {
 	cfg.Status.ReadBack = -1 // see refuseClaimReads
 	r.oneLaneHeld(cfg, do)
 
-	var held atomic.Int32
-	c := r.b.Cluster()
-	c.ControlKey(kmsg.OffsetFetch.Int16(), func(req kmsg.Request) (kmsg.Response, error, bool) {
-		c.KeepControl()
-		if f, ok := req.(*kmsg.OffsetFetchRequest); !ok || f.RequireStable || held.Load() > 0 {
-			return nil, nil, false
-		}
-		held.Add(1)
-		return nil, nil, true // never answered
-	})
+	held := holdClaimRead(r, func() bool { return true })
 	cfg.Sarama.Net.ReadTimeout = 20 * time.Second
 	revoked := make(chan time.Time, 1)
 	cfg.OnRevoked = func(string, []int32, int32) { revoked <- time.Now() }
@@ -299,6 +281,25 @@ func startUnreadMember(t *testing.T, cfg Config, do func(context.Context, []*Mes
 			b.Stats().Failures >= 2
 	})
 	return b, stop, logs
+}
+
+// holdClaimRead makes the broker never answer the first claim read of a
+// committed offset (OffsetFetch without RequireStable, as in
+// refuseClaimReads) that comes while holding says so: the connection it
+// came on is held until the client's Net.ReadTimeout. It returns how many
+// it held (0 or 1).
+func holdClaimRead(r *rig, holding func() bool) *atomic.Int32 {
+	var held atomic.Int32
+	c := r.b.Cluster()
+	c.ControlKey(kmsg.OffsetFetch.Int16(), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		if f, ok := req.(*kmsg.OffsetFetchRequest); !ok || f.RequireStable || !holding() || held.Load() > 0 {
+			return nil, nil, false
+		}
+		held.Add(1)
+		return nil, nil, true // never answered
+	})
+	return &held
 }
 
 // refuseClaimReads makes the broker refuse the claims' reads of their
