@@ -89,12 +89,12 @@ type claimLoop[T any] struct {
 	paused       bool         // fetching paused through pauser
 	probe        gapProbe     // side fetches past control records (markers.go)
 
-	marked     bool        // mark has given sarama an offset
-	metaUnread bool        // the commit metadata could not be read (resumeFrom); read again at commit ticks (readAgain)
-	ownLost    *lostFinal  // this member's lost final commit of the partition, taken by this claim (lostfinal.go)
-	reread     rereadState // readAgain's read under way
-	meta       string      // metadata last marked (the offset is st.next)
-	metaFull   bool        // the finished set does not fit CommitMetadata: take nothing new
+	marked     bool               // mark has given sarama an offset
+	metaUnread bool               // the commit metadata could not be read (resumeFrom); read again at commit ticks (readAgain)
+	ownLost    *lostFinal         // this member's lost final commit of the partition, taken by this claim (lostfinal.go)
+	reread     chan committedRead // readAgain's read under way, nil if none
+	meta       string             // metadata last marked (the offset is st.next)
+	metaFull   bool               // the finished set does not fit CommitMetadata: take nothing new
 	ranges     []commit.Range
 	held       []dispatch.HeldItem[Message, T] // scratch for waiting
 	counted    uint64                          // the partition's Released as last counted in committed

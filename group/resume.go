@@ -105,11 +105,11 @@ func (c *claimLoop[T]) readAgain() {
 	if !c.metaUnread || c.st.next.Load() != initial {
 		return
 	}
-	if c.reread.running {
+	if c.reread != nil {
 		var r committedRead
 		select {
-		case r = <-c.reread.done:
-			c.reread.running = false
+		case r = <-c.reread:
+			c.reread = nil
 		default:
 			return // still reading
 		}
@@ -119,11 +119,8 @@ func (c *claimLoop[T]) readAgain() {
 		}
 		c.log.Debug("reading commit metadata failed again", zap.Int64("offset", initial), zap.Error(r.err))
 	}
-	if c.reread.done == nil {
-		c.reread.done = make(chan committedRead, 1)
-	}
-	c.reread.running = true
-	c.startRead(c.reread.done)
+	c.reread = make(chan committedRead, 1) // cap 1: the reader never blocks
+	c.startRead(c.reread)
 }
 
 // readAgainDone applies the metadata read by readAgain.
@@ -135,13 +132,6 @@ func (c *claimLoop[T]) readAgainDone(initial, off int64, meta string) {
 	c.log.Info("commit metadata read at last: skipping what the previous owner finished above the messages taken",
 		zap.Int64("offset", initial), zap.Int64("seen", taken),
 		zap.Int64("finished_above", ahead.Count()), zap.Int("waiting", len(c.resume.WaitingAfter(nil, taken))))
-}
-
-// rereadState is readAgain's read under way, if any: its result arrives
-// on done (cap 1: the reader never blocks).
-type rereadState struct {
-	done    chan committedRead
-	running bool
 }
 
 // committedRead is one read of a partition's committed offset and
