@@ -450,6 +450,7 @@ func (c *claimLoop[T]) endReason() string {
 // cancelled), the final frontier is committed inside the session, and the
 // partition is fenced so that later completions cannot be committed.
 func (c *claimLoop[T]) revoke(reason string) error {
+	releaseBy := c.releaseBy(time.Now())
 	// The waiting messages are dropped with the rest of the queued work:
 	// list them first, so that the final commit tells the next owner
 	// where their attempts and backoffs stand.
@@ -495,7 +496,7 @@ func (c *claimLoop[T]) revoke(reason string) error {
 	c.g.ctr.revokes.Add(1)
 	fields := []zap.Field{zap.String("reason", reason), zap.Int64("offset", next),
 		zap.Int("dropped", dropped), zap.Int("abandoned", abandoned), zap.Int64("late", late), zap.Int("uncommitted", left)}
-	if err := c.released(next); err != nil {
+	if err := c.released(next, releaseBy); err != nil {
 		c.log.Warn("partition lost: its final commit did not reach the coordinator; another owner repeats what finished since the last commit",
 			append(fields, zap.Error(err))...)
 		return nil

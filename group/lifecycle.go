@@ -54,7 +54,7 @@ func (c *claimLoop[T]) checkRewind(initial int64) {
 // final commit reached it), lost when it does not or cannot say. A claim
 // that never marked and ends where it started (a committed offset) made
 // no commit to confirm: revoked, without asking.
-func (c *claimLoop[T]) released(next int64) error {
+func (c *claimLoop[T]) released(next int64, releaseBy time.Time) error {
 	var err error
 	refused := false // the final commit did not reach the coordinator
 	unchanged := !c.marked && next == c.st.claim.InitialOffset()
@@ -67,7 +67,7 @@ func (c *claimLoop[T]) released(next int64) error {
 		var committed int64
 		var meta string
 		tp := topicPartition{c.topic, c.part}
-		if committed, meta, err = c.readBack(); err == nil {
+		if committed, meta, err = c.readBack(releaseBy); err == nil {
 			c.g.history.seen(tp, committed)
 			if committed < next {
 				refused = true
@@ -99,12 +99,25 @@ func (c *claimLoop[T]) released(next int64) error {
 }
 
 // readBack reads the partition's committed offset and metadata for
-// released, trying again within a quarter of
-// Sarama.Consumer.Group.Rebalance.Timeout (see readRetrying; an eager
-// rebalance waits for the claim), and not cut short by the session's end
-// (the claim is letting go because of it): a read that cannot say makes
-// the partition lost (OnLost), and the member keeps no lost final commit
-// to resume from.
-func (c *claimLoop[T]) readBack() (off int64, meta string, err error) {
-	return c.readRetrying(c.g.cfg.Sarama.Consumer.Group.Rebalance.Timeout/4, nil, nil)
+// released, trying again (see readRetrying) within a quarter of
+// Sarama.Consumer.Group.Rebalance.Timeout and not past releaseBy, and not
+// cut short by the session's end (the claim is letting go because of it):
+// a read that cannot say makes the partition lost (OnLost), and the member
+// keeps no lost final commit to resume from.
+func (c *claimLoop[T]) readBack(releaseBy time.Time) (off int64, meta string, err error) {
+	budget := min(c.g.cfg.Sarama.Consumer.Group.Rebalance.Timeout/4, time.Until(releaseBy))
+	return c.readRetrying(budget, nil, nil)
+}
+
+// releaseBy is when a claim that starts letting go at start must have
+// read back its final commit: seven eighths of
+// Sarama.Consumer.Group.Rebalance.Timeout later. An eager rebalance waits
+// for every claim to return before the member joins again, and the
+// coordinator drops a member that has not joined within the rebalance
+// timeout; the last eighth is left for sarama's own final commit and the
+// join. With DrainTimeout at its default (half the timeout) the read-back
+// keeps its quarter; a DrainTimeout close to the timeout shortens it.
+func (c *claimLoop[T]) releaseBy(start time.Time) time.Time {
+	rt := c.g.cfg.Sarama.Consumer.Group.Rebalance.Timeout
+	return start.Add(rt - rt/8)
 }

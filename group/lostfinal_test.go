@@ -110,7 +110,7 @@ func TestLostFinalPutBack(t *testing.T) {
 		g := newGroup(t, Config{Brokers: []string{"mem:0"}, Topics: []string{"mem"}, GroupID: "mem"}, noop)
 		own := lostFinal{start: 0, committed: 0, next: 40, at: time.Now()}
 		c := &claimLoop[*Message]{g: g, topic: "mem", part: 0, st: &claimState{claim: &memClaim{p: 0}}, ownLost: &own, marked: marked}
-		if err := c.released(0); err != nil {
+		if err := c.released(0, c.releaseBy(time.Now())); err != nil {
 			t.Fatal(err)
 		}
 		got := g.lost.take(topicPartition{"mem", 0})
