@@ -178,10 +178,10 @@ func (g *Group[T]) consume(sess sarama.ConsumerGroupSession, claim sarama.Consum
 		select {
 		case m, ok := <-in:
 			if !ok {
-				return c.revoke("claim revoked")
+				return c.revoke(endRevoked)
 			}
 			if c.intakeBurst(m, msgs, room) {
-				return c.revoke("claim revoked")
+				return c.revoke(endRevoked)
 			}
 		case <-c.p.Wake():
 			c.advance()
@@ -190,9 +190,9 @@ func (g *Group[T]) consume(sess sarama.ConsumerGroupSession, claim sarama.Consum
 		case r := <-c.probe.done:
 			c.gapDone(r)
 		case <-sessDone:
-			return c.revoke("session ended")
+			return c.revoke(endSessionEnded)
 		case <-c.g.stopping:
-			return c.revoke("shutdown")
+			return c.revoke(endShutdown)
 		}
 	}
 }
@@ -434,14 +434,24 @@ func (c *claimLoop[T]) advance() {
 	c.st.outcomes.store(c.out)
 }
 
+// claimEnd is why a claim lets go, as its release log line says
+// ("reason").
+type claimEnd string
+
+const (
+	endRevoked      claimEnd = "claim revoked" // a rebalance took the partition
+	endSessionEnded claimEnd = "session ended" // sarama ended the session under the claim
+	endShutdown     claimEnd = "shutdown"      // Run's context ended
+)
+
 // endReason is why a claim lets go when its session or the group ended
 // (see revoke).
-func (c *claimLoop[T]) endReason() string {
+func (c *claimLoop[T]) endReason() claimEnd {
 	select {
 	case <-c.g.stopping:
-		return "shutdown"
+		return endShutdown
 	default:
-		return "session ended"
+		return endSessionEnded
 	}
 }
 
@@ -449,7 +459,7 @@ func (c *claimLoop[T]) endReason() string {
 // dropped, started batches get DrainTimeout to finish (then their ctx is
 // cancelled), the final frontier is committed inside the session, and the
 // partition is fenced so that later completions cannot be committed.
-func (c *claimLoop[T]) revoke(reason string) error {
+func (c *claimLoop[T]) revoke(reason claimEnd) error {
 	releaseBy := c.releaseBy(time.Now())
 	// The waiting messages are dropped with the rest of the queued work:
 	// list them first, so that the final commit tells the next owner
@@ -469,7 +479,7 @@ func (c *claimLoop[T]) revoke(reason string) error {
 			case <-timer.C:
 				late = c.p.Outstanding()
 				cause := ErrRevoked
-				if reason == "shutdown" {
+				if reason == endShutdown {
 					cause = ErrShutdown
 				}
 				cancelled = c.g.sched.CancelRunning(c.p, fmt.Errorf("%w: %s/%d after %v", cause, c.topic, c.part, c.g.cfg.DrainTimeout))
@@ -494,7 +504,7 @@ func (c *claimLoop[T]) revoke(reason string) error {
 	c.g.ctr.dropped.Add(int64(dropped))
 	c.g.ctr.abandoned.Add(int64(abandoned) + late)
 	c.g.ctr.revokes.Add(1)
-	fields := []zap.Field{zap.String("reason", reason), zap.Int64("offset", next),
+	fields := []zap.Field{zap.String("reason", string(reason)), zap.Int64("offset", next),
 		zap.Int("dropped", dropped), zap.Int("abandoned", abandoned), zap.Int64("late", late), zap.Int("uncommitted", left)}
 	if err := c.released(next, releaseBy); err != nil {
 		c.log.Warn("partition lost: its final commit did not reach the coordinator; another owner repeats what finished since the last commit",
