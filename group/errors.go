@@ -47,7 +47,7 @@ var (
 type ErrorCounts struct {
 	Network     int64 // brokers unreachable, connections lost, timeouts
 	Coordinator int64 // NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE, COORDINATOR_LOAD_IN_PROGRESS
-	Rebalance   int64 // REBALANCE_IN_PROGRESS, ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID, FENCED_INSTANCE_ID
+	Rebalance   int64 // REBALANCE_IN_PROGRESS, ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID, FENCED_INSTANCE_ID, INCONSISTENT_GROUP_PROTOCOL
 	Leader      int64 // NOT_LEADER_OR_FOLLOWER, LEADER_NOT_AVAILABLE, FENCED_LEADER_EPOCH
 	Auth        int64 // SASL and ACL failures (these end Run)
 	Topic       int64 // UNKNOWN_TOPIC_OR_PARTITION, INVALID_TOPIC (these end Run)
@@ -97,6 +97,9 @@ var kafkaErrors = []struct {
 	{sarama.ErrIllegalGeneration, errRebalance, nil},
 	{sarama.ErrUnknownMemberId, errRebalance, nil},
 	{sarama.ErrFencedInstancedId, errRebalance, nil},
+	// The group's members use other assignment strategies: this member
+	// joins once they leave (a group moving to Orderly), so Run retries.
+	{sarama.ErrInconsistentGroupProtocol, errRebalance, nil},
 	{sarama.ErrNotLeaderForPartition, errLeader, nil},
 	{sarama.ErrLeaderNotAvailable, errLeader, nil},
 	{sarama.ErrFencedLeaderEpoch, errLeader, nil},

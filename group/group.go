@@ -326,7 +326,12 @@ func (g *Group[T]) Run(ctx context.Context) error {
 			endRun(fmt.Errorf("%w: group %q, topics %v: %w", fatal, g.cfg.GroupID, g.cfg.Topics, err))
 			break
 		}
-		g.log.Warn("consume failed; retrying", zap.Strings("topics", g.cfg.Topics), zap.Duration("backoff", wait), zap.Error(err))
+		if errors.Is(err, sarama.ErrInconsistentGroupProtocol) {
+			g.log.Warn("cannot join: the group's members use other assignment strategies; retrying until they leave or one of this member's strategies is theirs too (Sarama.Consumer.Group.Rebalance.GroupStrategies)",
+				zap.Strings("topics", g.cfg.Topics), zap.Strings("strategies", strategyNames(g.cfg.Sarama)), zap.Duration("backoff", wait), zap.Error(err))
+		} else {
+			g.log.Warn("consume failed; retrying", zap.Strings("topics", g.cfg.Topics), zap.Duration("backoff", wait), zap.Error(err))
+		}
 		t := time.NewTimer(wait)
 		select {
 		case <-runCtx.Done():

@@ -101,6 +101,22 @@ func freshStrategy(st sarama.BalanceStrategy) sarama.BalanceStrategy {
 	return st
 }
 
+// strategyNames are the names of the balance strategies sc offers when
+// the group joins: GroupStrategies, else the deprecated Strategy (as
+// sarama reads them).
+func strategyNames(sc *sarama.Config) []string {
+	r := sc.Consumer.Group.Rebalance
+	ss := r.GroupStrategies
+	if len(ss) == 0 && r.Strategy != nil {
+		ss = []sarama.BalanceStrategy{r.Strategy}
+	}
+	names := make([]string, len(ss))
+	for i, st := range ss {
+		names[i] = st.Name()
+	}
+	return names
+}
+
 // validInstanceID reports whether id is a usable static member ID ("" is:
 // no static membership). Kafka's rule for group.instance.id, which is its
 // rule for topic names: at most 249 of [a-zA-Z0-9._-], and not "." or "..".

@@ -1,0 +1,131 @@
+package group
+
+import (
+	"context"
+	"slices"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/IBM/sarama"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
+)
+
+// otherMember joins groupID with franz-go's range balancer (what a Java,
+// librdkafka or franz-go consumer of an existing group offers by default,
+// or close to it) and polls without committing; it returns how many
+// partitions it holds now, and a leave func that closes it (LeaveGroup).
+func otherMember(t *testing.T, r *rig, groupID string) (held func() int, leave func()) {
+	t.Helper()
+	var n atomic.Int32
+	cl, err := kgo.NewClient(kgo.SeedBrokers(r.b.Addrs()...), kgo.ConsumerGroup(groupID), kgo.ConsumeTopics(r.topic),
+		kgo.Balancers(kgo.RangeBalancer()), kgo.DisableAutoCommit(), kgo.SessionTimeout(6*time.Second),
+		kgo.OnPartitionsAssigned(func(_ context.Context, _ *kgo.Client, a map[string][]int32) { n.Add(int32(len(a[r.topic]))) }),
+		kgo.OnPartitionsRevoked(func(_ context.Context, _ *kgo.Client, a map[string][]int32) { n.Add(-int32(len(a[r.topic]))) }),
+		kgo.OnPartitionsLost(func(_ context.Context, _ *kgo.Client, a map[string][]int32) { n.Add(-int32(len(a[r.topic]))) }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	polled := make(chan struct{})
+	go func() {
+		defer close(polled)
+		for ctx.Err() == nil {
+			cl.PollFetches(ctx)
+		}
+	}()
+	var once atomic.Bool
+	leave = func() {
+		if once.CompareAndSwap(false, true) {
+			cancel()
+			<-polled
+			cl.Close()
+		}
+	}
+	t.Cleanup(leave)
+	return func() int { return int(n.Load()) }, leave
+}
+
+// TestJoinGroupOfOtherStrategies: a group whose members offer only range
+// (a group moving to Orderly from another client) does not let a member
+// in whose strategies it does not share (INCONSISTENT_GROUP_PROTOCOL).
+// Run does not end: it says why it cannot join, naming its strategies,
+// counts the error as a rebalance error, and joins once the other member
+// leaves, then handles everything. A member that also offers range joins
+// beside it at once (both hold partitions), the first step of a rolling
+// move to cooperative-sticky.
+func TestJoinGroupOfOtherStrategies(t *testing.T) {
+	t.Parallel() // waits on the broker mostly
+	tests := []struct {
+		name       string
+		strategies []sarama.BalanceStrategy
+		shares     bool
+	}{
+		{"cooperative-sticky only", []sarama.BalanceStrategy{sarama.NewBalanceStrategyCooperativeSticky()}, false},
+		{"cooperative-sticky and range", []sarama.BalanceStrategy{sarama.NewBalanceStrategyCooperativeSticky(), sarama.NewBalanceStrategyRange()}, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			const partitions, n, keys = 4, 2000, 40
+			topic := "strategies"
+			if tt.shares {
+				topic = "strategies-shared"
+			}
+			r := newRig(t, topic, partitions, n, keys)
+			held, leave := otherMember(t, r, topic)
+			waitFor(t, 30*time.Second, "the other member to hold every partition", func() bool { return held() == partitions })
+
+			cfg := r.config(topic)
+			cfg.Sarama.Consumer.Group.Rebalance.GroupStrategies = tt.strategies
+			cfg.Retry.Backoff, cfg.Retry.MaxBackoff = 100*time.Millisecond, 400*time.Millisecond
+			core, logs := observer.New(zapcore.WarnLevel)
+			cfg.Logger = zap.New(core)
+			g := newGroup(t, cfg, r.work(0, 0).Do)
+			stop := run(t, g)
+			const cannot = "cannot join: the group's members use other assignment strategies; retrying until they leave or one of this member's strategies is theirs too (Sarama.Consumer.Group.Rebalance.GroupStrategies)"
+			if tt.shares {
+				waitFor(t, 30*time.Second, "both members to hold partitions", func() bool {
+					return g.Stats().Partitions > 0 && held() > 0 && int(g.Stats().Partitions)+held() == partitions
+				})
+				if got := logs.FilterMessage(cannot).Len(); got != 0 {
+					t.Fatalf("a member sharing range: got %d %q warnings, want 0", got, cannot)
+				}
+			} else {
+				waitFor(t, 30*time.Second, "the member to say why it cannot join", func() bool { return logs.FilterMessage(cannot).Len() >= 2 })
+				e := logs.FilterMessage(cannot).All()[0]
+				if got := e.ContextMap()["strategies"]; !slices.Equal(toStrings(got), []string{sarama.CooperativeStickyBalanceStrategyName}) {
+					t.Errorf("strategies logged: got %v, want [%s]", got, sarama.CooperativeStickyBalanceStrategyName)
+				}
+				if st := g.Stats(); st.Handled != 0 || st.Partitions != 0 || st.ErrorsBy.Rebalance == 0 {
+					t.Fatalf("while the other member holds the group: handled %d, partitions %d, rebalance errors %d; want 0, 0, > 0",
+						st.Handled, st.Partitions, st.ErrorsBy.Rebalance)
+				}
+			}
+			leave()
+			r.waitAllCommitted(cfg.GroupID, time.Minute)
+			if err := stop(); err != nil {
+				t.Fatalf("Run: got %v, want nil", err)
+			}
+			r.check(false)
+		})
+	}
+}
+
+// toStrings is a zap field's []string as the observer returns it.
+func toStrings(v any) []string {
+	switch v := v.(type) {
+	case []string:
+		return v
+	case []any:
+		out := make([]string, len(v))
+		for i, s := range v {
+			out[i], _ = s.(string)
+		}
+		return out
+	}
+	return nil
+}
