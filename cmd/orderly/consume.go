@@ -7,9 +7,11 @@ import (
 	"io"
 	"math"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 
+	"github.com/IBM/sarama"
 	"github.com/spf13/cobra"
 	"go.uber.org/zap"
 
@@ -21,6 +23,8 @@ type consumeOpts struct {
 	brokers []string
 	topics  []string
 	group   string
+	// strategies are the group's assignment strategies, by name.
+	strategies []string
 
 	httpURL  string
 	headers  []string
@@ -102,6 +106,9 @@ func consumeCommand(e env) *cobra.Command {
 	listVar(fs, &o.brokers, "brokers", nil, false, dialAddr, "comma-separated host:port of the Kafka cluster (required)")
 	listVar(fs, &o.topics, "topic", nil, false, nil, "comma-separated topics to consume (required)")
 	stringVar(fs, &o.group, "group", "", nil, "consumer group id (required)")
+	listVar(fs, &o.strategies, "assignment-strategy", []string{sarama.CooperativeStickyBalanceStrategyName}, true, oneOf(strategyNames...),
+		"the group's partition assignment strategies, most preferred first (Kafka's partition.assignment.strategy): cooperative-sticky, sticky, range, roundrobin. "+
+			"To join a group whose members offer range: cooperative-sticky,range (the group then rebalances eagerly until every member offers cooperative-sticky alone)")
 	stringVar(fs, &o.httpURL, "http", "", nil, "POST records to this http:// or https:// URL")
 	fs.StringArrayVar(&o.headers, "header", nil, `extra request header "Name: value" for --http (repeatable; the variable holds one)`)
 	stringVar(fs, &o.httpCA, "http-ca", "", nil, "PEM file of CA certificates for an https --http endpoint, added to the system roots")
@@ -141,6 +148,8 @@ func (o *consumeOpts) check() error {
 		return usagef("missing --topic: give the topics to consume")
 	case o.group == "":
 		return usagef("missing --group: give the consumer group id")
+	case len(o.strategies) != len(slices.Compact(slices.Sorted(slices.Values(o.strategies)))):
+		return badValue("--assignment-strategy", strings.Join(o.strategies, ","), errors.New("names a strategy twice"))
 	case o.maxBackoff < o.backoff:
 		return usagef("--max-backoff %v is below --backoff %v", o.maxBackoff, o.backoff)
 	case o.maxAttempts > 0 && o.deadLetterTopic == "" && o.data == "":
@@ -162,6 +171,30 @@ func (o *consumeOpts) check() error {
 		return badValue("--exec", o.execCmd, errors.New("must not be blank"))
 	}
 	return o.kafka.check()
+}
+
+// strategyNames are the names --assignment-strategy takes: sarama's
+// built-in balance strategies.
+var strategyNames = []string{sarama.CooperativeStickyBalanceStrategyName, sarama.StickyBalanceStrategyName,
+	sarama.RangeBalanceStrategyName, sarama.RoundRobinBalanceStrategyName}
+
+// balanceStrategies are the strategies --assignment-strategy names, new
+// instances (sarama's sticky ones keep state).
+func (o *consumeOpts) balanceStrategies() []sarama.BalanceStrategy {
+	out := make([]sarama.BalanceStrategy, len(o.strategies))
+	for i, name := range o.strategies {
+		switch name {
+		case sarama.CooperativeStickyBalanceStrategyName:
+			out[i] = sarama.NewBalanceStrategyCooperativeSticky()
+		case sarama.StickyBalanceStrategyName:
+			out[i] = sarama.NewBalanceStrategySticky()
+		case sarama.RangeBalanceStrategyName:
+			out[i] = sarama.NewBalanceStrategyRange()
+		case sarama.RoundRobinBalanceStrategyName:
+			out[i] = sarama.NewBalanceStrategyRoundRobin()
+		}
+	}
+	return out
 }
 
 // checkURL accepts an absolute http or https URL with a host.
@@ -212,6 +245,7 @@ func runConsume(ctx context.Context, o *consumeOpts, e env) (err error) {
 	if err != nil {
 		return err
 	}
+	sc.Consumer.Group.Rebalance.GroupStrategies = o.balanceStrategies()
 	ctr := &sinkCounters{}
 	var (
 		gt  = &gate{}
@@ -291,6 +325,9 @@ func (o *consumeOpts) describe() string {
 	s := fmt.Sprintf("ordering %s, size %d, num %d, ticker %v, timeout %v, backoff %v to %v", o.ordering, o.size, o.num, o.ticker, o.timeout, o.backoff, o.maxBackoff)
 	if o.maxAttempts > 0 {
 		s += fmt.Sprintf(", max attempts %d", o.maxAttempts)
+	}
+	if !slices.Equal(o.strategies, []string{sarama.CooperativeStickyBalanceStrategyName}) {
+		s += ", assignment " + strings.Join(o.strategies, ",")
 	}
 	switch {
 	case o.deadLetterTopic != "":

@@ -44,6 +44,10 @@ func TestConsumeBadInput(t *testing.T) {
 			`invalid value "nocolon" for --header: must be "Name: value"`},
 		{"bad env", []string{"ORDERLY_SIZE=big"}, args("--topic", "present", "--http", ep.url()), exitUsage,
 			`invalid value "big" for ORDERLY_SIZE (--size): not an integer`},
+		{"unknown strategy", nil, args("--topic", "present", "--http", ep.url(), "--assignment-strategy", "cooperative-sticky,fair"), exitUsage,
+			`invalid value "cooperative-sticky,fair" for --assignment-strategy: "fair": must be one of cooperative-sticky, sticky, range, roundrobin`},
+		{"strategy twice", nil, args("--topic", "present", "--http", ep.url(), "--assignment-strategy", "range,cooperative-sticky,range"), exitUsage,
+			`invalid value "range,cooperative-sticky,range" for --assignment-strategy: names a strategy twice`},
 		{"bad ordering", nil, args("--topic", "present", "--http", ep.url(), "--ordering", "strict"), exitUsage,
 			`invalid value "strict" for --ordering: must be one of key, partition, none`},
 		{"unreachable endpoint", nil, args("--topic", "present", "--http", "http://127.0.0.1:1/hook"), exitError,
@@ -97,6 +101,7 @@ func TestConsumeEnvBinding(t *testing.T) {
 	})
 	vals[envName("ordering")], vals[envName("progress")], vals[envName("log-level")] = "none", "off", "warn"
 	vals[envName("admin")] = "127.0.0.1:0"
+	vals[envName("assignment-strategy")] = "range"
 	if err := fs.Parse([]string{"--num", "3"}); err != nil {
 		t.Fatal(err)
 	}
