@@ -106,10 +106,14 @@ func (c *claimLoop[T]) gapDone(r gapResult) {
 		pr.wait = pr.backoff
 		return
 	}
+	released := c.p.Released()
 	if err := c.p.Skip(c.p.Alloc(), r.end-1); err != nil {
 		c.badOffset(r.end-1, err)
 		return
 	}
+	// The skip passes offsets, not a message: Stats.Committed counts
+	// messages (the partition is idle, so the frontier passed it at once).
+	c.counted += c.p.Released() - released
 	c.g.offs.control.Add(r.end - r.base)
 	pr.lastBase, pr.wait, pr.backoff = r.end, 0, 0
 	c.log.Debug("frontier passed control records and aborted batches", zap.Int64("from", r.base), zap.Int64("to", r.end))

@@ -181,6 +181,11 @@ func TestTransactions(t *testing.T) {
 	if want := int64(parts * (2 + 1 + per + 1)); st.ControlSkipped < int64(parts*2) || st.ControlSkipped > want {
 		t.Errorf("Stats.ControlSkipped: got %d, want between %d and %d", st.ControlSkipped, parts*2, want)
 	}
+	// Stats.Committed counts messages: the offsets the frontier passed
+	// as control or aborted are not among them.
+	if st.Committed != int64(rep.Distinct) {
+		t.Errorf("Stats.Committed: got %d, want %d (the committed records handled)", st.Committed, rep.Distinct)
+	}
 	t.Logf("%d committed records handled; %d aborted records produced, %d reached Do; committed offsets %v, high watermarks %v; %d offsets passed as control or aborted",
 		rep.Distinct, 2*parts*per, aborted.Load(), b.Committed(cfg.GroupID, topic), b.HighWatermarks(topic), st.ControlSkipped)
 }
