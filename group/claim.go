@@ -507,7 +507,7 @@ func (c *claimLoop[T]) revoke(reason claimEnd) error {
 	fields := []zap.Field{zap.String("reason", string(reason)), zap.Int64("offset", next),
 		zap.Int("dropped", dropped), zap.Int("abandoned", abandoned), zap.Int64("late", late), zap.Int("uncommitted", left)}
 	if err := c.released(next, releaseBy); err != nil {
-		c.log.Warn("partition lost: its final commit did not reach the coordinator; another owner repeats what finished since the last commit",
+		c.log.Warn("partition lost: the coordinator does not hold its final commit, or could not say; another owner may repeat what finished since the last commit it holds",
 			append(fields, zap.Error(err))...)
 		return nil
 	}

@@ -158,10 +158,10 @@ type Config struct {
 	// Sarama.Consumer.Group.Rebalance.Timeout, at most 30s; it must be below
 	// that timeout or Kafka would evict the member. After the drain, the
 	// read-back that confirms the final commit (OnRevoked or OnLost) takes
-	// at most a quarter of that timeout, and ends by seven eighths of it
-	// after the revoke began: a DrainTimeout above five eighths of it
-	// shortens the read-back (a read that cannot be done in time makes
-	// the partition OnLost).
+	// at most a quarter of that timeout, and ends by seven eighths of it,
+	// less Heartbeat.Interval, after the revoke began: a DrainTimeout
+	// above about five eighths of it shortens the read-back (a read that
+	// cannot be done in time makes the partition OnLost).
 	DrainTimeout time.Duration
 	// Retry is how a failed item is retried, and after how many attempts
 	// it is dead-lettered.

@@ -100,24 +100,30 @@ func (c *claimLoop[T]) released(next int64, releaseBy time.Time) error {
 
 // readBack reads the partition's committed offset and metadata for
 // released, trying again (see readRetrying) within a quarter of
-// Sarama.Consumer.Group.Rebalance.Timeout and not past releaseBy, and not
-// cut short by the session's end (the claim is letting go because of it):
-// a read that cannot say makes the partition lost (OnLost), and the member
-// keeps no lost final commit to resume from.
+// Sarama.Consumer.Group.Rebalance.Timeout and not past releaseBy, and
+// giving up on a read under way then too (one the coordinator does not
+// answer would hold the claim for Net.ReadTimeout); the session's end
+// does not cut it short (the claim is letting go because of it). A read
+// that cannot say makes the partition lost (OnLost), and the member keeps
+// no lost final commit to resume from.
 func (c *claimLoop[T]) readBack(releaseBy time.Time) (off int64, meta string, err error) {
 	budget := min(c.g.cfg.Sarama.Consumer.Group.Rebalance.Timeout/4, time.Until(releaseBy))
-	return c.readRetrying(budget, nil, nil)
+	late := time.NewTimer(budget)
+	defer late.Stop()
+	return c.readRetrying(budget, nil, nil, late.C)
 }
 
 // releaseBy is when a claim that starts letting go at start must have
-// read back its final commit: seven eighths of
-// Sarama.Consumer.Group.Rebalance.Timeout later. An eager rebalance waits
-// for every claim to return before the member joins again, and the
-// coordinator drops a member that has not joined within the rebalance
-// timeout; the last eighth is left for sarama's own final commit and the
-// join. With DrainTimeout at its default (half the timeout) the read-back
-// keeps its quarter; a DrainTimeout close to the timeout shortens it.
+// read back its final commit. An eager rebalance waits for every claim to
+// return before the member joins again, and the coordinator drops a
+// member that has not joined within Sarama.Consumer.Group.Rebalance.Timeout
+// of the rebalance's start, which the member learns of up to a
+// Heartbeat.Interval later. So: seven eighths of the rebalance timeout,
+// less a heartbeat interval, after start; the eighth left is for sarama's
+// own final commit and the join. With DrainTimeout at its default (half
+// the timeout) the read-back keeps its quarter; a DrainTimeout close to
+// the timeout shortens it, and one past releaseBy leaves it no time.
 func (c *claimLoop[T]) releaseBy(start time.Time) time.Time {
-	rt := c.g.cfg.Sarama.Consumer.Group.Rebalance.Timeout
-	return start.Add(rt - rt/8)
+	g := c.g.cfg.Sarama.Consumer.Group
+	return start.Add(g.Rebalance.Timeout - g.Rebalance.Timeout/8 - g.Heartbeat.Interval)
 }

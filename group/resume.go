@@ -146,6 +146,10 @@ type committedRead struct {
 // read its commit metadata or waited to read it again.
 var errClaimEnding = errors.New("group: claim ending")
 
+// errReadLate: a releasing claim's read of its committed offset had no
+// answer by the time the claim had to let go (see releaseBy).
+var errReadLate = errors.New("group: no answer before the claim had to let go")
+
 // readCommitted reads the partition's committed offset and metadata for
 // resumeFrom, trying again within half of
 // Sarama.Consumer.Group.Rebalance.Timeout (see readRetrying): under a
@@ -157,7 +161,7 @@ var errClaimEnding = errors.New("group: claim ending")
 // claim would handle again everything the previous owner finished above
 // its frontier: a short wait costs less.
 func (c *claimLoop[T]) readCommitted() (off int64, meta string, err error) {
-	return c.readRetrying(c.g.cfg.Sarama.Consumer.Group.Rebalance.Timeout/2, c.sess.Context().Done(), c.g.stopping)
+	return c.readRetrying(c.g.cfg.Sarama.Consumer.Group.Rebalance.Timeout/2, c.sess.Context().Done(), c.g.stopping, nil)
 }
 
 // readRetrying reads the partition's committed offset and metadata. A
@@ -165,9 +169,9 @@ func (c *claimLoop[T]) readCommitted() (off int64, meta string, err error) {
 // Retry.Backoff apart, as long as the try starts within budget of the
 // first (a try itself can take up to Net.ReadTimeout). Each read runs
 // beside the claim (startRead); waiting for it or for the backoff ends
-// early, with errClaimEnding, when sessDone or stopping closes (a nil one
-// never does).
-func (c *claimLoop[T]) readRetrying(budget time.Duration, sessDone, stopping <-chan struct{}) (off int64, meta string, err error) {
+// early, with errClaimEnding, when sessDone or stopping closes, and with
+// errReadLate when late fires (a nil one never does).
+func (c *claimLoop[T]) readRetrying(budget time.Duration, sessDone, stopping <-chan struct{}, late <-chan time.Time) (off int64, meta string, err error) {
 	retry := c.g.cfg.Sarama.Metadata.Retry
 	until := time.Now().Add(budget)
 	done := make(chan committedRead, 1)
@@ -180,6 +184,8 @@ func (c *claimLoop[T]) readRetrying(budget time.Duration, sessDone, stopping <-c
 			return off, meta, errClaimEnding // the read finishes into done, unread
 		case <-stopping:
 			return off, meta, errClaimEnding
+		case <-late:
+			return off, meta, errReadLate
 		}
 		if err == nil || try > retry.Max || time.Now().Add(retry.Backoff).After(until) {
 			return off, meta, err
@@ -194,6 +200,9 @@ func (c *claimLoop[T]) readRetrying(budget time.Duration, sessDone, stopping <-c
 		case <-stopping:
 			t.Stop()
 			return off, meta, errClaimEnding
+		case <-late:
+			t.Stop()
+			return off, meta, errReadLate
 		}
 	}
 }

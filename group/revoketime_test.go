@@ -135,3 +135,42 @@ func firstGen(mu *sync.Mutex, gens *[]int32) int32 {
 	defer mu.Unlock()
 	return (*gens)[0]
 }
+
+// TestReadBackUnansweredLetsGo: a releasing claim whose read-back of its
+// final commit the coordinator never answers lets go (OnLost: nothing
+// confirms the commit) when the read-back's budget, a quarter of the
+// rebalance timeout, is spent, not when the read times out
+// (Net.ReadTimeout, 8 s here).
+func TestReadBackUnansweredLetsGo(t *testing.T) {
+	t.Parallel() // waits on timers mostly
+	r := newRig(t, "readback-unanswered", 1, 200, 10)
+	cfg := r.config("readback-unanswered")
+	cfg.Status.ReadBack = -1 // the final read-back is the only read after the claim's start
+	cfg.Sarama.Consumer.Group.Rebalance.Timeout = 4 * time.Second
+	cfg.Sarama.Net.ReadTimeout = 8 * time.Second
+	var lost atomic.Int64 // when OnLost came (UnixNano)
+	cfg.OnLost = func(string, []int32, int32) { lost.CompareAndSwap(0, time.Now().UnixNano()) }
+	g := newGroup(t, cfg, r.work(0, 0).Do)
+	stop := run(t, g)
+	r.waitAllCommitted(cfg.GroupID, time.Minute)
+	var holding atomic.Bool
+	holding.Store(true)
+	held := holdClaimRead(r, holding.Load)
+	stopped := time.Now()
+	stopErr := make(chan error, 1)
+	go func() { stopErr <- stop() }()
+	waitFor(t, 30*time.Second, "OnLost", func() bool { return lost.Load() != 0 })
+	took := time.Unix(0, lost.Load()).Sub(stopped)
+	holding.Store(false)
+	if err := <-stopErr; err != nil {
+		t.Fatal(err)
+	}
+	if held.Load() != 1 {
+		t.Fatalf("read-backs held: got %d, want 1", held.Load())
+	}
+	budget := cfg.Sarama.Consumer.Group.Rebalance.Timeout / 4
+	if took > budget+time.Second {
+		t.Fatalf("OnLost %v after the stop, want within the read-back's budget %v (and far from Net.ReadTimeout %v)", took, budget, cfg.Sarama.Net.ReadTimeout)
+	}
+	t.Logf("OnLost %v after the stop (budget %v)", took.Round(time.Millisecond), budget)
+}

@@ -55,8 +55,8 @@ func saramaFor(base *sarama.Config) *sarama.Config {
 			sc.Consumer.Group.Rebalance.GroupStrategies[i] = freshStrategy(st)
 		}
 	}
-	// The deprecated single Strategy, which sarama still reads when
-	// GroupStrategies is empty.
+	// The deprecated single Strategy, which sarama still reads (in
+	// place of GroupStrategies when set).
 	if st := base.Consumer.Group.Rebalance.Strategy; st != nil {
 		sc.Consumer.Group.Rebalance.Strategy = freshStrategy(st)
 	}
@@ -102,12 +102,12 @@ func freshStrategy(st sarama.BalanceStrategy) sarama.BalanceStrategy {
 }
 
 // strategyNames are the names of the balance strategies sc offers when
-// the group joins: GroupStrategies, else the deprecated Strategy (as
-// sarama reads them).
+// the group joins: the deprecated Strategy when set (sarama gives it
+// precedence), else GroupStrategies.
 func strategyNames(sc *sarama.Config) []string {
 	r := sc.Consumer.Group.Rebalance
 	ss := r.GroupStrategies
-	if len(ss) == 0 && r.Strategy != nil {
+	if r.Strategy != nil {
 		ss = []sarama.BalanceStrategy{r.Strategy}
 	}
 	names := make([]string, len(ss))

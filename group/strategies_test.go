@@ -129,3 +129,28 @@ func toStrings(v any) []string {
 	}
 	return nil
 }
+
+// TestStrategyNames: the strategies a member offers, as sarama picks
+// them: the deprecated Strategy wins when set.
+func TestStrategyNames(t *testing.T) {
+	tests := []struct {
+		name     string
+		strategy sarama.BalanceStrategy
+		group    []sarama.BalanceStrategy
+		want     []string
+	}{
+		{"GroupStrategies", nil, []sarama.BalanceStrategy{sarama.NewBalanceStrategyCooperativeSticky(), sarama.NewBalanceStrategyRange()},
+			[]string{sarama.CooperativeStickyBalanceStrategyName, sarama.RangeBalanceStrategyName}},
+		{"Strategy set", sarama.NewBalanceStrategyRoundRobin(), []sarama.BalanceStrategy{sarama.NewBalanceStrategyCooperativeSticky()},
+			[]string{sarama.RoundRobinBalanceStrategyName}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			sc := DefaultSarama()
+			sc.Consumer.Group.Rebalance.Strategy, sc.Consumer.Group.Rebalance.GroupStrategies = tt.strategy, tt.group
+			if got := strategyNames(sc); !slices.Equal(got, tt.want) {
+				t.Fatalf("got %v, want %v", got, tt.want)
+			}
+		})
+	}
+}

@@ -21,7 +21,8 @@ import (
 // no new message).
 func TestReplaceOnFullDisk(t *testing.T) {
 	// 4 MiB: once the ballast is gone, room for the journal's compaction
-	// at Close (its live records, about the reserve it had).
+	// at the second queue's Close (its live records, about the reserve it
+	// had); the first Close, on the full disk, may fail.
 	dir := tmpfs.Mount(t, 4<<20)
 	opts := Options{DataPath: dir, Name: "q", MaxMsgSize: 64 << 10}
 	q := openQueue(t, opts)
