@@ -327,7 +327,7 @@ func (g *Group[T]) Run(ctx context.Context) error {
 			break
 		}
 		if errors.Is(err, sarama.ErrInconsistentGroupProtocol) {
-			g.log.Warn("cannot join: the group's members use other assignment strategies; retrying until they leave or one of this member's strategies is theirs too (Sarama.Consumer.Group.Rebalance.GroupStrategies)",
+			g.log.Warn("cannot join: the group's members use other assignment strategies; retrying until they leave or one of this member's strategies is theirs too",
 				zap.Strings("topics", g.cfg.Topics), zap.Strings("strategies", strategyNames(g.cfg.Sarama)), zap.Duration("backoff", wait), zap.Error(err))
 		} else {
 			g.log.Warn("consume failed; retrying", zap.Strings("topics", g.cfg.Topics), zap.Duration("backoff", wait), zap.Error(err))

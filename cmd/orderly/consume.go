@@ -178,8 +178,8 @@ func (o *consumeOpts) check() error {
 var strategyNames = []string{sarama.CooperativeStickyBalanceStrategyName, sarama.StickyBalanceStrategyName,
 	sarama.RangeBalanceStrategyName, sarama.RoundRobinBalanceStrategyName}
 
-// balanceStrategies are the strategies --assignment-strategy names, new
-// instances (sarama's sticky ones keep state).
+// balanceStrategies are the strategies --assignment-strategy names, in
+// its order.
 func (o *consumeOpts) balanceStrategies() []sarama.BalanceStrategy {
 	out := make([]sarama.BalanceStrategy, len(o.strategies))
 	for i, name := range o.strategies {

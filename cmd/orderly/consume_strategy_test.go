@@ -1,51 +1,11 @@
 package main
 
 import (
-	"context"
 	"strings"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/twmb/franz-go/pkg/kgo"
 )
-
-// rangeMember joins group with franz-go's range balancer (what a
-// consumer of another client offers) and polls without committing; held
-// is how many partitions of topic it holds now; leave closes it
-// (LeaveGroup).
-func rangeMember(t *testing.T, addrs []string, group, topic string) (held func() int, leave func()) {
-	t.Helper()
-	var n atomic.Int32
-	count := func(d int32) func(context.Context, *kgo.Client, map[string][]int32) {
-		return func(_ context.Context, _ *kgo.Client, a map[string][]int32) { n.Add(d * int32(len(a[topic]))) }
-	}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...), kgo.ConsumerGroup(group), kgo.ConsumeTopics(topic),
-		kgo.Balancers(kgo.RangeBalancer()), kgo.DisableAutoCommit(), kgo.SessionTimeout(6*time.Second),
-		kgo.OnPartitionsAssigned(count(1)), kgo.OnPartitionsRevoked(count(-1)), kgo.OnPartitionsLost(count(-1)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	polled := make(chan struct{})
-	go func() {
-		defer close(polled)
-		for ctx.Err() == nil {
-			cl.PollFetches(ctx)
-		}
-	}()
-	var once atomic.Bool
-	leave = func() {
-		if once.CompareAndSwap(false, true) {
-			cancel()
-			<-polled
-			cl.Close()
-		}
-	}
-	t.Cleanup(leave)
-	return func() int { return int(n.Load()) }, leave
-}
 
 // TestConsumeAssignmentStrategy: `orderly consume` joining a group whose
 // member offers range. With the default (cooperative-sticky alone) it
@@ -70,7 +30,12 @@ func TestConsumeAssignmentStrategy(t *testing.T) {
 			const topic, group = "migrating", "migrating-group"
 			b := newTopic(t, topic, parts)
 			produceKeyed(t, b, topic, 2000, 40)
-			held, leave := rangeMember(t, b.Addrs(), group, topic)
+			other, err := b.JoinRange(group, topic)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(other.Leave)
+			held, leave := other.Held, other.Leave
 			deadline := time.Now().Add(30 * time.Second)
 			for held() != parts {
 				if time.Now().After(deadline) {
