@@ -201,14 +201,18 @@ func (s *httpSink) request(ctx context.Context, batch []*group.Message) (*http.R
 		req.Header.Set("Content-Type", ctype)
 	}
 	if s.raw {
-		setKafkaHeaders(req.Header, batch[0])
+		if err := setKafkaHeaders(req.Header, batch[0]); err != nil {
+			return nil, fmt.Errorf("encode %s: %w", where(batch), err)
+		}
 	}
 	return req, nil
 }
 
 // setKafkaHeaders puts a record's coordinates in the request headers, as
-// uForwarder does.
-func setKafkaHeaders(h http.Header, m *group.Message) {
+// uForwarder does, and what the raw body cannot say: whether the value is
+// null (a tombstone, where an empty body could be an empty value), and the
+// record's headers, as a JSON array in the batches' form, escaped to ASCII.
+func setKafkaHeaders(h http.Header, m *group.Message) error {
 	h.Set("Kafka-Topic", m.Topic)
 	h.Set("Kafka-Partition", strconv.Itoa(int(m.Partition)))
 	h.Set("Kafka-Offset", strconv.FormatInt(m.Offset, 10))
@@ -224,6 +228,17 @@ func setKafkaHeaders(h http.Header, m *group.Message) {
 			h.Set("Kafka-Key-Encoding", "base64")
 		}
 	}
+	if m.Value == nil {
+		h.Set("Kafka-Tombstone", "true")
+	}
+	if len(m.Headers) > 0 {
+		hs, err := asciiJSON(headersJSON(m.Headers))
+		if err != nil {
+			return fmt.Errorf("record headers: %w", err)
+		}
+		h.Set("Kafka-Headers", hs)
+	}
+	return nil
 }
 
 // headerSafe reports whether b can travel as a header value unchanged:

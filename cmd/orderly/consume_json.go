@@ -5,7 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
+	"unicode/utf16"
+	"unicode/utf8"
 
 	"github.com/orderly-go/orderly/group"
 )
@@ -33,18 +36,47 @@ const timestampFormat = "2006-01-02T15:04:05.000Z07:00"
 
 func toJSON(m *group.Message) recordJSON {
 	r := recordJSON{Topic: m.Topic, Partition: m.Partition, Offset: m.Offset, Attempt: m.Attempt,
-		Headers: make([]headerJSON, 0, len(m.Headers))}
+		Headers: headersJSON(m.Headers)}
 	r.Key, r.KeyBase64 = text(m.Key)
 	r.Value, r.ValueBase64 = text(m.Value)
 	if !m.Timestamp.IsZero() {
 		r.Timestamp = m.Timestamp.UTC().Format(timestampFormat)
 	}
-	for _, h := range m.Headers {
+	return r
+}
+
+// headersJSON are a record's headers as the JSON forms carry them.
+func headersJSON(hs []group.Header) []headerJSON {
+	out := make([]headerJSON, 0, len(hs))
+	for _, h := range hs {
 		hj := headerJSON{Key: string(h.Key)}
 		hj.Value, hj.ValueBase64 = text(h.Value)
-		r.Headers = append(r.Headers, hj)
+		out = append(out, hj)
 	}
-	return r
+	return out
+}
+
+// asciiJSON is v as JSON with every character above ASCII escaped
+// (\uXXXX), so that it can travel as an HTTP header value: servers that
+// read header bytes as Latin-1 see the same text.
+func asciiJSON(v any) (string, error) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return "", err
+	}
+	var sb strings.Builder
+	for _, r := range string(b) {
+		switch {
+		case r < utf8.RuneSelf:
+			sb.WriteRune(r)
+		case r > 0xffff:
+			r1, r2 := utf16.EncodeRune(r)
+			fmt.Fprintf(&sb, "\\u%04x\\u%04x", r1, r2)
+		default:
+			fmt.Fprintf(&sb, "\\u%04x", r)
+		}
+	}
+	return sb.String(), nil
 }
 
 // appendBatchJSON appends the batch as a JSON array.

@@ -1,0 +1,98 @@
+package main
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"syscall"
+	"testing"
+
+	"github.com/IBM/sarama"
+)
+
+// TestConsumeHTTPRawHeaders: with --size 1 the body is the value alone, so
+// what it cannot say travels in headers: Kafka-Tombstone for a null value
+// (an empty body is also an empty value), and the record's headers in
+// Kafka-Headers, a JSON array in the batches' form (duplicates and order
+// kept, binary values base64), escaped to ASCII. A record without either
+// has neither header.
+func TestConsumeHTTPRawHeaders(t *testing.T) {
+	t.Parallel()
+	type got struct {
+		body                string
+		tombstone, headers  string
+		hasTomb, hasHeaders bool
+	}
+	var mu sync.Mutex
+	byKey := map[string]got{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		_, tomb := r.Header["Kafka-Tombstone"]
+		_, hdrs := r.Header["Kafka-Headers"]
+		mu.Lock()
+		byKey[r.Header.Get("Kafka-Key")] = got{string(body), r.Header.Get("Kafka-Tombstone"), r.Header.Get("Kafka-Headers"), tomb, hdrs}
+		mu.Unlock()
+	}))
+	t.Cleanup(srv.Close)
+
+	b := newTopic(t, "raw", 1)
+	hdrs := []sarama.RecordHeader{
+		{Key: []byte("trace"), Value: []byte("4bf92f35")},
+		{Key: []byte("bin"), Value: []byte("\xff\x00")},
+		{Key: []byte("trace"), Value: []byte("second")},
+		{Key: []byte("name"), Value: []byte("café ☕ 𝄞")},
+	}
+	produceRecords(t, b,
+		&sarama.ProducerMessage{Topic: "raw", Key: sarama.StringEncoder("plain"), Value: sarama.StringEncoder("v")},
+		&sarama.ProducerMessage{Topic: "raw", Key: sarama.StringEncoder("tombstone")},
+		&sarama.ProducerMessage{Topic: "raw", Key: sarama.StringEncoder("empty"), Value: sarama.StringEncoder("")},
+		&sarama.ProducerMessage{Topic: "raw", Key: sarama.StringEncoder("headers"), Value: sarama.StringEncoder("h"), Headers: hdrs})
+	p := startConsume(t, "--brokers", b.Addrs()[0], "--topic", "raw", "--group", "raw",
+		"--http", srv.URL, "--size", "1", "--progress", "off", "--log-level", "warn")
+	p.waitCommitted(b, "raw", "raw")
+	if code := p.stop(syscall.SIGTERM); code != 0 {
+		t.Fatalf("exit %d, want 0\n%s", code, p.output())
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for _, k := range []string{"plain", "empty"} {
+		if g := byKey[k]; g.hasTomb || g.hasHeaders {
+			t.Errorf("%s: got Kafka-Tombstone %v, Kafka-Headers %v; want neither", k, g.hasTomb, g.hasHeaders)
+		}
+	}
+	if g := byKey["tombstone"]; g.tombstone != "true" || g.body != "" || g.hasHeaders {
+		t.Errorf("tombstone: got Kafka-Tombstone %q, body %q; want true and empty", g.tombstone, g.body)
+	}
+	g := byKey["headers"]
+	for _, c := range g.headers {
+		if c < 0x20 || c > 0x7e {
+			t.Fatalf("Kafka-Headers %q: got a byte %#x, want printable ASCII only", g.headers, c)
+		}
+	}
+	var hs []headerJSON
+	if err := json.Unmarshal([]byte(g.headers), &hs); err != nil {
+		t.Fatalf("Kafka-Headers %q: %v", g.headers, err)
+	}
+	if len(hs) != len(hdrs) {
+		t.Fatalf("Kafka-Headers: got %d headers %+v, want %d", len(hs), hs, len(hdrs))
+	}
+	for i, h := range hdrs {
+		v := ""
+		if hs[i].Value != nil {
+			v = *hs[i].Value
+		}
+		if hs[i].ValueBase64 {
+			dec, err := base64.StdEncoding.DecodeString(v)
+			if err != nil {
+				t.Fatal(err)
+			}
+			v = string(dec)
+		}
+		if hs[i].Key != string(h.Key) || v != string(h.Value) {
+			t.Errorf("Kafka-Headers[%d]: got %q=%q, want %q=%q", i, hs[i].Key, v, h.Key, h.Value)
+		}
+	}
+}
