@@ -236,10 +236,21 @@ func setKafkaHeaders(h http.Header, m *group.Message) error {
 		if err != nil {
 			return fmt.Errorf("record headers: %w", err)
 		}
-		h.Set("Kafka-Headers", hs)
+		if len(hs) > maxHeadersField {
+			h.Set("Kafka-Headers-Omitted", strconv.Itoa(len(hs)))
+		} else {
+			h.Set("Kafka-Headers", hs)
+		}
 	}
 	return nil
 }
+
+// maxHeadersField is the longest Kafka-Headers value sent. Servers limit
+// a request header's length (nginx and Apache to about 8 KiB per line by
+// default) and refuse longer ones with 431, which would dead-letter the
+// record: longer headers are left out, and Kafka-Headers-Omitted says how
+// long they were (JSON batches carry them whatever their size).
+const maxHeadersField = 4096
 
 // headerSafe reports whether b can travel as a header value unchanged:
 // printable ASCII without space at either end (HTTP trims it).

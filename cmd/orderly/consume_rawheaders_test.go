@@ -1,11 +1,13 @@
 package main
 
 import (
+	"bytes"
 	"encoding/base64"
 	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"sync"
 	"syscall"
 	"testing"
@@ -17,14 +19,16 @@ import (
 // what it cannot say travels in headers: Kafka-Tombstone for a null value
 // (an empty body is also an empty value), and the record's headers in
 // Kafka-Headers, a JSON array in the batches' form (duplicates and order
-// kept, binary values base64), escaped to ASCII. A record without either
-// has neither header.
+// kept, binary values base64), escaped to ASCII, or past 4 KiB of it, its
+// length in Kafka-Headers-Omitted. A record without either has neither
+// header.
 func TestConsumeHTTPRawHeaders(t *testing.T) {
 	t.Parallel()
 	type got struct {
 		body                string
 		tombstone, headers  string
 		hasTomb, hasHeaders bool
+		omitted             string
 	}
 	var mu sync.Mutex
 	byKey := map[string]got{}
@@ -33,7 +37,7 @@ func TestConsumeHTTPRawHeaders(t *testing.T) {
 		_, tomb := r.Header["Kafka-Tombstone"]
 		_, hdrs := r.Header["Kafka-Headers"]
 		mu.Lock()
-		byKey[r.Header.Get("Kafka-Key")] = got{string(body), r.Header.Get("Kafka-Tombstone"), r.Header.Get("Kafka-Headers"), tomb, hdrs}
+		byKey[r.Header.Get("Kafka-Key")] = got{string(body), r.Header.Get("Kafka-Tombstone"), r.Header.Get("Kafka-Headers"), tomb, hdrs, r.Header.Get("Kafka-Headers-Omitted")}
 		mu.Unlock()
 	}))
 	t.Cleanup(srv.Close)
@@ -49,7 +53,9 @@ func TestConsumeHTTPRawHeaders(t *testing.T) {
 		&sarama.ProducerMessage{Topic: "raw", Key: sarama.StringEncoder("plain"), Value: sarama.StringEncoder("v")},
 		&sarama.ProducerMessage{Topic: "raw", Key: sarama.StringEncoder("tombstone")},
 		&sarama.ProducerMessage{Topic: "raw", Key: sarama.StringEncoder("empty"), Value: sarama.StringEncoder("")},
-		&sarama.ProducerMessage{Topic: "raw", Key: sarama.StringEncoder("headers"), Value: sarama.StringEncoder("h"), Headers: hdrs})
+		&sarama.ProducerMessage{Topic: "raw", Key: sarama.StringEncoder("headers"), Value: sarama.StringEncoder("h"), Headers: hdrs},
+		&sarama.ProducerMessage{Topic: "raw", Key: sarama.StringEncoder("large"), Value: sarama.StringEncoder("l"),
+			Headers: []sarama.RecordHeader{{Key: []byte("blob"), Value: bytes.Repeat([]byte("x"), 8<<10)}}})
 	p := startConsume(t, "--brokers", b.Addrs()[0], "--topic", "raw", "--group", "raw",
 		"--http", srv.URL, "--size", "1", "--progress", "off", "--log-level", "warn")
 	p.waitCommitted(b, "raw", "raw")
@@ -62,6 +68,9 @@ func TestConsumeHTTPRawHeaders(t *testing.T) {
 		if g := byKey[k]; g.hasTomb || g.hasHeaders {
 			t.Errorf("%s: got Kafka-Tombstone %v, Kafka-Headers %v; want neither", k, g.hasTomb, g.hasHeaders)
 		}
+	}
+	if g := byKey["large"]; g.hasHeaders || g.omitted != strconv.Itoa(len(`[{"key":"blob","value":""}]`)+8<<10) || g.body != "l" {
+		t.Errorf("8 KiB of headers: got Kafka-Headers %v, Kafka-Headers-Omitted %q, body %q; want none, the JSON's length, and the value", g.hasHeaders, g.omitted, g.body)
 	}
 	if g := byKey["tombstone"]; g.tombstone != "true" || g.body != "" || g.hasHeaders {
 		t.Errorf("tombstone: got Kafka-Tombstone %q, body %q; want true and empty", g.tombstone, g.body)
