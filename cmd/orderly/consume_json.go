@@ -56,9 +56,11 @@ func headersJSON(hs []group.Header) []headerJSON {
 	return out
 }
 
-// asciiJSON is v as JSON with every character above ASCII escaped
-// (\uXXXX), so that it can travel as an HTTP header value: servers that
-// read header bytes as Latin-1 see the same text.
+// asciiJSON is v as JSON with every character above ASCII, and DEL,
+// escaped (\uXXXX), so that it can travel as an HTTP header value: Go's
+// client refuses DEL in one (json.Marshal escapes the other control
+// characters), and servers that read header bytes as Latin-1 see the same
+// text.
 func asciiJSON(v any) (string, error) {
 	b, err := json.Marshal(v)
 	if err != nil {
@@ -67,7 +69,7 @@ func asciiJSON(v any) (string, error) {
 	var sb strings.Builder
 	for _, r := range string(b) {
 		switch {
-		case r < utf8.RuneSelf:
+		case r < utf8.RuneSelf && r != 0x7f:
 			sb.WriteRune(r)
 		case r > 0xffff:
 			r1, r2 := utf16.EncodeRune(r)

@@ -7,7 +7,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"strconv"
 	"sync"
 	"syscall"
 	"testing"
@@ -48,14 +47,20 @@ func TestConsumeHTTPRawHeaders(t *testing.T) {
 		{Key: []byte("bin"), Value: []byte("\xff\x00")},
 		{Key: []byte("trace"), Value: []byte("second")},
 		{Key: []byte("name"), Value: []byte("café ☕ 𝄞")},
+		{Key: []byte("del"), Value: []byte("a\x7fb")}, // Go's HTTP client refuses DEL in a header
+		{Key: []byte("null")},
+	}
+	// Headers whose escaped JSON is exactly 4 KiB come; one byte more, they do not.
+	blob := func(n int) []sarama.RecordHeader {
+		return []sarama.RecordHeader{{Key: []byte("blob"), Value: bytes.Repeat([]byte("x"), n-len(`[{"key":"blob","value":""}]`))}}
 	}
 	produceRecords(t, b,
 		&sarama.ProducerMessage{Topic: "raw", Key: sarama.StringEncoder("plain"), Value: sarama.StringEncoder("v")},
 		&sarama.ProducerMessage{Topic: "raw", Key: sarama.StringEncoder("tombstone")},
 		&sarama.ProducerMessage{Topic: "raw", Key: sarama.StringEncoder("empty"), Value: sarama.StringEncoder("")},
 		&sarama.ProducerMessage{Topic: "raw", Key: sarama.StringEncoder("headers"), Value: sarama.StringEncoder("h"), Headers: hdrs},
-		&sarama.ProducerMessage{Topic: "raw", Key: sarama.StringEncoder("large"), Value: sarama.StringEncoder("l"),
-			Headers: []sarama.RecordHeader{{Key: []byte("blob"), Value: bytes.Repeat([]byte("x"), 8<<10)}}})
+		&sarama.ProducerMessage{Topic: "raw", Key: sarama.StringEncoder("at-limit"), Value: sarama.StringEncoder("l"), Headers: blob(4096)},
+		&sarama.ProducerMessage{Topic: "raw", Key: sarama.StringEncoder("large"), Value: sarama.StringEncoder("l"), Headers: blob(4097)})
 	p := startConsume(t, "--brokers", b.Addrs()[0], "--topic", "raw", "--group", "raw",
 		"--http", srv.URL, "--size", "1", "--progress", "off", "--log-level", "warn")
 	p.waitCommitted(b, "raw", "raw")
@@ -64,18 +69,29 @@ func TestConsumeHTTPRawHeaders(t *testing.T) {
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	for _, k := range []string{"plain", "empty"} {
-		if g := byKey[k]; g.hasTomb || g.hasHeaders {
-			t.Errorf("%s: got Kafka-Tombstone %v, Kafka-Headers %v; want neither", k, g.hasTomb, g.hasHeaders)
+	for _, k := range []string{"plain", "empty", "tombstone", "headers", "at-limit", "large"} {
+		if _, ok := byKey[k]; !ok {
+			t.Fatalf("no request for the record with key %q", k)
 		}
 	}
-	if g := byKey["large"]; g.hasHeaders || g.omitted != strconv.Itoa(len(`[{"key":"blob","value":""}]`)+8<<10) || g.body != "l" {
-		t.Errorf("8 KiB of headers: got Kafka-Headers %v, Kafka-Headers-Omitted %q, body %q; want none, the JSON's length, and the value", g.hasHeaders, g.omitted, g.body)
+	for k, body := range map[string]string{"plain": "v", "empty": ""} {
+		if g := byKey[k]; g.hasTomb || g.hasHeaders || g.body != body {
+			t.Errorf("%s: got Kafka-Tombstone %v, Kafka-Headers %v, body %q; want neither and %q", k, g.hasTomb, g.hasHeaders, g.body, body)
+		}
+	}
+	if g := byKey["at-limit"]; len(g.headers) != 4096 || g.omitted != "" {
+		t.Errorf("4096 bytes of headers: got Kafka-Headers of %d bytes, Kafka-Headers-Omitted %q; want 4096 bytes, none", len(g.headers), g.omitted)
+	}
+	if g := byKey["large"]; g.hasHeaders || g.omitted != "4097" || g.body != "l" {
+		t.Errorf("4097 bytes of headers: got Kafka-Headers %v, Kafka-Headers-Omitted %q, body %q; want none, 4097, and the value", g.hasHeaders, g.omitted, g.body)
 	}
 	if g := byKey["tombstone"]; g.tombstone != "true" || g.body != "" || g.hasHeaders {
 		t.Errorf("tombstone: got Kafka-Tombstone %q, body %q; want true and empty", g.tombstone, g.body)
 	}
 	g := byKey["headers"]
+	if g.omitted != "" {
+		t.Errorf("headers: got Kafka-Headers-Omitted %q, want none", g.omitted)
+	}
 	for _, c := range g.headers {
 		if c < 0x20 || c > 0x7e {
 			t.Fatalf("Kafka-Headers %q: got a byte %#x, want printable ASCII only", g.headers, c)
@@ -89,6 +105,10 @@ func TestConsumeHTTPRawHeaders(t *testing.T) {
 		t.Fatalf("Kafka-Headers: got %d headers %+v, want %d", len(hs), hs, len(hdrs))
 	}
 	for i, h := range hdrs {
+		if (hs[i].Value == nil) != (h.Value == nil) {
+			t.Errorf("Kafka-Headers[%d] %q: got null %v, want %v", i, hs[i].Key, hs[i].Value == nil, h.Value == nil)
+			continue
+		}
 		v := ""
 		if hs[i].Value != nil {
 			v = *hs[i].Value
