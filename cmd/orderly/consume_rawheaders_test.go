@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -18,8 +19,9 @@ import (
 // what it cannot say travels in headers: Kafka-Tombstone for a null value
 // (an empty body is also an empty value), and the record's headers in
 // Kafka-Headers, a JSON array in the batches' form (duplicates and order
-// kept, binary values base64), escaped to ASCII, or past 4 KiB of it, its
-// length in Kafka-Headers-Omitted. A record without either has neither
+// kept, binary values base64, keys text with U+FFFD for bytes that are
+// not UTF-8), escaped to ASCII, or past 4 KiB of it, its length in
+// Kafka-Headers-Omitted. A record without either has neither
 // header.
 func TestConsumeHTTPRawHeaders(t *testing.T) {
 	t.Parallel()
@@ -49,6 +51,7 @@ func TestConsumeHTTPRawHeaders(t *testing.T) {
 		{Key: []byte("name"), Value: []byte("café ☕ 𝄞")},
 		{Key: []byte("del"), Value: []byte("a\x7fb")}, // Go's HTTP client refuses DEL in a header
 		{Key: []byte("null")},
+		{Key: []byte("k\xff"), Value: []byte("bad key")}, // arrives as "k\ufffd"
 	}
 	// Headers whose escaped JSON is exactly 4 KiB come; one byte more, they do not.
 	blob := func(n int) []sarama.RecordHeader {
@@ -120,8 +123,9 @@ func TestConsumeHTTPRawHeaders(t *testing.T) {
 			}
 			v = string(dec)
 		}
-		if hs[i].Key != string(h.Key) || v != string(h.Value) {
-			t.Errorf("Kafka-Headers[%d]: got %q=%q, want %q=%q", i, hs[i].Key, v, h.Key, h.Value)
+		wantKey := strings.ToValidUTF8(string(h.Key), "\ufffd")
+		if hs[i].Key != wantKey || v != string(h.Value) {
+			t.Errorf("Kafka-Headers[%d]: got %q=%q, want %q=%q", i, hs[i].Key, v, wantKey, h.Value)
 		}
 	}
 }
