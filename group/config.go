@@ -479,7 +479,7 @@ func (c Config) validate() error {
 		return bad("OnOffsetReset", "is %d: must be ResetFollow or ResetRefuse", int(c.OnOffsetReset))
 	case c.InstanceID != "" && c.Sarama.Consumer.Group.InstanceId != c.InstanceID:
 		return bad("InstanceID", "is %q but Sarama.Consumer.Group.InstanceId is %q: set one of them", c.InstanceID, c.Sarama.Consumer.Group.InstanceId)
-	case !validInstanceID(c.Sarama.Consumer.Group.InstanceId):
+	case !ValidInstanceID(c.Sarama.Consumer.Group.InstanceId):
 		return bad("InstanceID", "is %q: use at most 249 letters, digits, '.', '_' and '-'", c.Sarama.Consumer.Group.InstanceId)
 	case c.DrainTimeout >= c.Sarama.Consumer.Group.Rebalance.Timeout:
 		return bad("DrainTimeout", "is %v: must be below Sarama.Consumer.Group.Rebalance.Timeout (%v)",

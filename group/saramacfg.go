@@ -117,10 +117,10 @@ func strategyNames(sc *sarama.Config) []string {
 	return names
 }
 
-// validInstanceID reports whether id is a usable static member ID ("" is:
+// ValidInstanceID reports whether id is a usable Config.InstanceID ("" is:
 // no static membership). Kafka's rule for group.instance.id, which is its
 // rule for topic names: at most 249 of [a-zA-Z0-9._-], and not "." or "..".
-func validInstanceID(id string) bool {
+func ValidInstanceID(id string) bool {
 	if id == "" {
 		return true
 	}

@@ -25,6 +25,7 @@ type consumeOpts struct {
 	group   string
 	// strategies are the group's assignment strategies, by name.
 	strategies []string
+	instanceID string
 
 	httpURL  string
 	headers  []string
@@ -109,6 +110,8 @@ func consumeCommand(e env) *cobra.Command {
 	listVar(fs, &o.strategies, "assignment-strategy", []string{sarama.CooperativeStickyBalanceStrategyName}, true, oneOf(strategyNames...),
 		"the group's partition assignment strategies, most preferred first (Kafka's partition.assignment.strategy): cooperative-sticky, sticky, range, roundrobin. "+
 			"To join a group whose members offer range: cooperative-sticky,range (the group then rebalances eagerly until every member offers cooperative-sticky alone)")
+	stringVar(fs, &o.instanceID, "instance-id", "", instanceID,
+		"a static member ID (Kafka's group.instance.id), the same across this instance's restarts, e.g. a pod name: a restart within the session timeout gets its partitions back without a rebalance; an instance that stops for good keeps them until then. Empty: a dynamic member")
 	stringVar(fs, &o.httpURL, "http", "", nil, "POST records to this http:// or https:// URL")
 	fs.StringArrayVar(&o.headers, "header", nil, `extra request header "Name: value" for --http (repeatable; the variable holds one)`)
 	stringVar(fs, &o.httpCA, "http-ca", "", nil, "PEM file of CA certificates for an https --http endpoint, added to the system roots")
@@ -171,6 +174,14 @@ func (o *consumeOpts) check() error {
 		return badValue("--exec", o.execCmd, errors.New("must not be blank"))
 	}
 	return o.kafka.check()
+}
+
+// instanceID is --instance-id's check.
+func instanceID(s string) error {
+	if !group.ValidInstanceID(s) {
+		return errors.New(`use at most 249 letters, digits, '.', '_' and '-' (not "." or "..")`)
+	}
+	return nil
 }
 
 // strategyNames are the names --assignment-strategy takes: sarama's
@@ -280,6 +291,7 @@ func runConsume(ctx context.Context, o *consumeOpts, e env) (err error) {
 		MsgTimeout:      o.timeout,
 		Ordering:        o.orderingValue(),
 		Retry:           group.Retry{Backoff: o.backoff, MaxBackoff: o.maxBackoff, Jitter: jitterValue(o.jitter), MaxAttempts: o.maxAttempts},
+		InstanceID:      o.instanceID,
 		DataPath:        o.data,
 		DeadLetterTopic: o.deadLetterTopic,
 		Logger:          log,
@@ -325,6 +337,9 @@ func (o *consumeOpts) describe() string {
 	s := fmt.Sprintf("ordering %s, size %d, num %d, ticker %v, timeout %v, backoff %v to %v", o.ordering, o.size, o.num, o.ticker, o.timeout, o.backoff, o.maxBackoff)
 	if o.maxAttempts > 0 {
 		s += fmt.Sprintf(", max attempts %d", o.maxAttempts)
+	}
+	if o.instanceID != "" {
+		s += ", static member " + o.instanceID
 	}
 	if !slices.Equal(o.strategies, []string{sarama.CooperativeStickyBalanceStrategyName}) {
 		s += ", assignment " + strings.Join(o.strategies, ",")

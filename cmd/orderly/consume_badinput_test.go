@@ -48,6 +48,8 @@ func TestConsumeBadInput(t *testing.T) {
 			`invalid value "cooperative-sticky,fair" for --assignment-strategy: "fair": must be one of cooperative-sticky, sticky, range, roundrobin`},
 		{"strategy twice", nil, args("--topic", "present", "--http", ep.url(), "--assignment-strategy", "range,cooperative-sticky,range"), exitUsage,
 			`invalid value "range,cooperative-sticky,range" for --assignment-strategy: names a strategy twice`},
+		{"bad instance id", nil, args("--topic", "present", "--http", ep.url(), "--instance-id", "pod 0"), exitUsage,
+			`invalid value "pod 0" for --instance-id: use at most 249 letters, digits, '.', '_' and '-' (not "." or "..")`},
 		{"bad ordering", nil, args("--topic", "present", "--http", ep.url(), "--ordering", "strict"), exitUsage,
 			`invalid value "strict" for --ordering: must be one of key, partition, none`},
 		{"unreachable endpoint", nil, args("--topic", "present", "--http", "http://127.0.0.1:1/hook"), exitError,

@@ -37,10 +37,11 @@ type groupView struct {
 
 // memberView is a member of the group and what it is assigned.
 type memberView struct {
-	ID       string             `json:"id"`
-	ClientID string             `json:"client_id"`
-	Host     string             `json:"host"`
-	Assigned map[string][]int32 `json:"assigned"` // topic: partitions
+	ID         string             `json:"id"`
+	InstanceID string             `json:"instance_id,omitempty"` // a static member's group.instance.id
+	ClientID   string             `json:"client_id"`
+	Host       string             `json:"host"`
+	Assigned   map[string][]int32 `json:"assigned"` // topic: partitions
 }
 
 // partitionView is one partition as the group's commit left it.
@@ -244,6 +245,9 @@ func (v *groupView) describeMembers(admin sarama.ClusterAdmin) (map[topicPart]st
 	for _, id := range ids {
 		m := d.Members[id]
 		mv := memberView{ID: id, ClientID: m.ClientId, Host: m.ClientHost, Assigned: map[string][]int32{}}
+		if m.GroupInstanceId != nil {
+			mv.InstanceID = *m.GroupInstanceId
+		}
 		if a, err := m.GetMemberAssignment(); err == nil && a != nil {
 			for topic, parts := range a.Topics {
 				parts = slices.Sorted(slices.Values(parts))

@@ -80,7 +80,11 @@ func writeGroupTextAt(w io.Writer, v *groupView, now time.Time) error {
 		for _, topic := range slices.Sorted(maps.Keys(m.Assigned)) {
 			assigned = append(assigned, topic+" "+joinInt32s(m.Assigned[topic]))
 		}
-		members = append(members, fmt.Sprintf("  %s (client %s, host %s): %s", m.ID, orDash(m.ClientID), orDash(m.Host), orDash(strings.Join(assigned, "; "))))
+		static := ""
+		if m.InstanceID != "" {
+			static = "instance " + m.InstanceID + ", "
+		}
+		members = append(members, fmt.Sprintf("  %s (%sclient %s, host %s): %s", m.ID, static, orDash(m.ClientID), orDash(m.Host), orDash(strings.Join(assigned, "; "))))
 	}
 	section(&b, "members:", members)
 	_, err := io.WriteString(w, b.String())
