@@ -24,8 +24,9 @@ type consumeOpts struct {
 	topics  []string
 	group   string
 	// strategies are the group's assignment strategies, by name.
-	strategies []string
-	instanceID string
+	strategies  []string
+	instanceID  string
+	offsetReset string
 
 	httpURL  string
 	headers  []string
@@ -110,6 +111,8 @@ func consumeCommand(e env) *cobra.Command {
 	listVar(fs, &o.strategies, "assignment-strategy", []string{sarama.CooperativeStickyBalanceStrategyName}, true, oneOf(strategyNames...),
 		"the group's partition assignment strategies, most preferred first (Kafka's partition.assignment.strategy): cooperative-sticky, sticky, range, roundrobin. "+
 			"To join a group whose members offer range: cooperative-sticky,range (the group then rebalances eagerly until every member offers cooperative-sticky alone)")
+	stringVar(fs, &o.offsetReset, "offset-reset", "earliest", oneOf("earliest", "latest"),
+		"where a partition with no committed offset starts, or one whose committed offset is out of range (Kafka's auto.offset.reset): earliest (the log start) or latest (records produced from then on)")
 	stringVar(fs, &o.instanceID, "instance-id", "", instanceID,
 		"a static member ID (Kafka's group.instance.id), the same across this instance's restarts, e.g. a pod name: a restart within the session timeout gets its partitions back without a rebalance; an instance that stops for good keeps them until then. Empty: a dynamic member")
 	stringVar(fs, &o.httpURL, "http", "", nil, "POST records to this http:// or https:// URL")
@@ -257,6 +260,9 @@ func runConsume(ctx context.Context, o *consumeOpts, e env) (err error) {
 		return err
 	}
 	sc.Consumer.Group.Rebalance.GroupStrategies = o.balanceStrategies()
+	if o.offsetReset == "latest" {
+		sc.Consumer.Offsets.Initial = sarama.OffsetNewest
+	}
 	ctr := &sinkCounters{}
 	var (
 		gt  = &gate{}
@@ -340,6 +346,9 @@ func (o *consumeOpts) describe() string {
 	}
 	if o.instanceID != "" {
 		s += ", static member " + o.instanceID
+	}
+	if o.offsetReset != "earliest" {
+		s += ", offset reset " + o.offsetReset
 	}
 	if !slices.Equal(o.strategies, []string{sarama.CooperativeStickyBalanceStrategyName}) {
 		s += ", assignment " + strings.Join(o.strategies, ",")

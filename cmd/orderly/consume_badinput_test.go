@@ -48,6 +48,8 @@ func TestConsumeBadInput(t *testing.T) {
 			`invalid value "cooperative-sticky,fair" for --assignment-strategy: "fair": must be one of cooperative-sticky, sticky, range, roundrobin`},
 		{"strategy twice", nil, args("--topic", "present", "--http", ep.url(), "--assignment-strategy", "range,cooperative-sticky,range"), exitUsage,
 			`invalid value "range,cooperative-sticky,range" for --assignment-strategy: names a strategy twice`},
+		{"bad offset reset", nil, args("--topic", "present", "--http", ep.url(), "--offset-reset", "smallest"), exitUsage,
+			`invalid value "smallest" for --offset-reset: must be one of earliest, latest`},
 		{"bad instance id", nil, args("--topic", "present", "--http", ep.url(), "--instance-id", "pod 0"), exitUsage,
 			`invalid value "pod 0" for --instance-id: use at most 249 letters, digits, '.', '_' and '-' (not "." or "..")`},
 		{"bad ordering", nil, args("--topic", "present", "--http", ep.url(), "--ordering", "strict"), exitUsage,
@@ -104,6 +106,7 @@ func TestConsumeEnvBinding(t *testing.T) {
 	vals[envName("ordering")], vals[envName("progress")], vals[envName("log-level")] = "none", "off", "warn"
 	vals[envName("admin")] = "127.0.0.1:0"
 	vals[envName("assignment-strategy")] = "range"
+	vals[envName("offset-reset")] = "latest"
 	if err := fs.Parse([]string{"--num", "3"}); err != nil {
 		t.Fatal(err)
 	}
