@@ -114,7 +114,7 @@ func consumeCommand(e env) *cobra.Command {
 	stringVar(fs, &o.offsetReset, "offset-reset", "earliest", oneOf("earliest", "latest"),
 		"where a partition with no committed offset starts, or one whose committed offset is out of range (Kafka's auto.offset.reset): earliest (the log start) or latest (records produced from then on)")
 	stringVar(fs, &o.instanceID, "instance-id", "", instanceID,
-		"a static member ID (Kafka's group.instance.id), the same across this instance's restarts, e.g. a pod name: a restart within the session timeout gets its partitions back without a rebalance; an instance that stops for good keeps them until then. Empty: a dynamic member")
+		"a static member ID (Kafka's group.instance.id), the same across this instance's restarts, e.g. a pod name: a restart within the session timeout (sarama's 10s) takes its old member's place (without a rebalance with --assignment-strategy range; cooperative-sticky may still rebalance); an instance that stops for good keeps its partitions until then. Empty: a dynamic member")
 	stringVar(fs, &o.httpURL, "http", "", nil, "POST records to this http:// or https:// URL")
 	fs.StringArrayVar(&o.headers, "header", nil, `extra request header "Name: value" for --http (repeatable; the variable holds one)`)
 	stringVar(fs, &o.httpCA, "http-ca", "", nil, "PEM file of CA certificates for an https --http endpoint, added to the system roots")
