@@ -83,15 +83,10 @@ func applyResetPolicy(sc *sarama.Config, p ResetPolicy) {
 // either nothing was committed for the partition (a new group or a new
 // partition) or sarama reset an out-of-range committed offset. It tells
 // them apart by asking the coordinator for the committed offset, and
-// reports a reset. At OffsetOldest it learns where the claim starts (the
-// log start), which the claim's lag, its first commit and the
-// control-record frontier (markers.go) need: records below it are gone,
-// so none can still arrive. At OffsetNewest it cannot: sarama read the
-// high watermark when it opened the partition, before this read, and the
-// records produced between the two are on their way; taking the later
-// high watermark as the start would commit past them before they are
-// handled. The claim's start is then its first record. Errors are logged:
-// the claim runs on without knowing.
+// reports a reset. Either way it learns where the claim starts (the log
+// start or the high watermark), which the claim's lag and the
+// control-record frontier (markers.go) need. Errors are logged: the claim
+// runs on without knowing.
 func (c *claimLoop[T]) checkReset(initial int64) {
 	g := c.g
 	committed, _, err := g.fetchCommitted(c.topic, c.part)
@@ -108,18 +103,17 @@ func (c *claimLoop[T]) checkReset(initial int64) {
 	}
 	start := logStart
 	if initial == sarama.OffsetNewest {
-		start = hw // about where sarama started: for the report only
-	} else {
-		c.start = start
-		c.st.next.Store(start)
+		start = hw
 	}
+	c.start = start
+	c.st.next.Store(start)
 	if committed < 0 {
 		return // nothing committed yet: not a reset
 	}
 	skipped := max(start-committed, 0)
 	g.offs.resets.Add(1)
 	g.offs.skipped.Add(skipped)
-	c.log.Warn("committed offset out of range: reset; records from it to where the claim starts are not handled by this group",
+	c.log.Warn("committed offset out of range: reset; records below the log start were deleted before this group handled them",
 		zap.Int64("committed", committed), zap.Int64("log_start", logStart), zap.Int64("high_watermark", hw),
 		zap.Int64("reset_to", start), zap.Int64("skipped", skipped), zap.Stringer("policy", g.cfg.OnOffsetReset))
 }
