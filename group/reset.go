@@ -113,7 +113,7 @@ func (c *claimLoop[T]) checkReset(initial int64) {
 	skipped := max(start-committed, 0)
 	g.offs.resets.Add(1)
 	g.offs.skipped.Add(skipped)
-	c.log.Warn("committed offset out of range: reset; records below the log start were deleted before this group handled them",
+	c.log.Warn("committed offset out of range: reset; records from it to where the claim starts are not handled by this group",
 		zap.Int64("committed", committed), zap.Int64("log_start", logStart), zap.Int64("high_watermark", hw),
 		zap.Int64("reset_to", start), zap.Int64("skipped", skipped), zap.Stringer("policy", g.cfg.OnOffsetReset))
 }
