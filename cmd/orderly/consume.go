@@ -24,9 +24,10 @@ type consumeOpts struct {
 	topics  []string
 	group   string
 	// strategies are the group's assignment strategies, by name.
-	strategies  []string
-	instanceID  string
-	offsetReset string
+	strategies     []string
+	instanceID     string
+	offsetReset    string
+	sessionTimeout time.Duration
 
 	httpURL  string
 	headers  []string
@@ -113,8 +114,10 @@ func consumeCommand(e env) *cobra.Command {
 			"To join a group whose members offer range: cooperative-sticky,range (the group then rebalances eagerly until every member offers cooperative-sticky alone)")
 	stringVar(fs, &o.offsetReset, "offset-reset", "earliest", oneOf("earliest", "latest"),
 		"where a partition with no committed offset starts, or one whose committed offset is out of range (Kafka's auto.offset.reset): earliest (the log start) or latest (records produced from then on)")
+	durationVar(fs, &o.sessionTimeout, "session-timeout", 10*time.Second, 6*time.Second,
+		"how long the coordinator waits for this member's heartbeats before it drops the member and rebalances (Kafka's session.timeout.ms; brokers allow 6s to 30m by default); with --instance-id, how long a restarting instance keeps its partitions. Heartbeats go every third of it, at most every 3s")
 	stringVar(fs, &o.instanceID, "instance-id", "", instanceID,
-		"a static member ID (Kafka's group.instance.id), the same across this instance's restarts, e.g. a pod name: a restart within the session timeout (sarama's 10s) takes its old member's place (without a rebalance with --assignment-strategy range; cooperative-sticky may still rebalance); an instance that stops for good keeps its partitions until then. Empty: a dynamic member")
+		"a static member ID (Kafka's group.instance.id), the same across this instance's restarts, e.g. a pod name: a restart within --session-timeout takes its old member's place (without a rebalance with --assignment-strategy range; cooperative-sticky may still rebalance); an instance that stops for good keeps its partitions until then. Empty: a dynamic member")
 	stringVar(fs, &o.httpURL, "http", "", nil, "POST records to this http:// or https:// URL")
 	fs.StringArrayVar(&o.headers, "header", nil, `extra request header "Name: value" for --http (repeatable; the variable holds one)`)
 	stringVar(fs, &o.httpCA, "http-ca", "", nil, "PEM file of CA certificates for an https --http endpoint, added to the system roots")
@@ -156,6 +159,8 @@ func (o *consumeOpts) check() error {
 		return usagef("missing --group: give the consumer group id")
 	case len(o.strategies) != len(slices.Compact(slices.Sorted(slices.Values(o.strategies)))):
 		return badValue("--assignment-strategy", strings.Join(o.strategies, ","), errors.New("names a strategy twice"))
+	case o.sessionTimeout > maxSessionTimeout:
+		return badValue("--session-timeout", o.sessionTimeout.String(), fmt.Errorf("above %v, Kafka's default group.max.session.timeout.ms", maxSessionTimeout))
 	case o.maxBackoff < o.backoff:
 		return usagef("--max-backoff %v is below --backoff %v", o.maxBackoff, o.backoff)
 	case o.maxAttempts > 0 && o.deadLetterTopic == "" && o.data == "":
@@ -178,6 +183,10 @@ func (o *consumeOpts) check() error {
 	}
 	return o.kafka.check()
 }
+
+// maxSessionTimeout is the longest --session-timeout: Kafka's default
+// group.max.session.timeout.ms (a broker refuses a longer one at join).
+const maxSessionTimeout = 30 * time.Minute
 
 // instanceID is --instance-id's check.
 func instanceID(s string) error {
@@ -263,6 +272,8 @@ func runConsume(ctx context.Context, o *consumeOpts, e env) (err error) {
 	if o.offsetReset == "latest" {
 		sc.Consumer.Offsets.Initial = sarama.OffsetNewest
 	}
+	sc.Consumer.Group.Session.Timeout = o.sessionTimeout
+	sc.Consumer.Group.Heartbeat.Interval = min(3*time.Second, o.sessionTimeout/3)
 	ctr := &sinkCounters{}
 	var (
 		gt  = &gate{}
@@ -345,7 +356,7 @@ func (o *consumeOpts) describe() string {
 		s += fmt.Sprintf(", max attempts %d", o.maxAttempts)
 	}
 	if o.instanceID != "" {
-		s += ", static member " + o.instanceID
+		s += fmt.Sprintf(", static member %s (session timeout %v)", o.instanceID, o.sessionTimeout)
 	}
 	if o.offsetReset != "earliest" {
 		s += ", offset reset " + o.offsetReset

@@ -2,9 +2,12 @@ package main
 
 import (
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // TestConsumeInstanceID: `orderly consume --instance-id` joins as a static
@@ -39,5 +42,34 @@ func TestConsumeInstanceID(t *testing.T) {
 		if code := p.stop(syscall.SIGTERM); code != 0 {
 			t.Fatalf("run %d: exit %d, want 0\n%s", run, code, p.output())
 		}
+	}
+}
+
+// TestConsumeSessionTimeout: --session-timeout is the session timeout the
+// member's JoinGroup asks the coordinator for, read on the broker.
+func TestConsumeSessionTimeout(t *testing.T) {
+	t.Parallel() // waits on the broker and a child process
+	const topic, grp = "session", "session-group"
+	b := newTopic(t, topic, 1)
+	produceKeyed(t, b, topic, 20, 5)
+	var joins sync.Map // member's session timeout (ms) -> true
+	c := b.Cluster()
+	c.ControlKey(kmsg.JoinGroup.Int16(), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		if r, ok := req.(*kmsg.JoinGroupRequest); ok && r.Group == grp {
+			joins.Store(r.SessionTimeoutMillis, true)
+		}
+		return nil, nil, false
+	})
+	p := startConsume(t, "--brokers", b.Addrs()[0], "--topic", topic, "--group", grp, "--exec", "cat >/dev/null",
+		"--progress", "off", "--session-timeout", "45s")
+	p.waitCommitted(b, grp, topic)
+	if code := p.stop(syscall.SIGTERM); code != 0 {
+		t.Fatalf("exit %d, want 0\n%s", code, p.output())
+	}
+	var got []int32
+	joins.Range(func(k, _ any) bool { got = append(got, k.(int32)); return true })
+	if len(got) != 1 || got[0] != 45000 {
+		t.Fatalf("JoinGroup session timeouts: got %v ms, want [45000]", got)
 	}
 }

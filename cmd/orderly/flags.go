@@ -69,6 +69,8 @@ func inRange[N int | float64 | time.Duration](n, lo, hi N) error {
 		return errors.New("must not be negative")
 	case lo == 1 && float64(hi) >= most:
 		return errors.New("must be positive")
+	case float64(hi) >= most:
+		return fmt.Errorf("must be at least %v", lo)
 	}
 	return fmt.Errorf("must be between %v and %v", lo, hi)
 }
