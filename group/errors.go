@@ -29,6 +29,11 @@ var (
 	// ErrUnknownTopic: a topic of Config.Topics does not exist (and
 	// DefaultSarama does not ask brokers to create it). Run returns it.
 	ErrUnknownTopic = errors.New("group: topic does not exist")
+	// ErrSessionTimeout: the coordinator refuses
+	// Sarama.Consumer.Group.Session.Timeout (outside its
+	// group.min.session.timeout.ms and group.max.session.timeout.ms).
+	// Run returns it, wrapping sarama's error; retrying cannot help.
+	ErrSessionTimeout = errors.New("group: the coordinator refuses the session timeout")
 
 	// ErrRevoked is the context.Cause of a Do call's ctx when a partition
 	// of its items was revoked and DrainTimeout passed: the partition's
@@ -88,6 +93,7 @@ var kafkaErrors = []struct {
 	{sarama.ErrTopicAuthorizationFailed, errAuth, ErrNotAuthorized},
 	{sarama.ErrGroupAuthorizationFailed, errAuth, ErrNotAuthorized},
 	{sarama.ErrClusterAuthorizationFailed, errAuth, ErrNotAuthorized},
+	{sarama.ErrInvalidSessionTimeout, errOther, ErrSessionTimeout},
 	{sarama.ErrUnknownTopicOrPartition, errTopic, ErrUnknownTopic},
 	{sarama.ErrInvalidTopic, errTopic, ErrUnknownTopic},
 	{sarama.ErrNotCoordinatorForConsumer, errCoordinator, nil},

@@ -21,7 +21,8 @@ func allow(res kmsg.ACLResourceType, name string, op kmsg.ACLOperation) kfake.AC
 }
 
 // TestRunEndsOnErrorsItCannotGetPast: a refused SASL login, a group or
-// topic an ACL denies, and a topic that does not exist end Run with the
+// topic an ACL denies, a topic that does not exist, and a session timeout
+// the coordinator refuses end Run with the
 // matching sentinel (after sarama's own retries) instead of retrying
 // forever; with the right credentials and ACLs the same cluster serves.
 func TestRunEndsOnErrorsItCannotGetPast(t *testing.T) {
@@ -55,13 +56,15 @@ func TestRunEndsOnErrorsItCannotGetPast(t *testing.T) {
 	plain := startBroker(t, topic, 2) // no SASL, no ACLs: a missing topic is just missing
 	for _, tt := range []struct {
 		name, user, pass, topic string
+		session                 time.Duration // the group's session timeout; 0: fastConfig's
 		want                    error
 	}{
-		{"wrong password", "alice", "wrong", topic, ErrAuth},
-		{"group not authorized", "nogroup", "pw", topic, ErrNotAuthorized},
-		{"topic not authorized", "notopic", "pw", topic, ErrNotAuthorized},
-		{"unknown topic", "", "", "no-such-topic", ErrUnknownTopic},
-		{"allowed", "alice", "alice-secret", topic, nil},
+		{"wrong password", "alice", "wrong", topic, 0, ErrAuth},
+		{"group not authorized", "nogroup", "pw", topic, 0, ErrNotAuthorized},
+		{"topic not authorized", "notopic", "pw", topic, 0, ErrNotAuthorized},
+		{"unknown topic", "", "", "no-such-topic", 0, ErrUnknownTopic},
+		{"session timeout above the brokers' maximum", "", "", topic, 31 * time.Minute, ErrSessionTimeout}, // 30m: see broker.Config
+		{"allowed", "alice", "alice-secret", topic, 0, nil},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			cfg := fastConfig(t, c.ListenAddrs(), tt.topic, groupID)
@@ -71,6 +74,9 @@ func TestRunEndsOnErrorsItCannotGetPast(t *testing.T) {
 				cfg.Sarama.Net.SASL.Enable = true
 				cfg.Sarama.Net.SASL.Mechanism = sarama.SASLTypePlaintext
 				cfg.Sarama.Net.SASL.User, cfg.Sarama.Net.SASL.Password = tt.user, tt.pass
+			}
+			if tt.session > 0 {
+				cfg.Sarama.Consumer.Group.Session.Timeout = tt.session
 			}
 			cfg.Sarama.Metadata.Retry.Backoff = 50 * time.Millisecond
 			cfg.Sarama.Consumer.Group.Rebalance.Retry.Backoff = 100 * time.Millisecond
@@ -100,7 +106,7 @@ func TestRunEndsOnErrorsItCannotGetPast(t *testing.T) {
 				t.Fatal("Run returned only because its ctx ended")
 			}
 			st := g.Stats()
-			if st.Errors == 0 || st.ErrorsBy.Auth+st.ErrorsBy.Topic == 0 {
+			if st.Errors == 0 || st.ErrorsBy.Auth+st.ErrorsBy.Topic+st.ErrorsBy.Other == 0 {
 				t.Fatalf("Stats errors: got %d (%+v), want the cause counted", st.Errors, st.ErrorsBy)
 			}
 			t.Logf("Run: %v", err)

@@ -115,7 +115,7 @@ func consumeCommand(e env) *cobra.Command {
 	stringVar(fs, &o.offsetReset, "offset-reset", "earliest", oneOf("earliest", "latest"),
 		"where a partition with no committed offset starts, or one whose committed offset is out of range (Kafka's auto.offset.reset): earliest (the log start) or latest (records produced from then on)")
 	durationVar(fs, &o.sessionTimeout, "session-timeout", 10*time.Second, 6*time.Second,
-		"how long the coordinator waits for this member's heartbeats before it drops the member and rebalances (Kafka's session.timeout.ms; brokers allow 6s to 30m by default); with --instance-id, how long a restarting instance keeps its partitions. Heartbeats go every third of it, at most every 3s")
+		"how long the coordinator waits for this member's heartbeats before it drops the member and rebalances (Kafka's session.timeout.ms; brokers allow 6s to 30m by default, and a value the brokers refuse ends consume); with --instance-id, how long a restarting instance keeps its partitions. Heartbeats go every third of it or every 3s, whichever is shorter")
 	stringVar(fs, &o.instanceID, "instance-id", "", instanceID,
 		"a static member ID (Kafka's group.instance.id), the same across this instance's restarts, e.g. a pod name: a restart within --session-timeout takes its old member's place (without a rebalance with --assignment-strategy range; cooperative-sticky may still rebalance); an instance that stops for good keeps its partitions until then. Empty: a dynamic member")
 	stringVar(fs, &o.httpURL, "http", "", nil, "POST records to this http:// or https:// URL")
@@ -389,6 +389,8 @@ func (o *consumeOpts) explain(err error) error {
 		return fmt.Errorf("--sasl-user %q (--sasl-mechanism %s): %w", o.kafka.saslUser, o.kafka.saslMechanism, err)
 	case errors.Is(err, group.ErrNotAuthorized):
 		return fmt.Errorf("--group %s, --topic %s: %w", o.group, strings.Join(o.topics, ","), err)
+	case errors.Is(err, group.ErrSessionTimeout):
+		return fmt.Errorf("--session-timeout %v: %w", o.sessionTimeout, err)
 	}
 	return fmt.Errorf("consume: %w", err)
 }

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/orderly-go/orderly/internal/broker"
 )
 
 // TestConsumeInstanceID: `orderly consume --instance-id` joins as a static
@@ -71,5 +73,25 @@ func TestConsumeSessionTimeout(t *testing.T) {
 	joins.Range(func(k, _ any) bool { got = append(got, k.(int32)); return true })
 	if len(got) != 1 || got[0] != 45000 {
 		t.Fatalf("JoinGroup session timeouts: got %v ms, want [45000]", got)
+	}
+}
+
+// TestConsumeSessionTimeoutRefused: a --session-timeout the coordinator
+// refuses (above its group.max.session.timeout.ms, 20 s here) ends
+// consume with exit 1 and one line naming the flag, instead of retrying
+// the join forever.
+func TestConsumeSessionTimeoutRefused(t *testing.T) {
+	t.Parallel()
+	b, err := broker.Start(broker.Config{Topics: []string{"strict"}, Partitions: 1, MaxSessionTimeout: 20 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(b.Close)
+	r := runBin(t, nil, "consume", "--brokers", b.Addrs()[0], "--topic", "strict", "--group", "g", "--exec", "cat",
+		"--progress", "off", "--log-level", "", "--session-timeout", "25s")
+	lines := strings.Split(strings.TrimSuffix(r.stderr, "\n"), "\n")
+	const want = "orderly: --session-timeout 25s: group: the coordinator refuses the session timeout"
+	if r.code != exitError || len(lines) != 1 || !strings.HasPrefix(lines[0], want) {
+		t.Fatalf("got exit %d, stderr:\n%s\nwant exit %d and one line starting %q", r.code, r.stderr, exitError, want)
 	}
 }

@@ -48,6 +48,10 @@ type Config struct {
 	// coordinators spread over them), on free ports: Addr must then be
 	// "". Default 1.
 	Brokers int
+	// MaxSessionTimeout is the longest consumer group session timeout
+	// the coordinator accepts (Kafka's group.max.session.timeout.ms).
+	// Default 30 minutes, Kafka's.
+	MaxSessionTimeout time.Duration
 }
 
 // Broker is a running in-process broker.
@@ -66,7 +70,11 @@ func Start(cfg Config) (*Broker, error) {
 	if cfg.Partitions < 0 {
 		return nil, fmt.Errorf("broker: partitions %d: must be positive", cfg.Partitions)
 	}
-	opts := []kfake.Opt{kfake.NumBrokers(max(cfg.Brokers, 1)), kfake.ClusterID("orderly")}
+	if cfg.MaxSessionTimeout == 0 {
+		cfg.MaxSessionTimeout = 30 * time.Minute
+	}
+	opts := []kfake.Opt{kfake.NumBrokers(max(cfg.Brokers, 1)), kfake.ClusterID("orderly"),
+		kfake.GroupMaxSessionTimeout(cfg.MaxSessionTimeout)}
 	if cfg.Addr != "" {
 		host, portStr, err := net.SplitHostPort(cfg.Addr)
 		if err != nil {
