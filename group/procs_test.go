@@ -64,9 +64,11 @@ func sampleCommits(t *testing.T, o *oracle, admin sarama.ClusterAdmin, group str
 				return
 			case <-time.After(50 * time.Millisecond):
 			}
-			at := time.Now()
+			// A sample stands for the time its answer came: a commit it
+			// shows may have been made while the request was under way,
+			// covering work finished after the request went out.
 			if c, err := brokerCommits(admin, group, o.topic); err == nil {
-				o.sample(c, at)
+				o.sample(c, time.Now())
 			}
 		}
 	})
