@@ -63,31 +63,54 @@ func saramaFor(base *sarama.Config) *sarama.Config {
 	return sc
 }
 
-// builtinStrategies are sarama's strategies by name, with the dynamic type
-// of each, so that a user's own strategy that happens to use a built-in
-// name is not replaced.
-var builtinStrategies = func() map[string]struct {
+// builtinStrategyMakers make sarama's built-in balance strategies, in the
+// order BalanceStrategyNames lists them.
+var builtinStrategyMakers = []func() sarama.BalanceStrategy{
+	sarama.NewBalanceStrategyCooperativeSticky,
+	sarama.NewBalanceStrategySticky,
+	sarama.NewBalanceStrategyRange,
+	sarama.NewBalanceStrategyRoundRobin,
+}
+
+// builtinStrategy is one of sarama's strategies: its dynamic type, so that
+// a user's own strategy that happens to use a built-in name is not
+// replaced, and how to make a new instance.
+type builtinStrategy struct {
 	typ  string
 	make func() sarama.BalanceStrategy
-} {
-	out := map[string]struct {
-		typ  string
-		make func() sarama.BalanceStrategy
-	}{}
-	for _, mk := range []func() sarama.BalanceStrategy{
-		sarama.NewBalanceStrategyRange,
-		sarama.NewBalanceStrategyRoundRobin,
-		sarama.NewBalanceStrategySticky,
-		sarama.NewBalanceStrategyCooperativeSticky,
-	} {
+}
+
+// builtinStrategies are sarama's strategies by name.
+var builtinStrategies = func() map[string]builtinStrategy {
+	out := map[string]builtinStrategy{}
+	for _, mk := range builtinStrategyMakers {
 		s := mk()
-		out[s.Name()] = struct {
-			typ  string
-			make func() sarama.BalanceStrategy
-		}{fmt.Sprintf("%T", s), mk}
+		out[s.Name()] = builtinStrategy{fmt.Sprintf("%T", s), mk}
 	}
 	return out
 }()
+
+// BalanceStrategyNames are the names of sarama's built-in balance
+// strategies (Kafka's partition.assignment.strategy names):
+// cooperative-sticky, sticky, range, roundrobin.
+func BalanceStrategyNames() []string {
+	names := make([]string, len(builtinStrategyMakers))
+	for i, mk := range builtinStrategyMakers {
+		names[i] = mk().Name()
+	}
+	return names
+}
+
+// NewBalanceStrategy returns a new instance of sarama's built-in balance
+// strategy called name (see BalanceStrategyNames), or false if there is
+// none.
+func NewBalanceStrategy(name string) (sarama.BalanceStrategy, bool) {
+	b, ok := builtinStrategies[name]
+	if !ok {
+		return nil, false
+	}
+	return b.make(), true
+}
 
 // freshStrategy returns a new instance of a built-in strategy, or st
 // itself when it is not one of sarama's (see saramaFor).

@@ -2,6 +2,7 @@ package group
 
 import (
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -119,5 +120,22 @@ func TestStrategyNames(t *testing.T) {
 				t.Fatalf("got %v, want %v", got, tt.want)
 			}
 		})
+	}
+}
+
+// TestNewBalanceStrategy: every name BalanceStrategyNames lists makes
+// that strategy, a new instance of the sticky ones each time (they keep
+// state, so no two groups may share one); an unknown name makes none.
+func TestNewBalanceStrategy(t *testing.T) {
+	for _, name := range BalanceStrategyNames() {
+		a, ok := NewBalanceStrategy(name)
+		b, _ := NewBalanceStrategy(name)
+		stateful := strings.Contains(name, "sticky")
+		if !ok || a.Name() != name || stateful && a == b {
+			t.Errorf("%s: got ok %v, name %q, a second call's instance the same %v; want true, %q, a new one for a sticky strategy", name, ok, a.Name(), a == b, name)
+		}
+	}
+	if s, ok := NewBalanceStrategy("fair"); ok || s != nil {
+		t.Errorf("fair: got %v, %v; want nil, false", s, ok)
 	}
 }

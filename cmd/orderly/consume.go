@@ -109,7 +109,7 @@ func consumeCommand(e env) *cobra.Command {
 	listVar(fs, &o.brokers, "brokers", nil, false, dialAddr, "comma-separated host:port of the Kafka cluster (required)")
 	listVar(fs, &o.topics, "topic", nil, false, nil, "comma-separated topics to consume (required)")
 	stringVar(fs, &o.group, "group", "", nil, "consumer group id (required)")
-	listVar(fs, &o.strategies, "assignment-strategy", []string{sarama.CooperativeStickyBalanceStrategyName}, true, oneOf(strategyNames...),
+	listVar(fs, &o.strategies, "assignment-strategy", []string{sarama.CooperativeStickyBalanceStrategyName}, true, oneOf(group.BalanceStrategyNames()...),
 		"the group's partition assignment strategies, most preferred first (Kafka's partition.assignment.strategy): cooperative-sticky, sticky, range, roundrobin. "+
 			"To join a group whose members offer range: cooperative-sticky,range (the group then rebalances eagerly until every member offers cooperative-sticky alone)")
 	stringVar(fs, &o.offsetReset, "offset-reset", "earliest", oneOf("earliest", "latest"),
@@ -196,26 +196,12 @@ func instanceID(s string) error {
 	return nil
 }
 
-// strategyNames are the names --assignment-strategy takes: sarama's
-// built-in balance strategies.
-var strategyNames = []string{sarama.CooperativeStickyBalanceStrategyName, sarama.StickyBalanceStrategyName,
-	sarama.RangeBalanceStrategyName, sarama.RoundRobinBalanceStrategyName}
-
 // balanceStrategies are the strategies --assignment-strategy names, in
-// its order.
+// its order (the flag's check admits only group.BalanceStrategyNames).
 func (o *consumeOpts) balanceStrategies() []sarama.BalanceStrategy {
 	out := make([]sarama.BalanceStrategy, len(o.strategies))
 	for i, name := range o.strategies {
-		switch name {
-		case sarama.CooperativeStickyBalanceStrategyName:
-			out[i] = sarama.NewBalanceStrategyCooperativeSticky()
-		case sarama.StickyBalanceStrategyName:
-			out[i] = sarama.NewBalanceStrategySticky()
-		case sarama.RangeBalanceStrategyName:
-			out[i] = sarama.NewBalanceStrategyRange()
-		case sarama.RoundRobinBalanceStrategyName:
-			out[i] = sarama.NewBalanceStrategyRoundRobin()
-		}
+		out[i], _ = group.NewBalanceStrategy(name)
 	}
 	return out
 }

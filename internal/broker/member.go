@@ -16,7 +16,6 @@ import (
 // the member a group moving to Orderly already has.
 type RangeMember struct {
 	cl     *kgo.Client
-	topic  string
 	held   atomic.Int32
 	cancel context.CancelFunc
 	polled chan struct{}
@@ -25,7 +24,7 @@ type RangeMember struct {
 
 // JoinRange starts a RangeMember of group, subscribed to topic.
 func (b *Broker) JoinRange(group, topic string) (*RangeMember, error) {
-	m := &RangeMember{topic: topic, polled: make(chan struct{})}
+	m := &RangeMember{polled: make(chan struct{})}
 	count := func(d int32) func(context.Context, *kgo.Client, map[string][]int32) {
 		return func(_ context.Context, _ *kgo.Client, a map[string][]int32) { m.held.Add(d * int32(len(a[topic]))) }
 	}
