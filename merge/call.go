@@ -19,7 +19,8 @@ type callState struct {
 // clock is a pool's monotonic clock: nanoseconds since the pool started,
 // plus one, so that no reading is 0 (callState's "between calls"). A
 // reading is one read of the runtime's monotonic clock, where time.Now
-// reads the wall clock as well; workers read it twice per Do call.
+// reads the wall clock as well; a worker reads it once per Do call that
+// follows straight on from its last, twice per other call (worker.ended).
 type clock struct{ epoch time.Time }
 
 func newClock() clock { return clock{epoch: time.Now()} }
@@ -68,12 +69,16 @@ func (p *Pool[M, T]) context(wk *worker[M, T]) context.Context {
 func (p *Pool[M, T]) call(wk *worker[M, T], items []*dispatch.Item[M, T]) (verdicts []Verdict, err error, timedOut bool) {
 	ctx := p.context(wk)
 	p.s.BeginCall(wk.w, items)
-	start := p.clock.now()
+	start := wk.ended
+	if start == 0 {
+		start = p.clock.now()
+	}
 	wk.call.start.Store(start)
 	verdicts, err = p.handle(ctx, wk.id, items)
 	wk.call.start.Store(0)
 	p.s.EndCall(wk.w) // from here on the watchdog leaves this call alone
-	took := time.Duration(p.clock.now() - start)
+	wk.ended = p.clock.now()
+	took := time.Duration(wk.ended - start)
 	wk.durations.Observe(took)
 	if p.cfg.Timeout > 0 && took >= p.cfg.Timeout {
 		p.stats.TimedOut.Add(1)

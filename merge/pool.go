@@ -183,6 +183,15 @@ type worker[M, T any] struct {
 	count     *workerCount
 	call      callState
 	durations histogram.H // of its calls
+	// ended is the clock's reading at the end of the worker's last call
+	// while the worker goes straight on from it to its next (0 once it
+	// waits, yields, or settles a failure): that call then starts at
+	// this reading, saving a clock read (about 65 ns on a 2-vCPU VM; with
+	// Size 1 a read per message). A call's duration and its Timeout
+	// then include the worker's hand-off between the two calls, under a
+	// microsecond unless the scheduler's lock is contended; the duration
+	// histogram's first bound is half a millisecond.
+	ended int64
 }
 
 func (p *Pool[M, T]) work(wk *worker[M, T]) {
@@ -212,8 +221,11 @@ func (p *Pool[M, T]) work(wk *worker[M, T]) {
 			if p.run(wk, wk.b) {
 				done = wk.b
 				wk.b = p.batch(wk)
+			} else {
+				wk.ended = 0 // settling may have taken a while (the hold hook)
 			}
 		case dispatch.Partial:
+			wk.ended = 0
 			now := time.Now()
 			if fillStart.IsZero() {
 				fillStart = now
@@ -228,6 +240,7 @@ func (p *Pool[M, T]) work(wk *worker[M, T]) {
 			}
 			flush = flush || !time.Now().Before(deadline)
 		case dispatch.Empty:
+			wk.ended = 0
 			fillStart = time.Time{}
 			if justRan {
 				// Yield once before blocking: the claim loops are likely

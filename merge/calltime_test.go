@@ -1,0 +1,49 @@
+package merge
+
+import (
+	"testing"
+	"time"
+
+	"github.com/orderly-go/orderly/dispatch"
+	"github.com/orderly-go/orderly/internal/histogram"
+)
+
+// TestCallDurationsLeaveOutWaits: a call that follows straight on from the
+// worker's last starts at that call's end reading, but a worker that waited
+// in between (for work, or for a partial batch's Ticker) reads the clock
+// again, so the wait is not counted in the next call's duration. Every
+// call here returns at once; a duration that took in the 30 ms wait lands
+// above the histogram's first bound (0.5 ms).
+func TestCallDurationsLeaveOutWaits(t *testing.T) {
+	const wait = 30 * time.Millisecond
+	tests := []struct {
+		name   string
+		size   int
+		ticker time.Duration
+		first  []int // lanes fed and committed before the wait
+		then   []int // lanes fed after it
+		sleep  bool  // the test waits before feeding then (the worker waits for work)
+	}{
+		{"the worker waited for work", 1, time.Hour, []int{0, 1, 2}, []int{3}, true},
+		// then is a partial batch: the worker waits out the Ticker
+		{"the worker waited for a partial batch", 2, wait, []int{0, 1}, []int{2}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := newRig(t, tt.size, Config{Num: 1, Ticker: tt.ticker}, time.Millisecond,
+				func([]*dispatch.Item[msg, int]) error { return nil })
+			r.feed(t, tt.first...)
+			r.waitCommitted(t, int64(len(tt.first)), 10*time.Second)
+			if tt.sleep {
+				time.Sleep(wait)
+			}
+			r.feed(t, tt.then...)
+			r.waitCommitted(t, int64(len(tt.first)+len(tt.then)), 10*time.Second)
+			var s histogram.Snapshot
+			r.pool.CallDurations(&s)
+			if s.Count == 0 || s.Counts[0] != s.Count {
+				t.Fatalf("calls of at most %v: got %d of %d (sum %v), want all of them", time.Duration(histogram.Bounds[0]*1e9), s.Counts[0], s.Count, s.Sum)
+			}
+		})
+	}
+}
