@@ -113,7 +113,7 @@ func (h *handler) serveHealthz(w http.ResponseWriter, _ *http.Request) {
 // partitions), session not lost, Run not returned.
 func (h *handler) serveReadyz(w http.ResponseWriter, _ *http.Request) {
 	if !h.g.Ready() {
-		plain(w, http.StatusServiceUnavailable, "not ready: the group has not joined, lost its session, or Run returned")
+		plain(w, http.StatusServiceUnavailable, "not ready: the group has not joined, lost its session, cannot join, or Run returned")
 		return
 	}
 	plain(w, http.StatusOK, "ready")

@@ -116,6 +116,9 @@ func TestRunEndsOnErrorsItCannotGetPast(t *testing.T) {
 
 // TestRunSurvivesBrokerRestart: a broker that goes away and comes back on
 // the same address and data is transient: Run keeps going and catches up.
+// Meanwhile the member is out of the group: not Ready (so /readyz is 503)
+// until it joins again, and Live all along (a restart would not bring the
+// broker back).
 func TestRunSurvivesBrokerRestart(t *testing.T) {
 	const topic = "restart"
 	dir := filepath.Join(t.TempDir(), "data")
@@ -129,8 +132,14 @@ func TestRunSurvivesBrokerRestart(t *testing.T) {
 	g := newGroup(t, cfg, func(context.Context, []*Message) error { return nil })
 	stop := run(t, g)
 	waitFor(t, time.Minute, "the first 2000 to be committed", func() bool { return b.CaughtUp("restart", topic) })
+	if !g.Ready() {
+		t.Fatal("Ready after catching up: got false, want true")
+	}
 	b.Close()
-	time.Sleep(time.Second) // the group sees the broker gone
+	waitFor(t, time.Minute, "Ready to turn false with the broker gone", func() bool { return !g.Ready() })
+	if ok, why := g.Live(); !ok {
+		t.Fatalf("Live with the broker gone: got false (%s), want true", why)
+	}
 	b, err = broker.Start(broker.Config{Addr: addr, DataDir: dir, Topics: []string{topic}, Partitions: 2})
 	if err != nil {
 		t.Fatalf("restart the broker on %s: %v", addr, err)
@@ -141,6 +150,9 @@ func TestRunSurvivesBrokerRestart(t *testing.T) {
 		hw := b.HighWatermarks(topic)
 		return hw[0]+hw[1] == 4000 && b.CaughtUp("restart", topic)
 	})
+	if !g.Ready() {
+		t.Fatal("Ready after the group caught up on the restarted broker: got false, want true")
+	}
 	if err := stop(); err != nil {
 		t.Fatalf("Run after a broker restart: got %v, want nil", err)
 	}

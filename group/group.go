@@ -114,7 +114,7 @@ type Group[T any] struct {
 	decodeLog   lograte.Limit                // undecodable messages skipped
 	errLog      [numErrClasses]lograte.Limit // consumer errors, by cause
 	latency     histogram.H                  // fetch-to-Do latency, first message of each call
-	joined      atomic.Bool                  // inside a sarama session (Setup ran, Cleanup not yet)
+	joined      atomic.Bool                  // joined (Setup ran) and no join or rejoin failed since (Consume returned an error)
 	lostAt      atomic.Int64                 // unix nanos the session was found lost; 0 when healthy
 	history     *history                     // committed offsets last read back (readback.go)
 	lost        *lostFinals                  // final commits of claims that did not reach the coordinator (lostfinal.go)
@@ -245,6 +245,8 @@ func (g *Group[T]) Run(ctx context.Context) error {
 	}
 	client, err := sarama.NewClient(g.cfg.Brokers, g.cfg.Sarama)
 	if err != nil {
+		// Out of the group until a join succeeds (Setup): not Ready.
+		g.joined.Store(false)
 		cls, fatal := classify(err)
 		g.errs.add(cls)
 		if fatal != nil {
@@ -320,6 +322,8 @@ func (g *Group[T]) Run(ctx context.Context) error {
 		if errors.Is(err, sarama.ErrClosedConsumerGroup) {
 			break
 		}
+		// Out of the group until a join succeeds (Setup): not Ready.
+		g.joined.Store(false)
 		cls, fatal := classify(err)
 		g.errs.add(cls)
 		if fatal != nil { // Run returns it: its caller logs it, once
@@ -732,7 +736,9 @@ func (g *Group[T]) Stats() Stats {
 
 // Ready reports whether the group has joined and not lost its session
 // since, until Run returns: a standby member with no partitions is ready
-// too.
+// too. A join or rejoin that fails (no broker reachable, say) makes it
+// false until a join succeeds; an eager rebalance that rejoins at once
+// does not.
 func (g *Group[T]) Ready() bool { return g.joined.Load() && g.lostAt.Load() == 0 }
 
 // Live reports whether the group is alive, and why not: no worker stuck
