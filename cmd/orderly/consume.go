@@ -95,7 +95,8 @@ const (
 (SIGINT, SIGTERM or --timeout) before the run finished.
 `
 	consumeExitStatus = `Exit status: 0 stopped by SIGINT or SIGTERM, after draining and committing;
-1 error (the run could not start or go on); 2 usage error.
+1 error (the run could not start or go on, or the coordinator did not
+confirm a final commit at the stop); 2 usage error.
 `
 )
 
@@ -281,6 +282,7 @@ func runConsume(ctx context.Context, o *consumeOpts, e env) (err error) {
 	}
 	defer snk.close()
 
+	finals := &finalCommits{stopping: ctx}
 	g, err := group.New(group.Config{
 		Brokers:         o.brokers,
 		Topics:          o.topics,
@@ -297,6 +299,7 @@ func runConsume(ctx context.Context, o *consumeOpts, e env) (err error) {
 		InstanceID:      o.instanceID,
 		DataPath:        o.data,
 		DeadLetterTopic: o.deadLetterTopic,
+		OnLost:          finals.onLost,
 		Logger:          log,
 	}, group.Handler[*group.Message]{Do: snk.send})
 	if err != nil {
@@ -323,7 +326,7 @@ func runConsume(ctx context.Context, o *consumeOpts, e env) (err error) {
 	if runErr != nil {
 		return o.explain(runErr)
 	}
-	return nil
+	return finals.err()
 }
 
 // jitterValue maps --jitter to group.Retry.Jitter, where 0 means the
