@@ -172,7 +172,7 @@ const (
 	recordsName         = "orderly_records_total"
 	recordsHelp         = "Records finished, by outcome: handled (Do returned nil), dead_lettered (its dead letter written), skipped (undecodable or no dead-letter destination), resumed (a previous owner finished it, per the commit metadata). Monotonic per partition over the group's life while this member holds it."
 	failedAttemptsName  = "orderly_failed_attempts_total"
-	failedAttemptsHelp  = "Failed attempts charged to the partition's records, counted when each finishes (Message.Attempt minus 1)."
+	failedAttemptsHelp  = "Failed attempts charged to the partition's records, counted when each finishes (a record handled at its third attempt adds 2; one dead-lettered after Retry.MaxAttempts 3 adds 3)."
 	callsName           = "orderly_handler_calls_total"
 	callsHelp           = "Do calls, by result: ok (returned nil) or error (returned an error, panicked, or ran past MsgTimeout; split calls included)."
 	deadLettersName     = "orderly_dead_letters_total"

@@ -52,6 +52,7 @@ type failures[T any] struct {
 
 	retrying  atomic.Int64 // items waiting out a retry's backoff
 	uncharged atomic.Int64 // failures not charged: an outage was on
+	exhausted atomic.Int64 // charged failures that used up Retry.MaxAttempts: dead-lettered, not handed out again
 	deferred  atomic.Int64 // items waiting out a deferral
 
 	outage outage
@@ -204,6 +205,7 @@ func (f *failures[T]) hold(it *dispatch.Item[Message, T], o dispatch.Outcome) {
 			if errors.Is(o.Err, ErrTimeout) {
 				reason = reasonTimeout
 			}
+			f.exhausted.Add(1)
 			f.dead.add(it, nil, reason, it.Attempt-1, o.Err)
 			return
 		}

@@ -290,6 +290,11 @@ func TestPoisonDeadLettered(t *testing.T) {
 			if st.DeadLettered.MaxAttempts != 1 || st.DeadLettered.Poison != 1 || st.DeadLetterPending != 0 {
 				t.Fatalf("Stats.DeadLettered: %+v pending %d; want 1 max_attempts, 1 poison, none pending", st.DeadLettered, st.DeadLetterPending)
 			}
+			// Handed out again after its first and second failures; the
+			// third used up its attempts.
+			if st.Retries != 2 {
+				t.Fatalf("Stats.Retries: got %d, want 2 (the poison handed out again twice)", st.Retries)
+			}
 		})
 	}
 }
