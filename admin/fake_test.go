@@ -54,6 +54,7 @@ func sampleStats() group.Stats {
 		GroupID: "ledger", Fetched: 1000, Handled: 900, Committed: 880, DecodeErrors: 2, Batches: 40, Failures: 3,
 		Panics: 1, Retries: 7, Splits: 2, Cancelled: 1, Dropped: 4, Abandoned: 1, Revokes: 1, Claims: 3,
 		Resumed: 5, MetadataFull: 1, MetadataRejected: 1, Errors: 3,
+		OffsetResets: 2, SkippedByReset: 50, OutOfRangeMidRun: 1, ControlSkipped: 4,
 		ErrorsBy:     group.ErrorCounts{Network: 2, Rebalance: 1},
 		DeadLettered: group.DeadLetterCounts{MaxAttempts: 3, Rejected: 1, Timeout: 0, Poison: 2}, DeadLetterDestination: "topic:orders.dlq",
 		DeadLetterSkipped: 0, DeadLetterErrors: 1, TimedOut: 2, Stuck: 1, Redelivered: 0, Outages: 1, ParkErrors: 0,

@@ -108,6 +108,18 @@ func TestStatsDocument(t *testing.T) {
 	if d.DeadLetters.ByReason["poison"] != 2 || d.DeadLetters.Destination != "topic:orders.dlq" || d.ErrorsBy.Network != 2 {
 		t.Fatalf("/stats dead letters, errors: got %+v %+v", d.DeadLetters, d.ErrorsBy)
 	}
+	if tt := d.Totals; tt.OffsetResets != 2 || tt.SkippedByReset != 50 || tt.OutOfRangeMidRun != 1 || tt.ControlSkipped != 4 {
+		t.Fatalf("/stats totals of offset resets: got %d %d %d %d, want 2 50 1 4", tt.OffsetResets, tt.SkippedByReset, tt.OutOfRangeMidRun, tt.ControlSkipped)
+	}
+	var totals map[string]json.RawMessage
+	if err := json.Unmarshal(raw0(t, body)["totals"], &totals); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"offset_resets", "skipped_by_reset", "out_of_range_mid_run", "control_skipped"} {
+		if _, ok := totals[k]; !ok {
+			t.Errorf("/stats totals has no %q", k)
+		}
+	}
 	// The names a client reads: a rename would break them.
 	var raw map[string]json.RawMessage
 	if err := json.Unmarshal([]byte(body), &raw); err != nil {
@@ -157,4 +169,14 @@ func TestDurationString(t *testing.T) {
 			t.Errorf("durationString(%v): got %q, want %q", c.d, got, c.want)
 		}
 	}
+}
+
+// raw0 is the top level of a /stats body, by key.
+func raw0(t *testing.T, body string) map[string]json.RawMessage {
+	t.Helper()
+	var raw map[string]json.RawMessage
+	if err := json.Unmarshal([]byte(body), &raw); err != nil {
+		t.Fatal(err)
+	}
+	return raw
 }

@@ -68,6 +68,10 @@ type TotalsDoc struct {
 	Redelivered      int64 `json:"redelivered"`
 	Outages          int64 `json:"outages"`
 	ParkErrors       int64 `json:"park_errors"`
+	OffsetResets     int64 `json:"offset_resets"`
+	SkippedByReset   int64 `json:"skipped_by_reset"`
+	OutOfRangeMidRun int64 `json:"out_of_range_mid_run"`
+	ControlSkipped   int64 `json:"control_skipped"`
 }
 
 // NowDoc are the gauges: values at the snapshot.
@@ -180,6 +184,8 @@ func newStatsDoc(s *group.Stats, h Health, t time.Time) *StatsDoc {
 			Resumed: s.Resumed, ResumedWaiting: s.ResumedWaiting, MetadataFull: s.MetadataFull,
 			MetadataRejected: s.MetadataRejected, Errors: s.Errors, TimedOut: s.TimedOut, Stuck: s.Stuck,
 			Redelivered: s.Redelivered, Outages: s.Outages, ParkErrors: s.ParkErrors,
+			OffsetResets: s.OffsetResets, SkippedByReset: s.SkippedByReset, OutOfRangeMidRun: s.OutOfRangeMidRun,
+			ControlSkipped: s.ControlSkipped,
 		},
 		Now: NowDoc{
 			Partitions: s.Partitions, Lag: s.Lag, InFlight: s.InFlight, Retrying: s.Retrying, Deferred: s.Deferred,
