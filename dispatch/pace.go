@@ -4,9 +4,11 @@ import "slices"
 
 // Pacing: a claim loop turns a message into an item (its Msg filled in,
 // its lane found, its tracker entry linked) only while the workers are
-// short of ready work. Past Options.Backlog ready items, Paced tells the
-// claim loop to leave what it fetched as sarama's messages (as it does out
-// of share), and ListIfPaced lists it to be woken; as takes drain the
+// short of ready work, or while its partition has less than its share of
+// the backlog in flight (underPaceShare). Past Options.Backlog ready items
+// and that share, Paced tells the claim loop to leave what it fetched as
+// sarama's messages (as it does out of share), and ListIfPaced lists it
+// to be woken; as takes drain the
 // backlog below the mark, the listed partitions are woken, oldest first,
 // as many as the shortfall needs at one Window each, so that they do not
 // all push a burst at once, and all of them once nothing is ready.
@@ -73,7 +75,7 @@ func (s *Scheduler[M, T]) forgetPacedLocked(p *Partition[M, T]) {
 // scheduler has stopped.
 func (p *Partition[M, T]) Paced() bool {
 	s := p.s
-	if s.backlog <= 0 || p.side || s.ready.Load() < int64(s.backlog) {
+	if s.backlog <= 0 || p.side || s.ready.Load() < int64(s.backlog) || p.underPaceShare() {
 		return false
 	}
 	s.mu.Lock()
@@ -89,7 +91,7 @@ func (p *Partition[M, T]) Paced() bool {
 // with nothing to push is lost to those still waiting. Owner only.
 func (p *Partition[M, T]) ListIfPaced() bool {
 	s := p.s
-	if s.backlog <= 0 || p.side || s.ready.Load() < int64(s.backlog) {
+	if s.backlog <= 0 || p.side || s.ready.Load() < int64(s.backlog) || p.underPaceShare() {
 		p.UnlistPaced()
 		return false
 	}
@@ -104,6 +106,22 @@ func (p *Partition[M, T]) ListIfPaced() bool {
 		s.forgetPacedLocked(p)
 	}
 	return paced
+}
+
+// underPaceShare reports whether p has fewer items in flight than its
+// share of Options.Backlog (the backlog divided among the claimed
+// partitions): then the backlog is other partitions' work, and p is not
+// paced. Without it a partition whose records arrived after another's
+// backlog waited for that backlog to drain below the mark, and then for
+// a wake (one per Window of shortfall, oldest listed first) that the busy
+// partition could take before it: with a slow handler, seconds behind a
+// partition that was busy but not stuck. Owner only.
+func (p *Partition[M, T]) underPaceShare() bool { return p.inflight < p.paceShare() }
+
+// paceShare is p's share of Options.Backlog: the backlog divided among
+// the claimed partitions, at least 1.
+func (p *Partition[M, T]) paceShare() int64 {
+	return max(1, int64(p.s.backlog)/max(p.s.shares.claimed.Load(), 1))
 }
 
 // UnlistPaced takes p off the list of partitions waiting for the backlog

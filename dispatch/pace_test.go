@@ -12,6 +12,16 @@ func woken(p *Partition[msg, int]) bool {
 	}
 }
 
+// busy gives each partition as many items in flight as if it had a
+// backlog of its own in the scheduler (at least its share of Backlog), so
+// that a test of the wakes can have it paced while the ready items are
+// another partition's.
+func busy(ps ...*Partition[msg, int]) {
+	for _, p := range ps {
+		p.inflight = 1 << 20
+	}
+}
+
 func TestPacedByReadyBacklog(t *testing.T) {
 	s := New[msg, int](Options[msg, int]{Size: 2, Backlog: 4, Window: 1})
 	p, q := s.NewPartition(16), s.NewPartition(16)
@@ -22,8 +32,10 @@ func TestPacedByReadyBacklog(t *testing.T) {
 	}
 	feed(t, q, &qoff, 7)
 	// The backlog is every partition's: 4 ready now, q's one included.
-	if !p.ListIfPaced() || !q.ListIfPaced() {
-		t.Fatalf("4 ready, Backlog 4: got paced %v and %v, want both paced", p.ListIfPaced(), q.ListIfPaced())
+	// p, with 3 in flight, is past its share of the backlog (4 over 2
+	// partitions) and paced; q, with 1, is under it and not.
+	if !p.ListIfPaced() || q.ListIfPaced() {
+		t.Fatalf("4 ready, Backlog 4: got paced %v and %v, want p paced (3 in flight), q not (1, under its share of 2)", p.ListIfPaced(), q.ListIfPaced())
 	}
 	woken(p)
 	woken(q)
@@ -32,9 +44,9 @@ func TestPacedByReadyBacklog(t *testing.T) {
 	if st := s.Next(b, true, nil); st != Run || len(b.Items) != 2 {
 		t.Fatalf("Next: got %v with %d items, want Run with 2", st, len(b.Items))
 	}
-	// 2 left ready: below the mark, both partitions hear of it.
-	if !woken(p) || !woken(q) {
-		t.Fatalf("backlog drained to 2 of Backlog 4: want both partitions woken")
+	// 2 left ready: below the mark, the listed partition hears of it.
+	if !woken(p) || woken(q) {
+		t.Fatalf("backlog drained to 2 of Backlog 4: want p woken, not q (never listed)")
 	}
 	if p.ListIfPaced() {
 		t.Fatalf("2 ready, Backlog 4: got paced, want not")
@@ -122,6 +134,7 @@ func TestPacedWakesByShortfall(t *testing.T) {
 	var off int64
 	feed(t, src, &off, 1, 2, 3, 4, 5, 6, 7)
 	paced := []*Partition[msg, int]{s.NewPartition(64), s.NewPartition(64), s.NewPartition(64)}
+	busy(paced...)
 	for i, p := range paced {
 		if !p.ListIfPaced() {
 			t.Fatalf("partition %d: 7 ready, Backlog 4: got not paced, want paced", i)
@@ -171,6 +184,7 @@ func TestPacedWakesByShortfall(t *testing.T) {
 func TestPacedListsNoOne(t *testing.T) {
 	s := New[msg, int](Options[msg, int]{Size: 1, Backlog: 2, Window: 1})
 	src, p, q := s.NewPartition(64), s.NewPartition(64), s.NewPartition(64)
+	busy(p, q)
 	var off int64
 	feed(t, src, &off, 1, 2)
 	if !p.Paced() {
@@ -200,6 +214,7 @@ func TestPacedListsNoOne(t *testing.T) {
 func TestListIfPacedUnlistsWhenNotPaced(t *testing.T) {
 	s := New[msg, int](Options[msg, int]{Size: 1, Backlog: 4, Window: 8})
 	src, p, q := s.NewPartition(64), s.NewPartition(64), s.NewPartition(64)
+	busy(p, q)
 	var off int64
 	feed(t, src, &off, 1, 2, 3, 4, 5)
 	if !p.ListIfPaced() || !q.ListIfPaced() {
@@ -251,6 +266,7 @@ func TestPacedWakesAllWhenBacklogEmpties(t *testing.T) {
 	var off int64
 	feed(t, src, &off, 1, 2, 3, 4)
 	paced := []*Partition[msg, int]{s.NewPartition(64), s.NewPartition(64), s.NewPartition(64)}
+	busy(paced...)
 	for i, p := range paced {
 		if !p.ListIfPaced() {
 			t.Fatalf("partition %d: 4 ready, Backlog 4: got not paced, want paced", i)

@@ -46,6 +46,10 @@ type Partition[M, T any] struct {
 	sweep     laneSweep // what laneFor's sweeps learn about the keys (lanesweep.go)
 
 	revoked bool // guarded by the scheduler mutex
+	// tag is the stamp of the partition's last pushed item (guarded by
+	// the scheduler mutex): its next item's stamp is one past it, or past
+	// the scheduler's virtual time if that is later (Scheduler.push).
+	tag uint64
 	// inPaced: in the scheduler's paced list. Written under the scheduler
 	// mutex; atomic so that the owner can see without the lock whether it
 	// is still listed (ListIfPaced, UnlistPaced).
@@ -191,11 +195,6 @@ func (p *Partition[M, T]) Flush() {
 		return
 	}
 	n := uint64(len(p.pending))
-	stamp := p.s.stamps.Add(n) - n
-	for _, it := range p.pending {
-		it.stamp = stamp
-		stamp++
-	}
 	p.outstanding.Add(int64(n))
 	p.inFlight.Store(p.inflight)
 	p.s.push(p, p.pending)

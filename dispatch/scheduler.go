@@ -117,10 +117,13 @@ type Scheduler[M, T any] struct {
 	partsMu sync.Mutex
 	parts   map[*Partition[M, T]]struct{} // live partitions
 
-	stamps atomic.Uint64 // arrival order of items, across partitions
-
-	mu         sync.Mutex
-	fresh      laneList[M, T]     // ready lanes whose head just arrived (see ready.go)
+	mu sync.Mutex
+	// vtime is the scheduler's virtual time (see ready.go): the largest
+	// stamp of a lane head taken so far.
+	vtime      uint64
+	newest     uint64             // the largest stamp given so far
+	freshLast  uint64             // the head stamp of the lane last pushed onto fresh
+	fresh      laneList[M, T]     // ready lanes whose head just arrived, in stamp order (see ready.go)
 	requeued   bucketQueue[M, T]  // ready lanes with older heads
 	readyItems int                // sum of n over ready lanes
 	paced      []*Partition[M, T] // partitions listed by ListIfPaced, woken as readyItems drops below backlog
@@ -400,7 +403,18 @@ func (s *Scheduler[M, T]) push(p *Partition[M, T], items []*Item[M, T]) {
 		return
 	}
 	var held []heldItem[M, T]
+	light, share := p.inflight-int64(len(items)), p.paceShare()
 	for _, it := range items {
+		if light < share {
+			// The partition has less than its share of the backlog in
+			// flight: its item goes beside the work ready now.
+			p.tag = max(p.tag, s.vtime) + 1
+			light++
+		} else {
+			p.tag = max(p.tag, s.newest) + 1 // after everything pushed so far
+		}
+		s.newest = max(s.newest, p.tag)
+		it.stamp = p.tag
 		l := it.lane
 		l.pending--
 		if o := it.arrival; o != nil {
@@ -425,8 +439,9 @@ func (s *Scheduler[M, T]) push(p *Partition[M, T], items []*Item[M, T]) {
 		case l.holder == nil || l.holder.filling:
 			l.inReady = true
 			s.readyItems += l.n
-			if l.n == 1 {
+			if l.n == 1 && (s.fresh.head == nil || it.stamp >= s.freshLast) {
 				s.fresh.push(l)
+				s.freshLast = it.stamp
 			} else {
 				s.requeued.push(l, l.head.stamp)
 			}
@@ -533,6 +548,7 @@ func (s *Scheduler[M, T]) takeFrom(b *Batch[M, T], l *lane[M, T]) {
 		l.holder = b
 		b.lanes = append(b.lanes, l)
 	}
+	s.vtime = max(s.vtime, l.head.stamp)
 	limit := l.head.stamp + s.window
 	for len(b.Items) < s.size && l.n > 0 && l.head.stamp < limit {
 		b.Items = append(b.Items, l.pop())
@@ -657,27 +673,45 @@ func (s *Scheduler[M, T]) Finish(b *Batch[M, T], from, to int) bool {
 	return true
 }
 
-// finish hands items back to their partitions, one chain per run of items
-// of the same partition. After that nothing may read them: their partition
-// may recycle them.
+// finishChains is how many partitions' chains finish gathers at once.
+const finishChains = 8
+
+// finish hands items back to their partitions, one chain per partition of
+// up to finishChains at a time: a batch interleaves the items of the
+// partitions whose work is ready together (fair queuing, ready.go), and
+// each chain is one push onto its partition's stack, whose line the owner
+// shares. After that nothing may read them: their partition may recycle
+// them.
 func finish[M, T any](items []*Item[M, T]) {
-	var last *Partition[M, T]
-	var head, tail *Item[M, T]
-	n := int64(0)
-	for _, it := range items {
-		if p := it.part; p != last {
-			if last != nil {
-				last.complete(head, tail, n)
-			}
-			last, head, n = p, it, 0
-		} else {
-			tail.next = it
-		}
-		tail = it
-		n++
+	var chains [finishChains]struct {
+		p          *Partition[M, T]
+		head, tail *Item[M, T]
+		n          int64
 	}
-	if last != nil {
-		last.complete(head, tail, n)
+	k := 0
+	for _, it := range items {
+		i := 0
+		for i < k && chains[i].p != it.part {
+			i++
+		}
+		switch {
+		case i < k:
+			chains[i].tail.next = it
+			chains[i].tail = it
+		case k == finishChains:
+			for j := range chains {
+				chains[j].p.complete(chains[j].head, chains[j].tail, chains[j].n)
+			}
+			i, k = 0, 1
+			chains[0].p, chains[0].head, chains[0].tail, chains[0].n = it.part, it, it, 0
+		default:
+			k++
+			chains[i].p, chains[i].head, chains[i].tail, chains[i].n = it.part, it, it, 0
+		}
+		chains[i].n++
+	}
+	for j := range k {
+		chains[j].p.complete(chains[j].head, chains[j].tail, chains[j].n)
 	}
 }
 

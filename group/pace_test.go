@@ -154,9 +154,11 @@ func checkLaneOrder(t *testing.T, mu *sync.Mutex, seen map[string][]int64, sent,
 // partition's backlog dispatches what it read once the workers drain that
 // backlog, before any of its own items finishes (their completions would
 // wake it otherwise). Partition 1's first message (a) waits in Do until
-// its second (b), held back while partition 0's backlog stood, has reached
+// its third (b), held back while partition 0's backlog stood, has reached
 // Do too: without the wake from the draining backlog, b would wait for a
-// and a for b.
+// and a for b. Its second (a again, queued behind the first) gives it its
+// share of the backlog in flight (4 over 2 partitions): a partition under
+// it is not paced, and b would go in at once.
 func TestPacedClaimWokenByTheBacklogDraining(t *testing.T) {
 	const busy = 40
 	release, bStarted := make(chan struct{}), make(chan struct{})
@@ -168,7 +170,10 @@ func TestPacedClaimWokenByTheBacklogDraining(t *testing.T) {
 		switch m := batch[0]; {
 		case m.Partition == 0:
 			<-release
-		case m.Offset == 0:
+		case string(m.Key) == "a":
+			if m.Offset != 0 {
+				break // the second a: after the first returned
+			}
 			select {
 			case <-bStarted:
 			case <-time.After(10 * time.Second):
@@ -186,7 +191,7 @@ func TestPacedClaimWokenByTheBacklogDraining(t *testing.T) {
 	sess := &memSession{ctx: context.Background(), marked: map[int32]int64{}}
 	claims := []*pausingClaim{
 		{memClaim: &memClaim{p: 0, msgs: make(chan *sarama.ConsumerMessage, busy)}},
-		{memClaim: &memClaim{p: 1, msgs: make(chan *sarama.ConsumerMessage, 2)}},
+		{memClaim: &memClaim{p: 1, msgs: make(chan *sarama.ConsumerMessage, 3)}},
 	}
 	unblock := consumeClaims(t, g, sess, claims, release)
 	for off := range int64(busy) {
@@ -195,19 +200,21 @@ func TestPacedClaimWokenByTheBacklogDraining(t *testing.T) {
 	waitFor(t, 5*time.Second, "partition 0's messages to be read", func() bool { return len(claims[0].msgs) == 0 })
 	// a may go in on a decision partition 1's loop made before the
 	// backlog formed; b, read after, is held back.
-	claims[1].msgs <- &sarama.ConsumerMessage{Topic: "mem", Partition: 1, Offset: 0, Key: []byte("a")}
-	waitFor(t, 5*time.Second, "a to be read", func() bool { ps, _ := partitionStats(g, 1); return ps.Fetched == 1 })
-	claims[1].msgs <- &sarama.ConsumerMessage{Topic: "mem", Partition: 1, Offset: 1, Key: []byte("b")}
+	for off := range int64(2) {
+		claims[1].msgs <- &sarama.ConsumerMessage{Topic: "mem", Partition: 1, Offset: off, Key: []byte("a")}
+	}
+	waitFor(t, 5*time.Second, "both a to be dispatched", func() bool { ps, _ := partitionStats(g, 1); return ps.InFlight == 2 })
+	claims[1].msgs <- &sarama.ConsumerMessage{Topic: "mem", Partition: 1, Offset: 2, Key: []byte("b")}
 	waitFor(t, 5*time.Second, "b to be held back, undispatched", func() bool {
 		ps, _ := partitionStats(g, 1)
-		return ps.Undispatched >= 1 && ps.InFlight+ps.Undispatched == 2
+		return ps.Undispatched == 1 && ps.InFlight == 2
 	})
 	unblock()
-	waitFor(t, 10*time.Second, "partition 1's messages to be handled and marked", func() bool { return sess.markedAt(1) == 2 })
+	waitFor(t, 10*time.Second, "partition 1's messages to be handled and marked", func() bool { return sess.markedAt(1) == 3 })
 	mu.Lock()
 	defer mu.Unlock()
-	if handled[0] != busy || handled[1] != 2 {
-		t.Errorf("handled: got %d of partition 0 and %d of partition 1, want %d and 2", handled[0], handled[1], busy)
+	if handled[0] != busy || handled[1] != 3 {
+		t.Errorf("handled: got %d of partition 0 and %d of partition 1, want %d and 3", handled[0], handled[1], busy)
 	}
 }
 
@@ -215,29 +222,34 @@ func TestPacedClaimWokenByTheBacklogDraining(t *testing.T) {
 // are not listed for the backlog's wake, so the first wake the draining
 // backlog hands out (Chan 4, Backlog 4: one per take until it empties)
 // reaches the claim that holds a message. Partition 0 builds the backlog:
-// one call in Do and 4 ready. Sixteen idle claims look at it (a commit
-// tick, sent by hand, makes each loop go round; the commit loop's own
-// interval is an hour) and the last partition reads one message while it
-// stands. Releasing one call of partition 0 makes one take: the late claim
-// must dispatch then, with 3 of partition 0's items still ready. Were the
-// idle claims listed ahead of it, that wake would go to one of them, and
-// the late message would wait for the backlog to empty (or, without the
-// wake at an empty backlog, for ever).
+// a call in Do on each of the two workers and 3 ready. Sixteen idle claims
+// look at it (a commit tick, sent by hand, makes each loop go round; the
+// commit loop's own interval is an hour). The last partition's first
+// message makes 4 ready and gives it its share of the backlog in flight
+// (a partition with less is not paced); its second is read while the
+// backlog stands. Releasing one call of partition 0 makes one take: the
+// late claim must dispatch then, with 3 items still ready. Were the idle claims listed ahead
+// of it, that wake would go to one of them, and the late message would
+// wait for the backlog to empty (or, without the wake at an empty
+// backlog, for ever).
 func TestPacedWakeNotSpentOnIdleClaims(t *testing.T) {
 	const busy, idle = 5, 16
-	release := make(chan struct{})
+	release, first := make(chan struct{}), make(chan struct{})
 	var lateHandled atomic.Bool
 	sc := DefaultSarama()
 	sc.Consumer.Offsets.AutoCommit.Interval = time.Hour // the test sends the ticks
 	cfg := Config{Brokers: []string{"mem:0"}, Topics: []string{"mem"}, GroupID: "mem", Sarama: sc,
-		Size: 1, Num: 1, Ticker: -1, MaxInFlight: 10_000, Chan: 4}
+		Size: 1, Num: 2, Ticker: -1, MaxInFlight: 10_000, Chan: 4}
 	if got := backlog(cfg); got != 4 {
 		t.Fatalf("backlog: got %d, want 4 (the test counts wakes on it)", got)
 	}
 	g := newGroup(t, cfg, func(_ context.Context, batch []*Message) error {
-		if batch[0].Partition == 0 {
+		switch {
+		case batch[0].Partition == 0:
 			<-release
-		} else if string(batch[0].Key) == "late" {
+		case string(batch[0].Key) == "first":
+			<-first
+		case string(batch[0].Key) == "late":
 			lateHandled.Store(true)
 		}
 		return nil
@@ -253,7 +265,7 @@ func TestPacedWakeNotSpentOnIdleClaims(t *testing.T) {
 	for off := range int64(busy) {
 		claims[0].msgs <- &sarama.ConsumerMessage{Topic: "mem", Partition: 0, Offset: off, Key: fmt.Appendf(nil, "k%d", off)}
 	}
-	waitFor(t, 5*time.Second, "partition 0's backlog: one call, 4 ready", func() bool {
+	waitFor(t, 5*time.Second, "partition 0's backlog: two calls, 3 ready", func() bool {
 		ps, _ := partitionStats(g, 0)
 		return ps.InFlight == busy
 	})
@@ -271,7 +283,12 @@ func TestPacedWakeNotSpentOnIdleClaims(t *testing.T) {
 		})
 	}
 	late := claims[idle+1]
-	late.msgs <- &sarama.ConsumerMessage{Topic: "mem", Partition: late.p, Offset: 0, Key: []byte("late")}
+	late.msgs <- &sarama.ConsumerMessage{Topic: "mem", Partition: late.p, Offset: 0, Key: []byte("first")}
+	waitFor(t, 5*time.Second, "the late partition's first message, ready", func() bool {
+		ps, _ := partitionStats(g, late.p)
+		return ps.InFlight == 1 && g.Stats().InFlight == busy+1
+	})
+	late.msgs <- &sarama.ConsumerMessage{Topic: "mem", Partition: late.p, Offset: 1, Key: []byte("late")}
 	waitFor(t, 5*time.Second, "the late message to be held back", func() bool {
 		ps, _ := partitionStats(g, late.p)
 		return ps.Undispatched == 1
@@ -279,8 +296,9 @@ func TestPacedWakeNotSpentOnIdleClaims(t *testing.T) {
 	release <- struct{}{} // one call ends: one take, 3 of partition 0's left ready
 	waitFor(t, 5*time.Second, "the late message to be dispatched after one take", func() bool {
 		ps, _ := partitionStats(g, late.p)
-		return ps.Undispatched == 0 && ps.InFlight == 1
+		return ps.Undispatched == 0 && ps.InFlight == 2
 	})
+	close(first)
 	unblock()
 	waitFor(t, 5*time.Second, "the late message to be handled", lateHandled.Load)
 }
