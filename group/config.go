@@ -199,7 +199,8 @@ type Config struct {
 	// a local dead-letter store under DataPath (synced to disk before the
 	// source offset may be committed); with no DataPath either, a message
 	// New cannot decode is skipped and counted (Stats.DecodeErrors), and
-	// Retry.MaxAttempts must be 0.
+	// Retry.MaxAttempts must be 0. The topic must exist when Run starts
+	// (ErrDeadLetterTopic otherwise).
 	DeadLetterTopic string
 	// ParkAfter applies to Unordered with a DataPath: a failed or
 	// deferred message due more than ParkAfter from now is parked, written

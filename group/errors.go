@@ -29,6 +29,10 @@ var (
 	// ErrUnknownTopic: a topic of Config.Topics does not exist (and
 	// DefaultSarama does not ask brokers to create it). Run returns it.
 	ErrUnknownTopic = errors.New("group: topic does not exist")
+	// ErrDeadLetterTopic: Config.DeadLetterTopic does not exist. Run
+	// returns it at start, wrapping ErrUnknownTopic too, rather than
+	// retry every dead letter's write for ever.
+	ErrDeadLetterTopic = errors.New("group: dead-letter topic does not exist")
 	// ErrSessionTimeout: the coordinator refuses
 	// Sarama.Consumer.Group.Session.Timeout (outside its
 	// group.min.session.timeout.ms and group.max.session.timeout.ms).

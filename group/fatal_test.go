@@ -57,14 +57,16 @@ func TestRunEndsOnErrorsItCannotGetPast(t *testing.T) {
 	for _, tt := range []struct {
 		name, user, pass, topic string
 		session                 time.Duration // the group's session timeout; 0: fastConfig's
+		dlq                     string        // DeadLetterTopic
 		want                    error
 	}{
-		{"wrong password", "alice", "wrong", topic, 0, ErrAuth},
-		{"group not authorized", "nogroup", "pw", topic, 0, ErrNotAuthorized},
-		{"topic not authorized", "notopic", "pw", topic, 0, ErrNotAuthorized},
-		{"unknown topic", "", "", "no-such-topic", 0, ErrUnknownTopic},
-		{"session timeout above the brokers' maximum", "", "", topic, 31 * time.Minute, ErrSessionTimeout}, // 30m: see broker.Config
-		{"allowed", "alice", "alice-secret", topic, 0, nil},
+		{"wrong password", "alice", "wrong", topic, 0, "", ErrAuth},
+		{"group not authorized", "nogroup", "pw", topic, 0, "", ErrNotAuthorized},
+		{"topic not authorized", "notopic", "pw", topic, 0, "", ErrNotAuthorized},
+		{"unknown topic", "", "", "no-such-topic", 0, "", ErrUnknownTopic},
+		{"unknown dead-letter topic", "", "", topic, 0, "no-such-dlq", ErrDeadLetterTopic},
+		{"session timeout above the brokers' maximum", "", "", topic, 31 * time.Minute, "", ErrSessionTimeout}, // 30m: see broker.Config
+		{"allowed", "alice", "alice-secret", topic, 0, "", nil},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			cfg := fastConfig(t, c.ListenAddrs(), tt.topic, groupID)
@@ -78,6 +80,7 @@ func TestRunEndsOnErrorsItCannotGetPast(t *testing.T) {
 			if tt.session > 0 {
 				cfg.Sarama.Consumer.Group.Session.Timeout = tt.session
 			}
+			cfg.DeadLetterTopic = tt.dlq
 			cfg.Sarama.Metadata.Retry.Backoff = 50 * time.Millisecond
 			cfg.Sarama.Consumer.Group.Rebalance.Retry.Backoff = 100 * time.Millisecond
 			g := newGroup(t, cfg, func(context.Context, []*Message) error { return nil })

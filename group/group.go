@@ -363,19 +363,33 @@ func (g *Group[T]) Run(ctx context.Context) error {
 	return stopErr
 }
 
-// checkTopics makes sure every configured topic exists (after sarama's
-// metadata retries), so that a misspelt topic ends Run at once.
+// checkTopics makes sure every configured topic exists, the dead-letter
+// topic included (after sarama's metadata retries), so that a misspelt
+// topic ends Run at once.
 func (g *Group[T]) checkTopics(client sarama.Client) error {
-	err := client.RefreshMetadata(g.cfg.Topics...)
-	if err == nil {
-		return nil
+	if err := client.RefreshMetadata(g.cfg.Topics...); err != nil {
+		return g.topicError(err, fmt.Sprintf("topics %v", g.cfg.Topics), nil)
 	}
+	if t := g.cfg.DeadLetterTopic; t != "" {
+		if err := client.RefreshMetadata(t); err != nil {
+			return g.topicError(err, fmt.Sprintf("dead-letter topic %q", t), ErrDeadLetterTopic)
+		}
+	}
+	return nil
+}
+
+// topicError is the error Run ends with when what (some topics) cannot
+// be used; when a topic is missing, it wraps also too, if not nil.
+func (g *Group[T]) topicError(err error, what string, also error) error {
 	cls, fatal := classify(err)
 	g.errs.add(cls)
-	if fatal == nil {
+	switch {
+	case fatal == nil:
 		fatal = ErrConnect
+	case errors.Is(fatal, ErrUnknownTopic) && also != nil:
+		fatal = fmt.Errorf("%w (%w)", also, fatal)
 	}
-	return fmt.Errorf("%w: group %q, topics %v: %w", fatal, g.cfg.GroupID, g.cfg.Topics, err)
+	return fmt.Errorf("%w: group %q, %s: %w", fatal, g.cfg.GroupID, what, err)
 }
 
 // awaitClaims waits until no claim loop runs, or at most limit.

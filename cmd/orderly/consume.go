@@ -365,6 +365,8 @@ func (o *consumeOpts) describe() string {
 // explain names the flag behind an error Run ended with.
 func (o *consumeOpts) explain(err error) error {
 	switch {
+	case errors.Is(err, group.ErrDeadLetterTopic):
+		return fmt.Errorf("--dead-letter-topic %s: %w", o.deadLetterTopic, err)
 	case errors.Is(err, group.ErrUnknownTopic):
 		return fmt.Errorf("--topic %s: %w", strings.Join(o.topics, ","), err)
 	case errors.Is(err, group.ErrConnect) && o.kafka.saslMechanism != "":

@@ -62,6 +62,8 @@ func TestConsumeBadInput(t *testing.T) {
 			"--http http://127.0.0.1:1/hook: endpoint unreachable (--no-check skips this check): dial tcp 127.0.0.1:1: connect: connection refused"},
 		{"missing topic", nil, args("--topic", "absent", "--http", ep.url()), exitError,
 			"--topic absent: group: topic does not exist"},
+		{"missing dead-letter topic", nil, args("--topic", "present", "--http", ep.url(), "--dead-letter-topic", "absent-dlq"), exitError,
+			"--dead-letter-topic absent-dlq: group: dead-letter topic does not exist"},
 		{"unreachable broker", nil, []string{"consume", "--brokers", "127.0.0.1:1", "--group", "g", "--topic", "present", "--http", ep.url()}, exitError,
 			"--brokers 127.0.0.1:1: group: cannot reach brokers"},
 	}
