@@ -2,6 +2,7 @@ package dispatch
 
 import (
 	"fmt"
+	"slices"
 	"testing"
 )
 
@@ -92,5 +93,82 @@ func TestPartitionsShareTheWorkers(t *testing.T) {
 				t.Fatalf("partitions of the items taken: got %s, want [%s]", g, tt.want)
 			}
 		})
+	}
+}
+
+// TestLightItemNotBehindTheCurrentBucket: a light partition's item is
+// stamped just past the virtual time, which may be older than the
+// requeued lanes' current bucket; it goes before that bucket, not to its
+// back behind a lane with a much newer head (and so behind every fresh
+// lane older than that head: 40 of partition 0's items, before).
+func TestLightItemNotBehindTheCurrentBucket(t *testing.T) {
+	s := New[msg, int](Options[msg, int]{Size: 1, MaxInFlight: 1 << 10, Backlog: 4})
+	p0, p1 := s.NewPartition(64), s.NewPartition(64)
+	var o0, o1 int64
+	lanes := make([]int, 40)
+	for i := range lanes {
+		lanes[i] = i + 1
+	}
+	feed(t, p0, &o0, lanes...) // fresh, stamps 1-40
+	feed(t, p0, &o0, 1)        // lane 1's second item, stamp 41
+	w := s.NewWorker()
+	b := s.NewBatch(w)
+	if st := s.Next(b, true, nil); st != Run {
+		t.Fatalf("Next: got %v, want Run", st)
+	}
+	s.Release(b) // lane 1 requeued at stamp 41; the virtual time is 1
+	feed(t, p1, &o1, 100)
+	for n := 0; ; n++ {
+		b := s.NewBatch(w)
+		if st := s.Next(b, true, nil); st != Run {
+			t.Fatalf("Next: got %v before partition 1's item ran", st)
+		}
+		p := b.Items[0].part
+		s.Release(b)
+		if p == p1 {
+			if n > 2 {
+				t.Fatalf("partition 1's item (under its share of 2) ran after %d of partition 0's, want at most 2", n)
+			}
+			return
+		}
+	}
+}
+
+// TestCarryingOnDoesNotMoveTheVirtualTime: a worker that goes on with the
+// lane it just finished (Next with done) takes that lane's newest item;
+// the virtual time stays with the ready queue's front, so a light
+// partition's items arriving then are not stamped behind the backlog
+// (before, they ran after all 7 of partition 0's waiting items).
+func TestCarryingOnDoesNotMoveTheVirtualTime(t *testing.T) {
+	s := New[msg, int](Options[msg, int]{Size: 1, MaxInFlight: 1 << 10, Backlog: 4})
+	p0, p1 := s.NewPartition(64), s.NewPartition(64)
+	var o0, o1 int64
+	feed(t, p0, &o0, 1, 2, 3, 4, 5, 6, 7, 8)
+	w := s.NewWorker()
+	b := s.NewBatch(w)
+	if st := s.Next(b, true, nil); st != Run {
+		t.Fatalf("Next: got %v, want Run", st)
+	}
+	feed(t, p0, &o0, 1) // more of lane 1 while it runs
+	next := s.NewBatch(w)
+	if st := s.Next(next, true, b); st != Run || next.Items[0].Msg.lane != 1 {
+		t.Fatalf("Next after lane 1 ran: got %v, lanes %v; want Run carrying on with lane 1", st, lanesOf(next))
+	}
+	feed(t, p1, &o1, 100, 101)
+	var got []int
+	for done := next; ; {
+		b := s.NewBatch(w)
+		if st := s.Next(b, true, done); st != Run {
+			break
+		}
+		part := 0
+		if b.Items[0].part == p1 {
+			part = 1
+		}
+		got = append(got, part)
+		done = b
+	}
+	if first := slices.Index(got, 1); first < 0 || first > 1 {
+		t.Fatalf("partitions of the items taken after partition 1's arrived: got %v, want partition 1's first among the first two", got)
 	}
 }

@@ -19,7 +19,7 @@ type Item[M, T any] struct {
 	next   *Item[M, T] // lane queue link, completion chain link
 	part   *Partition[M, T]
 	lane   *lane[M, T]
-	stamp  uint64 // arrival order across partitions (oldest first)
+	stamp  uint64 // order of service: arrival within the partition (see ready.go)
 	offset int64
 	link   commit.Link[*Item[M, T]] // the partition's tracker; owner only
 

@@ -11,11 +11,12 @@ package dispatch
 // Across partitions, a partition with less than its share of the backlog
 // in flight (Options.Backlog over the claimed partitions: paceShare) has
 // its items stamped one past the scheduler's virtual time (the newest head
-// taken) or its own last stamp, whichever is later: they are served beside
-// the work ready now, as in start-time fair queuing. Past that share they
-// are stamped after everything pushed so far, in arrival order. So a
-// partition whose records arrive while another works through a backlog
-// waits for at most its share, not for the backlog: with one global
+// taken from the ready queue) or its own last stamp, whichever is later:
+// they are served beside the work ready now, as in start-time fair
+// queuing. Past that share they are stamped after everything pushed so
+// far, in arrival order. So the first records of a partition that arrive
+// while another works through a backlog wait for about the work at the
+// front of the ready queue, not for the backlog: with one global
 // arrival order a partition with few keys could have its whole in-flight
 // share in lane queues (they do not count for pacing), and a later
 // partition's first records waited for all of it. Fair queuing for every
@@ -61,12 +62,16 @@ func (q *laneList[M, T]) pop() {
 // amortized O(1) to pop (a binary heap over thousands of backlogged lanes
 // cost a sixth of the pipeline's CPU in sift-downs). The ring covers
 // len(buckets)<<bucketShift stamps ahead of the oldest; a lane older than
-// the current bucket (it waited behind a running batch) joins the current
-// bucket, one newer than the ring's reach joins the last one.
+// the current bucket (it waited behind a running batch, or a light
+// partition's item was stamped just past the virtual time) joins a FIFO
+// of late lanes served before every bucket, one newer than the ring's
+// reach joins the last bucket.
 type bucketQueue[M, T any] struct {
 	buckets []laneList[M, T] // ring; index = bucket number & mask
-	cur     uint64           // bucket number of the oldest non-empty bucket, when n > 0
-	n       int
+	late    laneList[M, T]   // lanes older than the current bucket when pushed
+	nLate   int              // lanes in late
+	cur     uint64           // bucket number of the oldest non-empty bucket, when a bucket holds a lane
+	n       int              // lanes queued, late ones included
 }
 
 const (
@@ -79,20 +84,25 @@ func (q *bucketQueue[M, T]) push(l *lane[M, T], stamp uint64) {
 		q.buckets = make([]laneList[M, T], bucketRing)
 	}
 	b := stamp >> bucketShift
+	q.n++
 	switch {
-	case q.n == 0:
-		q.cur = b
+	case q.n-q.nLate == 1:
+		q.cur = b // the buckets were empty
 	case b < q.cur:
-		b = q.cur
+		q.late.push(l)
+		q.nLate++
+		return
 	case b >= q.cur+bucketRing:
 		b = q.cur + bucketRing - 1
 	}
 	q.buckets[b&(bucketRing-1)].push(l)
-	q.n++
 }
 
 // front returns the oldest queued lane without removing it, or nil.
 func (q *bucketQueue[M, T]) front() *lane[M, T] {
+	if q.late.head != nil {
+		return q.late.head
+	}
 	if q.n == 0 {
 		return nil
 	}
@@ -104,6 +114,11 @@ func (q *bucketQueue[M, T]) front() *lane[M, T] {
 
 // pop removes the lane front returned.
 func (q *bucketQueue[M, T]) pop() {
-	q.buckets[q.cur&(bucketRing-1)].pop()
 	q.n--
+	if q.late.head != nil {
+		q.late.pop()
+		q.nLate--
+		return
+	}
+	q.buckets[q.cur&(bucketRing-1)].pop()
 }

@@ -77,9 +77,9 @@ type Options[M, T any] struct {
 	// the call, so whoever reads a running call's messages (Running, and
 	// the owner copying an orphaned item) sees the write.
 	ShowAttempt func(m *M, attempt int)
-	// Window is how far (in arrival order, across partitions) a batch may
-	// look past a lane's head for more of the same lane's items; default
-	// Size. Oldest-first holds to within a window.
+	// Window is how far (in stamps, see ready.go) a batch may look past a
+	// lane's head for more of the same lane's items; default Size.
+	// Oldest-first holds to within a window.
 	Window int
 	// Copied, if set, is called on the copy of an item Orphan gave up on,
 	// after its message and value were copied: a value that points into
@@ -119,7 +119,7 @@ type Scheduler[M, T any] struct {
 
 	mu sync.Mutex
 	// vtime is the scheduler's virtual time (see ready.go): the largest
-	// stamp of a lane head taken so far.
+	// stamp of a lane head taken from the ready queue so far.
 	vtime      uint64
 	newest     uint64             // the largest stamp given so far
 	freshLast  uint64             // the head stamp of the lane last pushed onto fresh
@@ -534,6 +534,10 @@ func (s *Scheduler[M, T]) take(b *Batch[M, T]) {
 		if l.part.revoked || l.blocked || (l.holder != nil && l.holder != b) {
 			continue // dead, held, or running elsewhere: requeued when free
 		}
+		// The virtual time moves with the ready queue's front only: a
+		// worker carrying on with a lane it just finished (continueLocked)
+		// may take a head newer than other lanes' waiting items.
+		s.vtime = max(s.vtime, l.head.stamp)
 		s.takeFrom(b, l)
 	}
 }
@@ -548,7 +552,6 @@ func (s *Scheduler[M, T]) takeFrom(b *Batch[M, T], l *lane[M, T]) {
 		l.holder = b
 		b.lanes = append(b.lanes, l)
 	}
-	s.vtime = max(s.vtime, l.head.stamp)
 	limit := l.head.stamp + s.window
 	for len(b.Items) < s.size && l.n > 0 && l.head.stamp < limit {
 		b.Items = append(b.Items, l.pop())
