@@ -27,6 +27,9 @@ func TestCallDurationsLeaveOutWaits(t *testing.T) {
 		{"the worker waited for work", 1, time.Hour, []int{0, 1, 2}, []int{3}, true},
 		// then is a partial batch: the worker waits out the Ticker
 		{"the worker waited for a partial batch", 2, wait, []int{0, 1}, []int{2}, false},
+		// a full batch and a partial one at once: from the first call the
+		// worker goes straight to the partial batch and waits out the Ticker
+		{"a call, then a partial batch", 2, wait, []int{0, 1, 2}, nil, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -34,6 +37,14 @@ func TestCallDurationsLeaveOutWaits(t *testing.T) {
 				func([]*dispatch.Item[msg, int]) error { return nil })
 			r.feed(t, tt.first...)
 			r.waitCommitted(t, int64(len(tt.first)), 10*time.Second)
+			if tt.then == nil {
+				var s histogram.Snapshot
+				r.pool.CallDurations(&s)
+				if s.Count != 2 || s.Counts[0] != s.Count {
+					t.Fatalf("calls of at most %v: got %d of %d (sum %v), want both", time.Duration(histogram.Bounds[0]*1e9), s.Counts[0], s.Count, s.Sum)
+				}
+				return
+			}
 			if tt.sleep {
 				time.Sleep(wait)
 			}
