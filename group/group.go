@@ -245,8 +245,6 @@ func (g *Group[T]) Run(ctx context.Context) error {
 	}
 	client, err := sarama.NewClient(g.cfg.Brokers, g.cfg.Sarama)
 	if err != nil {
-		// Out of the group until a join succeeds (Setup): not Ready.
-		g.joined.Store(false)
 		cls, fatal := classify(err)
 		g.errs.add(cls)
 		if fatal != nil {
@@ -368,26 +366,27 @@ func (g *Group[T]) Run(ctx context.Context) error {
 // topic ends Run at once.
 func (g *Group[T]) checkTopics(client sarama.Client) error {
 	if err := client.RefreshMetadata(g.cfg.Topics...); err != nil {
-		return g.topicError(err, fmt.Sprintf("topics %v", g.cfg.Topics), nil)
+		return g.topicError(err, fmt.Sprintf("topics %v", g.cfg.Topics))
 	}
 	if t := g.cfg.DeadLetterTopic; t != "" {
 		if err := client.RefreshMetadata(t); err != nil {
-			return g.topicError(err, fmt.Sprintf("dead-letter topic %q", t), ErrDeadLetterTopic)
+			err = g.topicError(err, fmt.Sprintf("dead-letter topic %q", t))
+			if errors.Is(err, ErrUnknownTopic) {
+				err = fmt.Errorf("%w: %w", ErrDeadLetterTopic, err)
+			}
+			return err
 		}
 	}
 	return nil
 }
 
-// topicError is the error Run ends with when what (some topics) cannot
-// be used; when a topic is missing, it wraps also too, if not nil.
-func (g *Group[T]) topicError(err error, what string, also error) error {
+// topicError counts err and returns the error Run ends with when what
+// (some topics) cannot be used.
+func (g *Group[T]) topicError(err error, what string) error {
 	cls, fatal := classify(err)
 	g.errs.add(cls)
-	switch {
-	case fatal == nil:
+	if fatal == nil {
 		fatal = ErrConnect
-	case errors.Is(fatal, ErrUnknownTopic) && also != nil:
-		fatal = fmt.Errorf("%w (%w)", also, fatal)
 	}
 	return fmt.Errorf("%w: group %q, %s: %w", fatal, g.cfg.GroupID, what, err)
 }

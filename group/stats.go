@@ -94,8 +94,8 @@ type Stats struct {
 	// DoDuration is the distribution of Do calls' durations (split calls
 	// included; a call that follows straight on from its worker's last
 	// counts from that call's end, so the hand-off between them, under a
-	// microsecond uncontended, is in it); Latency that of end-to-end latency, record timestamp to
-	// done, of each call's oldest message.
+	// microsecond uncontended, is in it); Latency that of end-to-end
+	// latency, record timestamp to done, of each call's oldest message.
 	DoDuration, Latency Histogram
 }
 
