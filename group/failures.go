@@ -50,10 +50,9 @@ type failures[T any] struct {
 	byItem  map[*dispatch.Item[Message, T]]uint64
 	next    uint64
 
-	retrying  atomic.Int64 // items waiting out a retry's backoff
-	uncharged atomic.Int64 // failures not charged: an outage was on
-	exhausted atomic.Int64 // charged failures that used up Retry.MaxAttempts: dead-lettered, not handed out again
-	deferred  atomic.Int64 // items waiting out a deferral
+	retrying atomic.Int64 // items waiting out a retry's backoff
+	retried  atomic.Int64 // charged failures held for a retry (Stats.Retries)
+	deferred atomic.Int64 // items waiting out a deferral
 
 	outage outage
 	dead   *deadLetters[T]
@@ -196,7 +195,6 @@ func (f *failures[T]) hold(it *dispatch.Item[Message, T], o dispatch.Outcome) {
 			// The dependency behind Do looks down: the failure does not
 			// count against the item (see outage).
 			f.g.sched.Uncharge(it) // the commit metadata may be reading it
-			f.uncharged.Add(1)
 			f.wait(it, f.outage.probeDelay(), true)
 			return
 		}
@@ -205,10 +203,10 @@ func (f *failures[T]) hold(it *dispatch.Item[Message, T], o dispatch.Outcome) {
 			if errors.Is(o.Err, ErrTimeout) {
 				reason = reasonTimeout
 			}
-			f.exhausted.Add(1)
 			f.dead.add(it, nil, reason, it.Attempt-1, o.Err)
 			return
 		}
+		f.retried.Add(1)
 		f.wait(it, f.backoff(it.Attempt), false)
 	}
 }

@@ -676,7 +676,7 @@ func (g *Group[T]) Stats() Stats {
 		Handled:          g.pool.Handled(),
 		Batches:          g.pool.Batches(),
 		Failures:         g.pool.Failures.Load(),
-		Retries:          g.pool.Retries.Load() - g.fail.uncharged.Load() - g.fail.exhausted.Load(),
+		Retries:          g.fail.retried.Load(),
 		Splits:           g.pool.Splits.Load(),
 		Cancelled:        g.pool.Cancelled.Load(),
 		DecodeErrors:     g.ctr.decodeErrors.Load(),
