@@ -5,7 +5,7 @@ import "slices"
 // Pacing: a claim loop turns a message into an item (its Msg filled in,
 // its lane found, its tracker entry linked) only while the workers are
 // short of ready work, or while its partition has less than its share of
-// the backlog in flight (underPaceShare). Past Options.Backlog ready items
+// the backlog in flight (mayBePaced). Past Options.Backlog ready items
 // and that share, Paced tells the claim loop to leave what it fetched as
 // sarama's messages (as it does out of share), and ListIfPaced lists it
 // to be woken; as takes drain the
@@ -75,7 +75,7 @@ func (s *Scheduler[M, T]) forgetPacedLocked(p *Partition[M, T]) {
 // scheduler has stopped.
 func (p *Partition[M, T]) Paced() bool {
 	s := p.s
-	if s.backlog <= 0 || p.side || s.ready.Load() < int64(s.backlog) || p.underPaceShare() {
+	if !p.mayBePaced() {
 		return false
 	}
 	s.mu.Lock()
@@ -91,7 +91,7 @@ func (p *Partition[M, T]) Paced() bool {
 // with nothing to push is lost to those still waiting. Owner only.
 func (p *Partition[M, T]) ListIfPaced() bool {
 	s := p.s
-	if s.backlog <= 0 || p.side || s.ready.Load() < int64(s.backlog) || p.underPaceShare() {
+	if !p.mayBePaced() {
 		p.UnlistPaced()
 		return false
 	}
@@ -108,15 +108,19 @@ func (p *Partition[M, T]) ListIfPaced() bool {
 	return paced
 }
 
-// underPaceShare reports whether p has fewer items in flight than its
-// share of Options.Backlog (the backlog divided among the claimed
-// partitions): then the backlog is other partitions' work, and p is not
-// paced. Without it a partition whose records arrived after another's
-// backlog waited for that backlog to drain below the mark, and then for
-// a wake (one per Window of shortfall, oldest listed first) that the busy
+// mayBePaced is what Paced and ListIfPaced can tell without the lock:
+// pacing is on, p is not a side partition, the published backlog is at
+// the mark, and p has at least its share of the backlog in flight. Under
+// that share the backlog is other partitions' work, and p is not paced:
+// otherwise a partition whose records arrived after another's backlog
+// waited for that backlog to drain below the mark, and then for a wake
+// (one per Window of shortfall, oldest listed first) that the busy
 // partition could take before it: with a slow handler, seconds behind a
 // partition that was busy but not stuck. Owner only.
-func (p *Partition[M, T]) underPaceShare() bool { return p.inflight < p.paceShare() }
+func (p *Partition[M, T]) mayBePaced() bool {
+	s := p.s
+	return s.backlog > 0 && !p.side && s.ready.Load() >= int64(s.backlog) && p.inflight >= p.paceShare()
+}
 
 // paceShare is p's share of Options.Backlog: the backlog divided among
 // the claimed partitions, at least 1.

@@ -692,30 +692,30 @@ func finish[M, T any](items []*Item[M, T]) {
 		n          int64
 	}
 	k := 0
+	completeAll := func() {
+		for _, c := range chains[:k] {
+			c.p.complete(c.head, c.tail, c.n)
+		}
+	}
 	for _, it := range items {
 		i := 0
 		for i < k && chains[i].p != it.part {
 			i++
 		}
-		switch {
-		case i < k:
-			chains[i].tail.next = it
-			chains[i].tail = it
-		case k == finishChains:
-			for j := range chains {
-				chains[j].p.complete(chains[j].head, chains[j].tail, chains[j].n)
+		if i == k { // a partition not chained yet
+			if k == finishChains {
+				completeAll()
+				i, k = 0, 0
 			}
-			i, k = 0, 1
-			chains[0].p, chains[0].head, chains[0].tail, chains[0].n = it.part, it, it, 0
-		default:
+			chains[i].p, chains[i].head, chains[i].n = it.part, it, 0
 			k++
-			chains[i].p, chains[i].head, chains[i].tail, chains[i].n = it.part, it, it, 0
+		} else {
+			chains[i].tail.next = it
 		}
+		chains[i].tail = it
 		chains[i].n++
 	}
-	for j := range k {
-		chains[j].p.complete(chains[j].head, chains[j].tail, chains[j].n)
-	}
+	completeAll()
 }
 
 // unholdLocked lets go of b's lanes, requeueing those with items queued.

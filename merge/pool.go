@@ -209,6 +209,11 @@ func (p *Pool[M, T]) work(wk *worker[M, T]) {
 	for {
 		justRan := done != nil
 		st := p.s.Next(wk.b, flush, done)
+		if st != dispatch.Run || !justRan {
+			// Not straight on from a call that succeeded: the worker
+			// waits or yields now, or settled a failure (the hold hook).
+			wk.ended = 0
+		}
 		if done != nil {
 			wk.spare, done = append(wk.spare, done), nil
 		}
@@ -221,11 +226,8 @@ func (p *Pool[M, T]) work(wk *worker[M, T]) {
 			if p.run(wk, wk.b) {
 				done = wk.b
 				wk.b = p.batch(wk)
-			} else {
-				wk.ended = 0 // settling may have taken a while (the hold hook)
 			}
 		case dispatch.Partial:
-			wk.ended = 0
 			now := time.Now()
 			if fillStart.IsZero() {
 				fillStart = now
@@ -240,7 +242,6 @@ func (p *Pool[M, T]) work(wk *worker[M, T]) {
 			}
 			flush = flush || !time.Now().Before(deadline)
 		case dispatch.Empty:
-			wk.ended = 0
 			fillStart = time.Time{}
 			if justRan {
 				// Yield once before blocking: the claim loops are likely
