@@ -172,3 +172,40 @@ func TestCarryingOnDoesNotMoveTheVirtualTime(t *testing.T) {
 		t.Fatalf("partitions of the items taken after partition 1's arrived: got %v, want partition 1's first among the first two", got)
 	}
 }
+
+// TestLightPartitionsDoNotStarveABusyOne: light partitions' items are
+// stamped from the virtual time, ahead of a busy partition's backlog, but
+// taking one moves the virtual time on, so a busy partition's items still
+// come up in turn (invariant 3 in the other direction). Two partitions
+// push a fresh item whenever theirs has finished, before every take; the
+// busy one's 10 items all run within 40 takes.
+func TestLightPartitionsDoNotStarveABusyOne(t *testing.T) {
+	s := New[msg, int](Options[msg, int]{Size: 1, MaxInFlight: 1 << 10, Backlog: 4})
+	busy, light := s.NewPartition(64), []*Partition[msg, int]{s.NewPartition(64), s.NewPartition(64)}
+	var off int64
+	feed(t, busy, &off, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10)
+	lightOffs := make([]int64, len(light))
+	w := s.NewWorker()
+	ran := 0
+	for take := 1; ran < 10; take++ {
+		if take > 40 {
+			t.Fatalf("busy partition: %d of 10 items ran in 40 takes while the light ones kept arriving, want all", ran)
+		}
+		for i, p := range light {
+			if p.inflight == 0 {
+				feed(t, p, &lightOffs[i], 100)
+			}
+		}
+		b := s.NewBatch(w)
+		if st := s.Next(b, true, nil); st != Run {
+			t.Fatalf("take %d: Next got %v, want Run", take, st)
+		}
+		if b.Items[0].part == busy {
+			ran++
+		}
+		s.Release(b)
+		for _, p := range append([]*Partition[msg, int]{busy}, light...) {
+			p.Advance()
+		}
+	}
+}
