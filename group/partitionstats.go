@@ -192,7 +192,10 @@ func (v *partitionView) seedRewind(seen, initial int64, at time.Time) {
 // lag 0 now is OK; no commit for longer than stopAfter with lag is STOP;
 // any interval in the window with lag 0 is OK; commits coming but the
 // offset not moving over the whole window, with lag, is STALL; the offset
-// moving but the lag growing at every interval is WARN; else OK.
+// moving but the lag growing at every interval is WARN; else OK. It
+// returns the status without publishing it: the caller adds the reasons
+// (explain) and publishes once, so that a reader never sees a bad status
+// without them.
 func (v *partitionView) observe(s sample, stopAfter time.Duration) PartitionStatus {
 	v.mu.Lock()
 	defer v.mu.Unlock()
@@ -225,23 +228,24 @@ func (v *partitionView) observe(s sample, stopAfter time.Duration) PartitionStat
 	if !v.lastCommit.IsZero() {
 		since = s.at.Sub(v.lastCommit)
 	}
+	var st PartitionStatus
 	switch {
 	case rewound != nil:
-		v.status = PartitionStatus{StatusRewind, fmt.Sprintf("committed offset went back from %d to %d", rewound[0], rewound[1])}
+		st = PartitionStatus{StatusRewind, fmt.Sprintf("committed offset went back from %d to %d", rewound[0], rewound[1])}
 	case s.lag == 0:
-		v.status = PartitionStatus{Code: StatusOK}
+		st = PartitionStatus{Code: StatusOK}
 	case since > stopAfter:
-		v.status = PartitionStatus{StatusStop, fmt.Sprintf("no commit for %v with lag %d", since.Round(time.Second), s.lag)}
+		st = PartitionStatus{StatusStop, fmt.Sprintf("no commit for %v with lag %d", since.Round(time.Second), s.lag)}
 	case anyZero:
-		v.status = PartitionStatus{Code: StatusOK}
+		st = PartitionStatus{Code: StatusOK}
 	case k == w && !moved:
-		v.status = PartitionStatus{StatusStall, fmt.Sprintf("committed offset stuck at %d with lag %d", s.offset, s.lag)}
+		st = PartitionStatus{StatusStall, fmt.Sprintf("committed offset stuck at %d with lag %d", s.offset, s.lag)}
 	case k == w && growing:
-		v.status = PartitionStatus{StatusWarn, fmt.Sprintf("lag grew from %d to %d over %d intervals", first.lag, s.lag, k)}
+		st = PartitionStatus{StatusWarn, fmt.Sprintf("lag grew from %d to %d over %d intervals", first.lag, s.lag, k)}
 	default:
-		v.status = PartitionStatus{Code: StatusOK}
+		st = PartitionStatus{Code: StatusOK}
 	}
-	return v.status
+	return st
 }
 
 // explain adds why to a bad status: a stuck head, stuck workers, a
