@@ -5,6 +5,10 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/IBM/sarama"
+
+	"github.com/orderly-go/orderly/group"
 )
 
 // TestConsumeOffsetReset: a new group (no committed offsets) starts at
@@ -36,4 +40,46 @@ func TestConsumeOffsetReset(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestConsumeResetPastDeletedRecords: a group whose committed offsets fall
+// below the log start (records deleted by retention before it handled
+// them) restarts at the log start and says so in its final line: the
+// resets and the records they skipped, as the broker's log start shows
+// them (30 per partition), and nothing else is lost.
+func TestConsumeResetPastDeletedRecords(t *testing.T) {
+	t.Parallel() // waits on the broker and child processes
+	const topic, grp, parts, gone = "deleted", "deleted-group", 2, 30
+	b := newTopic(t, topic, parts)
+	args := []string{"--brokers", b.Addrs()[0], "--topic", topic, "--group", grp, "--exec", "cat >/dev/null",
+		"--size", "10", "--progress", "off"}
+	produceKeyed(t, b, topic, 100, 10)
+	first := startConsume(t, args...)
+	first.waitCommitted(b, grp, topic)
+	if code := first.stop(syscall.SIGTERM); code != 0 {
+		t.Fatalf("first run: exit %d, want 0\n%s", code, first.output())
+	}
+	wantFigures(t, finalFigures(t, first.stdout.String()), map[string]float64{"offset resets": 0, "skipped by reset": 0})
+	committed := b.Committed(grp, topic)
+	produceKeyed(t, b, topic, 100, 10)
+	to := map[int32]int64{}
+	for p, c := range committed {
+		to[p] = c + gone
+	}
+	admin, err := sarama.NewClusterAdmin(b.Addrs(), group.DefaultSarama())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	if err := admin.DeleteRecords(topic, to); err != nil {
+		t.Fatalf("DeleteRecords %v: %v", to, err)
+	}
+	second := startConsume(t, args...)
+	second.waitCommitted(b, grp, topic)
+	if code := second.stop(syscall.SIGTERM); code != 0 {
+		t.Fatalf("second run: exit %d, want 0\n%s", code, second.output())
+	}
+	wantFigures(t, finalFigures(t, second.stdout.String()), map[string]float64{
+		"offset resets": parts, "skipped by reset": parts * gone, "handled": 100 - parts*gone,
+	})
 }
