@@ -25,7 +25,15 @@ type Item[M, T any] struct {
 
 	Lane    uint64 // ordering lane within the partition
 	Attempt int    // 1 on first delivery, +1 each time it failed (alone, or named)
-	size    int64  // bytes counted against the partition's byte share; owner only
+	size    int32  // bytes counted against the partition's byte share (a Kafka record is under 2 GiB); owner only
+	// waitAttempt is, once the item has been held (a retry's backoff, a
+	// deferral, a dead letter being written) or arrived at an attempt
+	// past the first, its Attempt as the scheduler last saw it: kept
+	// under the scheduler's lock until the item finishes, so that
+	// WaitingItems lists it for the commit metadata while it is held and
+	// also after its lane is let go, queued or running, until it
+	// finishes. 0: never held. A new owner goes on at that attempt.
+	waitAttempt int32
 	// firstFailure is when the item first failed, in Unix nanoseconds
 	// (0 until it does), for its dead letter; written by whoever holds
 	// its lane. Not a time.Time: 8 bytes rather than 24 keep group's item

@@ -20,6 +20,10 @@ type lane[M, T any] struct {
 	// the lane's front, and its later items in the batch go behind it
 	// (Scheduler.Settle).
 	returning bool
+	// waits: an item with a waitAttempt is, or may be, queued here
+	// (set when one is held or queued, cleared when the lane empties):
+	// WaitingItems walks only such lanes.
+	waits bool
 }
 
 func (l *lane[M, T]) push(it *Item[M, T]) {

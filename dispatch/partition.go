@@ -21,6 +21,9 @@ type Partition[M, T any] struct {
 	// finished is a stack of finished items (a chain through Item.next)
 	// that workers push and the owner takes whole in Advance.
 	finished atomic.Pointer[Item[M, T]]
+	// waiting counts p's items with a waitAttempt, not yet recycled:
+	// WaitingItems looks for them only while there are any.
+	waiting atomic.Int64
 
 	// owned by the partition goroutine
 	tracker *commit.Tracker[*Item[M, T]]
@@ -130,7 +133,7 @@ func (p *Partition[M, T]) Add(it *Item[M, T], offset, size int64) error {
 		p.recycle(it)
 		return err
 	}
-	it.Attempt, it.size, it.firstFailure = 1, size, 0
+	it.Attempt, it.size, it.firstFailure = 1, int32(size), 0
 	p.inflight++
 	p.bytes += size
 	p.peak = max(p.peak, p.inflight)
@@ -163,7 +166,7 @@ func (p *Partition[M, T]) Track(it *Item[M, T], offset, size int64) error {
 		p.recycle(it)
 		return err
 	}
-	it.Attempt, it.size, it.firstFailure = 1, size, 0
+	it.Attempt, it.size, it.firstFailure = 1, int32(size), 0
 	p.inflight++
 	p.bytes += size
 	p.peak = max(p.peak, p.inflight)
@@ -256,7 +259,7 @@ func (p *Partition[M, T]) AdvanceFunc(fn func(*Item[M, T])) int {
 		}
 		if p.tracker.Finish(it) {
 			p.inflight--
-			p.bytes -= it.size
+			p.bytes -= int64(it.size)
 		}
 		if fn != nil {
 			fn(it)
@@ -379,6 +382,10 @@ func (p *Partition[M, T]) recycle(it *Item[M, T]) {
 	it.replaced, it.returned = false, false
 	it.Fate = 0
 	it.next = nil
+	if it.waitAttempt != 0 {
+		it.waitAttempt = 0
+		p.waiting.Add(-1)
+	}
 	p.free = append(p.free, it)
 }
 

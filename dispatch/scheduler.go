@@ -170,6 +170,7 @@ type Batch[M, T any] struct {
 	seen     uint64      // revoke dedup mark
 	orphaned atomic.Bool // Orphan: its items run elsewhere; what it reports is ignored
 	early    []bool      // items handed back by Finish while it runs; guarded by the scheduler mutex
+	waits    bool        // took from a lane that waits (lane.waits): WaitingItems looks at its items
 
 	// scratch for Settle and SortByLane (failures only)
 	done, gone, back, scratch []*Item[M, T]
@@ -417,6 +418,9 @@ func (s *Scheduler[M, T]) push(p *Partition[M, T], items []*Item[M, T]) {
 		it.stamp = p.tag
 		l := it.lane
 		l.pending--
+		if it.arrival != nil || it.Attempt > 1 {
+			noteWaitLocked(it) // a message a previous owner left waiting, or an orphan's copy
+		}
 		if o := it.arrival; o != nil {
 			it.arrival = nil
 			if l.n == 0 && l.holder == nil && !l.blocked {
@@ -556,6 +560,10 @@ func (s *Scheduler[M, T]) takeFrom(b *Batch[M, T], l *lane[M, T]) {
 	for len(b.Items) < s.size && l.n > 0 && l.head.stamp < limit {
 		b.Items = append(b.Items, l.pop())
 	}
+	if l.waits {
+		b.waits = true
+		l.waits = l.n > 0
+	}
 	if l.n > 0 {
 		s.requeue(l)
 	}
@@ -651,6 +659,7 @@ func (s *Scheduler[M, T]) finishBatch(b *Batch[M, T]) {
 // reset readies an emptied batch for reuse.
 func (b *Batch[M, T]) reset() {
 	clear(b.early)
+	b.waits = false
 	b.orphaned.Store(false)
 }
 

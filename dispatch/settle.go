@@ -86,6 +86,7 @@ func (s *Scheduler[M, T]) Settle(b *Batch[M, T], out []Outcome) (finished int) {
 			back = append(back, it)
 			if o.Verdict == Hold {
 				l.blocked = true
+				noteWaitLocked(it)
 				held = append(held, heldItem[M, T]{it, o})
 			}
 		}
@@ -102,6 +103,7 @@ func (s *Scheduler[M, T]) Settle(b *Batch[M, T], out []Outcome) (finished int) {
 		l := back[i].lane
 		l.pushFront(back[i])
 		l.returning = false
+		l.waits = l.waits || back[i].waitAttempt != 0
 		if l.inReady {
 			s.readyItems++
 		}
@@ -187,41 +189,14 @@ func (s *Scheduler[M, T]) Held() int {
 }
 
 // Uncharge takes back the attempt a held item was charged (its failure
-// does not count: an outage), under the lock HeldItems reads Attempt with.
+// does not count: an outage), under the lock WaitingItems reads it with.
 func (s *Scheduler[M, T]) Uncharge(it *Item[M, T]) {
 	s.mu.Lock()
 	it.Attempt--
-	s.mu.Unlock()
-}
-
-// HeldItem is a held lane's head as HeldItems saw it under the
-// scheduler's lock: the item (a key for the caller's own maps), and its
-// offset and attempt count, which a worker may change once the lane is let
-// go.
-type HeldItem[M, T any] struct {
-	Item    *Item[M, T]
-	Offset  int64
-	Attempt int
-}
-
-// HeldItems appends to dst the items p's held lanes wait for (their heads),
-// in no particular order. The owner calls it to write them into its commit
-// metadata; it costs O(p's lanes) when any is held, nothing otherwise.
-// Offset and Attempt are copied under the lock: the moment it is released,
-// a retry that comes due can hand the item to a worker that charges it
-// another attempt.
-func (s *Scheduler[M, T]) HeldItems(p *Partition[M, T], dst []HeldItem[M, T]) []HeldItem[M, T] {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if p.held == 0 || p.revoked {
-		return dst
+	if it.waitAttempt != 0 {
+		it.waitAttempt = int32(it.Attempt)
 	}
-	p.lanes.each(func(l *lane[M, T]) {
-		if l.blocked && l.head != nil {
-			dst = append(dst, HeldItem[M, T]{l.head, l.head.offset, l.head.Attempt})
-		}
-	})
-	return dst
+	s.mu.Unlock()
 }
 
 // CancelRunning cancels, with cause, the context of every worker whose
@@ -250,9 +225,11 @@ func (s *Scheduler[M, T]) CancelRunning(p *Partition[M, T], cause error) int {
 // SortByLane reorders a running batch's items so that each lane's items
 // stand together, lanes in the order they first appear and each lane's
 // items in their order: any split of the batch at a lane boundary then
-// keeps lane order. Only the batch's worker touches a running batch's
-// items.
-func (b *Batch[M, T]) SortByLane() {
+// keeps lane order. The batch's worker calls it; it reorders the items
+// under the scheduler's lock, which WaitingItems reads them under.
+func (s *Scheduler[M, T]) SortByLane(b *Batch[M, T]) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	if b.order == nil {
 		b.order = make(map[*lane[M, T]]int)
 	}

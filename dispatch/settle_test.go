@@ -72,19 +72,19 @@ func TestSettleHoldsOnlyTheFailedLane(t *testing.T) {
 	if got := s.Held(); got != 2 || len(held) != 2 {
 		t.Fatalf("lanes held: got %d (Hold told of %d), want 2 (lanes 1 and 2)", got, len(held))
 	}
-	if got := s.HeldItems(p, nil); len(got) != 2 {
-		t.Fatalf("HeldItems: got %d, want 2", len(got))
+	if got := s.WaitingItems(p, nil); len(got) != 2 {
+		t.Fatalf("WaitingItems: got %d, want 2", len(got))
 	}
 	var heads []int64
-	for _, h := range s.HeldItems(p, nil) {
+	for _, h := range s.WaitingItems(p, nil) {
 		if h.Offset != h.Item.Offset() || h.Attempt != h.Item.Attempt {
-			t.Fatalf("HeldItems: got offset %d attempt %d, want the item's %d and %d", h.Offset, h.Attempt, h.Item.Offset(), h.Item.Attempt)
+			t.Fatalf("WaitingItems: got offset %d attempt %d, want the item's %d and %d", h.Offset, h.Attempt, h.Item.Offset(), h.Item.Attempt)
 		}
 		heads = append(heads, h.Offset)
 	}
 	slices.Sort(heads)
 	if want := []int64{2, 5}; !slices.Equal(heads, want) {
-		t.Fatalf("HeldItems offsets: got %v, want %v (the failed heads of lanes 1 and 2)", heads, want)
+		t.Fatalf("WaitingItems offsets: got %v, want %v (the failed heads of lanes 1 and 2)", heads, want)
 	}
 	// Lane 3's new item runs at once; lanes 1 and 2 wait.
 	if got := takeAll(t, s, w); !slices.Equal(got, []int{7}) {
@@ -192,7 +192,7 @@ func TestSortByLane(t *testing.T) {
 	feed(t, p, &off, 1, 2, 1, 3, 2, 1)
 	b := s.NewBatch(s.NewWorker())
 	s.Next(b, true, nil)
-	b.SortByLane()
+	s.SortByLane(b)
 	if got := lanesOf(b); !slices.Equal(got, []int{1, 1, 1, 2, 2, 3}) {
 		t.Fatalf("lanes after sort: got %v, want [1 1 1 2 2 3]", got)
 	}
@@ -310,12 +310,12 @@ func TestOrphan(t *testing.T) {
 	}
 }
 
-// TestHeldItemsSnapshot: HeldItems copies a held head's offset and attempt
+// TestWaitingItemsSnapshot: WaitingItems copies a held head's offset and attempt
 // under the scheduler's lock. Once Unhold lets the lane go, a worker may
 // take the item and charge it another attempt while the owner is still
 // writing the snapshot into its commit metadata (run with -race: reading
 // the item itself there was a data race).
-func TestHeldItemsSnapshot(t *testing.T) {
+func TestWaitingItemsSnapshot(t *testing.T) {
 	s := New[msg, int](Options[msg, int]{Size: 8, MaxInFlight: 100, Hold: func(*Item[msg, int], Outcome) {}})
 	p := s.NewPartition(16)
 	var off int64
@@ -328,9 +328,9 @@ func TestHeldItemsSnapshot(t *testing.T) {
 	it := b.Items[0]
 	it.Attempt++ // a worker charging the failed attempt, then holding the lane
 	s.Settle(b, []Outcome{{Verdict: Hold}})
-	held := s.HeldItems(p, nil)
+	held := s.WaitingItems(p, nil)
 	if len(held) != 1 || held[0].Item != it || held[0].Offset != 0 || held[0].Attempt != 2 {
-		t.Fatalf("HeldItems: got %+v, want one entry for offset 0 at attempt 2", held)
+		t.Fatalf("WaitingItems: got %+v, want one entry for offset 0 at attempt 2", held)
 	}
 	if !s.Unhold(it, false) {
 		t.Fatal("Unhold: got false, want the lane let go")

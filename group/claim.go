@@ -96,9 +96,9 @@ type claimLoop[T any] struct {
 	meta       string             // metadata last marked (the offset is st.next)
 	metaFull   bool               // the finished set does not fit CommitMetadata: take nothing new
 	ranges     []commit.Range
-	held       []dispatch.HeldItem[Message, T] // scratch for waiting
-	counted    uint64                          // the partition's Released as last counted in committed
-	workers    []merge.WorkerState             // scratch for observe
+	held       []dispatch.WaitingItem[Message, T] // scratch for waiting
+	counted    uint64                             // the partition's Released as last counted in committed
+	workers    []merge.WorkerState                // scratch for observe
 	waitingBuf []commit.Waiting
 	finished   func(*dispatch.Item[Message, T]) // countFinished, made once
 	out        Outcomes                         // counted here, published to st.outcomes by advance

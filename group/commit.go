@@ -218,13 +218,17 @@ func (c *claimLoop[T]) mark(waiting []commit.Waiting) bool {
 
 // waiting lists the partition's messages held first in their lanes (a
 // retry's backoff, a deferral, a dead letter being written) with their
-// attempt count and due time, sorted by offset, for the commit metadata:
-// a new owner continues the count and the backoff.
+// attempt count and due time, and those let go since and not finished yet
+// (due now), sorted by offset, for the commit metadata: a new owner
+// continues the count and the backoff.
 func (c *claimLoop[T]) waiting() []commit.Waiting {
-	c.held = c.g.sched.HeldItems(c.p, c.held[:0]) // Attempt read under the scheduler's lock
+	c.held = c.g.sched.WaitingItems(c.p, c.held[:0]) // Attempt read under the scheduler's lock
 	w := c.waitingBuf[:0]
 	for _, h := range c.held {
-		due, _ := c.g.fail.dueOf(h.Item)
+		var due time.Time // let go: due now
+		if h.Held {
+			due, _ = c.g.fail.dueOf(h.Item)
+		}
 		w = append(w, commit.Waiting{Offset: h.Offset, Attempt: h.Attempt, NotBefore: due})
 	}
 	clear(c.held)

@@ -7,6 +7,7 @@ import (
 	"hash/fnv"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -459,6 +460,73 @@ func TestAttemptsSurviveHandoff(t *testing.T) {
 		t.Fatalf("B's ResumedWaiting: got %d, want 1", st.ResumedWaiting)
 	}
 	r.check(true) // A's handoff metadata lists what it finished; B may not repeat it, but the target repeats by design
+}
+
+// TestAttemptsSurviveHandoffWhenDue: a message whose retry has come due
+// but has not run yet (the only worker is busy with another lane) is still
+// in the commit metadata at its attempt, so member B goes on at attempt 2
+// rather than 1. Such a retry is neither held nor finished; a commit that
+// listed only held lanes left it out, and every handoff between attempts
+// restarted the count (MaxAttempts then never ran out).
+func TestAttemptsSurviveHandoffWhenDue(t *testing.T) {
+	t.Parallel()     // mostly waits on the broker and the blocked call
+	const target = 0 // k0 at offset 0; k1 at offset 1 blocks the only worker
+	r := newRig(t, "handoff-due", 1, 2, 2)
+	w := r.work(0, 0)
+	var log attemptLog
+	release := make(chan struct{})
+	do := func(ctx context.Context, batch []*Message) error {
+		for _, m := range batch {
+			switch {
+			case m.Offset == target:
+				log.add(m.Attempt)
+				if m.Attempt == 1 {
+					return errors.New("fails once")
+				}
+			case m.Offset == 1 && m.Attempt == 1:
+				select { // holds the only worker past the retry's backoff
+				case <-release:
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+			}
+		}
+		return w.Do(ctx, batch)
+	}
+	cfg := r.config("handoff-due")
+	cfg.Size, cfg.Num = 1, 1
+	cfg.Retry = Retry{Backoff: 10 * time.Millisecond, MaxBackoff: 10 * time.Millisecond, Jitter: -1}
+	cfg.DrainTimeout = 200 * time.Millisecond
+	a := newGroup(t, cfg, do)
+	stopA := run(t, a)
+	waitFor(t, time.Minute, "A's commit to carry the due retry at attempt 2", func() bool {
+		cs := r.b.Commits(cfg.GroupID, r.topic)
+		if len(cs) == 0 {
+			return false
+		}
+		d, err := commit.DecodeMeta(cs[0].Metadata)
+		if err != nil {
+			return false
+		}
+		w, ok := d.WaitingAt(target)
+		return ok && w.Attempt == 2
+	})
+	if err := stopA(); err != nil { // the blocked call gives up on its ctx at the drain's end
+		t.Fatal(err)
+	}
+	close(release)
+	if seen, _ := log.get(); len(seen) != 1 {
+		t.Fatalf("attempts under A: got %v, want [1] (its retry waited for the busy worker)", seen)
+	}
+	b := newGroup(t, cfg, do)
+	stopB := run(t, b)
+	r.waitAllCommitted(cfg.GroupID, time.Minute)
+	if err := stopB(); err != nil {
+		t.Fatal(err)
+	}
+	if seen, _ := log.get(); !slices.Equal(seen, []int{1, 2}) {
+		t.Fatalf("attempts seen: got %v, want [1 2] (B continues the count)", seen)
+	}
 }
 
 // TestHungCall: a Do that ignores its ctx past MsgTimeout plus grace. With

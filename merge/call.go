@@ -145,7 +145,7 @@ func (p *Pool[M, T]) run(wk *worker[M, T], b *dispatch.Batch[M, T]) bool {
 		clear(wk.out)
 	}
 	if verdicts == nil && len(b.Items) > 1 && !p.cancelled(wk) && !b.Orphaned() {
-		b.SortByLane() // before any outcome is recorded: splits keep lane order
+		p.s.SortByLane(b) // before any outcome is recorded: splits keep lane order
 	}
 	p.failed(wk, b, 0, len(b.Items), verdicts, err, timedOut)
 	n := p.s.Settle(b, wk.out)

@@ -1,0 +1,72 @@
+package dispatch
+
+import "math"
+
+// WaitingItem is an item WaitingItems found, as it saw it under the
+// scheduler's lock: the item (a key for the caller's own maps), its offset,
+// the attempt a new owner goes on at, and whether its lane is held for it
+// now (a retry's backoff or a deferral still to run out, a dead letter
+// being written) rather than let go.
+type WaitingItem[M, T any] struct {
+	Item    *Item[M, T]
+	Offset  int64
+	Attempt int
+	Held    bool
+}
+
+// noteWaitLocked records it as an item the commit metadata must list until
+// it finishes (Item.waitAttempt), at its attempt now. Under the lock.
+func noteWaitLocked[M, T any](it *Item[M, T]) {
+	if it.waitAttempt == 0 {
+		it.part.waiting.Add(1)
+	}
+	it.waitAttempt = int32(min(it.Attempt, math.MaxInt32))
+	it.lane.waits = true
+}
+
+// WaitingItems appends to dst, in no particular order, p's unfinished
+// items that have been held or arrived at an attempt past the first: those
+// its held lanes wait for, and those whose lanes were let go since and that
+// are queued or running now (a retry that came due while every worker was
+// busy). The owner writes them into its commit metadata, so that a new owner
+// goes on at their attempts whether or not their backoff had run out. It
+// costs nothing while p has none, and otherwise O(p's lanes) plus the items
+// of the lanes and batches that hold one. Offset and Attempt are copied
+// under the lock: the moment it is released, a retry that comes due can
+// hand the item to a worker that charges it another attempt.
+func (s *Scheduler[M, T]) WaitingItems(p *Partition[M, T], dst []WaitingItem[M, T]) []WaitingItem[M, T] {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if p.revoked || p.waiting.Load() == 0 {
+		return dst
+	}
+	p.lanes.each(func(l *lane[M, T]) {
+		if !l.waits {
+			return
+		}
+		for it := l.head; it != nil; it = it.next {
+			if it.waitAttempt != 0 {
+				dst = append(dst, WaitingItem[M, T]{it, it.offset, int(it.waitAttempt), l.blocked && it == l.head})
+			}
+		}
+	})
+	for _, w := range s.workers {
+		dst = appendWaitingIn(dst, w.running, p)
+	}
+	return appendWaitingIn(dst, s.filler, p)
+}
+
+// appendWaitingIn appends the items of p in b (running, or filling) that
+// WaitingItems lists. Under the lock; b's items change only under it while
+// b runs or fills (see SortByLane), apart from those Finish handed back.
+func appendWaitingIn[M, T any](dst []WaitingItem[M, T], b *Batch[M, T], p *Partition[M, T]) []WaitingItem[M, T] {
+	if b == nil || !b.waits || b.orphaned.Load() {
+		return dst
+	}
+	for i, it := range b.Items {
+		if it.part == p && it.waitAttempt != 0 && (i >= len(b.early) || !b.early[i]) {
+			dst = append(dst, WaitingItem[M, T]{it, it.offset, int(it.waitAttempt), false})
+		}
+	}
+	return dst
+}

@@ -1,0 +1,111 @@
+package dispatch
+
+import (
+	"slices"
+	"testing"
+)
+
+// waitingOffsets is what WaitingItems lists for p, as "offset@attempt"
+// (held ones marked "h"), sorted.
+func waitingOffsets[M, T any](s *Scheduler[M, T], p *Partition[M, T]) []string {
+	var out []string
+	for _, w := range s.WaitingItems(p, nil) {
+		h := ""
+		if w.Held {
+			h = "h"
+		}
+		out = append(out, string(rune('0'+w.Offset))+"@"+string(rune('0'+w.Attempt))+h)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// TestWaitingItemsUntilFinished: an item that failed is listed for the
+// commit metadata from its hold until it finishes: held, then let go and
+// queued behind busy workers, then running, then returned by a cancelled
+// call; not once it finished and was recycled. A retry that came due but
+// had not run yet was missing from the list, and a new owner started it
+// at attempt 1 again.
+func TestWaitingItemsUntilFinished(t *testing.T) {
+	s := New[msg, int](Options[msg, int]{Size: 1, MaxInFlight: 100, Hold: func(*Item[msg, int], Outcome) {}})
+	p := s.NewPartition(16)
+	var off int64
+	feed(t, p, &off, 1, 2) // offset 0 on lane 1, offset 1 on lane 2
+	w := s.NewWorker()
+	b := s.NewBatch(w)
+	if st := s.Next(b, true, nil); st != Run || b.Items[0].Offset() != 0 {
+		t.Fatalf("Next: got %v with %v, want Run with offset 0", st, seqsOf(b))
+	}
+	it := b.Items[0]
+	var running *Batch[msg, int]
+	it.Attempt++ // the worker charges the failed attempt
+	s.Settle(b, []Outcome{{Verdict: Hold}})
+	steps := []struct {
+		name string
+		act  func()
+		want []string
+	}{
+		{"held", func() {}, []string{"0@2h"}},
+		{"let go, queued", func() {
+			if !s.Unhold(it, false) {
+				t.Fatal("Unhold: got false, want the lane let go")
+			}
+		}, []string{"0@2"}},
+		{"running", func() {
+			// Offset 1 (lane 2) is older in the ready queue: it runs and
+			// finishes first; then offset 0 runs.
+			b := s.NewBatch(w)
+			for st := s.Next(b, true, nil); b.Items[0] != it; st = s.Next(b, true, nil) {
+				if st != Run {
+					t.Fatalf("Next: got %v, want Run", st)
+				}
+				s.Release(b)
+			}
+			running = b
+		}, []string{"0@2"}},
+		{"returned by a cancelled call", func() {
+			s.Settle(running, []Outcome{{Verdict: Return}})
+		}, []string{"0@2"}},
+		{"finished and recycled", func() {
+			b := s.NewBatch(w)
+			if st := s.Next(b, true, nil); st != Run || b.Items[0] != it {
+				t.Fatalf("Next: got %v with %v, want Run with offset 0", st, seqsOf(b))
+			}
+			s.Release(b)
+			p.Advance()
+		}, nil},
+	}
+	for _, step := range steps {
+		step.act()
+		if got := waitingOffsets(s, p); !slices.Equal(got, step.want) {
+			t.Fatalf("%s: WaitingItems got %v, want %v", step.name, got, step.want)
+		}
+	}
+	if n := p.waiting.Load(); n != 0 {
+		t.Fatalf("items counted as waiting after all finished: got %d, want 0", n)
+	}
+}
+
+// TestWaitingItemsArrivedBehind: a message a previous owner left waiting
+// (AddHeld, at attempt 3) behind an unfinished earlier message of its lane
+// is listed at its attempt while it waits its turn, not dropped from the
+// next commit's metadata.
+func TestWaitingItemsArrivedBehind(t *testing.T) {
+	s := New[msg, int](Options[msg, int]{Size: 1, MaxInFlight: 100, Hold: func(*Item[msg, int], Outcome) {}})
+	p := s.NewPartition(16)
+	first := p.Alloc()
+	first.Msg, first.Lane = msg{1, 0}, 1
+	if err := p.Add(first, 0, 1); err != nil {
+		t.Fatal(err)
+	}
+	behind := p.Alloc()
+	behind.Msg, behind.Lane = msg{1, 1}, 1
+	if err := p.AddHeld(behind, 1, 1, Outcome{}); err != nil {
+		t.Fatal(err)
+	}
+	behind.Attempt = 3
+	p.Flush()
+	if got, want := waitingOffsets(s, p), []string{"1@3"}; !slices.Equal(got, want) {
+		t.Fatalf("WaitingItems: got %v, want %v", got, want)
+	}
+}
