@@ -41,7 +41,8 @@ type claimState struct {
 	topic         string
 	part          int32
 	fetched       atomic.Int64
-	committed     atomic.Int64
+	committed     atomic.Int64 // messages behind the frontier last marked (Stats.Committed)
+	released      atomic.Int64 // messages behind the frontier now (as of the last advance), marked or not
 	next          atomic.Int64 // offset last marked for commit (the claim's initial offset at first); -1 unknown
 	finishedAbove atomic.Int64
 	unfinished    atomic.Int64 // fetched, dispatched and not finished (as of the last advance)
@@ -97,7 +98,7 @@ type claimLoop[T any] struct {
 	metaFull   bool               // the finished set does not fit CommitMetadata: take nothing new
 	ranges     []commit.Range
 	held       []dispatch.WaitingItem[Message, T] // scratch for waiting
-	counted    uint64                             // the partition's Released as last counted in committed
+	counted    uint64                             // the partition's Released when last marked, counted in committed
 	workers    []merge.WorkerState                // scratch for observe
 	waitingBuf []commit.Waiting
 	finished   func(*dispatch.Item[Message, T]) // countFinished, made once
@@ -425,10 +426,7 @@ func (c *claimLoop[T]) badOffset(off int64, err error) {
 // commit at the next commit tick).
 func (c *claimLoop[T]) advance() {
 	c.p.AdvanceFunc(c.finished)
-	if r := c.p.Released(); r > c.counted { // skipped messages count too
-		c.st.committed.Add(int64(r - c.counted))
-		c.counted = r
-	}
+	c.st.released.Store(int64(c.p.Released())) // skipped messages count too
 	c.st.unfinished.Store(c.p.Unfinished())
 	c.st.undispatched.Store(int64(c.undispatched.len()))
 	c.st.outcomes.store(c.out)

@@ -213,6 +213,10 @@ func (c *claimLoop[T]) mark(waiting []commit.Waiting) bool {
 	c.marked = true
 	c.meta = meta
 	c.st.next.Store(next)
+	if r := c.p.Released(); r > c.counted { // what the frontier passed up to next
+		c.st.committed.Add(int64(r - c.counted))
+		c.counted = r
+	}
 	return true
 }
 

@@ -117,7 +117,7 @@ func runMemPipeline(tb testing.TB, cfg Config, do func(context.Context, []*Messa
 	feeders.Wait()
 	// Done when every message is behind its partition's frontier (marks
 	// for commit come only at commit ticks).
-	for g.committedNow() < int64(per*parts) {
+	for g.releasedNow() < int64(per*parts) {
 		time.Sleep(20 * time.Microsecond)
 	}
 	if b, ok := tb.(*testing.B); ok {
@@ -131,15 +131,16 @@ func runMemPipeline(tb testing.TB, cfg Config, do func(context.Context, []*Messa
 	return g
 }
 
-// committedNow is how many messages are behind their claims' frontiers,
-// read without Stats' other work (its scheduler lock would perturb the
+// releasedNow is how many messages are behind their claims' frontiers,
+// marked for commit or not (Stats.Committed waits for a commit tick), read
+// without Stats' other work (its scheduler lock would perturb the
 // measurement when polled).
-func (g *Group[T]) committedNow() int64 {
+func (g *Group[T]) releasedNow() int64 {
 	g.claimsMu.Lock()
 	defer g.claimsMu.Unlock()
 	var n int64
 	for c := range g.claims {
-		n += c.committed.Load()
+		n += c.released.Load()
 	}
 	return n
 }
