@@ -28,11 +28,13 @@ type Item[M, T any] struct {
 	size    int32  // bytes counted against the partition's byte share (a Kafka record is under 2 GiB); owner only
 	// waitAttempt is, once the item has been held (a retry's backoff, a
 	// deferral, a dead letter being written) or arrived at an attempt
-	// past the first, its Attempt as the scheduler last saw it: kept
-	// under the scheduler's lock until the item finishes, so that
-	// WaitingItems lists it for the commit metadata while it is held and
-	// also after its lane is let go, queued or running, until it
-	// finishes. 0: never held. A new owner goes on at that attempt.
+	// past the first, its Attempt as the scheduler last saw it: written
+	// under the scheduler's lock while the item is in the scheduler, and
+	// cleared by the owner when it recycles the item (WaitingItems, which
+	// reads it, is called by the owner too), so that WaitingItems lists it
+	// for the commit metadata while it is held and also after its lane is
+	// let go, queued or running, until it finishes. 0: never held. A new
+	// owner goes on at that attempt.
 	waitAttempt int32
 	// firstFailure is when the item first failed, in Unix nanoseconds
 	// (0 until it does), for its dead letter; written by whoever holds

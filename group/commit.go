@@ -181,6 +181,9 @@ func (c *claimLoop[T]) mark(waiting []commit.Waiting) bool {
 	if limit := c.g.cfg.CommitMetadata; limit >= 0 && !c.st.noMeta.Load() {
 		var ranges []commit.Range
 		next, ranges, _ = c.p.Finished(c.ranges)
+		// A message listed waiting before revoke's drain may have
+		// finished in it.
+		waiting = unfinishedOnly(waiting, next, ranges)
 		// What the previous owner finished, or left waiting, beyond what
 		// this claim has received still is: pass it on.
 		ranges = c.resume.AppendAfter(ranges, c.p.Last())
@@ -229,6 +232,9 @@ func (c *claimLoop[T]) waiting() []commit.Waiting {
 	c.held = c.g.sched.WaitingItems(c.p, c.held[:0]) // Attempt read under the scheduler's lock
 	w := c.waitingBuf[:0]
 	for _, h := range c.held {
+		if !h.Held && h.Attempt <= 1 {
+			continue // a deferral that ran out: a new owner would do the same without it
+		}
 		var due time.Time // let go: due now
 		if h.Held {
 			due, _ = c.g.fail.dueOf(h.Item)
@@ -239,6 +245,24 @@ func (c *claimLoop[T]) waiting() []commit.Waiting {
 	slices.SortFunc(w, func(a, b commit.Waiting) int { return cmp.Compare(a.Offset, b.Offset) })
 	c.waitingBuf = w
 	return w
+}
+
+// unfinishedOnly drops from waiting (sorted by offset) the messages below
+// next or within the finished ranges (sorted, half-open), in place. The
+// metadata's decoder rejects a waiting message that is finished, and with
+// it the whole metadata.
+func unfinishedOnly(waiting []commit.Waiting, next int64, finished []commit.Range) []commit.Waiting {
+	out, j := waiting[:0], 0
+	for _, w := range waiting {
+		for j < len(finished) && finished[j].End <= w.Offset {
+			j++
+		}
+		if w.Offset < next || j < len(finished) && finished[j].Start <= w.Offset {
+			continue
+		}
+		out = append(out, w)
+	}
+	return out
 }
 
 // watchMetadata stops the partition from taking messages while its

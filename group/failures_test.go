@@ -529,6 +529,66 @@ func TestAttemptsSurviveHandoffWhenDue(t *testing.T) {
 	}
 }
 
+// TestFinalCommitAfterDrainedRetry: a retry that came due is running
+// (attempt 2) when the member shuts down; revoke lists the waiting
+// messages before the drain, and the retry then succeeds in the drain and
+// the frontier passes it. The final commit must not list it as waiting:
+// the decoder rejects a finished message listed waiting, and with it the
+// whole metadata (the finished set, every other waiting message).
+func TestFinalCommitAfterDrainedRetry(t *testing.T) {
+	t.Parallel() // mostly waits on the broker and the drain
+	const target = 0
+	r := newRig(t, "drained-retry", 1, 2, 2)
+	w := r.work(0, 0)
+	started := make(chan struct{})
+	release := make(chan struct{})
+	do := func(ctx context.Context, batch []*Message) error {
+		for _, m := range batch {
+			if m.Offset == target {
+				if m.Attempt == 1 {
+					return errors.New("fails once")
+				}
+				close(started)
+				select {
+				case <-release:
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+			}
+		}
+		return w.Do(ctx, batch)
+	}
+	cfg := r.config("drained-retry")
+	cfg.Size, cfg.Num = 1, 1
+	cfg.Retry = Retry{Backoff: 10 * time.Millisecond, MaxBackoff: 10 * time.Millisecond, Jitter: -1}
+	cfg.DrainTimeout = 5 * time.Second
+	a := newGroup(t, cfg, do)
+	stopA := run(t, a)
+	select {
+	case <-started:
+	case <-time.After(time.Minute):
+		t.Fatal("the retry never ran")
+	}
+	stopped := make(chan error, 1)
+	go func() { stopped <- stopA() }()
+	time.Sleep(500 * time.Millisecond) // revoke has listed the waiting messages and drains (sooner: the test shows nothing, it cannot fail)
+	close(release)
+	if err := <-stopped; err != nil {
+		t.Fatal(err)
+	}
+	c, ok := r.b.Commits(cfg.GroupID, r.topic)[0]
+	if !ok {
+		t.Fatal("no commit")
+	}
+	d, err := commit.DecodeMeta(c.Metadata)
+	if err != nil && !errors.Is(err, commit.ErrNotOrderlyMetadata) {
+		t.Fatalf("final commit (offset %d, metadata %q): %v", c.Offset, c.Metadata, err)
+	}
+	if c.Offset != 2 || len(d.Waiting) != 0 {
+		t.Fatalf("final commit: got offset %d waiting %v, want offset 2 and nothing waiting", c.Offset, d.Waiting)
+	}
+}
+
 // TestHungCall: a Do that ignores its ctx past MsgTimeout plus grace. With
 // Unordered its message is handed to another worker at its next attempt,
 // done once, and the late completion is ignored: the commit reaches the
