@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"os"
 	"slices"
 	"strings"
 	"time"
@@ -93,6 +94,20 @@ messages, about 1 GB in the broker).`,
 	return c
 }
 
+// writableDir makes dir if need be and checks that a file can be made in
+// it.
+func writableDir(dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(dir, ".orderly-bench-*")
+	if err != nil {
+		return err
+	}
+	f.Close()
+	return os.Remove(f.Name())
+}
+
 // runBench is `orderly bench`: flags to bench.Options, the Markdown table
 // to out, progress to progress; command is the command line the report
 // records.
@@ -118,6 +133,11 @@ func runBench(ctx context.Context, o *benchOpts, command string, out, progress i
 	}
 	if o.quiet {
 		opts.Progress = io.Discard
+	}
+	if o.out != "" {
+		if err := writableDir(o.out); err != nil {
+			return fmt.Errorf("--out %s: %w", o.out, err) // before the runs, not after them
+		}
 	}
 	rep, err := bench.Run(ctx, opts)
 	if errors.Is(err, bench.ErrOptions) { // the flags' checks catch these first

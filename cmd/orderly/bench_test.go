@@ -42,6 +42,23 @@ func TestBenchCommand(t *testing.T) {
 	}
 }
 
+// TestBenchOutUnwritable: an --out directory that cannot be made ends the
+// command before any run, naming the flag; nothing is printed on stdout.
+func TestBenchOutUnwritable(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	out, progress, err := runCmd2(context.Background(), "bench", "--scenario", "noop", "--out", filepath.Join(file, "sub"))
+	if err == nil || !strings.HasPrefix(err.Error(), "--out "+filepath.Join(file, "sub")+": ") {
+		t.Fatalf("got error %v, want one naming --out %s", err, filepath.Join(file, "sub"))
+	}
+	if out != "" || strings.Contains(progress, "round") || time.Since(start) > 10*time.Second {
+		t.Fatalf("ran before failing (%v): stdout %q, progress %q", time.Since(start), out, progress)
+	}
+}
+
 // TestBenchScale: the scale flags reach the harness: one tiny data set per
 // --scale-partitions value, its rows in the table, scale.png written.
 func TestBenchScale(t *testing.T) {

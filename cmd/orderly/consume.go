@@ -158,8 +158,6 @@ func (o *consumeOpts) check() error {
 		return usagef("missing --topic: give the topics to consume")
 	case o.group == "":
 		return usagef("missing --group: give the consumer group id")
-	case len(o.strategies) != len(slices.Compact(slices.Sorted(slices.Values(o.strategies)))):
-		return badValue("--assignment-strategy", strings.Join(o.strategies, ","), errors.New("names a strategy twice"))
 	case o.sessionTimeout > maxSessionTimeout:
 		return badValue("--session-timeout", o.sessionTimeout.String(), fmt.Errorf("above %v, Kafka's default group.max.session.timeout.ms", maxSessionTimeout))
 	case o.maxBackoff < o.backoff:
@@ -188,6 +186,15 @@ func (o *consumeOpts) check() error {
 // maxSessionTimeout is the longest --session-timeout: Kafka's default
 // group.max.session.timeout.ms (a broker refuses a longer one at join).
 const maxSessionTimeout = 30 * time.Minute
+
+// topicName is the check of a topic a command creates: Kafka's rule for
+// topic names, the same as for instance ids.
+func topicName(s string) error {
+	if !group.ValidInstanceID(s) {
+		return errors.New(`a Kafka topic name is at most 249 letters, digits, '.', '_' and '-' (not "." or "..")`)
+	}
+	return nil
+}
 
 // instanceID is --instance-id's check.
 func instanceID(s string) error {

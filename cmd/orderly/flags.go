@@ -140,11 +140,16 @@ func nonEmpty(s string) error {
 
 // oneOf returns a stringVar check that accepts only the given words.
 func oneOf(words ...string) func(string) error {
+	named := slices.DeleteFunc(slices.Clone(words), func(w string) bool { return w == "" })
+	msg := "must be one of " + strings.Join(named, ", ")
+	if len(named) < len(words) {
+		msg += ", or empty"
+	}
 	return func(s string) error {
 		if slices.Contains(words, s) {
 			return nil
 		}
-		return fmt.Errorf("must be one of %s", strings.Join(words, ", "))
+		return errors.New(msg)
 	}
 }
 
@@ -193,6 +198,9 @@ func splitList(s string, check func(string) error) ([]string, error) {
 				}
 				return nil, fmt.Errorf("%q: %w", f, err)
 			}
+		}
+		if slices.Contains(out, f) {
+			return nil, fmt.Errorf("%q is listed twice", f)
 		}
 		out = append(out, f)
 	}

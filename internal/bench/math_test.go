@@ -162,6 +162,10 @@ func TestReportRatiosAndMarkdown(t *testing.T) {
 	f1 := rep.addRow(fs, caseSpec{Label: "1%", BaselineCase: "0%", Target: 0.9}, "orderly")
 	f0.add(Result{Handled: 1000, Elapsed: time.Second})
 	f1.add(Result{Handled: 1000, Elapsed: 2 * time.Second})
+	ns := scenario{Name: "noop"}
+	tiny := caseSpec{Label: "tiny", Baseline: "raw", Target: 1}
+	rep.addRow(ns, tiny, "raw").add(Result{Handled: 1, Elapsed: time.Microsecond})
+	rep.addRow(ns, tiny, "orderly").add(Result{Handled: 1, Elapsed: time.Microsecond})
 	rep.finish()
 
 	if want := 30000 / 0.5; limit.Median != want {
@@ -183,6 +187,7 @@ func TestReportRatiosAndMarkdown(t *testing.T) {
 	for _, want := range []string{
 		"| io | Num=64 | orderly | 50.0k | 0.83x | limit | >= 0.95x: not met | 600ms | 700ms |",
 		"| fail | 1% | orderly | 500 | 0.50x | 0%/orderly | >= 0.90x: not met |",
+		"| noop | tiny | orderly | 1.00M | 1.00x | raw | >= 1.00x: too short to judge (--messages) |",
 		"`orderly bench --scenario io`",
 	} {
 		if !strings.Contains(buf.String(), want) {
