@@ -45,7 +45,8 @@ upper case with - as _ (--max-in-flight: ` + envPrefix + `MAX_IN_FLIGHT); a flag
 the command line wins, an empty variable counts as unset.
 
 Exit status: 0 done; 1 error, or a failed check; 2 usage error; 3 interrupted
-(SIGINT, SIGTERM or --timeout) before the run finished.
+(SIGINT, SIGTERM or --timeout) before the run finished. A second SIGINT or
+SIGTERM kills the process at once (a shell shows 130 or 143).
 `
 
 // helpTemplate is cobra's help, with the usage line first so that every

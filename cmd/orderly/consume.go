@@ -92,7 +92,8 @@ finish, commit, print the final line, exit 0.`
 // planned end, so a signal is how it stops, and that is a success.
 const (
 	helpExitStatus = `Exit status: 0 done; 1 error, or a failed check; 2 usage error; 3 interrupted
-(SIGINT, SIGTERM or --timeout) before the run finished.
+(SIGINT, SIGTERM or --timeout) before the run finished. A second SIGINT or
+SIGTERM kills the process at once (a shell shows 130 or 143).
 `
 	consumeExitStatus = `Exit status: 0 stopped by SIGINT or SIGTERM, after draining and committing;
 1 error (the run could not start or go on, or the coordinator did not

@@ -123,3 +123,42 @@ func runInterrupted(t *testing.T, args []string, signal bool) result {
 	}
 	return result{stdout: out.String(), stderr: stderr.String(), code: cmd.ProcessState.ExitCode()}
 }
+
+// TestDemoSecondInterrupt: a second SIGINT while the demo drains after the
+// first ends the process at once, killed by the signal (a shell shows
+// 130), with no report.
+func TestDemoSecondInterrupt(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, orderlyBin(t), "demo", "--messages", "200000", "--rate", "2000",
+		"--io", "5s", "--progress", "off")
+	cmd.Env = procEnv()
+	var stdout, stderr lockedBuffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for !strings.Contains(stdout.String(), "producing ") {
+		if time.Now().After(deadline) {
+			t.Fatalf("demo not producing after 30s\nstdout:\n%s\nstderr:\n%s", stdout.String(), stderr.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	time.Sleep(500 * time.Millisecond) // calls of 5s in flight: the drain after the first signal takes seconds
+	for range 2 {
+		if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	cmd.Wait()
+	ws, _ := cmd.ProcessState.Sys().(syscall.WaitStatus)
+	if !ws.Signaled() || ws.Signal() != syscall.SIGINT {
+		t.Fatalf("exit: got %v, want killed by SIGINT\nstdout:\n%s\nstderr:\n%s", cmd.ProcessState, stdout.String(), stderr.String())
+	}
+	if strings.Contains(stdout.String(), "run ") || strings.Contains(stdout.String(), "handled") {
+		t.Fatalf("a report was printed:\n%s", stdout.String())
+	}
+}
