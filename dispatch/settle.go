@@ -225,11 +225,11 @@ func (s *Scheduler[M, T]) CancelRunning(p *Partition[M, T], cause error) int {
 // SortByLane reorders a running batch's items so that each lane's items
 // stand together, lanes in the order they first appear and each lane's
 // items in their order: any split of the batch at a lane boundary then
-// keeps lane order. The batch's worker calls it; it reorders the items
-// under the scheduler's lock, which WaitingItems reads them under.
+// keeps lane order. The batch's worker calls it. The order is worked out
+// without the scheduler's lock (nothing else writes a running batch's
+// items) and written into the batch under it, since WaitingItems reads
+// the items under it.
 func (s *Scheduler[M, T]) SortByLane(b *Batch[M, T]) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	if b.order == nil {
 		b.order = make(map[*lane[M, T]]int)
 	}
@@ -252,7 +252,9 @@ func (s *Scheduler[M, T]) SortByLane(b *Batch[M, T]) {
 		sorted[starts[k]] = it
 		starts[k]++
 	}
+	s.mu.Lock()
 	copy(b.Items, sorted)
+	s.mu.Unlock()
 	clear(sorted)
 	b.scratch, b.starts = sorted[:0], starts[:0]
 }
