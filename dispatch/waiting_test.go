@@ -3,6 +3,7 @@ package dispatch
 import (
 	"slices"
 	"testing"
+	"time"
 )
 
 // waitingOffsets is what WaitingItems lists for p, as "offset@attempt"
@@ -107,5 +108,38 @@ func TestWaitingItemsArrivedBehind(t *testing.T) {
 	p.Flush()
 	if got, want := waitingOffsets(s, p), []string{"1@3"}; !slices.Equal(got, want) {
 		t.Fatalf("WaitingItems: got %v, want %v", got, want)
+	}
+}
+
+// TestArrivedBehindRunsAfterItsLane: a message a previous owner left
+// waiting (AddHeld) that arrives behind an unfinished earlier message of
+// its lane is not held when it reaches the front: it runs straight after
+// that message (README, "When messages fail", the one exception to the
+// backoff a new owner keeps).
+func TestArrivedBehindRunsAfterItsLane(t *testing.T) {
+	holds := 0
+	s := New[msg, int](Options[msg, int]{Size: 1, MaxInFlight: 100, Hold: func(*Item[msg, int], Outcome) { holds++ }})
+	p := s.NewPartition(16)
+	first := p.Alloc()
+	first.Msg, first.Lane = msg{1, 0}, 1
+	if err := p.Add(first, 0, 1); err != nil {
+		t.Fatal(err)
+	}
+	behind := p.Alloc()
+	behind.Msg, behind.Lane = msg{1, 1}, 1
+	if err := p.AddHeld(behind, 1, 1, Outcome{Delay: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	p.Flush()
+	w := s.NewWorker()
+	for _, want := range []*Item[msg, int]{first, behind} {
+		b := s.NewBatch(w)
+		if st := s.Next(b, true, nil); st != Run || b.Items[0] != want {
+			t.Fatalf("Next: got %v with %v, want Run with offset %d", st, seqsOf(b), want.Offset())
+		}
+		s.Release(b)
+	}
+	if holds != 0 {
+		t.Fatalf("holds: got %d, want 0 (it waited its turn instead)", holds)
 	}
 }
