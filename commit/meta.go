@@ -108,6 +108,28 @@ func (d *Done) AppendAfter(dst []Range, after int64) []Range {
 	return dst
 }
 
+// DropFrom drops the finished offsets and waiting messages at or above end
+// (a partition's high watermark: no message there has been written yet, so
+// none can have finished) and returns how many finished offsets and
+// waiting messages it dropped.
+func (d *Done) DropFrom(end int64) (finished int64, waiting int) {
+	for i := len(d.Ranges) - 1; i >= 0 && d.Ranges[i].End > end; i-- {
+		r := &d.Ranges[i]
+		finished += r.End - max(r.Start, end)
+		if r.Start >= end {
+			d.Ranges = d.Ranges[:i]
+		} else {
+			r.End = end
+		}
+	}
+	k := len(d.Waiting)
+	for k > 0 && d.Waiting[k-1].Offset >= end {
+		k--
+	}
+	waiting, d.Waiting = len(d.Waiting)-k, d.Waiting[:k]
+	return finished, waiting
+}
+
 // Count is the number of offsets the ranges cover.
 func (d *Done) Count() int64 {
 	var n int64

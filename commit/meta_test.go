@@ -888,3 +888,45 @@ func BenchmarkDecodeMeta2(b *testing.B) {
 		}
 	}
 }
+
+// TestDropFrom: what lies at or above the end is dropped, a range across
+// it is cut, and what lies below stays.
+func TestDropFrom(t *testing.T) {
+	tests := []struct {
+		name         string
+		end          int64
+		ranges       []Range
+		waiting      []int64
+		wantRanges   []Range
+		wantWaiting  []int64
+		wantFinished int64
+		wantDropped  int
+	}{
+		{"all below", 100, []Range{{10, 20}, {30, 40}}, []int64{25}, []Range{{10, 20}, {30, 40}}, []int64{25}, 0, 0},
+		{"one across", 35, []Range{{10, 20}, {30, 40}}, []int64{25, 50}, []Range{{10, 20}, {30, 35}}, []int64{25}, 5, 1},
+		{"past the end", 11, []Range{{11, 1 << 40}}, []int64{11}, []Range{}, []int64{}, 1<<40 - 11, 1},
+		{"ends at the end", 20, []Range{{10, 20}}, nil, []Range{{10, 20}}, nil, 0, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			d := Done{Ranges: tt.ranges}
+			for _, o := range tt.waiting {
+				d.Waiting = append(d.Waiting, Waiting{Offset: o, Attempt: 2})
+			}
+			finished, dropped := d.DropFrom(tt.end)
+			var got []int64
+			for _, w := range d.Waiting {
+				got = append(got, w.Offset)
+			}
+			if finished != tt.wantFinished || dropped != tt.wantDropped || len(d.Ranges) != len(tt.wantRanges) || len(got) != len(tt.wantWaiting) {
+				t.Fatalf("DropFrom(%d): got ranges %v waiting %v (dropped %d finished, %d waiting), want %v %v (%d, %d)",
+					tt.end, d.Ranges, got, finished, dropped, tt.wantRanges, tt.wantWaiting, tt.wantFinished, tt.wantDropped)
+			}
+			for i := range d.Ranges {
+				if d.Ranges[i] != tt.wantRanges[i] {
+					t.Fatalf("DropFrom(%d): got ranges %v, want %v", tt.end, d.Ranges, tt.wantRanges)
+				}
+			}
+		})
+	}
+}

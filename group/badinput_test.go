@@ -16,6 +16,7 @@ import (
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/orderly-go/orderly/commit"
 	"github.com/orderly-go/orderly/internal/ledger"
 )
 
@@ -339,6 +340,57 @@ func TestCorruptCommitMetadata(t *testing.T) {
 	}
 	if !logged(logs, "ignoring corrupt commit metadata", map[string]any{"topic": "corrupt-meta", "partition": int32(0), "offset": int64(start)}) {
 		t.Fatalf("corrupt metadata not reported with its topic/partition/offset: %v", logs.All())
+	}
+}
+
+// TestMetadataPastHighWatermark: commit metadata that lists offsets as
+// finished beyond the partition's high watermark (a truncated log, or
+// metadata not written for this partition) is cut at the high watermark,
+// with a warning: the records written there later are handled, not
+// skipped as finished. What it lists below the high watermark cannot be
+// told from real and is skipped.
+func TestMetadataPastHighWatermark(t *testing.T) {
+	t.Parallel() // waits on the broker
+	const first, more, keys, start = 20, 10, 5, 5
+	plan := make([]planned, first+more)
+	for i := range plan {
+		plan[i] = planned{key: uint32(i % keys), part: -1}
+	}
+	r := newRigQuiet(t, "past-hw", 1, plan)
+	r.produce(0, first)
+	meta, _, _ := commit.EncodeMeta2(start, nil, []commit.Range{{Start: 10, End: 1 << 40}}, 4096)
+	admin, err := sarama.NewClusterAdmin(r.b.Addrs(), r.config("x").withDefaults().Sarama)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = admin.AlterConsumerGroupOffsets("past-hw", map[string]map[int32]sarama.OffsetAndMetadata{
+		"past-hw": {0: {Offset: start, Metadata: meta}},
+	}, nil)
+	admin.Close()
+	if err != nil {
+		t.Fatalf("seed a committed offset: %v", err)
+	}
+	logger, logs := observed()
+	cfg := r.config("past-hw")
+	cfg.Logger = logger
+	var handled atomic.Int64
+	g := newGroup(t, cfg, func(_ context.Context, batch []*Message) error {
+		handled.Add(int64(len(batch)))
+		return nil
+	})
+	stop := run(t, g)
+	waitFor(t, time.Minute, "offsets 5-9 handled", func() bool { return handled.Load() == 10-start })
+	r.produce(first, first+more)
+	r.waitAllCommitted(cfg.GroupID, time.Minute)
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if got := handled.Load(); got != 10-start+more {
+		t.Fatalf("handled: got %d, want %d (5-9, then the %d written after the start; 10-19 listed finished)", got, 10-start+more, more)
+	}
+	if !logged(logs, "ignoring what the commit metadata lists at or above the high watermark, where no record had been written",
+		map[string]any{"topic": "past-hw", "partition": int32(0), "offset": int64(start), "high_watermark": int64(first)}) {
+		t.Fatalf("no warning naming topic/partition/offset and the high watermark: %v", logs.All())
 	}
 }
 

@@ -57,11 +57,33 @@ func (c *claimLoop[T]) resumeFrom(initial int64) (done commit.Done, ending bool)
 }
 
 // resumeWith returns what a claim that starts at initial may skip, the
-// coordinator holding off with meta: what this member's lost final commit
-// of the partition (ownLost) says it finished, if that applies (otherwise
-// ownLost is dropped); else the finished offsets meta lists, if orderly
-// wrote it for initial.
+// coordinator holding off with meta (see resumeListed), less anything
+// listed at or above the partition's high watermark when the claim
+// started: no record there had been written, so none can have finished,
+// and skipping the records written there later would lose them. Only a
+// truncated log (an unclean leader election) or metadata not written for
+// this partition lists such offsets; the claim says so (warning, counted
+// in ErrorsBy.Offsets).
 func (c *claimLoop[T]) resumeWith(initial, off int64, meta string) commit.Done {
+	done := c.resumeListed(initial, off, meta)
+	hw := c.st.claim.HighWaterMarkOffset()
+	if hw < 0 {
+		return done
+	}
+	if finished, waiting := done.DropFrom(hw); finished > 0 || waiting > 0 {
+		c.g.errs.add(errOffsets)
+		c.log.Warn("ignoring what the commit metadata lists at or above the high watermark, where no record had been written",
+			zap.Int64("offset", off), zap.Int64("high_watermark", hw),
+			zap.Int64("finished_above", finished), zap.Int("waiting", waiting))
+	}
+	return done
+}
+
+// resumeListed is what the claim may skip as listed: what this member's
+// lost final commit of the partition (ownLost) says it finished, if that
+// applies (otherwise ownLost is dropped); else the finished offsets meta
+// lists, if orderly wrote it for initial.
+func (c *claimLoop[T]) resumeListed(initial, off int64, meta string) commit.Done {
 	if own := c.ownLost; own != nil {
 		done, ok := own.resume(off, meta, time.Now(), c.g.lost.ttl)
 		if ok && off == initial {
