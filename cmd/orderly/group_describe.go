@@ -277,15 +277,17 @@ func (v *groupView) describePartition(committed *sarama.OffsetFetchResponse, own
 	off := b.Offset
 	lag := max(hw-off, 0)
 	pv.Committed, pv.Lag = &off, &lag
-	pv.decodeMeta(b.Metadata)
+	pv.decodeMeta(b.Metadata, hw)
 	v.Lag += lag
 	v.FinishedAbove += pv.FinishedAbove
 	v.Waiting += len(pv.Waiting)
 	return pv, nil
 }
 
-// decodeMeta decodes the commit metadata of pv's committed offset.
-func (pv *partitionView) decodeMeta(meta string) {
+// decodeMeta decodes the commit metadata of pv's committed offset, up to
+// the high watermark hw: what it lists at or above hw is noted, not shown,
+// as a consumer ignores it (no record was written there).
+func (pv *partitionView) decodeMeta(meta string, hw int64) {
 	if meta == "" {
 		return
 	}
@@ -305,6 +307,9 @@ func (pv *partitionView) decodeMeta(meta string) {
 	pv.Metadata = "orderly"
 	if strings.HasPrefix(meta, commit.MetaPrefix2) {
 		pv.Metadata = "orderly2"
+	}
+	if finished, waiting := done.DropFrom(hw); finished > 0 || waiting > 0 {
+		pv.MetadataError = fmt.Sprintf("lists %d finished offsets and %d waiting messages at or above the high watermark %d: a consumer ignores them", finished, waiting, hw)
 	}
 	for _, r := range done.Ranges {
 		pv.Finished = append(pv.Finished, offsetRange{From: r.Start, To: r.End - 1})

@@ -260,6 +260,7 @@ func TestDecodeMetaView(t *testing.T) {
 		[]commit.Range{{Start: 101, End: 104}, {Start: 107, End: 108}}, 4000)
 	v1, _ := commit.EncodeMeta(100, []commit.Range{{Start: 102, End: 103}}, 4000)
 	other, _ := commit.EncodeMeta(90, []commit.Range{{Start: 95, End: 96}}, 4000)
+	past, _, _ := commit.EncodeMeta2(100, []commit.Waiting{{Offset: 1 << 41, Attempt: 2}}, []commit.Range{{Start: 101, End: 1 << 40}}, 4000)
 	tests := []struct {
 		name, meta string
 		want       string // Metadata
@@ -273,12 +274,13 @@ func TestDecodeMetaView(t *testing.T) {
 		{"someone else's", "checkpoint 7", "foreign", nil, "[]", false},
 		{"corrupt", commit.MetaPrefix2 + "!!", "corrupt", nil, "[]", true},
 		{"for another offset", other, "stale", nil, "[]", true},
+		{"past the high watermark", past, "orderly2", []offsetRange{{101, 109}}, "[]", true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			off := int64(100)
 			pv := partitionView{Committed: &off, Finished: []offsetRange{}, Waiting: []waitingView{}}
-			pv.decodeMeta(tt.meta)
+			pv.decodeMeta(tt.meta, 110)
 			var w []string
 			for _, x := range pv.Waiting {
 				nb := "-"
