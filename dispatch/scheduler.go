@@ -347,6 +347,10 @@ func (s *Scheduler[M, T]) Orphan(w *Worker[M, T], call uint64) int {
 			continue // dropped, or handed back already
 		}
 		it.orphan.Store(true)
+		if it.waitAttempt != 0 { // its copy is listed in its place (push notes it)
+			it.waitAttempt = 0
+			p.waiting.Add(-1)
+		}
 		p.orphans = append(p.orphans, it)
 		p.hasOrphans.Store(true)
 		signal(p.wake)

@@ -143,3 +143,43 @@ func TestArrivedBehindRunsAfterItsLane(t *testing.T) {
 		t.Fatalf("holds: got %d, want 0 (it waited its turn instead)", holds)
 	}
 }
+
+// TestWaitingCountAfterOrphan: an item with a waitAttempt whose call hangs
+// for good (Orphan) stops counting as waiting: its copy counts instead,
+// and once the copy finished nothing does, although the hung call never
+// returns. WaitingItems walks the partition's lanes while the count is
+// above zero.
+func TestWaitingCountAfterOrphan(t *testing.T) {
+	s := New[msg, int](Options[msg, int]{Size: 1, MaxInFlight: 100, Hold: func(*Item[msg, int], Outcome) {}})
+	p := s.NewPartition(16)
+	var off int64
+	feed(t, p, &off, 1)
+	hung, other := s.NewWorker(), s.NewWorker()
+	b := s.NewBatch(hung)
+	s.Next(b, true, nil)
+	it := b.Items[0]
+	it.Attempt++
+	s.Settle(b, []Outcome{{Verdict: Hold}})
+	s.Unhold(it, false)
+	b = s.NewBatch(hung)
+	if st := s.Next(b, true, nil); st != Run || b.Items[0] != it {
+		t.Fatalf("Next: got %v with %v, want Run with the retried item", st, seqsOf(b))
+	}
+	call := s.BeginCall(hung, b.Items)
+	if n := s.Orphan(hung, call); n != 1 {
+		t.Fatalf("Orphan: got %d, want 1", n)
+	}
+	p.Advance() // the owner makes the copy, at attempt 3
+	if got := waitingOffsets(s, p); !slices.Equal(got, []string{"0@3"}) {
+		t.Fatalf("WaitingItems after the copy was made: got %v, want [0@3]", got)
+	}
+	c := s.NewBatch(other)
+	if st := s.Next(c, true, nil); st != Run {
+		t.Fatalf("Next: got %v, want Run with the copy", st)
+	}
+	s.Release(c)
+	p.Advance()
+	if n := p.waiting.Load(); n != 0 {
+		t.Fatalf("items counted as waiting once the copy finished (the hung call still out): got %d, want 0", n)
+	}
+}
