@@ -87,6 +87,26 @@ func TestWaitingItemsUntilFinished(t *testing.T) {
 	}
 }
 
+// arriveBehind adds offset 0 on lane 1, then offset 1 on lane 1 as a
+// message a previous owner left waiting (AddHeld) at attempt, for delay,
+// and pushes both.
+func arriveBehind(t *testing.T, p *Partition[msg, int], attempt int, delay time.Duration) (first, behind *Item[msg, int]) {
+	t.Helper()
+	first = p.Alloc()
+	first.Msg, first.Lane = msg{1, 0}, 1
+	if err := p.Add(first, 0, 1); err != nil {
+		t.Fatal(err)
+	}
+	behind = p.Alloc()
+	behind.Msg, behind.Lane = msg{1, 1}, 1
+	if err := p.AddHeld(behind, 1, 1, Outcome{Delay: delay}); err != nil {
+		t.Fatal(err)
+	}
+	behind.Attempt = attempt
+	p.Flush()
+	return first, behind
+}
+
 // TestWaitingItemsArrivedBehind: a message a previous owner left waiting
 // (AddHeld, at attempt 3) behind an unfinished earlier message of its lane
 // is listed at its attempt while it waits its turn, not dropped from the
@@ -94,18 +114,7 @@ func TestWaitingItemsUntilFinished(t *testing.T) {
 func TestWaitingItemsArrivedBehind(t *testing.T) {
 	s := New[msg, int](Options[msg, int]{Size: 1, MaxInFlight: 100, Hold: func(*Item[msg, int], Outcome) {}})
 	p := s.NewPartition(16)
-	first := p.Alloc()
-	first.Msg, first.Lane = msg{1, 0}, 1
-	if err := p.Add(first, 0, 1); err != nil {
-		t.Fatal(err)
-	}
-	behind := p.Alloc()
-	behind.Msg, behind.Lane = msg{1, 1}, 1
-	if err := p.AddHeld(behind, 1, 1, Outcome{}); err != nil {
-		t.Fatal(err)
-	}
-	behind.Attempt = 3
-	p.Flush()
+	arriveBehind(t, p, 3, 0)
 	if got, want := waitingOffsets(s, p), []string{"1@3"}; !slices.Equal(got, want) {
 		t.Fatalf("WaitingItems: got %v, want %v", got, want)
 	}
@@ -120,17 +129,7 @@ func TestArrivedBehindRunsAfterItsLane(t *testing.T) {
 	holds := 0
 	s := New[msg, int](Options[msg, int]{Size: 1, MaxInFlight: 100, Hold: func(*Item[msg, int], Outcome) { holds++ }})
 	p := s.NewPartition(16)
-	first := p.Alloc()
-	first.Msg, first.Lane = msg{1, 0}, 1
-	if err := p.Add(first, 0, 1); err != nil {
-		t.Fatal(err)
-	}
-	behind := p.Alloc()
-	behind.Msg, behind.Lane = msg{1, 1}, 1
-	if err := p.AddHeld(behind, 1, 1, Outcome{Delay: time.Hour}); err != nil {
-		t.Fatal(err)
-	}
-	p.Flush()
+	first, behind := arriveBehind(t, p, 2, time.Hour)
 	w := s.NewWorker()
 	for _, want := range []*Item[msg, int]{first, behind} {
 		b := s.NewBatch(w)

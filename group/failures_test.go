@@ -462,6 +462,15 @@ func TestAttemptsSurviveHandoff(t *testing.T) {
 	r.check(true) // A's handoff metadata lists what it finished; B may not repeat it, but the target repeats by design
 }
 
+// oneWorkerQuickRetry is r's config for group with one worker, batches of
+// one, and a 10 ms retry backoff.
+func oneWorkerQuickRetry(r *rig, group string) Config {
+	cfg := r.config(group)
+	cfg.Size, cfg.Num = 1, 1
+	cfg.Retry = Retry{Backoff: 10 * time.Millisecond, MaxBackoff: 10 * time.Millisecond, Jitter: -1}
+	return cfg
+}
+
 // TestAttemptsSurviveHandoffWhenDue: a message whose retry has come due
 // but has not run yet (the only worker is busy with another lane) is still
 // in the commit metadata at its attempt, so member B goes on at attempt 2
@@ -493,9 +502,7 @@ func TestAttemptsSurviveHandoffWhenDue(t *testing.T) {
 		}
 		return w.Do(ctx, batch)
 	}
-	cfg := r.config("handoff-due")
-	cfg.Size, cfg.Num = 1, 1
-	cfg.Retry = Retry{Backoff: 10 * time.Millisecond, MaxBackoff: 10 * time.Millisecond, Jitter: -1}
+	cfg := oneWorkerQuickRetry(r, "handoff-due")
 	cfg.DrainTimeout = 200 * time.Millisecond
 	a := newGroup(t, cfg, do)
 	stopA := run(t, a)
@@ -558,9 +565,7 @@ func TestFinalCommitAfterDrainedRetry(t *testing.T) {
 		}
 		return w.Do(ctx, batch)
 	}
-	cfg := r.config("drained-retry")
-	cfg.Size, cfg.Num = 1, 1
-	cfg.Retry = Retry{Backoff: 10 * time.Millisecond, MaxBackoff: 10 * time.Millisecond, Jitter: -1}
+	cfg := oneWorkerQuickRetry(r, "drained-retry")
 	cfg.DrainTimeout = 5 * time.Second
 	a := newGroup(t, cfg, do)
 	stopA := run(t, a)
