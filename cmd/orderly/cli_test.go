@@ -147,6 +147,7 @@ func TestFlagChecks(t *testing.T) {
 		{[]string{"broker", "--topics", "bad topic"}, `"bad topic" for --topics: a Kafka topic name is at most 249 letters, digits, '.', '_' and '-' (not "." or "..")`},
 		{[]string{"broker", "--topics", "ok," + strings.Repeat("t", 250)}, `for --topics: "` + strings.Repeat("t", 250) + `": a Kafka topic name is at most 249`},
 		{[]string{"bench", "--scenario", "noop,noop"}, `"noop,noop" for --scenario: "noop" is listed twice`},
+		{[]string{"bench", "--num", "8,+8"}, `"8,+8" for --num: 8 is listed twice`},
 		{[]string{"broker", "--sync=maybe"}, `"maybe" for --sync`},
 		{[]string{"bench", "--num", "0"}, `"0" for --num: must be positive`},
 		{[]string{"bench", "--num", "8,0"}, `"8,0" for --num: 0: must be positive`},

@@ -225,6 +225,9 @@ func intListVar(fs *pflag.FlagSet, p *[]int, name string, def []int, lo, hi int,
 				}
 				return nil, fmt.Errorf("%d: %w", out[i], err)
 			}
+			if slices.Contains(out[:i], out[i]) {
+				return nil, fmt.Errorf("%d is listed twice", out[i])
+			}
 		}
 		return out, nil
 	}}, name, def, usage)

@@ -282,11 +282,11 @@ func RoundDuration(d time.Duration) time.Duration {
 	return d.Round(time.Microsecond)
 }
 
-// WriteMarkdown writes the results as Markdown tables.
 // minJudged is the shortest median run a target is judged on: a shorter
 // one measures the group join's tail and the first fetch, not throughput.
 const minJudged = 100 * time.Millisecond
 
+// WriteMarkdown writes the results as Markdown tables.
 func (r *Report) WriteMarkdown(w io.Writer) error {
 	b := &strings.Builder{}
 	if len(r.Rows) > 0 {
