@@ -462,7 +462,7 @@ func (c *claimLoop[T]) revoke(reason claimEnd) error {
 	// The waiting messages are dropped with the rest of the queued work:
 	// list them first, so that the final commit tells the next owner
 	// where their attempts and backoffs stand.
-	waiting := c.waiting()
+	waiting, _ := c.waiting()
 	dropped, abandoned := c.p.Revoke()
 	dropped += c.undispatched.drop()
 	c.p.Drain()

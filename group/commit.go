@@ -102,11 +102,11 @@ func (c *claimLoop[T]) commitTick() {
 	c.advance()
 	c.p.Trim()
 	c.readAgain() // resume.go
-	w := c.waiting()
+	w, held := c.waiting()
 	committed := c.mark(w)
 	c.st.finishedAbove.Store(c.p.FinishedAbove())
 	c.probeGap() // markers.go
-	c.observe(committed, len(w))
+	c.observe(committed, held)
 }
 
 // observe publishes the interval for Stats: the frontier's message and
@@ -227,10 +227,11 @@ func (c *claimLoop[T]) mark(waiting []commit.Waiting) bool {
 // retry's backoff, a deferral, a dead letter being written) with their
 // attempt count and due time, and those let go since and not finished yet
 // (due now), sorted by offset, for the commit metadata: a new owner
-// continues the count and the backoff.
-func (c *claimLoop[T]) waiting() []commit.Waiting {
+// continues the count and the backoff. held is how many of them wait
+// first in their lanes now (PartitionStats.Held).
+func (c *claimLoop[T]) waiting() (w []commit.Waiting, held int) {
 	c.held = c.g.sched.WaitingItems(c.p, c.held[:0]) // Attempt read under the scheduler's lock
-	w := c.waitingBuf[:0]
+	w = c.waitingBuf[:0]
 	for _, h := range c.held {
 		if !h.Held && h.Attempt <= 1 {
 			continue // a deferral that ran out: a new owner would do the same without it
@@ -238,13 +239,14 @@ func (c *claimLoop[T]) waiting() []commit.Waiting {
 		var due time.Time // let go: due now
 		if h.Held {
 			due, _ = c.g.fail.dueOf(h.Item)
+			held++
 		}
 		w = append(w, commit.Waiting{Offset: h.Offset, Attempt: h.Attempt, NotBefore: due})
 	}
 	clear(c.held)
 	slices.SortFunc(w, func(a, b commit.Waiting) int { return cmp.Compare(a.Offset, b.Offset) })
 	c.waitingBuf = w
-	return w
+	return w, held
 }
 
 // unfinishedOnly drops from waiting (sorted by offset) the messages below

@@ -518,6 +518,12 @@ func TestAttemptsSurviveHandoffWhenDue(t *testing.T) {
 		w, ok := d.WaitingAt(target)
 		return ok && w.Attempt == 2
 	})
+	// Listed for the metadata, but not held: PartitionStats.Held counts
+	// messages waiting first in their lanes only.
+	waitFor(t, 10*time.Second, "PartitionStats.Held 0 with the retry let go", func() bool {
+		ps := a.Stats().PartitionStats
+		return len(ps) == 1 && ps[0].Held == 0
+	})
 	if err := stopA(); err != nil { // the blocked call gives up on its ctx at the drain's end
 		t.Fatal(err)
 	}
