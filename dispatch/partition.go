@@ -59,6 +59,7 @@ type Partition[M, T any] struct {
 	inPaced atomic.Bool
 	held    int           // lanes held (Settle, Unhold); guarded by the scheduler mutex
 	orphans []*Item[M, T] // items Orphan gave up on, for the owner to copy; guarded by the scheduler mutex
+	drained []WaitingItem[M, T] // items held by Settle after the revoke (DrainedWaiting); guarded by the scheduler mutex
 	// hasOrphans is set, under the scheduler mutex, while orphans is not
 	// empty: the owner's every Advance reads it instead of taking the lock.
 	hasOrphans atomic.Bool

@@ -894,7 +894,11 @@ func (s *Scheduler[M, T]) revoke(p *Partition[M, T]) (dropped, abandoned int) {
 			s.readyItems -= l.n
 		}
 		for l.n > 0 {
-			if l.pop().Attempt > 1 {
+			it := l.pop()
+			if it.waitAttempt != 0 { // held or retried since the owner last listed them
+				p.drained = append(p.drained, WaitingItem[M, T]{it, it.offset, int(it.waitAttempt), false})
+			}
+			if it.Attempt > 1 {
 				abandoned++
 			} else {
 				dropped++

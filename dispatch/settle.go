@@ -73,6 +73,12 @@ func (s *Scheduler[M, T]) Settle(b *Batch[M, T], out []Outcome) (finished int) {
 			continue // handed back already: its partition may have recycled it
 		}
 		if it.part.revoked {
+			if o.Verdict == Hold {
+				// Failed (or deferred) while its partition drains: the
+				// owner's final commit lists it at its attempt now
+				// (DrainedWaiting).
+				it.part.drained = append(it.part.drained, WaitingItem[M, T]{it, it.offset, it.Attempt, false})
+			}
 			gone = append(gone, it)
 			continue
 		}

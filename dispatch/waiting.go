@@ -70,3 +70,17 @@ func appendWaitingIn[M, T any](dst []WaitingItem[M, T], b *Batch[M, T], p *Parti
 	}
 	return dst
 }
+
+// DrainedWaiting appends to dst the items of p, revoked, that a batch
+// settling since held (they failed, or were deferred, while p drained),
+// at their attempts then, and forgets them. WaitingItems lists nothing
+// once p is revoked: the owner's final commit adds these to what it
+// listed before the revoke, so that a failure in the drain still counts.
+func (s *Scheduler[M, T]) DrainedWaiting(p *Partition[M, T], dst []WaitingItem[M, T]) []WaitingItem[M, T] {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	dst = append(dst, p.drained...)
+	clear(p.drained)
+	p.drained = p.drained[:0]
+	return dst
+}

@@ -489,7 +489,7 @@ func (c *claimLoop[T]) revoke(reason claimEnd) error {
 		timer.Stop()
 	}
 	c.advance()
-	c.mark(waiting)
+	c.mark(c.addDrained(waiting))
 	if c.marked {
 		// Nothing to commit for a claim that never marked: its commit
 		// would only wait its turn on the coordinator's connection

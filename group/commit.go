@@ -249,6 +249,31 @@ func (c *claimLoop[T]) waiting() (w []commit.Waiting, held int) {
 	return w, held
 }
 
+// addDrained adds to waiting (sorted by offset) the messages that failed
+// while the revoked partition drained, at their attempts (due at once: the
+// hold hook never timed them), in place of an entry for the same offset
+// listed before the revoke (the call then still running). Deferrals,
+// uncharged, are left out.
+func (c *claimLoop[T]) addDrained(waiting []commit.Waiting) []commit.Waiting {
+	c.held = c.g.sched.DrainedWaiting(c.p, c.held[:0])
+	for _, h := range c.held {
+		if h.Attempt <= 1 {
+			continue
+		}
+		i, found := slices.BinarySearchFunc(waiting, h.Offset, func(w commit.Waiting, off int64) int { return cmp.Compare(w.Offset, off) })
+		switch {
+		case found:
+			if h.Attempt > waiting[i].Attempt {
+				waiting[i] = commit.Waiting{Offset: h.Offset, Attempt: h.Attempt}
+			}
+		default:
+			waiting = slices.Insert(waiting, i, commit.Waiting{Offset: h.Offset, Attempt: h.Attempt})
+		}
+	}
+	clear(c.held)
+	return waiting
+}
+
 // unfinishedOnly drops from waiting (sorted by offset) the messages below
 // next or within the finished ranges (sorted, half-open), in place. The
 // metadata's decoder rejects a waiting message that is finished, and with

@@ -600,6 +600,70 @@ func TestFinalCommitAfterDrainedRetry(t *testing.T) {
 	}
 }
 
+// TestFailureInDrainCounts: an attempt that fails while its partition
+// drains at shutdown is in the final commit at its next attempt, so the
+// next owner goes on at attempt 2, not 1 again (repeated shutdowns in the
+// middle of a failing call kept a record at attempt 1 for ever, past
+// MaxAttempts).
+func TestFailureInDrainCounts(t *testing.T) {
+	t.Parallel() // mostly waits on the broker and the drain
+	const target = 0
+	r := newRig(t, "drain-failure", 1, 2, 2)
+	w := r.work(0, 0)
+	var log attemptLog
+	started := make(chan struct{}, 1)
+	release := make(chan struct{})
+	do := func(ctx context.Context, batch []*Message) error {
+		for _, m := range batch {
+			if m.Offset == target {
+				log.add(m.Attempt)
+				if m.Attempt == 1 {
+					started <- struct{}{}
+					<-release // ignores ctx: fails after the drain began
+					return errors.New("fails once")
+				}
+			}
+		}
+		return w.Do(ctx, batch)
+	}
+	cfg := oneWorkerQuickRetry(r, "drain-failure")
+	cfg.DrainTimeout = 5 * time.Second
+	a := newGroup(t, cfg, do)
+	stopA := run(t, a)
+	select {
+	case <-started:
+	case <-time.After(time.Minute):
+		t.Fatal("the first attempt never ran")
+	}
+	stopped := make(chan error, 1)
+	go func() { stopped <- stopA() }()
+	time.Sleep(500 * time.Millisecond) // the shutdown's revoke has begun its drain (sooner: the test shows nothing, it cannot fail)
+	close(release)
+	if err := <-stopped; err != nil {
+		t.Fatal(err)
+	}
+	c, ok := r.b.Commits(cfg.GroupID, r.topic)[0]
+	if !ok {
+		t.Fatal("no commit")
+	}
+	d, err := commit.DecodeMeta(c.Metadata)
+	if err != nil {
+		t.Fatalf("final commit (offset %d, metadata %q): %v", c.Offset, c.Metadata, err)
+	}
+	if wt, ok := d.WaitingAt(target); c.Offset != target || !ok || wt.Attempt != 2 {
+		t.Fatalf("final commit: offset %d, waiting %v; want offset %d with it waiting at attempt 2", c.Offset, d.Waiting, target)
+	}
+	b := newGroup(t, cfg, do)
+	stopB := run(t, b)
+	r.waitAllCommitted(cfg.GroupID, time.Minute)
+	if err := stopB(); err != nil {
+		t.Fatal(err)
+	}
+	if seen, _ := log.get(); !slices.Equal(seen, []int{1, 2}) {
+		t.Fatalf("attempts seen: got %v, want [1 2]", seen)
+	}
+}
+
 // TestHungCall: a Do that ignores its ctx past MsgTimeout plus grace. With
 // Unordered its message is handed to another worker at its next attempt,
 // done once, and the late completion is ignored: the commit reaches the
