@@ -57,8 +57,8 @@ type Partition[M, T any] struct {
 	// mutex; atomic so that the owner can see without the lock whether it
 	// is still listed (ListIfPaced, UnlistPaced).
 	inPaced atomic.Bool
-	held    int           // lanes held (Settle, Unhold); guarded by the scheduler mutex
-	orphans []*Item[M, T] // items Orphan gave up on, for the owner to copy; guarded by the scheduler mutex
+	held    int                 // lanes held (Settle, Unhold); guarded by the scheduler mutex
+	orphans []*Item[M, T]       // items Orphan gave up on, for the owner to copy; guarded by the scheduler mutex
 	drained []WaitingItem[M, T] // items held by Settle after the revoke (DrainedWaiting); guarded by the scheduler mutex
 	// hasOrphans is set, under the scheduler mutex, while orphans is not
 	// empty: the owner's every Advance reads it instead of taking the lock.
