@@ -173,6 +173,10 @@ func (f *failures[T]) close() error {
 	return errors.Join(err, f.dead.close())
 }
 
+// errAttemptsUsedUp is the error of the dead letter of a message whose
+// last allowed attempt failed under a previous owner of its partition.
+var errAttemptsUsedUp = errors.New("group: its last allowed attempt failed under a previous owner of the partition")
+
 // kindResumed is the Outcome.Kind of a message a previous owner of its
 // partition left waiting for a retry (the commit metadata said so): it
 // waits out the rest of its backoff, at the attempt it had reached.
@@ -186,6 +190,14 @@ func (f *failures[T]) hold(it *dispatch.Item[Message, T], o dispatch.Outcome) {
 	case merge.Deferred:
 		f.wait(it, o.Delay, true)
 	case kindResumed:
+		if max := f.g.cfg.Retry.MaxAttempts; max > 0 && it.Attempt > max {
+			// Its last allowed attempt failed under the previous owner,
+			// whose dead letter did not make it into a commit: it is
+			// dead-lettered (again), not run past MaxAttempts.
+			it.NoteFailure(time.Now())
+			f.dead.add(it, nil, reasonMaxAttempts, it.Attempt-1, errAttemptsUsedUp)
+			return
+		}
 		f.wait(it, o.Delay, false)
 	case merge.DeadLettered:
 		f.dead.add(it, nil, reasonRejected, it.Attempt, o.Err)

@@ -664,6 +664,50 @@ func TestFailureInDrainCounts(t *testing.T) {
 	}
 }
 
+// TestResumedPastMaxAttempts: a message the previous owner's commit lists
+// waiting at attempt 3 with MaxAttempts 2 (its last allowed attempt
+// failed, and its dead letter did not make it into a commit) is
+// dead-lettered at once, not run a third time.
+func TestResumedPastMaxAttempts(t *testing.T) {
+	t.Parallel() // waits on the broker
+	const n, target = 5, 0
+	r := newRig(t, "past-max", 1, n, n)
+	if err := r.b.CreateTopic("dlq", 1); err != nil {
+		t.Fatal(err)
+	}
+	meta, _, _ := commit.EncodeMeta2(target, []commit.Waiting{{Offset: target, Attempt: 3}}, nil, 4096)
+	admin, err := sarama.NewClusterAdmin(r.b.Addrs(), r.config("x").withDefaults().Sarama)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = admin.AlterConsumerGroupOffsets("past-max", map[string]map[int32]sarama.OffsetAndMetadata{
+		"past-max": {0: {Offset: target, Metadata: meta}},
+	}, nil)
+	admin.Close()
+	if err != nil {
+		t.Fatalf("seed a committed offset: %v", err)
+	}
+	cfg := oneWorkerQuickRetry(r, "past-max")
+	cfg.Retry.MaxAttempts, cfg.DeadLetterTopic = 2, "dlq"
+	var ran atomic.Int64
+	g := newGroup(t, cfg, func(_ context.Context, batch []*Message) error {
+		for _, m := range batch {
+			if m.Offset == target {
+				ran.Add(1)
+			}
+		}
+		return nil
+	})
+	stop := run(t, g)
+	r.waitAllCommitted(cfg.GroupID, time.Minute)
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if got, st := ran.Load(), g.Stats(); got != 0 || st.DeadLettered.MaxAttempts != 1 || st.Handled != n-1 {
+		t.Fatalf("offset %d ran %d times, dead-lettered %d (max_attempts), handled %d; want 0, 1 and %d", target, got, st.DeadLettered.MaxAttempts, st.Handled, n-1)
+	}
+}
+
 // TestHungCall: a Do that ignores its ctx past MsgTimeout plus grace. With
 // Unordered its message is handed to another worker at its next attempt,
 // done once, and the late completion is ignored: the commit reaches the
