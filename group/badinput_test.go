@@ -307,6 +307,22 @@ func TestDoPanicRecovered(t *testing.T) {
 	}
 }
 
+// seedCommit commits offset with meta for group on partition 0 of r's
+// topic, as another consumer (or an earlier member) would have.
+func seedCommit(t *testing.T, r *rig, group string, offset int64, meta string) {
+	t.Helper()
+	admin, err := sarama.NewClusterAdmin(r.b.Addrs(), r.config("x").withDefaults().Sarama)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	if _, err := admin.AlterConsumerGroupOffsets(group, map[string]map[int32]sarama.OffsetAndMetadata{
+		r.topic: {0: {Offset: offset, Metadata: meta}},
+	}, nil); err != nil {
+		t.Fatalf("seed a committed offset: %v", err)
+	}
+}
+
 // TestCorruptCommitMetadata: a committed offset whose metadata claims to be
 // orderly's but is corrupt is reported (naming topic/partition) and
 // ignored: consumption resumes from the committed offset, nothing lost.
@@ -314,17 +330,7 @@ func TestCorruptCommitMetadata(t *testing.T) {
 	const n, keys = 5000, 20
 	r := newRig(t, "corrupt-meta", 1, n, keys)
 	const start = 1000
-	admin, err := sarama.NewClusterAdmin(r.b.Addrs(), r.config("x").withDefaults().Sarama)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = admin.AlterConsumerGroupOffsets("corrupt", map[string]map[int32]sarama.OffsetAndMetadata{
-		"corrupt-meta": {0: {Offset: start, Metadata: "orderly:!!not-base64"}},
-	}, nil)
-	admin.Close()
-	if err != nil {
-		t.Fatalf("seed a committed offset: %v", err)
-	}
+	seedCommit(t, r, "corrupt", start, "orderly:!!not-base64")
 	logger, logs := observed()
 	w := r.work(0, 0)
 	cfg := r.config("corrupt")
@@ -359,17 +365,7 @@ func TestMetadataPastHighWatermark(t *testing.T) {
 	r := newRigQuiet(t, "past-hw", 1, plan)
 	r.produce(0, first)
 	meta, _, _ := commit.EncodeMeta2(start, nil, []commit.Range{{Start: 10, End: 1 << 40}}, 4096)
-	admin, err := sarama.NewClusterAdmin(r.b.Addrs(), r.config("x").withDefaults().Sarama)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = admin.AlterConsumerGroupOffsets("past-hw", map[string]map[int32]sarama.OffsetAndMetadata{
-		"past-hw": {0: {Offset: start, Metadata: meta}},
-	}, nil)
-	admin.Close()
-	if err != nil {
-		t.Fatalf("seed a committed offset: %v", err)
-	}
+	seedCommit(t, r, "past-hw", start, meta)
 	logger, logs := observed()
 	cfg := r.config("past-hw")
 	cfg.Logger = logger

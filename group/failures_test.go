@@ -19,6 +19,7 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/orderly-go/orderly/commit"
+	"github.com/orderly-go/orderly/internal/broker"
 	"github.com/orderly-go/orderly/internal/deadletter"
 	"github.com/orderly-go/orderly/internal/ledger"
 	"github.com/orderly-go/orderly/localqueue"
@@ -471,6 +472,46 @@ func oneWorkerQuickRetry(r *rig, group string) Config {
 	return cfg
 }
 
+// stopDuringCall runs a member with cfg and do until its only worker is in
+// the call that signals started and waits for release, stops the member,
+// lets the call end 500 ms into the shutdown's drain, and returns the
+// group's final commit of partition 0 as the broker holds it. Sooner than
+// 500 ms, the test using it shows nothing; it cannot fail for that.
+func stopDuringCall[S any](t *testing.T, r *rig, cfg Config, do func(context.Context, []*Message) error, started <-chan S, release chan struct{}) broker.Commit {
+	t.Helper()
+	stop := run(t, newGroup(t, cfg, do))
+	select {
+	case <-started:
+	case <-time.After(time.Minute):
+		t.Fatal("the call never started")
+	}
+	group := cfg.GroupID
+	stopped := make(chan error, 1)
+	go func() { stopped <- stop() }()
+	time.Sleep(500 * time.Millisecond)
+	close(release)
+	if err := <-stopped; err != nil {
+		t.Fatal(err)
+	}
+	c, ok := r.b.Commits(group, r.topic)[0]
+	if !ok {
+		t.Fatal("no commit")
+	}
+	return c
+}
+
+// runToCommitted runs a member with cfg and do until everything is
+// committed, then stops it.
+func runToCommitted(t *testing.T, r *rig, cfg Config, do func(context.Context, []*Message) error) {
+	t.Helper()
+	g := newGroup(t, cfg, do)
+	stop := run(t, g)
+	r.waitAllCommitted(cfg.GroupID, time.Minute)
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestAttemptsSurviveHandoffWhenDue: a message whose retry has come due
 // but has not run yet (the only worker is busy with another lane) is still
 // in the commit metadata at its attempt, so member B goes on at attempt 2
@@ -531,12 +572,7 @@ func TestAttemptsSurviveHandoffWhenDue(t *testing.T) {
 	if seen, _ := log.get(); len(seen) != 1 {
 		t.Fatalf("attempts under A: got %v, want [1] (its retry waited for the busy worker)", seen)
 	}
-	b := newGroup(t, cfg, do)
-	stopB := run(t, b)
-	r.waitAllCommitted(cfg.GroupID, time.Minute)
-	if err := stopB(); err != nil {
-		t.Fatal(err)
-	}
+	runToCommitted(t, r, cfg, do)
 	if seen, _ := log.get(); !slices.Equal(seen, []int{1, 2}) {
 		t.Fatalf("attempts seen: got %v, want [1 2] (B continues the count)", seen)
 	}
@@ -573,24 +609,7 @@ func TestFinalCommitAfterDrainedRetry(t *testing.T) {
 	}
 	cfg := oneWorkerQuickRetry(r, "drained-retry")
 	cfg.DrainTimeout = 5 * time.Second
-	a := newGroup(t, cfg, do)
-	stopA := run(t, a)
-	select {
-	case <-started:
-	case <-time.After(time.Minute):
-		t.Fatal("the retry never ran")
-	}
-	stopped := make(chan error, 1)
-	go func() { stopped <- stopA() }()
-	time.Sleep(500 * time.Millisecond) // revoke has listed the waiting messages and drains (sooner: the test shows nothing, it cannot fail)
-	close(release)
-	if err := <-stopped; err != nil {
-		t.Fatal(err)
-	}
-	c, ok := r.b.Commits(cfg.GroupID, r.topic)[0]
-	if !ok {
-		t.Fatal("no commit")
-	}
+	c := stopDuringCall(t, r, cfg, do, started, release)
 	d, err := commit.DecodeMeta(c.Metadata)
 	if err != nil && !errors.Is(err, commit.ErrNotOrderlyMetadata) {
 		t.Fatalf("final commit (offset %d, metadata %q): %v", c.Offset, c.Metadata, err)
@@ -628,24 +647,7 @@ func TestFailureInDrainCounts(t *testing.T) {
 	}
 	cfg := oneWorkerQuickRetry(r, "drain-failure")
 	cfg.DrainTimeout = 5 * time.Second
-	a := newGroup(t, cfg, do)
-	stopA := run(t, a)
-	select {
-	case <-started:
-	case <-time.After(time.Minute):
-		t.Fatal("the first attempt never ran")
-	}
-	stopped := make(chan error, 1)
-	go func() { stopped <- stopA() }()
-	time.Sleep(500 * time.Millisecond) // the shutdown's revoke has begun its drain (sooner: the test shows nothing, it cannot fail)
-	close(release)
-	if err := <-stopped; err != nil {
-		t.Fatal(err)
-	}
-	c, ok := r.b.Commits(cfg.GroupID, r.topic)[0]
-	if !ok {
-		t.Fatal("no commit")
-	}
+	c := stopDuringCall(t, r, cfg, do, started, release)
 	d, err := commit.DecodeMeta(c.Metadata)
 	if err != nil {
 		t.Fatalf("final commit (offset %d, metadata %q): %v", c.Offset, c.Metadata, err)
@@ -653,12 +655,7 @@ func TestFailureInDrainCounts(t *testing.T) {
 	if wt, ok := d.WaitingAt(target); c.Offset != target || !ok || wt.Attempt != 2 {
 		t.Fatalf("final commit: offset %d, waiting %v; want offset %d with it waiting at attempt 2", c.Offset, d.Waiting, target)
 	}
-	b := newGroup(t, cfg, do)
-	stopB := run(t, b)
-	r.waitAllCommitted(cfg.GroupID, time.Minute)
-	if err := stopB(); err != nil {
-		t.Fatal(err)
-	}
+	runToCommitted(t, r, cfg, do)
 	if seen, _ := log.get(); !slices.Equal(seen, []int{1, 2}) {
 		t.Fatalf("attempts seen: got %v, want [1 2]", seen)
 	}
@@ -676,17 +673,7 @@ func TestResumedPastMaxAttempts(t *testing.T) {
 		t.Fatal(err)
 	}
 	meta, _, _ := commit.EncodeMeta2(target, []commit.Waiting{{Offset: target, Attempt: 3}}, nil, 4096)
-	admin, err := sarama.NewClusterAdmin(r.b.Addrs(), r.config("x").withDefaults().Sarama)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = admin.AlterConsumerGroupOffsets("past-max", map[string]map[int32]sarama.OffsetAndMetadata{
-		"past-max": {0: {Offset: target, Metadata: meta}},
-	}, nil)
-	admin.Close()
-	if err != nil {
-		t.Fatalf("seed a committed offset: %v", err)
-	}
+	seedCommit(t, r, "past-max", target, meta)
 	cfg := oneWorkerQuickRetry(r, "past-max")
 	cfg.Retry.MaxAttempts, cfg.DeadLetterTopic = 2, "dlq"
 	var ran atomic.Int64
