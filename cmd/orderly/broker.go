@@ -32,7 +32,7 @@ serves until SIGINT or SIGTERM, then closes (persisting to --data), prints
 	stringVar(fs, &o.addr, "addr", "127.0.0.1:9092", hostPort, "host:port to listen on (port 0: a free port, printed at start)")
 	stringVar(fs, &o.data, "data", "", nil, "directory to persist logs, offsets and groups in, reloaded at start; empty: memory only")
 	intVar(fs, &o.partitions, "partitions", 8, 1, 1<<16, "partitions of each topic created at start")
-	listVar(fs, &o.topics, "topics", []string{"orderly-demo"}, false, topicName, "comma-separated topics to create at start (existing ones are kept)")
+	listVar(fs, &o.topics, "topics", []string{"orderly-demo"}, false, kafkaName, "comma-separated topics to create at start (existing ones are kept)")
 	fs.BoolVar(&o.sync, "sync", false, "fsync every produced batch (needs --data)")
 	return c
 }

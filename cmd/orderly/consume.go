@@ -118,7 +118,7 @@ func consumeCommand(e env) *cobra.Command {
 		"where a partition with no committed offset starts, or one whose committed offset is out of range (Kafka's auto.offset.reset): earliest (the log start) or latest (records produced from then on)")
 	durationVar(fs, &o.sessionTimeout, "session-timeout", 10*time.Second, 6*time.Second,
 		"how long the coordinator waits for this member's heartbeats before it drops the member and rebalances (Kafka's session.timeout.ms; brokers allow 6s to 30m by default, and a value the brokers refuse ends consume); with --instance-id, how long a restarting instance keeps its partitions. Heartbeats go every third of it or every 3s, whichever is shorter")
-	stringVar(fs, &o.instanceID, "instance-id", "", instanceID,
+	stringVar(fs, &o.instanceID, "instance-id", "", kafkaName,
 		"a static member ID (Kafka's group.instance.id), the same across this instance's restarts, e.g. a pod name: a restart within --session-timeout takes its old member's place (without a rebalance with --assignment-strategy range; cooperative-sticky may still rebalance); an instance that stops for good keeps its partitions until then. Empty: a dynamic member")
 	stringVar(fs, &o.httpURL, "http", "", nil, "POST records to this http:// or https:// URL")
 	fs.StringArrayVar(&o.headers, "header", nil, `extra request header "Name: value" for --http (repeatable; the variable holds one)`)
@@ -188,17 +188,9 @@ func (o *consumeOpts) check() error {
 // group.max.session.timeout.ms (a broker refuses a longer one at join).
 const maxSessionTimeout = 30 * time.Minute
 
-// topicName is the check of a topic a command creates: Kafka's rule for
-// topic names, the same as for instance ids.
-func topicName(s string) error {
-	if !group.ValidInstanceID(s) {
-		return errors.New(`a Kafka topic name is at most 249 letters, digits, '.', '_' and '-' (not "." or "..")`)
-	}
-	return nil
-}
-
-// instanceID is --instance-id's check.
-func instanceID(s string) error {
+// kafkaName is the check of a name Kafka restricts the same way for
+// topics and group instance ids (--instance-id, broker --topics).
+func kafkaName(s string) error {
 	if !group.ValidInstanceID(s) {
 		return errors.New(`use at most 249 letters, digits, '.', '_' and '-' (not "." or "..")`)
 	}
