@@ -271,5 +271,5 @@ func (p *Pool[M, T]) returnRange(wk *worker[M, T], lo, hi int) {
 func (p *Pool[M, T]) charge(wk *worker[M, T], b *dispatch.Batch[M, T], i int, err error) {
 	b.Items[i].Attempt++
 	wk.out[i] = dispatch.Outcome{Verdict: dispatch.Hold, Kind: Failed, Err: err}
-	p.stats.Retries.Add(1)
+	p.stats.Charged.Add(1)
 }

@@ -89,7 +89,7 @@ type Handle[M, T any] func(ctx context.Context, worker int, items []*dispatch.It
 // Size=1), and summed when read.
 type Stats struct {
 	Failures  atomic.Int64 // Do calls that failed (error or panic), split calls included
-	Retries   atomic.Int64 // items charged a failed attempt: they will be handed out again
+	Charged   atomic.Int64 // items charged a failed attempt (the hold hook decides: a retry, or a dead letter past MaxAttempts)
 	Splits    atomic.Int64 // calls made on part of a batch that failed as a whole
 	Cancelled atomic.Int64 // failed calls that returned after their context was cancelled
 	TimedOut  atomic.Int64 // calls that ran past Config.Timeout

@@ -65,7 +65,7 @@ func TestPoisonSplit(t *testing.T) {
 	if len(charged) != 0 {
 		t.Fatalf("items handed out with attempts charged: %v, want none before the backoff", charged)
 	}
-	if got := r.stats.Retries.Load(); got != 1 {
+	if got := r.stats.Charged.Load(); got != 1 {
 		t.Fatalf("items charged an attempt: got %d, want 1 (the poison)", got)
 	}
 	if next, _ := r.p.Next(); next != poison {

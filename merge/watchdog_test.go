@@ -53,8 +53,8 @@ func TestTimeout(t *testing.T) {
 	if got := r.stats.TimedOut.Load(); got != 1 {
 		t.Fatalf("TimedOut: got %d, want 1", got)
 	}
-	if got := r.stats.Retries.Load(); got != 1 || r.holds.Load() != 1 {
-		t.Fatalf("Retries %d, holds %d: want 1 and 1 (the timed-out call was a failed attempt)", got, r.holds.Load())
+	if got := r.stats.Charged.Load(); got != 1 || r.holds.Load() != 1 {
+		t.Fatalf("Charged %d, holds %d: want 1 and 1 (the timed-out call was a failed attempt)", got, r.holds.Load())
 	}
 }
 
@@ -198,8 +198,8 @@ func TestOrphanedCallReturnChargesNothing(t *testing.T) {
 			if got := copyAttempt.Load(); got != 2 {
 				t.Fatalf("attempt of the copy: got %d, want 2", got)
 			}
-			if got := r.stats.Retries.Load(); got != 0 {
-				t.Fatalf("Retries: got %d, want 0 (the orphaned call's failure is not charged)", got)
+			if got := r.stats.Charged.Load(); got != 0 {
+				t.Fatalf("Charged: got %d, want 0 (the orphaned call's failure is not charged)", got)
 			}
 			if got := r.holds.Load(); got != 0 {
 				t.Fatalf("holds: got %d, want 0", got)
