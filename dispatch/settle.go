@@ -37,7 +37,9 @@ type Outcome struct {
 // out[i] the outcome of b.Items[i]. Items of a lane after one that goes back
 // (Return or Hold) go back too, behind it and in order, whatever their own
 // outcome: a lane's later messages never finish before an earlier one.
-// Items whose partition was revoked are abandoned, never requeued. The
+// Items whose partition was revoked finish when Done and not behind an
+// earlier item of their lane that goes back; the rest are abandoned, never
+// requeued. The
 // batch's lanes are let go: a lane whose first returned item is held waits
 // (Options.Hold is called for that item once the lock is released); the
 // others are ready again at once. b is empty and reusable afterwards. It
@@ -73,6 +75,16 @@ func (s *Scheduler[M, T]) Settle(b *Batch[M, T], out []Outcome) (finished int) {
 			continue // handed back already: its partition may have recycled it
 		}
 		if it.part.revoked {
+			// Its partition drains: an item Do handled finishes, so that
+			// the final commit passes it (a graceful handoff repeats
+			// nothing), unless it is behind an earlier item of its lane
+			// that goes back; those are abandoned, never requeued.
+			l := it.lane
+			if o.Verdict == Done && !l.returning {
+				done = append(done, it)
+				continue
+			}
+			l.returning = true
 			if o.Verdict == Hold {
 				// Failed (or deferred) while its partition drains: the
 				// owner's final commit lists it at its attempt now
@@ -119,6 +131,7 @@ func (s *Scheduler[M, T]) Settle(b *Batch[M, T], out []Outcome) (finished int) {
 		l.holder = nil
 		switch {
 		case l.part.revoked:
+			l.returning = false
 		case l.blocked:
 			l.part.held++
 			s.held++

@@ -449,3 +449,49 @@ func TestEndCallWaitsForAct(t *testing.T) {
 		t.Fatal("EndCall waited for the lock with no act under way")
 	}
 }
+
+// TestSettleRevokedFinishesDone (invariant 5: a graceful handoff repeats
+// nothing): a batch that failed in part while its partition was revoked
+// finishes the items Do handled, so that the final commit passes them; a
+// failed item and its later lane mates are abandoned, never requeued, and
+// the failed one is noted at its attempt for the final commit.
+func TestSettleRevokedFinishesDone(t *testing.T) {
+	held := 0
+	s := New[msg, int](Options[msg, int]{Size: 8, MaxInFlight: 100, Hold: func(*Item[msg, int], Outcome) { held++ }})
+	p := s.NewPartition(16)
+	var off int64
+	feed(t, p, &off, 1, 2, 2, 3) // offsets 0..3
+	w := s.NewWorker()
+	b := s.NewBatch(w)
+	if st := s.Next(b, true, nil); st != Run || len(b.Items) != 4 {
+		t.Fatalf("Next: got %v with %d items, want Run with 4", st, len(b.Items))
+	}
+	if dropped, abandoned := p.Revoke(); dropped+abandoned != 0 {
+		t.Fatalf("Revoke: got %d dropped, %d abandoned, want none (all running)", dropped, abandoned)
+	}
+	p.Drain()
+	out := make([]Outcome, len(b.Items))
+	for i, it := range b.Items {
+		if it.Msg.seq == 1 { // lane 2's first item fails; offset 2, behind it, came back done
+			out[i] = Outcome{Verdict: Hold}
+		}
+	}
+	if n := s.Settle(b, out); n != 2 {
+		t.Fatalf("Settle finished %d items, want 2 (offsets 0 and 3)", n)
+	}
+	if got := p.Outstanding(); got != 0 {
+		t.Fatalf("Outstanding after Settle: got %d, want 0", got)
+	}
+	p.Advance()
+	next, ranges, _ := p.Finished(nil)
+	if next != 1 || len(ranges) != 1 || ranges[0].Start != 3 || ranges[0].End != 4 {
+		t.Fatalf("frontier and finished ranges: got %d %v, want 1 [{3 4}] (offset 0 and 3 done, 1 failed, 2 behind it)", next, ranges)
+	}
+	if held != 0 {
+		t.Fatalf("Hold told of %d items, want 0 (the partition is revoked)", held)
+	}
+	drained := s.DrainedWaiting(p, nil)
+	if len(drained) != 1 || drained[0].Offset != 1 {
+		t.Fatalf("DrainedWaiting: got %v, want offset 1 only", drained)
+	}
+}

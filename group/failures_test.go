@@ -661,6 +661,58 @@ func TestFailureInDrainCounts(t *testing.T) {
 	}
 }
 
+// TestDrainFinishesHandledBatchMates (invariant 5: a graceful handoff
+// repeats nothing): a batch that fails in part (a BatchError naming one
+// item) while its partition drains finishes its other items, so that the
+// final commit passes them and the next owner runs only the failed one.
+func TestDrainFinishesHandledBatchMates(t *testing.T) {
+	t.Parallel() // mostly waits on the broker and the drain
+
+	const n, failing = 4, 1 // four keys, one batch; offset 1 fails
+	r := newRig(t, "drain-mates", 1, n, n)
+	var mu sync.Mutex
+	var seen []int64 // offsets handed to Do, in order
+	started := make(chan struct{}, 1)
+	release := make(chan struct{})
+	do := func(ctx context.Context, batch []*Message) error {
+		var failed BatchError
+		for i, m := range batch {
+			mu.Lock()
+			seen = append(seen, m.Offset)
+			mu.Unlock()
+			if m.Offset == failing && m.Attempt == 1 {
+				failed.Fail(i, errors.New("fails once"))
+			}
+		}
+		if failed.Len() > 0 {
+			started <- struct{}{}
+			<-release // ignores ctx: fails after the drain began
+		}
+		return failed.Err()
+	}
+	cfg := oneWorkerQuickRetry(r, "drain-mates")
+	cfg.Size, cfg.Ticker = n, time.Minute // one batch of all four
+	cfg.DrainTimeout = 5 * time.Second
+	c := stopDuringCall(t, r, cfg, do, started, release)
+	d, err := commit.DecodeMeta(c.Metadata)
+	if err != nil {
+		t.Fatalf("final commit (offset %d, metadata %q): %v", c.Offset, c.Metadata, err)
+	}
+	if c.Offset != failing || !slices.Equal(d.Ranges, []commit.Range{{Start: failing + 1, End: n}}) {
+		t.Fatalf("final commit: offset %d, finished %v; want offset %d with [%d, %d) finished", c.Offset, d.Ranges, failing, failing+1, n)
+	}
+	mu.Lock()
+	seen = nil
+	mu.Unlock()
+	cfg.Ticker = 10 * time.Millisecond // the failed one runs alone
+	runToCommitted(t, r, cfg, do)
+	mu.Lock()
+	defer mu.Unlock()
+	if !slices.Equal(seen, []int64{failing}) {
+		t.Fatalf("offsets the next owner handed to Do: got %v, want [%d] (the failed one only)", seen, failing)
+	}
+}
+
 // TestResumedPastMaxAttempts: a message the previous owner's commit lists
 // waiting at attempt 3 with MaxAttempts 2 (its last allowed attempt
 // failed, and its dead letter did not make it into a commit) is
