@@ -48,6 +48,10 @@ type Item[M, T any] struct {
 	// the copy took its place in the tracker; it came back from its call.
 	orphan             atomic.Bool
 	replaced, returned bool
+	// finishing: its lane is held until it finishes (Scheduler.Finishing:
+	// its dead letter is being written), so a revoke leaves it outstanding
+	// and Unhold finishes it even then; guarded by the scheduler mutex.
+	finishing bool
 	// Fate is what became of the item, as its owner records it for its
 	// own counts (AdvanceFunc): 0 when a worker finished it, another
 	// value the owner sets before finishing it some other way.

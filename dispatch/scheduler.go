@@ -875,7 +875,7 @@ func (s *Scheduler[M, T]) hold(it *Item[M, T], o Outcome) {
 
 // revoke drops p's queued items (waiting to run, or held) and the items a
 // filling batch holds for it. Items already inside a Do call are left to
-// finish. It returns how many of the dropped items never failed and how
+// finish, and so is a held item marked Finishing. It returns how many of the dropped items never failed and how
 // many had (Attempt above 1).
 func (s *Scheduler[M, T]) revoke(p *Partition[M, T]) (dropped, abandoned int) {
 	s.mu.Lock()
@@ -898,9 +898,13 @@ func (s *Scheduler[M, T]) revoke(p *Partition[M, T]) (dropped, abandoned int) {
 			if it.waitAttempt != 0 { // held or retried since the owner last listed them
 				p.drained = append(p.drained, WaitingItem[M, T]{it, it.offset, int(it.waitAttempt), false})
 			}
-			if it.Attempt > 1 {
+			switch {
+			case it.finishing:
+				// Its dead letter is being written: it stays
+				// outstanding, and Unhold finishes it (Finishing).
+			case it.Attempt > 1:
 				abandoned++
-			} else {
+			default:
 				dropped++
 			}
 		}

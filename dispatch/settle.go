@@ -175,10 +175,26 @@ type heldItem[M, T any] struct {
 func (s *Scheduler[M, T]) Unhold(it *Item[M, T], finished bool) bool {
 	s.mu.Lock()
 	l := it.lane
-	if it.part.revoked || l == nil || !l.blocked || l.head != it {
+	if it.part.revoked {
+		// Its lane's items were dropped; one marked Finishing was left
+		// outstanding for this: it finishes while the partition drains,
+		// or, not finished, is abandoned.
+		marked := it.finishing
+		it.finishing = false
+		s.mu.Unlock()
+		switch {
+		case marked && finished:
+			finish([]*Item[M, T]{it})
+		case marked:
+			abandon([]*Item[M, T]{it})
+		}
+		return marked
+	}
+	if l == nil || !l.blocked || l.head != it {
 		s.mu.Unlock()
 		return false
 	}
+	it.finishing = false
 	l.blocked = false
 	l.part.held--
 	s.held--
@@ -197,6 +213,23 @@ func (s *Scheduler[M, T]) Unhold(it *Item[M, T], finished bool) bool {
 	if finished {
 		finish([]*Item[M, T]{it})
 	}
+	return true
+}
+
+// Finishing marks it, held, as one whose lane waits for it to finish
+// (its dead letter is being written; Unhold with finished follows): a
+// revoke then leaves it outstanding rather than dropping it, so that the
+// owner's drain waits for it and its final commit passes it (a graceful
+// handoff repeats nothing). It reports false, doing nothing, when its
+// partition was revoked already or its lane is not held for it.
+func (s *Scheduler[M, T]) Finishing(it *Item[M, T]) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	l := it.lane
+	if it.part.revoked || l == nil || !l.blocked || l.head != it {
+		return false
+	}
+	it.finishing = true
 	return true
 }
 

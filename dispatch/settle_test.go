@@ -495,3 +495,59 @@ func TestSettleRevokedFinishesDone(t *testing.T) {
 		t.Fatalf("DrainedWaiting: got %v, want offset 1 only", drained)
 	}
 }
+
+// TestFinishingOutlivesRevoke: a held item marked Finishing (its dead
+// letter is being written) stays outstanding through a revoke; Unhold then
+// finishes it (finished) or abandons it, so that the drain waits for it and
+// its final frontier passes it once finished. The lanes' other items are
+// dropped as before.
+func TestFinishingOutlivesRevoke(t *testing.T) {
+	var held []*Item[msg, int]
+	s := New[msg, int](Options[msg, int]{Size: 8, MaxInFlight: 100, Hold: func(it *Item[msg, int], _ Outcome) { held = append(held, it) }})
+	p := s.NewPartition(16)
+	var off int64
+	feed(t, p, &off, 1, 2, 1) // offsets 0 and 2 in lane 1, 1 in lane 2
+	w := s.NewWorker()
+	b := s.NewBatch(w)
+	s.Next(b, true, nil)
+	out := make([]Outcome, len(b.Items))
+	for i, it := range b.Items {
+		if it.Msg.seq != 2 {
+			out[i].Verdict = Hold
+		}
+	}
+	s.Settle(b, out)
+	if len(held) != 2 {
+		t.Fatalf("held: got %d items, want 2 (offsets 0 and 1)", len(held))
+	}
+	for _, it := range held {
+		if !s.Finishing(it) {
+			t.Fatalf("Finishing(offset %d): got false, want true", it.Offset())
+		}
+	}
+	dropped, abandoned := p.Revoke()
+	if dropped != 1 || abandoned != 0 {
+		t.Fatalf("Revoke: got %d dropped, %d abandoned, want 1 and 0 (offset 2; 0 and 1 are finishing)", dropped, abandoned)
+	}
+	p.Drain()
+	if got := p.Outstanding(); got != 2 {
+		t.Fatalf("Outstanding after Revoke: got %d, want 2 (offsets 0 and 1)", got)
+	}
+	if s.Finishing(held[0]) {
+		t.Fatal("Finishing after the revoke: got true, want false")
+	}
+	if !s.Unhold(held[0], true) || !s.Unhold(held[1], false) {
+		t.Fatal("Unhold after the revoke: got false, want true (offset 0 finished, 1 abandoned)")
+	}
+	if s.Unhold(held[0], true) || s.Unhold(held[1], false) {
+		t.Fatal("second Unhold: got true, want false")
+	}
+	if got := p.Outstanding(); got != 0 {
+		t.Fatalf("Outstanding after Unhold: got %d, want 0", got)
+	}
+	p.Advance()
+	next, ranges, _ := p.Finished(nil)
+	if next != 1 || len(ranges) != 0 {
+		t.Fatalf("frontier and finished ranges: got %d %v, want 1 [] (offset 0 finished, 1 abandoned, 2 dropped)", next, ranges)
+	}
+}

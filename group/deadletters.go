@@ -109,6 +109,9 @@ func (d *deadLetters[T]) enabled() bool { return d.sink != nil }
 // Without a destination the message is skipped: logged and counted.
 func (d *deadLetters[T]) add(it *dispatch.Item[Message, T], done func(), reason string, attempts int, err error) {
 	if done == nil {
+		// Held: a revoke from here on leaves it outstanding, so the
+		// drain waits for its dead letter and the final commit passes it.
+		d.g.sched.Finishing(it)
 		done = func() { d.g.sched.Unhold(it, true) }
 	}
 	it.Fate = fateDeadLettered

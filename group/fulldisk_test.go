@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -208,4 +209,50 @@ func fullDiskDo(t *testing.T, r *rig, target int64, log *attemptLog, verdict fun
 		return tmpfs.Fill(t, dataPath, 0)
 	}
 	return do, fill
+}
+
+// TestDrainWaitsForDeadLetter (invariant 5: a graceful handoff repeats
+// nothing): a message whose dead letter is still being written when its
+// partition is revoked (the store's disk is full) is waited for by the
+// drain, and once the write lands there the final commit passes it: the
+// next owner neither runs it again nor writes its dead letter twice.
+func TestDrainWaitsForDeadLetter(t *testing.T) {
+	t.Parallel() // mostly waits on the disk and the drain
+	const n, keys, target = 100, 20, 30
+	const behind = (n - 1 - target) / keys // its key's later messages wait behind it
+	r := bigMessagesRig(t, "dead-drain", n, keys)
+	dataPath := tmpfs.Mount(t, 4<<20)
+	var log attemptLog
+	do, fill := fullDiskDo(t, r, target, &log, func(be *BatchError, i int) { be.DeadLetter(i, errors.New("rejected by the test")) })
+	cfg := r.config("dead-drain")
+	cfg.Size, cfg.Num, cfg.DataPath = 8, 4, dataPath
+	cfg.Retry = Retry{Backoff: 50 * time.Millisecond, MaxBackoff: 100 * time.Millisecond, Jitter: -1}
+	cfg.DrainTimeout = 5 * time.Second
+	g := newGroup(t, cfg, do)
+	stop := run(t, g)
+
+	ballast := fill(dataPath) // the store is open: its writes now fail
+	waitFor(t, time.Minute, "the dead letter's write to fail and the rest to finish", func() bool {
+		st := g.Stats()
+		return st.DeadLetterErrors >= 1 && st.Handled == n-1-behind
+	})
+	stopped := make(chan error, 1)
+	go func() { stopped <- stop() }()
+	time.Sleep(500 * time.Millisecond) // into the drain
+	if err := os.Remove(ballast); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-stopped; err != nil {
+		t.Fatal(err)
+	}
+	if c := r.b.Committed(cfg.GroupID, r.topic)[0]; c != target+keys {
+		t.Fatalf("final commit: got offset %d, want %d (past offset %d, whose dead letter landed in the drain, up to its key's next message)", c, target+keys, target)
+	}
+	if got := g.Stats().DeadLettered.Rejected; got != 1 {
+		t.Fatalf("dead-lettered: got %d, want 1", got)
+	}
+	runToCommitted(t, r, cfg, do)
+	if got := attempts(&log); !slices.Equal(got, []int{1}) {
+		t.Fatalf("attempts of offset %d seen by Do: got %v, want [1] (the next owner does not run it again)", target, got)
+	}
 }
