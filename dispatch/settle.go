@@ -97,6 +97,12 @@ func (s *Scheduler[M, T]) Settle(b *Batch[M, T], out []Outcome) (finished int) {
 		switch l := it.lane; {
 		case l.returning:
 			back = append(back, it) // behind an earlier item of its lane
+			if it.Attempt > 1 {
+				// Charged (Do named it too), or arrived at a later
+				// attempt: listed for the commit metadata until it
+				// finishes, as a held head is.
+				noteWaitLocked(it)
+			}
 		case o.Verdict == Done:
 			done = append(done, it)
 		default:

@@ -3,6 +3,7 @@ package dispatch
 import (
 	"context"
 	"errors"
+	"maps"
 	"slices"
 	"testing"
 	"time"
@@ -549,5 +550,34 @@ func TestFinishingOutlivesRevoke(t *testing.T) {
 	next, ranges, _ := p.Finished(nil)
 	if next != 1 || len(ranges) != 0 {
 		t.Fatalf("frontier and finished ranges: got %d %v, want 1 [] (offset 0 finished, 1 abandoned, 2 dropped)", next, ranges)
+	}
+}
+
+// TestSettleListsChargedLaneMates: an item charged an attempt that goes
+// back behind an earlier failed item of its lane (Do named both) is listed
+// by WaitingItems at its attempt, like the held head, so that a new owner
+// goes on at that attempt rather than at 1.
+func TestSettleListsChargedLaneMates(t *testing.T) {
+	s := New[msg, int](Options[msg, int]{Size: 8, MaxInFlight: 100, Hold: func(*Item[msg, int], Outcome) {}})
+	p := s.NewPartition(16)
+	var off int64
+	feed(t, p, &off, 1, 1, 1) // offsets 0..2, one lane
+	w := s.NewWorker()
+	b := s.NewBatch(w)
+	s.Next(b, true, nil)
+	out := make([]Outcome, len(b.Items))
+	for i, it := range b.Items {
+		if it.Msg.seq != 2 { // offsets 0 and 1 fail, charged as merge charges them
+			it.Attempt++
+			out[i].Verdict = Hold
+		}
+	}
+	s.Settle(b, out)
+	got := map[int64]int{}
+	for _, wi := range s.WaitingItems(p, nil) {
+		got[wi.Offset] = wi.Attempt
+	}
+	if want := map[int64]int{0: 2, 1: 2}; !maps.Equal(got, want) {
+		t.Fatalf("WaitingItems: got %v, want %v (offset 2, never charged, is not listed)", got, want)
 	}
 }

@@ -713,6 +713,63 @@ func TestDrainFinishesHandledBatchMates(t *testing.T) {
 	}
 }
 
+// TestNamedLaneMatesSurviveHandoff: Do names two messages of one key in a
+// batch as failed; both are charged an attempt, the later one waiting
+// behind the earlier. The final commit lists both at attempt 2, so the
+// next owner goes on at 2 for each rather than at 1 for the later one
+// (MaxAttempts could otherwise be exceeded across restarts).
+func TestNamedLaneMatesSurviveHandoff(t *testing.T) {
+	t.Parallel() // mostly waits on the broker and the backoff
+
+	const n = 3 // one key: offsets 0 and 1 fail once, 2 follows them
+	r := newRig(t, "named-mates", 1, n, 1)
+	var mu sync.Mutex
+	seen := map[int64][]int{} // attempts Do saw, per offset
+	do := func(ctx context.Context, batch []*Message) error {
+		var failed BatchError
+		mu.Lock()
+		defer mu.Unlock()
+		for i, m := range batch {
+			seen[m.Offset] = append(seen[m.Offset], m.Attempt)
+			if m.Offset < 2 && m.Attempt == 1 {
+				failed.Fail(i, errors.New("fails once"))
+			}
+		}
+		return failed.Err()
+	}
+	cfg := r.config("named-mates")
+	cfg.Size, cfg.Num, cfg.Ticker = n, 1, time.Minute // one batch of all three
+	cfg.Retry = Retry{Backoff: time.Second, MaxBackoff: time.Second, Jitter: -1}
+	a := newGroup(t, cfg, do)
+	stopA := run(t, a)
+	waitFor(t, time.Minute, "the batch to fail", func() bool { return a.Stats().Retries >= 1 })
+	if err := stopA(); err != nil {
+		t.Fatal(err)
+	}
+	c := r.b.Commits(cfg.GroupID, r.topic)[0]
+	d, err := commit.DecodeMeta(c.Metadata)
+	if err != nil {
+		t.Fatalf("final commit (offset %d, metadata %q): %v", c.Offset, c.Metadata, err)
+	}
+	for _, off := range []int64{0, 1} {
+		if w, ok := d.WaitingAt(off); !ok || w.Attempt != 2 {
+			t.Fatalf("final commit: offset %d, waiting %v; want offsets 0 and 1 waiting at attempt 2", c.Offset, d.Waiting)
+		}
+	}
+	mu.Lock()
+	clear(seen)
+	mu.Unlock()
+	cfg.Ticker = 10 * time.Millisecond
+	runToCommitted(t, r, cfg, do)
+	mu.Lock()
+	defer mu.Unlock()
+	for off, want := range map[int64][]int{0: {2}, 1: {2}, 2: {1}} {
+		if !slices.Equal(seen[off], want) {
+			t.Fatalf("attempts of offset %d under the next owner: got %v, want %v", off, seen[off], want)
+		}
+	}
+}
+
 // TestResumedPastMaxAttempts: a message the previous owner's commit lists
 // waiting at attempt 3 with MaxAttempts 2 (its last allowed attempt
 // failed, and its dead letter did not make it into a commit) is
