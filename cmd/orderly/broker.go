@@ -20,6 +20,14 @@ type brokerOpts struct {
 	sync       bool
 }
 
+// brokerExitStatus: like consume, the broker has no planned end, and a
+// signal is how it stops.
+const brokerExitStatus = `Exit status: 0 stopped by SIGINT or SIGTERM (after persisting to --data);
+1 error (it could not listen, or load or persist --data); 2 usage error.
+A second SIGINT or SIGTERM kills the process at once (a shell shows 130
+or 143).
+`
+
 func brokerCommand(e env) *cobra.Command {
 	o := &brokerOpts{}
 	c := newCommand("broker", "run a standalone in-process Kafka-protocol broker (kfake) for development and tests",
@@ -28,6 +36,7 @@ development and tests. It prints its address and "ready" once it listens,
 serves until SIGINT or SIGTERM, then closes (persisting to --data), prints
 "stopped" and exits 0.`,
 		func(ctx context.Context) error { return runBroker(ctx, o, e.stdout) })
+	withExitStatus(c, brokerExitStatus)
 	fs := c.Flags()
 	stringVar(fs, &o.addr, "addr", "127.0.0.1:9092", hostPort, "host:port to listen on (port 0: a free port, printed at start)")
 	stringVar(fs, &o.data, "data", "", nil, "directory to persist logs, offsets and groups in, reloaded at start; empty: memory only")

@@ -38,16 +38,35 @@ const (
 
 const envPrefix = "ORDERLY_"
 
-// helpFooter ends every command's help.
-const helpFooter = `
-Environment: every flag can also be set as ` + envPrefix + `<FLAG>, the flag's name in
+// helpFooter ends every command's help: the environment rule, then the
+// exit status, which names --timeout only for a command that has one.
+const helpFooter = "\n" + helpEnvironment + "\n" + helpExitStatusChoice
+
+const helpEnvironment = `Environment: every flag can also be set as ` + envPrefix + `<FLAG>, the flag's name in
 upper case with - as _ (--max-in-flight: ` + envPrefix + `MAX_IN_FLIGHT); a flag given on
 the command line wins, an empty variable counts as unset.
+`
 
-Exit status: 0 done; 1 error, or a failed check; 2 usage error; 3 interrupted
+const helpExitStatusChoice = `{{if .LocalFlags.Lookup "timeout"}}` + helpExitStatusTimeout + `{{else}}` + helpExitStatus + `{{end}}`
+
+// The exit status of a command that ends on its own. A signal or --timeout
+// cut its run short: exit 3.
+const (
+	helpExitStatus = `Exit status: 0 done; 1 error, or a failed check; 2 usage error; 3 interrupted
+(SIGINT or SIGTERM) before the run finished. A second SIGINT or SIGTERM
+kills the process at once (a shell shows 130 or 143).
+`
+	helpExitStatusTimeout = `Exit status: 0 done; 1 error, or a failed check; 2 usage error; 3 interrupted
 (SIGINT, SIGTERM or --timeout) before the run finished. A second SIGINT or
 SIGTERM kills the process at once (a shell shows 130 or 143).
 `
+)
+
+// withExitStatus sets c's help to the common one with its own exit status
+// (a command with no planned end, which a signal stops: exit 0).
+func withExitStatus(c *cobra.Command, status string) {
+	c.SetHelpTemplate(strings.Replace(helpTemplate, helpExitStatusChoice, status, 1))
+}
 
 // helpTemplate is cobra's help, with the usage line first so that every
 // command's help starts the same way.

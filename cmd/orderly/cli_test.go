@@ -16,22 +16,24 @@ import (
 // exit status rules; the root's lists every subcommand.
 func TestHelp(t *testing.T) {
 	tests := []struct {
-		args []string
-		path string // the command whose help it is
+		args   []string
+		path   string // the command whose help it is
+		status string // its exit status
 	}{
-		{[]string{"--help"}, "orderly"},
-		{[]string{"-h"}, "orderly"},
-		{[]string{"help"}, "orderly"},
-		{[]string{"demo", "--help"}, "orderly demo"},
-		{[]string{"broker", "--help"}, "orderly broker"},
-		{[]string{"help", "broker"}, "orderly broker"},
-		{[]string{"bench", "-h"}, "orderly bench"},
+		{[]string{"--help"}, "orderly", helpExitStatusTimeout},
+		{[]string{"-h"}, "orderly", helpExitStatusTimeout},
+		{[]string{"help"}, "orderly", helpExitStatusTimeout},
+		{[]string{"demo", "--help"}, "orderly demo", helpExitStatusTimeout},
+		{[]string{"broker", "--help"}, "orderly broker", brokerExitStatus},
+		{[]string{"help", "broker"}, "orderly broker", brokerExitStatus},
+		{[]string{"bench", "-h"}, "orderly bench", helpExitStatusTimeout},
+		{[]string{"dlq", "list", "-h"}, "orderly dlq list", helpExitStatus},
 	}
 	for _, tt := range tests {
 		r := runBin(t, nil, tt.args...)
 		header := "Usage: " + tt.path + " ["
 		if r.code != 0 || r.stderr != "" || !strings.HasPrefix(r.stdout, header) ||
-			!strings.Contains(r.stdout, "\nFlags:\n") || !strings.HasSuffix(r.stdout, helpFooter) {
+			!strings.Contains(r.stdout, "\nFlags:\n") || !endsWithFooter(r.stdout, tt.status) {
 			t.Errorf("orderly %q: got exit %d, stderr %q, stdout:\n%s\nwant exit 0, no stderr, help starting %q and ending with the environment rule",
 				tt.args, r.code, r.stderr, r.stdout, header)
 		}
@@ -43,6 +45,47 @@ func TestHelp(t *testing.T) {
 			}
 		}
 	}
+}
+
+// endsWithFooter reports whether help ends with the environment rule and
+// then status.
+func endsWithFooter(help, status string) bool {
+	return strings.HasSuffix(help, "\n"+helpEnvironment+"\n"+status)
+}
+
+// TestHelpExitStatus: every command's help states its exit status, naming
+// --timeout only when the command has such a flag; the broker and consume,
+// which run until a signal, exit 0 on one.
+func TestHelpExitStatus(t *testing.T) {
+	var walk func(c *cobra.Command)
+	walk = func(c *cobra.Command) {
+		var out strings.Builder
+		c.SetOut(&out)
+		if err := c.Help(); err != nil {
+			t.Fatalf("%s: %v", c.CommandPath(), err)
+		}
+		help := out.String()
+		i := strings.LastIndex(help, "Exit status:")
+		if i < 0 {
+			t.Fatalf("%s: no exit status in its help:\n%s", c.CommandPath(), help)
+		}
+		status := help[i:]
+		// consume's --timeout is a call's deadline, not the run's.
+		untilSignal := c.Name() == "broker" || c.Name() == "consume"
+		endsRun := c.LocalFlags().Lookup("timeout") != nil && !untilSignal
+		if strings.Contains(status, "--timeout") != endsRun {
+			t.Errorf("%s (a --timeout that ends the run: %v): exit status %q", c.CommandPath(), endsRun, status)
+		}
+		if untilSignal != strings.HasPrefix(status, "Exit status: 0 stopped by SIGINT or SIGTERM") {
+			t.Errorf("%s: exit status %q; a signal is its normal end: %v", c.CommandPath(), status, untilSignal)
+		}
+		for _, sub := range c.Commands() {
+			if sub.IsAvailableCommand() {
+				walk(sub)
+			}
+		}
+	}
+	walk(newRoot(env{lookup: func(string) (string, bool) { return "", false }}))
 }
 
 // TestUsageErrors runs the binary with every kind of command-line mistake,

@@ -90,23 +90,17 @@ finish, commit, print the final line, exit 0.`
 
 // The exit status of consume differs from the other commands': it has no
 // planned end, so a signal is how it stops, and that is a success.
-const (
-	helpExitStatus = `Exit status: 0 done; 1 error, or a failed check; 2 usage error; 3 interrupted
-(SIGINT, SIGTERM or --timeout) before the run finished. A second SIGINT or
-SIGTERM kills the process at once (a shell shows 130 or 143).
-`
-	consumeExitStatus = `Exit status: 0 stopped by SIGINT or SIGTERM, after draining and committing;
+const consumeExitStatus = `Exit status: 0 stopped by SIGINT or SIGTERM, after draining and committing;
 1 error (the run could not start or go on, or the coordinator did not
 confirm a final commit at the stop); 2 usage error.
 `
-)
 
 // consumeCommand is `orderly consume`.
 func consumeCommand(e env) *cobra.Command {
 	o := &consumeOpts{}
 	c := newCommand("consume", "forward Kafka records to an HTTP endpoint or a command, in order per key, many at a time",
 		consumeLong, func(ctx context.Context) error { return runConsume(ctx, o, e) })
-	c.SetHelpTemplate(strings.Replace(helpTemplate, helpExitStatus, consumeExitStatus, 1))
+	withExitStatus(c, consumeExitStatus)
 	fs := c.Flags()
 	listVar(fs, &o.brokers, "brokers", nil, false, dialAddr, "comma-separated host:port of the Kafka cluster (required)")
 	listVar(fs, &o.topics, "topic", nil, false, nil, "comma-separated topics to consume (required)")

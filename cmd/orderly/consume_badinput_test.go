@@ -140,12 +140,9 @@ func TestConsumeEnvBinding(t *testing.T) {
 // rule, every flag, and consume's own exit status (a signal is its normal
 // end: exit 0).
 func TestConsumeHelp(t *testing.T) {
-	if !strings.Contains(helpTemplate, helpExitStatus) {
-		t.Fatalf("the common help no longer ends with %q: update consume's", helpExitStatus)
-	}
 	r := runBin(t, nil, "consume", "--help")
 	if r.code != 0 || r.stderr != "" || !strings.HasPrefix(r.stdout, "Usage: orderly consume [flags]") ||
-		!strings.HasSuffix(r.stdout, consumeExitStatus) || !strings.Contains(r.stdout, "ORDERLY_<FLAG>") {
+		!endsWithFooter(r.stdout, consumeExitStatus) || !strings.Contains(r.stdout, "ORDERLY_<FLAG>") {
 		t.Errorf("got exit %d, stderr %q, stdout:\n%s\nwant the help with consume's exit status", r.code, r.stderr, r.stdout)
 	}
 	consumeCommand(env{}).Flags().VisitAll(func(f *pflag.Flag) {

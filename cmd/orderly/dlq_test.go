@@ -537,7 +537,7 @@ func TestDlqErrors(t *testing.T) {
 func TestDlqHelp(t *testing.T) {
 	for _, cmd := range []string{"list", "show", "replay", "purge"} {
 		out, err := runCmd(context.Background(), "dlq", cmd, "--help")
-		if err != nil || !strings.HasPrefix(out, "Usage: orderly dlq "+cmd+" [flags]") || !strings.HasSuffix(out, helpFooter) ||
+		if err != nil || !strings.HasPrefix(out, "Usage: orderly dlq "+cmd+" [flags]") || !endsWithFooter(out, helpExitStatus) ||
 			!strings.Contains(out, "--data string") || !strings.Contains(out, "--since time") {
 			t.Errorf("orderly dlq %s --help: %v\n%s", cmd, err, out)
 		}

@@ -310,7 +310,7 @@ func TestGroupHelp(t *testing.T) {
 		if args[0] == "help" {
 			path = "orderly group describe"
 		}
-		if err != nil || !strings.HasPrefix(out, "Usage: "+path+" [flags]") && !strings.HasPrefix(out, "Usage: "+path+" [command]") || !strings.HasSuffix(out, helpFooter) {
+		if err != nil || !strings.HasPrefix(out, "Usage: "+path+" [flags]") && !strings.HasPrefix(out, "Usage: "+path+" [command]") || !endsWithFooter(out, helpExitStatus) {
 			t.Errorf("orderly %q: error %v, output:\n%s", args, err, out)
 		}
 	}
