@@ -344,7 +344,7 @@ func (s *Scheduler[M, T]) Orphan(w *Worker[M, T], call uint64) int {
 	for i, it := range b.Items {
 		p := it.part
 		if p.revoked || (i < len(b.early) && b.early[i]) {
-			continue // dropped, or handed back already
+			continue // its partition let go of its lanes (Settle judges it), or handed back already
 		}
 		it.orphan.Store(true)
 		if it.waitAttempt != 0 { // its copy is listed in its place (push notes it)
@@ -401,10 +401,13 @@ func (s *Scheduler[M, T]) NewBatch(w *Worker[M, T]) *Batch[M, T] {
 func (s *Scheduler[M, T]) push(p *Partition[M, T], items []*Item[M, T]) {
 	s.mu.Lock()
 	if p.revoked {
+		// Copies of orphans made in the drain (replaceOrphans): dropped
+		// with the partition, no longer outstanding.
 		s.mu.Unlock()
 		for _, it := range items {
 			it.lane.pending--
 		}
+		p.abandoned(int64(len(items)))
 		return
 	}
 	var held []heldItem[M, T]

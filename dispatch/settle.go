@@ -48,21 +48,33 @@ func (s *Scheduler[M, T]) Settle(b *Batch[M, T], out []Outcome) (finished int) {
 	done, gone, held, back := b.done[:0], b.gone[:0], b.held[:0], b.back[:0]
 	if b.orphaned.Load() {
 		// Its items run elsewhere (Orphan): what it says is ignored, and
-		// they go back to their partitions only to be recycled.
+		// they go back to their partitions only to be recycled. An item
+		// Orphan passed over (its partition was revoked first) has no
+		// copy: it finishes only if Do handled it; otherwise it is
+		// abandoned, as in a drain.
 		s.mu.Lock()
 		if b.w.running == b {
 			b.w.running = nil
 			s.running--
 		}
-		s.mu.Unlock()
 		for i, it := range b.Items {
-			if out[i].Verdict != Finished {
+			switch o := out[i]; {
+			case o.Verdict == Finished:
+			case it.orphan.Load() || o.Verdict == Done:
 				done = append(done, it)
+			default:
+				if o.Verdict == Hold {
+					it.part.drained = append(it.part.drained, WaitingItem[M, T]{it, it.offset, it.Attempt, false})
+				}
+				gone = append(gone, it)
 			}
 		}
+		s.mu.Unlock()
 		finish(done)
+		abandon(gone)
 		clear(done)
-		b.done = done[:0]
+		clear(gone)
+		b.done, b.gone = done[:0], gone[:0]
 		clear(b.Items)
 		b.Items = b.Items[:0]
 		b.reset()

@@ -311,6 +311,64 @@ func TestOrphan(t *testing.T) {
 	}
 }
 
+// TestOrphanAroundRevoke: a hung call judged after its partition was
+// revoked gives up on none of its items, and when it then fails they are
+// not finished (the frontier stays: invariant 1); a hung call given up on
+// before the revoke has its copies made in the drain, which are dropped
+// with the partition and no longer counted as outstanding, so the drain
+// does not wait for them.
+func TestOrphanAroundRevoke(t *testing.T) {
+	t.Run("orphaned after the revoke", func(t *testing.T) {
+		s := New[msg, int](Options[msg, int]{Size: 4, MaxInFlight: 100})
+		p := s.NewPartition(16)
+		var off int64
+		feed(t, p, &off, 1)
+		w := s.NewWorker()
+		b := s.NewBatch(w)
+		s.Next(b, true, nil)
+		call := s.BeginCall(w, nil)
+		p.Revoke()
+		p.Drain()
+		if n := s.Orphan(w, call); n != 0 {
+			t.Fatalf("Orphan after the revoke: got %d, want 0", n)
+		}
+		s.EndCall(w)
+		s.Settle(b, []Outcome{{Verdict: Hold}}) // it failed
+		p.Advance()
+		if next, _ := p.Next(); next != 0 {
+			t.Fatalf("frontier: got %d, want 0 (the failed item did not finish)", next)
+		}
+		if got := p.Outstanding(); got != 0 {
+			t.Fatalf("Outstanding: got %d, want 0", got)
+		}
+	})
+	t.Run("orphaned before the revoke", func(t *testing.T) {
+		s := New[msg, int](Options[msg, int]{Size: 4, MaxInFlight: 100})
+		p := s.NewPartition(16)
+		var off int64
+		feed(t, p, &off, 1)
+		w := s.NewWorker()
+		b := s.NewBatch(w)
+		s.Next(b, true, nil)
+		call := s.BeginCall(w, nil)
+		if n := s.Orphan(w, call); n != 1 {
+			t.Fatalf("Orphan: got %d, want 1", n)
+		}
+		p.Revoke()
+		p.Drain()
+		p.Advance() // the copy, made now, is dropped with the partition
+		s.EndCall(w)
+		s.Settle(b, []Outcome{{Verdict: Return}})
+		p.Advance()
+		if got := p.Outstanding(); got != 0 {
+			t.Fatalf("Outstanding: got %d, want 0", got)
+		}
+		if next, _ := p.Next(); next != 0 {
+			t.Fatalf("frontier: got %d, want 0", next)
+		}
+	})
+}
+
 // TestWaitingItemsSnapshot: WaitingItems copies a held head's offset and attempt
 // under the scheduler's lock. Once Unhold lets the lane go, a worker may
 // take the item and charge it another attempt while the owner is still
