@@ -139,7 +139,7 @@ func TestConsumeHTTPBatch(t *testing.T) {
 	}
 	checkBatchJSON(t, ep, binKey)
 	wantFigures(t, finalFigures(t, p.stdout.String()), map[string]float64{
-		"committed": n + 2, "endpoint errors": 1, "items named retry": 2, "items named reject": 1,
+		"committed": n + 2, "endpoint errors": 1, "items named retry or defer": 2, "items named reject": 1,
 		"dead-lettered": 1, "rejected": 1, "failed calls": 0, "retries": 1,
 	})
 	if committed, hw := b.Committed("batcher", "batches"), b.HighWatermarks("batches"); fmt.Sprint(committed) != fmt.Sprint(hw) {

@@ -203,7 +203,7 @@ func TestConsumeExec(t *testing.T) {
 	got := finalFigures(t, p.stdout.String())
 	wantFigures(t, got, map[string]float64{"committed": n, "handled": float64(n - len(dead)), "failed calls": 3, "timed out": 1,
 		"dead-lettered": float64(len(dead)), "rejected": float64(len(dead)), "rejected calls": 1,
-		"items named retry": 1, "items named reject": 1})
+		"items named retry or defer": 1, "items named reject": 1})
 	if committed, hw := b.Committed("scripts", "jobs"), b.HighWatermarks("jobs"); fmt.Sprint(committed) != fmt.Sprint(hw) {
 		t.Errorf("committed %v, want the high watermarks %v", committed, hw)
 	}

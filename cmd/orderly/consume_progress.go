@@ -110,7 +110,7 @@ func finalLine(ctx context.Context, start time.Time, s group.Stats, ctr *sinkCou
 	d := s.DeadLettered
 	return fmt.Sprintf("orderly consume: %s after %.1fs: handled %d, committed %d, retries %d, "+
 		"dead-lettered %d (rejected %d, max_attempts %d, timeout %d, poison %d), skipped %d, "+
-		"calls %d, ok %d, throttled %d, paused %.1fs, failed calls %d, timed out %d, endpoint errors %d, rejected calls %d, items named retry %d, items named reject %d, outages %d, "+
+		"calls %d, ok %d, throttled %d, paused %.1fs, failed calls %d, timed out %d, endpoint errors %d, rejected calls %d, items named retry or defer %d, items named reject %d, outages %d, "+
 		"offset resets %d, skipped by reset %d",
 		how, time.Since(start).Seconds(), s.Handled, s.Committed, s.Retries,
 		deadLettered(s), d.Rejected, d.MaxAttempts, d.Timeout, d.Poison, s.DeadLetterSkipped,
