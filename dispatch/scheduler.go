@@ -878,8 +878,8 @@ func (s *Scheduler[M, T]) hold(it *Item[M, T], o Outcome) {
 
 // revoke drops p's queued items (waiting to run, or held) and the items a
 // filling batch holds for it. Items already inside a Do call are left to
-// finish, and so is a held item marked Finishing. It returns how many of the dropped items never failed and how
-// many had (Attempt above 1).
+// finish, and so is a held item marked Finishing. It returns how many of
+// the dropped items never failed and how many had (Attempt above 1).
 func (s *Scheduler[M, T]) revoke(p *Partition[M, T]) (dropped, abandoned int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()

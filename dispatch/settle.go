@@ -39,11 +39,10 @@ type Outcome struct {
 // outcome: a lane's later messages never finish before an earlier one.
 // Items whose partition was revoked finish when Done and not behind an
 // earlier item of their lane that goes back; the rest are abandoned, never
-// requeued. The
-// batch's lanes are let go: a lane whose first returned item is held waits
-// (Options.Hold is called for that item once the lock is released); the
-// others are ready again at once. b is empty and reusable afterwards. It
-// returns how many items went back to their partitions.
+// requeued. The batch's lanes are let go: a lane whose first returned item
+// is held waits (Options.Hold is called for that item once the lock is
+// released); the others are ready again at once. b is empty and reusable
+// afterwards. It returns how many items went back to their partitions.
 func (s *Scheduler[M, T]) Settle(b *Batch[M, T], out []Outcome) (finished int) {
 	done, gone, held, back := b.done[:0], b.gone[:0], b.held[:0], b.back[:0]
 	if b.orphaned.Load() {
@@ -189,7 +188,8 @@ type heldItem[M, T any] struct {
 // written, or it was parked); otherwise it runs again, first in its lane.
 // It reports false when there was nothing to let go: the item's partition
 // was revoked meanwhile (its lane's items were dropped), or its lane is not
-// held for it.
+// held for it. An item marked Finishing outlives a revoke: Unhold then
+// finishes it (finished) or abandons it, and reports true.
 func (s *Scheduler[M, T]) Unhold(it *Item[M, T], finished bool) bool {
 	s.mu.Lock()
 	l := it.lane
