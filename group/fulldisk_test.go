@@ -256,3 +256,53 @@ func TestDrainWaitsForDeadLetter(t *testing.T) {
 		t.Fatalf("attempts of offset %d seen by Do: got %v, want [1] (the next owner does not run it again)", target, got)
 	}
 }
+
+// TestDrainWaitsForParking (invariant 5): with Unordered and a DataPath, a
+// deferred message whose park is still being written when its partition
+// is revoked (the disk is full) is waited for by the drain; once parked
+// there, the final commit passes it, and the parked copy is its one
+// delivery after the handoff: the next start on the same DataPath hands
+// it to Do once, not once from Kafka and again from the parked queue.
+func TestDrainWaitsForParking(t *testing.T) {
+	t.Parallel() // mostly waits on the disk, the drain and the deferral
+	const n, keys, target = 100, 20, 30
+	r := bigMessagesRig(t, "park-drain", n, keys)
+	dataPath := tmpfs.Mount(t, 4<<20)
+	var log attemptLog
+	do, fill := fullDiskDo(t, r, target, &log, func(be *BatchError, i int) { be.Defer(i, 2*time.Second) })
+	cfg := r.config("park-drain")
+	cfg.Size, cfg.Num, cfg.Ordering, cfg.DataPath = 8, 4, Unordered, dataPath
+	cfg.Retry = Retry{Backoff: 50 * time.Millisecond, MaxBackoff: 100 * time.Millisecond, Jitter: -1}
+	cfg.DrainTimeout = 5 * time.Second
+	g := newGroup(t, cfg, do)
+	stop := run(t, g)
+
+	ballast := fill(dataPath) // the parked queue is open: its writes now fail
+	waitFor(t, time.Minute, "parking to fail and the rest to finish", func() bool {
+		st := g.Stats()
+		return st.ParkErrors >= 1 && st.Handled == n-1
+	})
+	stopped := make(chan error, 1)
+	go func() { stopped <- stop() }()
+	time.Sleep(500 * time.Millisecond) // into the drain
+	if err := os.Remove(ballast); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-stopped; err != nil {
+		t.Fatal(err)
+	}
+	if c := r.b.Committed(cfg.GroupID, r.topic)[0]; c != n {
+		t.Fatalf("final commit: got offset %d, want %d (past offset %d, parked in the drain)", c, n, target)
+	}
+
+	g = newGroup(t, cfg, do)
+	stop = run(t, g)
+	waitFor(t, time.Minute, "the parked message handled", func() bool { return len(attempts(&log)) >= 2 })
+	time.Sleep(3 * time.Second) // a second delivery, if any, would be due by now
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if got := attempts(&log); len(got) != 2 {
+		t.Fatalf("deliveries of offset %d: got attempts %v, want 2 (the first, and the parked copy once)", target, got)
+	}
+}

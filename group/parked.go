@@ -70,6 +70,10 @@ func newParking[T any](g *Group[T], sc *localqueue.Scanner) (*parking[T], error)
 // add parks it, to run again after delay (deferred: a deferral, not a
 // failure).
 func (p *parking[T]) add(it *dispatch.Item[Message, T], delay time.Duration, deferred bool) {
+	// A revoke from here on leaves it outstanding: the drain waits for the
+	// park, and the final commit passes it, so that the parked copy is its
+	// only delivery after the handoff.
+	p.g.sched.Finishing(it)
 	p.mu.Lock()
 	p.queue = append(p.queue, parkJob[T]{it: it, delay: delay, deferred: deferred})
 	p.mu.Unlock()
