@@ -78,9 +78,23 @@ func TestScenario10PartitionsAdded(t *testing.T) {
 	cfg := r.config("grow")
 	cfg.Sarama.Metadata.RefreshFrequency = refresh
 	cfg.Size, cfg.Num, cfg.Ticker = 8, 4, 5*time.Millisecond
-	r.produce(0, firstHalf)
 	a, b := &member{tag: "a", o: o, delay: time.Millisecond}, &member{tag: "b", o: o, delay: time.Millisecond}
 	stopA, stopB := a.start(t, cfg), b.start(t, cfg)
+	// Both members claim before the first records arrive: one member
+	// alone can handle them all before the other joins.
+	waitFor(t, 30*time.Second, "both members to claim partitions", func() bool {
+		held := func(m *member) (n int) {
+			for p := range int32(before) {
+				if g := m.g.Load(); g != nil && claimOf(g, r.topic, p) != nil {
+					n++
+				}
+			}
+			return n
+		}
+		na, nb := held(a), held(b)
+		return na > 0 && nb > 0 && na+nb == before
+	})
+	r.produce(0, firstHalf)
 	waitFor(t, 30*time.Second, "both members to handle records", func() bool { return a.n.Load() > 0 && b.n.Load() > 0 })
 
 	if err := clusterAdmin(t, r.b.Addrs()).CreatePartitions(r.topic, after, nil, false); err != nil {
