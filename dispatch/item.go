@@ -48,10 +48,13 @@ type Item[M, T any] struct {
 	// the copy took its place in the tracker; it came back from its call.
 	orphan             atomic.Bool
 	replaced, returned bool
-	// finishing: its lane is held until it finishes (Scheduler.Finishing:
-	// its dead letter is being written), so a revoke leaves it outstanding
-	// and Unhold finishes it even then; guarded by the scheduler mutex.
-	finishing bool
+	// kept: held, and a revoke leaves it outstanding until its hold is
+	// settled: Settle sets it before Options.Hold is told (or Finishing
+	// does), so that a revoke in between, or a failure in the drain, does
+	// not drop an item on its way to a dead letter or a park; Waits
+	// clears it when the item waits for a timer instead, and Unhold when
+	// its lane goes on. Guarded by the scheduler mutex.
+	kept bool
 	// Fate is what became of the item, as its owner records it for its
 	// own counts (AdvanceFunc): 0 when a worker finished it, another
 	// value the owner sets before finishing it some other way.

@@ -380,7 +380,7 @@ func (p *Partition[M, T]) recycle(it *Item[M, T]) {
 	}
 	it.lane, it.arrival = nil, nil
 	it.orphan.Store(false)
-	it.replaced, it.returned, it.finishing = false, false, false
+	it.replaced, it.returned, it.kept = false, false, false
 	it.Fate = 0
 	it.next = nil
 	if it.waitAttempt != 0 {
@@ -430,8 +430,8 @@ func (p *Partition[M, T]) Drain() { p.draining.Store(true) }
 // Revoke stops dispatching the partition: its queued items (waiting to run,
 // or waiting for a retry) and the items waiting in a partial batch are
 // dropped and will not run; items inside a Do call, and a held item whose
-// dead letter is being written (Finishing), are left to finish (wait for
-// Outstanding to reach 0). It returns how many items were dropped that
+// hold is not settled yet or ends in a write (Finishing: a dead letter, a
+// park), are left to finish (wait for Outstanding to reach 0). It returns how many items were dropped that
 // never failed, and how many that were waiting for a retry (abandoned).
 func (p *Partition[M, T]) Revoke() (dropped, abandoned int) {
 	p.Flush()

@@ -93,7 +93,12 @@ type Options[M, T any] struct {
 	// Hold is told of every item Settle holds at its lane's front (Verdict
 	// Hold), on the settling worker's goroutine, without the scheduler's
 	// lock; the lane waits until Unhold is called for the item (at once,
-	// or later, from any goroutine). nil: the lane goes on at once.
+	// or later, from any goroutine). Until then a revoke leaves the item
+	// outstanding (Item.kept), also when it failed in its partition's
+	// drain, so Hold settles it: Unhold at once, Waits before it waits
+	// for a timer (which lets a revoke drop it), or Finishing before a
+	// write that ends with Unhold(it, true). nil: the lane goes on at
+	// once.
 	Hold func(it *Item[M, T], o Outcome)
 }
 
@@ -878,7 +883,7 @@ func (s *Scheduler[M, T]) hold(it *Item[M, T], o Outcome) {
 
 // revoke drops p's queued items (waiting to run, or held) and the items a
 // filling batch holds for it. Items already inside a Do call are left to
-// finish, and so is a held item marked Finishing. It returns how many of
+// finish, and so is a held item kept (Item.kept). It returns how many of
 // the dropped items never failed and how many had (Attempt above 1).
 func (s *Scheduler[M, T]) revoke(p *Partition[M, T]) (dropped, abandoned int) {
 	s.mu.Lock()
@@ -902,9 +907,10 @@ func (s *Scheduler[M, T]) revoke(p *Partition[M, T]) (dropped, abandoned int) {
 				p.drained = append(p.drained, WaitingItem[M, T]{it, it.offset, int(it.waitAttempt), false})
 			}
 			switch {
-			case it.finishing:
-				// Its dead letter is being written: it stays
-				// outstanding, and Unhold finishes it (Finishing).
+			case it.kept:
+				// Its hold is not settled, or its dead letter or
+				// park is being written: it stays outstanding, and
+				// Waits or Unhold lets it go (see Item.kept).
 			case it.Attempt > 1:
 				abandoned++
 			default:

@@ -282,7 +282,8 @@ func TestFinishedAboveStuckHeadCostsNothing(t *testing.T) {
 	}
 }
 func TestRevoke(t *testing.T) {
-	s := New[msg, int](Options[msg, int]{Size: 2, MaxInFlight: 100, Hold: func(*Item[msg, int], Outcome) {}})
+	var s *sched
+	s = New[msg, int](Options[msg, int]{Size: 2, MaxInFlight: 100, Hold: func(it *Item[msg, int], _ Outcome) { s.Waits(it) }})
 	p, other := s.NewPartition(16), s.NewPartition(16)
 	var off, otherOff int64
 	feed(t, p, &off, 1, 2, 3, 4, 5)

@@ -89,20 +89,27 @@ func (s *Scheduler[M, T]) Settle(b *Batch[M, T], out []Outcome) (finished int) {
 			// Its partition drains: an item Do handled finishes, so that
 			// the final commit passes it (a graceful handoff repeats
 			// nothing), unless it is behind an earlier item of its lane
-			// that goes back; those are abandoned, never requeued.
+			// that goes back. The first held item of a lane is kept
+			// outstanding and Options.Hold is told: a dead letter or a
+			// park may still finish it in the drain; a timed wait
+			// abandons it (Waits). The rest are abandoned, never
+			// requeued. The owner's final commit lists those held or
+			// charged at their attempts now (DrainedWaiting).
 			l := it.lane
-			if o.Verdict == Done && !l.returning {
+			switch {
+			case !l.returning && o.Verdict == Done:
 				done = append(done, it)
 				continue
+			case !l.returning && o.Verdict == Hold:
+				it.kept = true
+				held = append(held, heldItem[M, T]{it, o})
+			default:
+				gone = append(gone, it)
 			}
 			l.returning = true
-			if o.Verdict == Hold {
-				// Failed (or deferred) while its partition drains: the
-				// owner's final commit lists it at its attempt now
-				// (DrainedWaiting).
+			if o.Verdict == Hold || it.Attempt > 1 {
 				it.part.drained = append(it.part.drained, WaitingItem[M, T]{it, it.offset, it.Attempt, false})
 			}
-			gone = append(gone, it)
 			continue
 		}
 		switch l := it.lane; {
@@ -121,6 +128,7 @@ func (s *Scheduler[M, T]) Settle(b *Batch[M, T], out []Outcome) (finished int) {
 			back = append(back, it)
 			if o.Verdict == Hold {
 				l.blocked = true
+				it.kept = true
 				noteWaitLocked(it)
 				held = append(held, heldItem[M, T]{it, o})
 			}
@@ -197,8 +205,8 @@ func (s *Scheduler[M, T]) Unhold(it *Item[M, T], finished bool) bool {
 		// Its lane's items were dropped; one marked Finishing was left
 		// outstanding for this: it finishes while the partition drains,
 		// or, not finished, is abandoned.
-		marked := it.finishing
-		it.finishing = false
+		marked := it.kept
+		it.kept = false
 		s.mu.Unlock()
 		switch {
 		case marked && finished:
@@ -212,7 +220,7 @@ func (s *Scheduler[M, T]) Unhold(it *Item[M, T], finished bool) bool {
 		s.mu.Unlock()
 		return false
 	}
-	it.finishing = false
+	it.kept = false
 	l.blocked = false
 	l.part.held--
 	s.held--
@@ -234,21 +242,41 @@ func (s *Scheduler[M, T]) Unhold(it *Item[M, T], finished bool) bool {
 	return true
 }
 
-// Finishing marks it, held, as one whose lane waits for it to finish
-// (its dead letter is being written; Unhold with finished follows): a
-// revoke then leaves it outstanding rather than dropping it, so that the
-// owner's drain waits for it and its final commit passes it (a graceful
-// handoff repeats nothing). It reports false, doing nothing, when its
-// partition was revoked already or its lane is not held for it.
+// Finishing tells the scheduler that it, held, waits for a write that
+// finishes it (its dead letter, or its park; Unhold with finished
+// follows): a revoke leaves it outstanding rather than dropping it, so
+// that the owner's drain waits for it and its final commit passes it (a
+// graceful handoff repeats nothing). It reports false, doing nothing,
+// when it is neither kept (Item.kept: Settle held it) nor the held head
+// of its lane in a partition not revoked.
 func (s *Scheduler[M, T]) Finishing(it *Item[M, T]) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if it.kept {
+		return true
+	}
 	l := it.lane
 	if it.part.revoked || l == nil || !l.blocked || l.head != it {
 		return false
 	}
-	it.finishing = true
+	it.kept = true
 	return true
+}
+
+// Waits tells the scheduler that it, held, waits for a timer instead
+// (Unhold follows when it is due): a revoke from now on drops it with its
+// lane. It reports false when its partition was revoked already: it has
+// been let go then (abandoned, if Settle had kept it outstanding), and no
+// Unhold may follow.
+func (s *Scheduler[M, T]) Waits(it *Item[M, T]) bool {
+	s.mu.Lock()
+	kept, revoked := it.kept, it.part.revoked
+	it.kept = false
+	s.mu.Unlock()
+	if revoked && kept {
+		abandon([]*Item[M, T]{it})
+	}
+	return !revoked
 }
 
 // Held is how many lanes wait, held, over all partitions.

@@ -512,11 +512,18 @@ func TestEndCallWaitsForAct(t *testing.T) {
 // TestSettleRevokedFinishesDone (invariant 5: a graceful handoff repeats
 // nothing): a batch that failed in part while its partition was revoked
 // finishes the items Do handled, so that the final commit passes them; a
-// failed item and its later lane mates are abandoned, never requeued, and
+// failed item is handed to Options.Hold (which lets it go: it would wait
+// for a timer) and its later lane mates are abandoned, never requeued, and
 // the failed one is noted at its attempt for the final commit.
 func TestSettleRevokedFinishesDone(t *testing.T) {
 	held := 0
-	s := New[msg, int](Options[msg, int]{Size: 8, MaxInFlight: 100, Hold: func(*Item[msg, int], Outcome) { held++ }})
+	var s *sched
+	s = New[msg, int](Options[msg, int]{Size: 8, MaxInFlight: 100, Hold: func(it *Item[msg, int], _ Outcome) {
+		held++
+		if s.Waits(it) {
+			t.Errorf("Waits(offset %d): got true, want false (its partition is revoked)", it.Offset())
+		}
+	}})
 	p := s.NewPartition(16)
 	var off int64
 	feed(t, p, &off, 1, 2, 2, 3) // offsets 0..3
@@ -546,8 +553,8 @@ func TestSettleRevokedFinishesDone(t *testing.T) {
 	if next != 1 || len(ranges) != 1 || ranges[0].Start != 3 || ranges[0].End != 4 {
 		t.Fatalf("frontier and finished ranges: got %d %v, want 1 [{3 4}] (offset 0 and 3 done, 1 failed, 2 behind it)", next, ranges)
 	}
-	if held != 0 {
-		t.Fatalf("Hold told of %d items, want 0 (the partition is revoked)", held)
+	if held != 1 {
+		t.Fatalf("Hold told of %d items, want 1 (offset 1)", held)
 	}
 	drained := s.DrainedWaiting(p, nil)
 	if len(drained) != 1 || drained[0].Offset != 1 {
@@ -592,8 +599,8 @@ func TestFinishingOutlivesRevoke(t *testing.T) {
 	if got := p.Outstanding(); got != 2 {
 		t.Fatalf("Outstanding after Revoke: got %d, want 2 (offsets 0 and 1)", got)
 	}
-	if s.Finishing(held[0]) {
-		t.Fatal("Finishing after the revoke: got true, want false")
+	if !s.Finishing(held[0]) {
+		t.Fatal("Finishing after the revoke: got false, want true (still kept)")
 	}
 	if !s.Unhold(held[0], true) || !s.Unhold(held[1], false) {
 		t.Fatal("Unhold after the revoke: got false, want true (offset 0 finished, 1 abandoned)")
@@ -637,5 +644,43 @@ func TestSettleListsChargedLaneMates(t *testing.T) {
 	}
 	if want := map[int64]int{0: 2, 1: 2}; !maps.Equal(got, want) {
 		t.Fatalf("WaitingItems: got %v, want %v (offset 2, never charged, is not listed)", got, want)
+	}
+}
+
+// TestHeldKeptUntilSettled: an item Settle holds stays outstanding through
+// a revoke that comes before Options.Hold has settled it, so that a hook
+// on its way to a write (Finishing) still finishes it in the drain, and
+// one that would wait for a timer (Waits) lets it go then.
+func TestHeldKeptUntilSettled(t *testing.T) {
+	for _, finishing := range []bool{true, false} {
+		var held *Item[msg, int]
+		s := New[msg, int](Options[msg, int]{Size: 8, MaxInFlight: 100, Hold: func(it *Item[msg, int], _ Outcome) { held = it }})
+		p := s.NewPartition(16)
+		var off int64
+		feed(t, p, &off, 1)
+		b := s.NewBatch(s.NewWorker())
+		s.Next(b, true, nil)
+		s.Settle(b, []Outcome{{Verdict: Hold}})
+		p.Revoke() // before the hook acted on it
+		p.Drain()
+		if got := p.Outstanding(); got != 1 {
+			t.Fatalf("finishing %v: Outstanding after the revoke: got %d, want 1 (its hold is not settled)", finishing, got)
+		}
+		want := int64(0) // frontier
+		if finishing {
+			if !s.Finishing(held) || !s.Unhold(held, true) {
+				t.Fatal("Finishing and Unhold after the revoke: got false, want true")
+			}
+			want = 1
+		} else if s.Waits(held) {
+			t.Fatal("Waits after the revoke: got true, want false")
+		}
+		if got := p.Outstanding(); got != 0 {
+			t.Fatalf("finishing %v: Outstanding: got %d, want 0", finishing, got)
+		}
+		p.Advance()
+		if next, _ := p.Next(); next != want {
+			t.Fatalf("finishing %v: frontier: got %d, want %d", finishing, next, want)
+		}
 	}
 }

@@ -218,7 +218,9 @@ func (f *failures[T]) hold(it *dispatch.Item[Message, T], o dispatch.Outcome) {
 			f.dead.add(it, nil, reason, it.Attempt-1, o.Err)
 			return
 		}
-		f.retried.Add(1)
+		if !it.Revoked() { // a failure in the drain is not handed out again here
+			f.retried.Add(1)
+		}
 		f.wait(it, f.backoff(it.Attempt), false)
 	}
 }
@@ -253,6 +255,9 @@ func (f *failures[T]) waitInMemory(it *dispatch.Item[Message, T], d time.Duratio
 	if d <= 0 {
 		f.g.sched.Unhold(it, false)
 		return
+	}
+	if !f.g.sched.Waits(it) {
+		return // its partition is gone: let go (a failure in its drain)
 	}
 	f.mu.Lock()
 	if it.Revoked() {

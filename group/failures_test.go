@@ -770,6 +770,51 @@ func TestNamedLaneMatesSurviveHandoff(t *testing.T) {
 	}
 }
 
+// TestDrainDeadLettersRejection (invariant 5): a message Do rejects
+// (BatchError.DeadLetter) while its partition drains is dead-lettered in
+// the drain, and the final commit passes it: the next owner neither runs
+// it again nor writes a second dead letter.
+func TestDrainDeadLettersRejection(t *testing.T) {
+	t.Parallel() // mostly waits on the broker and the drain
+
+	const target = 0 // k0 at offset 0; k1 at offset 1 waits for the only worker
+	r := newRig(t, "drain-reject", 1, 2, 2)
+	if err := r.b.CreateTopic("dlq", 1); err != nil {
+		t.Fatal(err)
+	}
+	w := r.work(0, 0)
+	var log attemptLog
+	started := make(chan struct{}, 1)
+	release := make(chan struct{})
+	do := func(ctx context.Context, batch []*Message) error {
+		for i, m := range batch {
+			if m.Offset == target {
+				log.add(m.Attempt)
+				started <- struct{}{}
+				<-release // ignores ctx: rejects after the drain began
+				var rejected BatchError
+				rejected.DeadLetter(i, errors.New("rejected by the test"))
+				return rejected.Err()
+			}
+		}
+		return w.Do(ctx, batch)
+	}
+	cfg := oneWorkerQuickRetry(r, "drain-reject")
+	cfg.DeadLetterTopic = "dlq"
+	cfg.DrainTimeout = 5 * time.Second
+	c := stopDuringCall(t, r, cfg, do, started, release)
+	if c.Offset != target+1 {
+		t.Fatalf("final commit: got offset %d, want %d (past the message dead-lettered in the drain)", c.Offset, target+1)
+	}
+	runToCommitted(t, r, cfg, do)
+	if seen, _ := log.get(); !slices.Equal(seen, []int{1}) {
+		t.Fatalf("attempts of offset %d seen by Do: got %v, want [1]", target, seen)
+	}
+	if got := len(readDeadLetters(t, r.b.Addrs(), "dlq")); got != 1 {
+		t.Fatalf("dead letters: got %d, want 1", got)
+	}
+}
+
 // TestResumedPastMaxAttempts: a message the previous owner's commit lists
 // waiting at attempt 3 with MaxAttempts 2 (its last allowed attempt
 // failed, and its dead letter did not make it into a commit) is
