@@ -318,7 +318,8 @@ func TestOrphan(t *testing.T) {
 // with the partition and no longer counted as outstanding, so the drain
 // does not wait for them.
 func TestOrphanAroundRevoke(t *testing.T) {
-	t.Run("orphaned after the revoke", func(t *testing.T) {
+	oneItemInCall := func(t *testing.T) (*sched, *Partition[msg, int], *Worker[msg, int], *Batch[msg, int], uint64) {
+		t.Helper()
 		s := New[msg, int](Options[msg, int]{Size: 4, MaxInFlight: 100})
 		p := s.NewPartition(16)
 		var off int64
@@ -326,7 +327,10 @@ func TestOrphanAroundRevoke(t *testing.T) {
 		w := s.NewWorker()
 		b := s.NewBatch(w)
 		s.Next(b, true, nil)
-		call := s.BeginCall(w, nil)
+		return s, p, w, b, s.BeginCall(w, nil)
+	}
+	t.Run("orphaned after the revoke", func(t *testing.T) {
+		s, p, w, b, call := oneItemInCall(t)
 		p.Revoke()
 		p.Drain()
 		if n := s.Orphan(w, call); n != 0 {
@@ -343,14 +347,7 @@ func TestOrphanAroundRevoke(t *testing.T) {
 		}
 	})
 	t.Run("orphaned before the revoke", func(t *testing.T) {
-		s := New[msg, int](Options[msg, int]{Size: 4, MaxInFlight: 100})
-		p := s.NewPartition(16)
-		var off int64
-		feed(t, p, &off, 1)
-		w := s.NewWorker()
-		b := s.NewBatch(w)
-		s.Next(b, true, nil)
-		call := s.BeginCall(w, nil)
+		s, p, w, b, call := oneItemInCall(t)
 		if n := s.Orphan(w, call); n != 1 {
 			t.Fatalf("Orphan: got %d, want 1", n)
 		}

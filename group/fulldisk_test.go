@@ -236,15 +236,7 @@ func TestDrainWaitsForDeadLetter(t *testing.T) {
 		st := g.Stats()
 		return st.DeadLetterErrors >= 1 && st.Handled == n-1-behind
 	})
-	stopped := make(chan error, 1)
-	go func() { stopped <- stop() }()
-	time.Sleep(500 * time.Millisecond) // into the drain
-	if err := os.Remove(ballast); err != nil {
-		t.Fatal(err)
-	}
-	if err := <-stopped; err != nil {
-		t.Fatal(err)
-	}
+	stopThenFree(t, stop, ballast)
 	if c := r.b.Committed(cfg.GroupID, r.topic)[0]; c != target+keys {
 		t.Fatalf("final commit: got offset %d, want %d (past offset %d, whose dead letter landed in the drain, up to its key's next message)", c, target+keys, target)
 	}
@@ -282,15 +274,7 @@ func TestDrainWaitsForParking(t *testing.T) {
 		st := g.Stats()
 		return st.ParkErrors >= 1 && st.Handled == n-1
 	})
-	stopped := make(chan error, 1)
-	go func() { stopped <- stop() }()
-	time.Sleep(500 * time.Millisecond) // into the drain
-	if err := os.Remove(ballast); err != nil {
-		t.Fatal(err)
-	}
-	if err := <-stopped; err != nil {
-		t.Fatal(err)
-	}
+	stopThenFree(t, stop, ballast)
 	if c := r.b.Committed(cfg.GroupID, r.topic)[0]; c != n {
 		t.Fatalf("final commit: got offset %d, want %d (past offset %d, parked in the drain)", c, n, target)
 	}
@@ -304,5 +288,21 @@ func TestDrainWaitsForParking(t *testing.T) {
 	}
 	if got := attempts(&log); len(got) != 2 {
 		t.Fatalf("deliveries of offset %d: got attempts %v, want 2 (the first, and the parked copy once)", target, got)
+	}
+}
+
+// stopThenFree stops a member whose writes fail on a full disk and frees
+// the disk (removes ballast) 500 ms into the drain, so that the write
+// lands while its partition drains.
+func stopThenFree(t *testing.T, stop func() error, ballast string) {
+	t.Helper()
+	stopped := make(chan error, 1)
+	go func() { stopped <- stop() }()
+	time.Sleep(500 * time.Millisecond) // into the drain
+	if err := os.Remove(ballast); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-stopped; err != nil {
+		t.Fatal(err)
 	}
 }
