@@ -66,6 +66,9 @@ type Partition[M, T any] struct {
 	gone       atomic.Bool // revoked, for readers without the lock
 
 	outstanding atomicInt // items handed to lanes and not yet finished, dropped or abandoned
+	// abandonedAfter counts items abandoned after the revoke (failed in
+	// the drain, or let go once their hold was settled): AbandonedInDrain.
+	abandonedAfter atomic.Int64
 	// draining makes every completion wake the owner (it waits for
 	// Outstanding to reach zero after Revoke).
 	draining atomicBool
@@ -416,11 +419,20 @@ func (p *Partition[M, T]) complete(head, tail *Item[M, T], n int64) {
 }
 
 func (p *Partition[M, T]) abandoned(n int64) {
+	if p.gone.Load() {
+		p.abandonedAfter.Add(n)
+	}
 	p.outstanding.Add(-n)
 	if p.draining.Load() {
 		signal(p.wake)
 	}
 }
+
+// AbandonedInDrain is how many items were abandoned since the revoke,
+// besides those Revoke reported: items that failed while the partition
+// drained, or whose hold was settled with a timed wait (Waits), left for
+// the next owner.
+func (p *Partition[M, T]) AbandonedInDrain() int64 { return p.abandonedAfter.Load() }
 
 // Drain makes every later completion wake the owner, which then waits for
 // Outstanding to reach zero. Call it after Revoke and before reading

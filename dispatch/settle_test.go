@@ -557,6 +557,9 @@ func TestSettleRevokedFinishesDone(t *testing.T) {
 	if len(drained) != 1 || drained[0].Offset != 1 {
 		t.Fatalf("DrainedWaiting: got %v, want offset 1 only", drained)
 	}
+	if got := p.AbandonedInDrain(); got != 2 {
+		t.Fatalf("AbandonedInDrain: got %d, want 2 (offsets 1 and 2)", got)
+	}
 }
 
 // TestFinishingOutlivesRevoke: a held item marked Finishing (its dead
@@ -674,6 +677,9 @@ func TestHeldKeptUntilSettled(t *testing.T) {
 		}
 		if got := p.Outstanding(); got != 0 {
 			t.Fatalf("finishing %v: Outstanding: got %d, want 0", finishing, got)
+		}
+		if got, want := p.AbandonedInDrain(), 1-want; got != want {
+			t.Fatalf("finishing %v: AbandonedInDrain: got %d, want %d", finishing, got, want)
 		}
 		p.Advance()
 		if next, _ := p.Next(); next != want {

@@ -466,7 +466,7 @@ func (c *claimLoop[T]) revoke(reason claimEnd) error {
 	dropped, abandoned := c.p.Revoke()
 	dropped += c.undispatched.drop()
 	c.p.Drain()
-	late, cancelled := int64(0), 0
+	late, cancelled, inDrain := int64(0), 0, int64(-1)
 	if c.p.Outstanding() > 0 {
 		timer := time.NewTimer(c.g.cfg.DrainTimeout)
 	wait:
@@ -475,6 +475,9 @@ func (c *claimLoop[T]) revoke(reason claimEnd) error {
 			case <-c.p.Wake():
 				c.advance()
 			case <-timer.C:
+				// Read before late: an item abandoned from here on
+				// (its call cancelled next) counts as late.
+				inDrain = c.p.AbandonedInDrain()
 				late = c.p.Outstanding()
 				cause := ErrRevoked
 				if reason == endShutdown {
@@ -488,6 +491,10 @@ func (c *claimLoop[T]) revoke(reason claimEnd) error {
 		}
 		timer.Stop()
 	}
+	if inDrain < 0 {
+		inDrain = c.p.AbandonedInDrain()
+	}
+	abandoned += int(inDrain)
 	c.advance()
 	c.mark(c.addDrained(waiting))
 	if c.marked {

@@ -647,7 +647,14 @@ func TestFailureInDrainCounts(t *testing.T) {
 	}
 	cfg := oneWorkerQuickRetry(r, "drain-failure")
 	cfg.DrainTimeout = 5 * time.Second
+	logger, logs := observedTee(t) // "partition released" is at info
+	cfg.Logger = logger
 	c := stopDuringCall(t, r, cfg, do, started, release)
+	released := logs.FilterMessage("partition released").All()
+	if len(released) != 1 || released[0].ContextMap()["abandoned"] != int64(1) || released[0].ContextMap()["dropped"] != int64(1) {
+		t.Fatalf(`"partition released": got %v, want one with abandoned 1 (the failure in the drain) and dropped 1 (offset 1)`, released)
+	}
+	cfg.Logger = nil
 	d, err := commit.DecodeMeta(c.Metadata)
 	if err != nil {
 		t.Fatalf("final commit (offset %d, metadata %q): %v", c.Offset, c.Metadata, err)

@@ -26,7 +26,7 @@ type Stats struct {
 	Splits       int64  // Do calls on part of a batch that failed as a whole, to find its failing items
 	Cancelled    int64  // failed Do calls that returned after their ctx was cancelled (ErrRevoked, ErrShutdown)
 	Dropped      int64  // queued, never-failed messages let go on revoke (the next owner gets them)
-	Abandoned    int64  // messages left unfinished at revoke: waiting for a retry, or still in Do after DrainTimeout
+	Abandoned    int64  // messages left unfinished at revoke: waiting for a retry, failed during the drain, or still in Do after DrainTimeout
 	Revokes      int64  // partition claims that ended (rebalance or shutdown)
 	Claims       int64  // partition claims that started
 	Resumed      int64  // messages skipped because a previous owner finished them (commit metadata), or this member did before its final commit was lost
