@@ -120,6 +120,7 @@ func (c *collector) collectPartitions(ch chan<- prometheus.Metric, parts []group
 		o := &p.Outcomes
 		ch <- constMetric(c.records, counter, float64(o.Handled), p.Topic, part, outcomeHandled)
 		ch <- constMetric(c.records, counter, float64(o.DeadLettered), p.Topic, part, outcomeDeadLettered)
+		ch <- constMetric(c.records, counter, float64(o.Parked), p.Topic, part, outcomeParked)
 		ch <- constMetric(c.records, counter, float64(o.Skipped), p.Topic, part, outcomeSkipped)
 		ch <- constMetric(c.records, counter, float64(o.Resumed), p.Topic, part, outcomeResumed)
 		ch <- constMetric(c.failedAttempts, counter, float64(o.FailedAttempts), p.Topic, part)

@@ -25,6 +25,7 @@ const (
 	outcomeDeadLettered = "dead_lettered"
 	outcomeSkipped      = "skipped"
 	outcomeResumed      = "resumed"
+	outcomeParked       = "parked"
 )
 
 // partitionMetric is a per-partition gauge read from PartitionStats; ok

@@ -165,6 +165,7 @@ type PartitionDoc struct {
 type OutcomesDoc struct {
 	Handled        int64 `json:"handled"`
 	DeadLettered   int64 `json:"dead_lettered"`
+	Parked         int64 `json:"parked"`
 	Skipped        int64 `json:"skipped"`
 	Resumed        int64 `json:"resumed"`
 	FailedAttempts int64 `json:"failed_attempts"`
@@ -224,7 +225,7 @@ func newStatsDoc(s *group.Stats, h Health, t time.Time) *StatsDoc {
 			HighWatermark: p.HighWatermark, Lag: p.Lag, InFlight: p.InFlight, Undispatched: p.Undispatched,
 			Paused: p.Paused, Held: p.Held, FinishedAbove: p.FinishedAbove, MetadataBytes: p.MetadataBytes,
 			OldestUnfinished: durationString(p.OldestUnfinished),
-			Outcomes: OutcomesDoc{Handled: p.Outcomes.Handled, DeadLettered: p.Outcomes.DeadLettered,
+			Outcomes: OutcomesDoc{Handled: p.Outcomes.Handled, DeadLettered: p.Outcomes.DeadLettered, Parked: p.Outcomes.Parked,
 				Skipped: p.Outcomes.Skipped, Resumed: p.Outcomes.Resumed, FailedAttempts: p.Outcomes.FailedAttempts},
 		}
 		if !p.CommittedAt.IsZero() {

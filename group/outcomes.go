@@ -7,10 +7,12 @@ import (
 )
 
 // Outcomes count what became of a partition's messages: each message
-// finished counts once, as Handled, DeadLettered, Skipped or Resumed.
+// finished counts once, as Handled, DeadLettered, Parked, Skipped or
+// Resumed.
 type Outcomes struct {
 	Handled      int64 // Do returned nil for it
 	DeadLettered int64 // its dead letter was written (then it counted as finished)
+	Parked       int64 // parked on disk (Unordered with a DataPath): Do sees it again from the parked queue
 	Skipped      int64 // skipped past: undecodable, or to dead-letter with no destination
 	Resumed      int64 // finished by a previous owner (commit metadata), not handled again
 	// FailedAttempts counts the failed attempts charged to the messages
@@ -23,6 +25,7 @@ type Outcomes struct {
 func (o *Outcomes) add(x Outcomes) {
 	o.Handled += x.Handled
 	o.DeadLettered += x.DeadLettered
+	o.Parked += x.Parked
 	o.Skipped += x.Skipped
 	o.Resumed += x.Resumed
 	o.FailedAttempts += x.FailedAttempts
@@ -34,22 +37,24 @@ const (
 	fateHandled uint8 = iota
 	fateDeadLettered
 	fateSkipped
+	fateParked
 )
 
 // outcomeCounts are a claim's Outcomes as its claim loop last published
 // them, for Stats.
 type outcomeCounts struct {
-	handled, deadLettered, skipped, resumed, failedAttempts atomic.Int64
+	handled, deadLettered, parked, skipped, resumed, failedAttempts atomic.Int64
 }
 
 func (c *outcomeCounts) load() Outcomes {
-	return Outcomes{Handled: c.handled.Load(), DeadLettered: c.deadLettered.Load(), Skipped: c.skipped.Load(),
+	return Outcomes{Handled: c.handled.Load(), DeadLettered: c.deadLettered.Load(), Parked: c.parked.Load(), Skipped: c.skipped.Load(),
 		Resumed: c.resumed.Load(), FailedAttempts: c.failedAttempts.Load()}
 }
 
 func (c *outcomeCounts) store(o Outcomes) {
 	c.handled.Store(o.Handled)
 	c.deadLettered.Store(o.DeadLettered)
+	c.parked.Store(o.Parked)
 	c.skipped.Store(o.Skipped)
 	c.resumed.Store(o.Resumed)
 	c.failedAttempts.Store(o.FailedAttempts)
@@ -65,6 +70,8 @@ func (c *claimLoop[T]) countFinished(it *dispatch.Item[Message, T]) {
 		c.out.DeadLettered++
 	case fateSkipped:
 		c.out.Skipped++
+	case fateParked:
+		c.out.Parked++
 	}
 	c.out.FailedAttempts += int64(it.Attempt - 1)
 }

@@ -116,6 +116,7 @@ func (p *parking[T]) park(ctx context.Context) {
 			return // the items stay held: nothing is committed past them
 		}
 		for _, j := range written {
+			j.it.Fate = fateParked
 			p.g.sched.Unhold(j.it, true)
 		}
 		clear(written)
