@@ -294,6 +294,11 @@ func (s *Scheduler[M, T]) Uncharge(it *Item[M, T]) {
 	if it.waitAttempt != 0 {
 		it.waitAttempt = int32(it.Attempt)
 	}
+	for i := range it.part.drained { // noted for the final commit since (a revoked partition)
+		if d := &it.part.drained[i]; d.Item == it {
+			d.Attempt = min(d.Attempt, it.Attempt)
+		}
+	}
 	s.mu.Unlock()
 }
 

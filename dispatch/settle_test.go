@@ -687,3 +687,25 @@ func TestHeldKeptUntilSettled(t *testing.T) {
 		}
 	}
 }
+
+// TestUnchargeAfterRevoke: an item that failed in its partition's drain
+// and is then uncharged (the failure came during an outage) is listed for
+// the final commit at its attempt before the failure.
+func TestUnchargeAfterRevoke(t *testing.T) {
+	var held *Item[msg, int]
+	s := New[msg, int](Options[msg, int]{Size: 8, MaxInFlight: 100, Hold: func(it *Item[msg, int], _ Outcome) { held = it }})
+	p := s.NewPartition(16)
+	var off int64
+	feed(t, p, &off, 1)
+	b := s.NewBatch(s.NewWorker())
+	s.Next(b, true, nil)
+	p.Revoke()
+	b.Items[0].Attempt++ // charged, as merge charges a failure
+	s.Settle(b, []Outcome{{Verdict: Hold}})
+	s.Uncharge(held)
+	s.Waits(held)
+	drained := s.DrainedWaiting(p, nil)
+	if len(drained) != 1 || drained[0].Attempt != 1 {
+		t.Fatalf("DrainedWaiting: got %+v, want offset 0 at attempt 1", drained)
+	}
+}
