@@ -163,7 +163,10 @@ func (f *failures[T]) close() error {
 	f.wg.Wait()
 	var err error
 	if f.timers != nil {
-		err = f.timers.Close()
+		// Delete, not Close: its tokens time retries of claims that have
+		// all ended (their commits list those messages), so what is left
+		// is of nothing, not messages discarded.
+		err = f.timers.Delete()
 		f.scanner.Close()
 	}
 	if f.park != nil {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/IBM/sarama"
 	"github.com/twmb/franz-go/pkg/kmsg"
+	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/orderly-go/orderly/commit"
@@ -423,6 +424,8 @@ func TestAttemptsSurviveHandoff(t *testing.T) {
 	cfg := r.config("handoff-attempts")
 	cfg.Size, cfg.Num = 1, 4
 	cfg.Retry = Retry{Backoff: 3 * time.Second, MaxBackoff: 3 * time.Second, Jitter: -1}
+	logger, logs := observed()
+	cfg.Logger = logger
 	a := newGroupWithNew(cfg)
 	stopA := run(t, a)
 	var notBefore time.Time
@@ -441,6 +444,14 @@ func TestAttemptsSurviveHandoff(t *testing.T) {
 	if seen, _ := log.get(); len(seen) != 1 {
 		t.Fatalf("attempts under A: got %v, want [1] (its retry is 3s away)", seen)
 	}
+	// Its retry's timer was pending when A stopped: nothing is lost (the
+	// commit carries it), so nothing warns that something was discarded.
+	for _, e := range logs.All() {
+		if e.Level >= zapcore.WarnLevel && e.Message != "Do failed; its failing items will be retried" {
+			t.Errorf("A logged %q %v, want no warning but the failure's", e.Message, e.ContextMap())
+		}
+	}
+	cfg.Logger = nil
 	b := newGroupWithNew(cfg)
 	stopB := run(t, b)
 	r.waitAllCommitted(cfg.GroupID, time.Minute)
