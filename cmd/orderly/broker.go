@@ -22,10 +22,10 @@ type brokerOpts struct {
 
 // brokerExitStatus: like consume, the broker has no planned end, and a
 // signal is how it stops.
-const brokerExitStatus = `Exit status: 0 stopped by SIGINT or SIGTERM (after persisting to --data);
-1 error (it could not listen, or load or persist --data); 2 usage error.
-A second SIGINT or SIGTERM kills the process at once (a shell shows 130
-or 143).
+const brokerExitStatus = `Exit status: 0 stopped by SIGINT or SIGTERM (kfake persists to --data as it
+closes, and does not report a failure to); 1 error (it could not listen,
+or load --data); 2 usage error. A second SIGINT or SIGTERM kills the
+process at once (a shell shows 130 or 143).
 `
 
 func brokerCommand(e env) *cobra.Command {

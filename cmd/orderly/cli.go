@@ -107,6 +107,35 @@ type interruptedError struct{ msg string }
 
 func (e *interruptedError) Error() string { return e.msg }
 
+// untilInterrupted runs fn, which cannot be cancelled (a sarama client
+// dialling a broker, or asking one that does not answer), and returns its
+// result, or the interrupted error (exit 3) as soon as ctx ends; fn then
+// goes on in the background, and drop (if not nil) gets its result, so
+// that a client it made is closed. The process exits soon after.
+func untilInterrupted[T any](ctx context.Context, what string, fn func() (T, error), drop func(T)) (T, error) {
+	type result struct {
+		v   T
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		v, err := fn()
+		done <- result{v, err}
+	}()
+	select {
+	case r := <-done:
+		return r.v, r.err
+	case <-ctx.Done():
+		go func() {
+			if r := <-done; r.err == nil && drop != nil {
+				drop(r.v)
+			}
+		}()
+		var zero T
+		return zero, &interruptedError{msg: fmt.Sprintf("%v while %s", context.Cause(ctx), what)}
+	}
+}
+
 // runFailed wraps the error a command's run returns, so that run can tell
 // it apart from cobra's errors about the command line, which are all
 // usage errors.

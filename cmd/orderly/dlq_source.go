@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"path/filepath"
@@ -71,7 +72,7 @@ func readEntries(ctx context.Context, o *dlqOpts, warn io.Writer, fn func(*entry
 		})
 	}
 	source = fmt.Sprintf("topic %s", o.topic)
-	client, err := dialKafka(o.brokers)
+	client, err := dialKafka(ctx, o.brokers)
 	if err != nil {
 		return source, err
 	}
@@ -96,8 +97,14 @@ func dlqSarama() *sarama.Config {
 	return cfg
 }
 
-func dialKafka(brokers []string) (sarama.Client, error) {
-	client, err := sarama.NewClient(brokers, dlqSarama())
+func dialKafka(ctx context.Context, brokers []string) (sarama.Client, error) {
+	client, err := untilInterrupted(ctx, "connecting to the Kafka cluster", func() (sarama.Client, error) {
+		return sarama.NewClient(brokers, dlqSarama())
+	}, func(c sarama.Client) { c.Close() })
+	var stopped *interruptedError
+	if errors.As(err, &stopped) {
+		return nil, err
+	}
 	if err != nil {
 		return nil, fmt.Errorf("connect to the Kafka cluster: %w", err) // sarama's error names the brokers
 	}

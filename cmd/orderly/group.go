@@ -67,7 +67,7 @@ func runDescribe(ctx context.Context, o *groupOpts, e env) error {
 	if err := o.check(); err != nil {
 		return err
 	}
-	v, err := describeGroup(ctx, o)
+	v, err := untilInterrupted(ctx, "describing group "+o.group, func() (*groupView, error) { return describeGroup(o) }, nil)
 	if err != nil {
 		return err
 	}

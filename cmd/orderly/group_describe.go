@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"maps"
@@ -98,7 +97,7 @@ func groupSarama() *sarama.Config {
 }
 
 // describeGroup asks the cluster about o.group.
-func describeGroup(_ context.Context, o *groupOpts) (*groupView, error) {
+func describeGroup(o *groupOpts) (*groupView, error) {
 	brokers := strings.Join(o.brokers, ",")
 	client, err := sarama.NewClient(o.brokers, groupSarama())
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"io"
+	"net"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -160,5 +161,74 @@ func TestDemoSecondInterrupt(t *testing.T) {
 	}
 	if strings.Contains(stdout.String(), "run ") || strings.Contains(stdout.String(), "handled") {
 		t.Fatalf("a report was printed:\n%s", stdout.String())
+	}
+}
+
+// TestInterruptedWhileConnecting: `group describe` and the dlq commands,
+// waiting on a broker that accepts connections and never answers, stop at
+// SIGINT with exit 3 and a line saying what they were doing, as their help
+// says, rather than waiting for the client's timeouts.
+func TestInterruptedWhileConnecting(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var conns []net.Conn
+	var mu sync.Mutex
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c) // held open, never answered
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	addr := ln.Addr().String()
+	tests := []struct {
+		args []string
+		what string
+	}{
+		{[]string{"group", "describe", "--brokers", addr, "--group", "g"}, "describing group g"},
+		{[]string{"dlq", "list", "--brokers", addr, "--topic", "dlq"}, "connecting to the Kafka cluster"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.args[0], func(t *testing.T) {
+			t.Parallel()
+			cmd := exec.Command(orderlyBin(t), tt.args...)
+			cmd.Env = procEnv()
+			var stderr strings.Builder
+			cmd.Stderr = &stderr
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(time.Second) // connected, waiting for an answer
+			if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+				t.Fatal(err)
+			}
+			ended := make(chan struct{})
+			go func() { cmd.Wait(); close(ended) }()
+			select {
+			case <-ended:
+			case <-time.After(5 * time.Second):
+				cmd.Process.Kill()
+				<-ended
+				t.Fatalf("orderly %s still running 5s after SIGINT", strings.Join(tt.args, " "))
+			}
+			want := "orderly: interrupted by SIGINT while " + tt.what + "\n"
+			if code := cmd.ProcessState.ExitCode(); code != exitInterrupted || stderr.String() != want {
+				t.Fatalf("got exit %d, stderr %q; want exit %d, stderr %q", code, stderr.String(), exitInterrupted, want)
+			}
+		})
 	}
 }
