@@ -407,12 +407,17 @@ func (s *Scheduler[M, T]) push(p *Partition[M, T], items []*Item[M, T]) {
 	s.mu.Lock()
 	if p.revoked {
 		// Copies of orphans made in the drain (replaceOrphans): dropped
-		// with the partition, no longer outstanding.
+		// with the partition, no longer outstanding. Not counted as
+		// abandoned (AbandonedInDrain): each stands for its original,
+		// counted late if its call still runs at the drain timeout.
 		s.mu.Unlock()
 		for _, it := range items {
 			it.lane.pending--
 		}
-		p.abandoned(int64(len(items)))
+		p.outstanding.Add(-int64(len(items)))
+		if p.draining.Load() {
+			signal(p.wake)
+		}
 		return
 	}
 	var held []heldItem[M, T]

@@ -491,11 +491,11 @@ func (c *claimLoop[T]) revoke(reason claimEnd) error {
 		}
 		timer.Stop()
 	}
+	c.advance()
 	if inDrain < 0 {
 		inDrain = c.p.AbandonedInDrain()
 	}
 	abandoned += int(inDrain)
-	c.advance()
 	c.mark(c.addDrained(waiting))
 	if c.marked {
 		// Nothing to commit for a claim that never marked: its commit
