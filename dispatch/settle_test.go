@@ -660,13 +660,7 @@ func TestSettleListsChargedLaneMates(t *testing.T) {
 // one that would wait for a timer (Waits) lets it go then.
 func TestHeldKeptUntilSettled(t *testing.T) {
 	for _, finishing := range []bool{true, false} {
-		var held *Item[msg, int]
-		s := New[msg, int](Options[msg, int]{Size: 8, MaxInFlight: 100, Hold: func(it *Item[msg, int], _ Outcome) { held = it }})
-		p := s.NewPartition(16)
-		var off int64
-		feed(t, p, &off, 1)
-		b := s.NewBatch(s.NewWorker())
-		s.Next(b, true, nil)
+		s, p, b, held := oneItemRunning(t)
 		s.Settle(b, []Outcome{{Verdict: Hold}})
 		p.Revoke() // before the hook acted on it
 		p.Drain()
@@ -675,11 +669,11 @@ func TestHeldKeptUntilSettled(t *testing.T) {
 		}
 		want := int64(0) // frontier
 		if finishing {
-			if !s.Finishing(held) || !s.Unhold(held, true) {
+			if !s.Finishing(*held) || !s.Unhold(*held, true) {
 				t.Fatal("Finishing and Unhold after the revoke: got false, want true")
 			}
 			want = 1
-		} else if s.Waits(held) {
+		} else if s.Waits(*held) {
 			t.Fatal("Waits after the revoke: got true, want false")
 		}
 		if got := p.Outstanding(); got != 0 {
@@ -699,20 +693,28 @@ func TestHeldKeptUntilSettled(t *testing.T) {
 // and is then uncharged (the failure came during an outage) is listed for
 // the final commit at its attempt before the failure.
 func TestUnchargeAfterRevoke(t *testing.T) {
-	var held *Item[msg, int]
-	s := New[msg, int](Options[msg, int]{Size: 8, MaxInFlight: 100, Hold: func(it *Item[msg, int], _ Outcome) { held = it }})
+	s, p, b, held := oneItemRunning(t)
+	p.Revoke()
+	b.Items[0].Attempt++ // charged, as merge charges a failure
+	s.Settle(b, []Outcome{{Verdict: Hold}})
+	s.Uncharge(*held)
+	s.Waits(*held)
+	drained := s.DrainedWaiting(p, nil)
+	if len(drained) != 1 || drained[0].Attempt != 1 {
+		t.Fatalf("DrainedWaiting: got %+v, want offset 0 at attempt 1", drained)
+	}
+}
+
+// oneItemRunning is a scheduler with one partition whose one item runs in
+// a batch; *held is the item once Options.Hold has been told of it.
+func oneItemRunning(t *testing.T) (*sched, *Partition[msg, int], *Batch[msg, int], **Item[msg, int]) {
+	t.Helper()
+	held := new(*Item[msg, int])
+	s := New[msg, int](Options[msg, int]{Size: 8, MaxInFlight: 100, Hold: func(it *Item[msg, int], _ Outcome) { *held = it }})
 	p := s.NewPartition(16)
 	var off int64
 	feed(t, p, &off, 1)
 	b := s.NewBatch(s.NewWorker())
 	s.Next(b, true, nil)
-	p.Revoke()
-	b.Items[0].Attempt++ // charged, as merge charges a failure
-	s.Settle(b, []Outcome{{Verdict: Hold}})
-	s.Uncharge(held)
-	s.Waits(held)
-	drained := s.DrainedWaiting(p, nil)
-	if len(drained) != 1 || drained[0].Attempt != 1 {
-		t.Fatalf("DrainedWaiting: got %+v, want offset 0 at attempt 1", drained)
-	}
+	return s, p, b, held
 }
