@@ -196,13 +196,14 @@ type heldItem[M, T any] struct {
 // written, or it was parked); otherwise it runs again, first in its lane.
 // It reports false when there was nothing to let go: the item's partition
 // was revoked meanwhile (its lane's items were dropped), or its lane is not
-// held for it. An item marked Finishing outlives a revoke: Unhold then
-// finishes it (finished) or abandons it, and reports true.
+// held for it. A kept item (Item.kept: held by Settle, or marked
+// Finishing) outlives a revoke: Unhold then finishes it (finished) or
+// abandons it, and reports true.
 func (s *Scheduler[M, T]) Unhold(it *Item[M, T], finished bool) bool {
 	s.mu.Lock()
 	l := it.lane
 	if it.part.revoked {
-		// Its lane's items were dropped; one marked Finishing was left
+		// Its lane's items were dropped; a kept one was left
 		// outstanding for this: it finishes while the partition drains,
 		// or, not finished, is abandoned.
 		marked := it.kept
