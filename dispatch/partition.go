@@ -418,10 +418,17 @@ func (p *Partition[M, T]) complete(head, tail *Item[M, T], n int64) {
 	}
 }
 
+// abandoned lets go of n items that will not finish, counting those of a
+// revoked partition (AbandonedInDrain).
 func (p *Partition[M, T]) abandoned(n int64) {
 	if p.gone.Load() {
 		p.abandonedAfter.Add(n)
 	}
+	p.letGo(n)
+}
+
+// letGo takes n items off Outstanding, waking a draining owner.
+func (p *Partition[M, T]) letGo(n int64) {
 	p.outstanding.Add(-n)
 	if p.draining.Load() {
 		signal(p.wake)
@@ -443,8 +450,9 @@ func (p *Partition[M, T]) Drain() { p.draining.Store(true) }
 // or waiting for a retry) and the items waiting in a partial batch are
 // dropped and will not run; items inside a Do call, and a held item whose
 // hold is not settled yet or ends in a write (Finishing: a dead letter, a
-// park), are left to finish (wait for Outstanding to reach 0). It returns how many items were dropped that
-// never failed, and how many that were waiting for a retry (abandoned).
+// park), are left to finish (wait for Outstanding to reach 0). It returns
+// how many items were dropped that never failed, and how many that were
+// waiting for a retry (abandoned).
 func (p *Partition[M, T]) Revoke() (dropped, abandoned int) {
 	p.Flush()
 	dropped, abandoned = p.s.revoke(p)

@@ -414,10 +414,7 @@ func (s *Scheduler[M, T]) push(p *Partition[M, T], items []*Item[M, T]) {
 		for _, it := range items {
 			it.lane.pending--
 		}
-		p.outstanding.Add(-int64(len(items)))
-		if p.draining.Load() {
-			signal(p.wake)
-		}
+		p.letGo(int64(len(items)))
 		return
 	}
 	var held []heldItem[M, T]
@@ -909,7 +906,7 @@ func (s *Scheduler[M, T]) revoke(p *Partition[M, T]) (dropped, abandoned int) {
 		for l.n > 0 {
 			it := l.pop()
 			if it.waitAttempt != 0 { // held or retried since the owner last listed them
-				p.drained = append(p.drained, WaitingItem[M, T]{it, it.offset, int(it.waitAttempt), false})
+				noteDrainedLocked(it, int(it.waitAttempt))
 			}
 			switch {
 			case it.kept:

@@ -63,7 +63,7 @@ func (s *Scheduler[M, T]) Settle(b *Batch[M, T], out []Outcome) (finished int) {
 				done = append(done, it)
 			default:
 				if o.Verdict == Hold {
-					it.part.drained = append(it.part.drained, WaitingItem[M, T]{it, it.offset, it.Attempt, false})
+					noteDrainedLocked(it, it.Attempt)
 				}
 				gone = append(gone, it)
 			}
@@ -108,7 +108,7 @@ func (s *Scheduler[M, T]) Settle(b *Batch[M, T], out []Outcome) (finished int) {
 			}
 			l.returning = true
 			if o.Verdict == Hold || it.Attempt > 1 {
-				it.part.drained = append(it.part.drained, WaitingItem[M, T]{it, it.offset, it.Attempt, false})
+				noteDrainedLocked(it, it.Attempt)
 			}
 			continue
 		}

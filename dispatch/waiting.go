@@ -71,9 +71,17 @@ func appendWaitingIn[M, T any](dst []WaitingItem[M, T], b *Batch[M, T], p *Parti
 	return dst
 }
 
-// DrainedWaiting appends to dst the items of p, revoked, that a batch
-// settling since held (they failed, or were deferred, while p drained),
-// at their attempts then, and forgets them. WaitingItems lists nothing
+// noteDrainedLocked notes it, of a revoked partition, for the owner's
+// final commit at attempt (DrainedWaiting). Under the lock.
+func noteDrainedLocked[M, T any](it *Item[M, T], attempt int) {
+	p := it.part
+	p.drained = append(p.drained, WaitingItem[M, T]{it, it.offset, attempt, false})
+}
+
+// DrainedWaiting appends to dst the items of p, revoked, noted for its
+// final commit since the revoke, at their attempts then, and forgets them:
+// those the revoke dropped with an attempt to list, and those a batch
+// settling in the drain held or had charged. WaitingItems lists nothing
 // once p is revoked: the owner's final commit adds these to what it
 // listed before the revoke, so that a failure in the drain still counts.
 func (s *Scheduler[M, T]) DrainedWaiting(p *Partition[M, T], dst []WaitingItem[M, T]) []WaitingItem[M, T] {
