@@ -466,7 +466,7 @@ func (c *claimLoop[T]) revoke(reason claimEnd) error {
 	dropped, abandoned := c.p.Revoke()
 	dropped += c.undispatched.drop()
 	c.p.Drain()
-	late, cancelled, inDrain := int64(0), 0, int64(-1)
+	late, cancelled, inDrain := int64(0), 0, int64(0)
 	if c.p.Outstanding() > 0 {
 		timer := time.NewTimer(c.g.cfg.DrainTimeout)
 	wait:
@@ -477,8 +477,7 @@ func (c *claimLoop[T]) revoke(reason claimEnd) error {
 			case <-timer.C:
 				// Read before late: an item abandoned from here on
 				// (its call cancelled next) counts as late.
-				inDrain = c.p.AbandonedInDrain()
-				late = c.p.Outstanding()
+				inDrain, late = c.p.AbandonedInDrain(), c.p.Outstanding()
 				cause := ErrRevoked
 				if reason == endShutdown {
 					cause = ErrShutdown
@@ -492,7 +491,7 @@ func (c *claimLoop[T]) revoke(reason claimEnd) error {
 		timer.Stop()
 	}
 	c.advance()
-	if inDrain < 0 {
+	if late == 0 { // nothing outstanding: nothing abandoned from here on
 		inDrain = c.p.AbandonedInDrain()
 	}
 	abandoned += int(inDrain)
