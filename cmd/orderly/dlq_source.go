@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"path/filepath"
@@ -98,17 +97,13 @@ func dlqSarama() *sarama.Config {
 }
 
 func dialKafka(ctx context.Context, brokers []string) (sarama.Client, error) {
-	client, err := untilInterrupted(ctx, "connecting to the Kafka cluster", func() (sarama.Client, error) {
-		return sarama.NewClient(brokers, dlqSarama())
+	return untilInterrupted(ctx, "connecting to the Kafka cluster", func() (sarama.Client, error) {
+		client, err := sarama.NewClient(brokers, dlqSarama())
+		if err != nil {
+			return nil, fmt.Errorf("connect to the Kafka cluster: %w", err) // sarama's error names the brokers
+		}
+		return client, nil
 	}, func(c sarama.Client) { c.Close() })
-	var stopped *interruptedError
-	if errors.As(err, &stopped) {
-		return nil, err
-	}
-	if err != nil {
-		return nil, fmt.Errorf("connect to the Kafka cluster: %w", err) // sarama's error names the brokers
-	}
-	return client, nil
 }
 
 // readTopic reads topic from each partition's oldest offset to its high
