@@ -320,14 +320,8 @@ func TestOrphan(t *testing.T) {
 func TestOrphanAroundRevoke(t *testing.T) {
 	oneItemInCall := func(t *testing.T) (*sched, *Partition[msg, int], *Worker[msg, int], *Batch[msg, int], uint64) {
 		t.Helper()
-		s := New[msg, int](Options[msg, int]{Size: 4, MaxInFlight: 100})
-		p := s.NewPartition(16)
-		var off int64
-		feed(t, p, &off, 1)
-		w := s.NewWorker()
-		b := s.NewBatch(w)
-		s.Next(b, true, nil)
-		return s, p, w, b, s.BeginCall(w, nil)
+		s, p, b, _ := oneItemRunning(t)
+		return s, p, b.w, b, s.BeginCall(b.w, nil)
 	}
 	t.Run("orphaned after the revoke", func(t *testing.T) {
 		s, p, w, b, call := oneItemInCall(t)
@@ -379,15 +373,8 @@ func TestOrphanAroundRevoke(t *testing.T) {
 // writing the snapshot into its commit metadata (run with -race: reading
 // the item itself there was a data race).
 func TestWaitingItemsSnapshot(t *testing.T) {
-	s := New[msg, int](Options[msg, int]{Size: 8, MaxInFlight: 100, Hold: func(*Item[msg, int], Outcome) {}})
-	p := s.NewPartition(16)
-	var off int64
-	feed(t, p, &off, 1)
-	w := s.NewWorker()
-	b := s.NewBatch(w)
-	if st := s.Next(b, true, nil); st != Run || len(b.Items) != 1 {
-		t.Fatalf("Next: got %v with %d items, want Run with 1", st, len(b.Items))
-	}
+	s, p, b, _ := oneItemRunning(t)
+	w := b.w
 	it := b.Items[0]
 	it.Attempt++ // a worker charging the failed attempt, then holding the lane
 	s.Settle(b, []Outcome{{Verdict: Hold}})
@@ -715,6 +702,8 @@ func oneItemRunning(t *testing.T) (*sched, *Partition[msg, int], *Batch[msg, int
 	var off int64
 	feed(t, p, &off, 1)
 	b := s.NewBatch(s.NewWorker())
-	s.Next(b, true, nil)
+	if st := s.Next(b, true, nil); st != Run || len(b.Items) != 1 {
+		t.Fatalf("Next: got %v with %d items, want Run with 1", st, len(b.Items))
+	}
 	return s, p, b, held
 }
