@@ -483,6 +483,17 @@ func oneWorkerQuickRetry(r *rig, group string) Config {
 	return cfg
 }
 
+// untilReleased blocks a Do call until release is closed, or returns its
+// ctx's error once ctx ends.
+func untilReleased(ctx context.Context, release <-chan struct{}) error {
+	select {
+	case <-release:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
 // stopDuringCall runs a member with cfg and do until its only worker is in
 // the call that signals started and waits for release, stops the member,
 // lets the call end 500 ms into the shutdown's drain, and returns the
@@ -545,10 +556,8 @@ func TestAttemptsSurviveHandoffWhenDue(t *testing.T) {
 					return errors.New("fails once")
 				}
 			case m.Offset == 1 && m.Attempt == 1:
-				select { // holds the only worker past the retry's backoff
-				case <-release:
-				case <-ctx.Done():
-					return ctx.Err()
+				if err := untilReleased(ctx, release); err != nil { // holds the only worker past the retry's backoff
+					return err
 				}
 			}
 		}
@@ -609,10 +618,8 @@ func TestFinalCommitAfterDrainedRetry(t *testing.T) {
 					return errors.New("fails once")
 				}
 				close(started)
-				select {
-				case <-release:
-				case <-ctx.Done():
-					return ctx.Err()
+				if err := untilReleased(ctx, release); err != nil {
+					return err
 				}
 			}
 		}
