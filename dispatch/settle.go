@@ -37,78 +37,39 @@ type Outcome struct {
 // out[i] the outcome of b.Items[i]. Items of a lane after one that goes back
 // (Return or Hold) go back too, behind it and in order, whatever their own
 // outcome: a lane's later messages never finish before an earlier one.
-// Items whose partition was revoked finish when Done and not behind an
-// earlier item of their lane that goes back; the rest are abandoned, never
-// requeued. The batch's lanes are let go: a lane whose first returned item
+// Items whose partition was revoked are settled as its drain needs
+// (drainedLocked), never requeued. A batch Orphan gave up on ignores what
+// its call reported for the items it copied: they are only recycled. The
+// batch's lanes are let go: a lane whose first returned item
 // is held waits (Options.Hold is called for that item once the lock is
 // released); the others are ready again at once. b is empty and reusable
 // afterwards. It returns how many items went back to their partitions.
 func (s *Scheduler[M, T]) Settle(b *Batch[M, T], out []Outcome) (finished int) {
 	done, gone, held, back := b.done[:0], b.gone[:0], b.held[:0], b.back[:0]
-	if b.orphaned.Load() {
-		// Its items run elsewhere (Orphan): what it says is ignored, and
-		// they go back to their partitions only to be recycled. An item
-		// Orphan passed over (its partition was revoked first) has no
-		// copy: it finishes only if Do handled it; otherwise it is
-		// abandoned, as in a drain.
-		s.mu.Lock()
-		if b.w.running == b {
-			b.w.running = nil
-			s.running--
-		}
-		for i, it := range b.Items {
-			switch o := out[i]; {
-			case o.Verdict == Finished:
-			case it.orphan.Load() || o.Verdict == Done:
-				done = append(done, it)
-			default:
-				if o.Verdict == Hold {
-					noteDrainedLocked(it, it.Attempt)
-				}
-				gone = append(gone, it)
-			}
-		}
-		s.mu.Unlock()
-		finish(done)
-		abandon(gone)
-		clear(done)
-		clear(gone)
-		b.done, b.gone = done[:0], gone[:0]
-		clear(b.Items)
-		b.Items = b.Items[:0]
-		b.reset()
-		return 0
-	}
+	orphaned, recycled := b.orphaned.Load(), 0
 	s.mu.Lock()
 	for i, it := range b.Items {
 		o := out[i]
-		if o.Verdict == Finished {
+		switch {
+		case o.Verdict == Finished:
 			continue // handed back already: its partition may have recycled it
-		}
-		if it.part.revoked {
-			// Its partition drains: an item Do handled finishes, so that
-			// the final commit passes it (a graceful handoff repeats
-			// nothing), unless it is behind an earlier item of its lane
-			// that goes back. The first held item of a lane is kept
-			// outstanding and Options.Hold is told: a dead letter or a
-			// park may still finish it in the drain; a timed wait
-			// abandons it (Waits). The rest are abandoned, never
-			// requeued. The owner's final commit lists those held or
-			// charged at their attempts now (DrainedWaiting).
-			l := it.lane
-			switch {
-			case !l.returning && o.Verdict == Done:
+		case orphaned && it.orphan.Load():
+			// It runs elsewhere (Orphan): what the call says is
+			// ignored, and it goes back to its partition only to be
+			// recycled.
+			done = append(done, it)
+			recycled++
+			continue
+		case it.part.revoked:
+			// Its partition drains (an orphaned batch's other items are
+			// all such: Orphan passes them over).
+			switch s.drainedLocked(it, o) {
+			case Done:
 				done = append(done, it)
-				continue
-			case !l.returning && o.Verdict == Hold:
-				it.kept = true
+			case Hold:
 				held = append(held, heldItem[M, T]{it, o})
 			default:
 				gone = append(gone, it)
-			}
-			l.returning = true
-			if o.Verdict == Hold || it.Attempt > 1 {
-				noteDrainedLocked(it, it.Attempt)
 			}
 			continue
 		}
@@ -137,6 +98,13 @@ func (s *Scheduler[M, T]) Settle(b *Batch[M, T], out []Outcome) (finished int) {
 	if b.w.running == b {
 		b.w.running = nil
 		s.running--
+	}
+	if orphaned { // Orphan let go of its lanes: reset what drainedLocked marked
+		for i, it := range b.Items {
+			if out[i].Verdict != Finished {
+				it.lane.returning = false
+			}
+		}
 	}
 	// Back to the fronts of their lanes, in batch order: the last first.
 	// None is of a revoked partition (those are gone). A lane on the
@@ -182,7 +150,33 @@ func (s *Scheduler[M, T]) Settle(b *Batch[M, T], out []Outcome) (finished int) {
 	clear(b.Items)
 	b.Items = b.Items[:0]
 	b.reset()
-	return len(done)
+	return len(done) - recycled
+}
+
+// drainedLocked decides what becomes of it, of a revoked partition, whose
+// call reported o: Done, it finishes, so that the final commit passes it (a
+// graceful handoff repeats nothing), unless it is behind an earlier item of
+// its lane that goes back; Hold, the first held item of its lane is kept
+// outstanding and Options.Hold is told (a dead letter or a park may still
+// finish it in the drain; a timed wait abandons it, Waits); anything else
+// (Return), it is abandoned, never requeued. The owner's final commit lists
+// those held or charged at their attempts now (DrainedWaiting). It marks
+// the lane returning; the caller resets that. Under the lock.
+func (s *Scheduler[M, T]) drainedLocked(it *Item[M, T], o Outcome) Verdict {
+	l := it.lane
+	v := Return
+	switch {
+	case !l.returning && o.Verdict == Done:
+		return Done
+	case !l.returning && o.Verdict == Hold:
+		it.kept = true
+		v = Hold
+	}
+	l.returning = true
+	if o.Verdict == Hold || it.Attempt > 1 {
+		noteDrainedLocked(it, it.Attempt)
+	}
+	return v
 }
 
 // heldItem is an item Settle holds at its lane's front, and why.

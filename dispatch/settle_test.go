@@ -324,14 +324,19 @@ func TestOrphanAroundRevoke(t *testing.T) {
 		return s, p, b.w, b, s.BeginCall(b.w, nil)
 	}
 	t.Run("orphaned after the revoke", func(t *testing.T) {
-		s, p, w, b, call := oneItemInCall(t)
+		s, p, b, held := oneItemRunning(t)
+		w := b.w
+		call := s.BeginCall(w, nil)
 		p.Revoke()
 		p.Drain()
 		if n := s.Orphan(w, call); n != 0 {
 			t.Fatalf("Orphan after the revoke: got %d, want 0", n)
 		}
 		s.EndCall(w)
-		s.Settle(b, []Outcome{{Verdict: Hold}}) // it failed
+		s.Settle(b, []Outcome{{Verdict: Hold}}) // it failed: settled as in a drain
+		if *held == nil || s.Waits(*held) {
+			t.Fatal("Hold not told of the failed item, or Waits got true; want it told, and false (the partition is gone)")
+		}
 		p.Advance()
 		if next, _ := p.Next(); next != 0 {
 			t.Fatalf("frontier: got %d, want 0 (the failed item did not finish)", next)
