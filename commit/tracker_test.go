@@ -154,7 +154,11 @@ func TestAgainstModel(t *testing.T) {
 	state := map[int64]bool{} // received offset -> finished
 	off := int64(0)
 	for step := range 20000 {
-		switch r := rng.IntN(10); {
+		r := rng.IntN(10)
+		if (step/1000)%2 == 1 && r < 4 {
+			r = 9 // every other thousand steps mostly finishes: blocks let go, the tracker empty at times
+		}
+		switch {
 		case r < 5:
 			off += 1 + int64(rng.IntN(3)) // sparse at times
 			live = append(live, add(t, tr, off)...)
@@ -165,6 +169,13 @@ func TestAgainstModel(t *testing.T) {
 				t.Fatal(err)
 			}
 			state[off] = true
+		case r < 7 && len(live) > 0:
+			i := rng.IntN(len(live))
+			clone := &entry{off: live[i].off}
+			if !tr.Replace(live[i], clone) {
+				t.Fatalf("step %d: Replace(%d): got false, want true", step, clone.off)
+			}
+			live[i] = clone
 		case len(live) > 0:
 			i := rng.IntN(len(live))
 			e := live[i]
@@ -206,6 +217,14 @@ func TestAgainstModel(t *testing.T) {
 			if o > wantNext && state[o] != covered(o) {
 				t.Fatalf("step %d: offset %d finished=%v but covered=%v by %v", step, o, state[o], covered(o), ranges)
 			}
+		}
+	}
+	if got := tr.Fence(); got != len(live) {
+		t.Fatalf("Fence: got %d unfinished, want %d", got, len(live))
+	}
+	for _, e := range live {
+		if tr.Finish(e) {
+			t.Fatalf("Finish(%d) after Fence: got tracked", e.off)
 		}
 	}
 }
