@@ -66,7 +66,7 @@ func sampleStats() group.Stats {
 				CommittedAt: time.Now(), HighWatermark: 600, Lag: 10, InFlight: 10, Undispatched: 0, Held: 1,
 				FinishedAbove: 4, MetadataBytes: 24, OldestUnfinished: 20 * time.Millisecond,
 				Status:   group.PartitionStatus{Code: group.StatusOK},
-				Outcomes: group.Outcomes{Handled: 570, DeadLettered: 3, Skipped: 2, Resumed: 5, FailedAttempts: 9}},
+				Outcomes: group.Outcomes{Handled: 570, DeadLettered: 3, Parked: 4, Skipped: 2, Resumed: 5, FailedAttempts: 9}},
 			{Topic: "orders", Partition: 1, Generation: 3, Fetched: 400, Next: 420, Frontier: 400, Committed: -1,
 				HighWatermark: 520, Lag: 120, InFlight: 20, Undispatched: 20, Paused: true, Held: 0,
 				FinishedAbove: 8, MetadataBytes: 40, OldestUnfinished: 95 * time.Second,

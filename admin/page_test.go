@@ -8,8 +8,8 @@ import (
 )
 
 // TestStatusPage: the page shows the group's status and reason, the
-// partitions table with a coloured status per row, the stuck worker, and
-// reloads itself.
+// partitions table with a coloured status per row and every outcome of
+// each partition, the stuck worker, and reloads itself.
 func TestStatusPage(t *testing.T) {
 	f := &fakeGroup{s: sampleStats(), ready: true, live: false, why: "1 workers stuck in Do"}
 	code, page := get(t, Handler(f, Options{}), "GET", "/")
@@ -25,6 +25,8 @@ func TestStatusPage(t *testing.T) {
 		`<tr class="st-5" data-topic="orders" data-partition="1" data-status="STALL">`,
 		`<tr class="st-1" data-topic="orders" data-partition="0" data-status="OK">`,
 		`<span class="badge st-5">STALL</span>`,
+		`<th>handled</th><th>dead-lettered</th><th>parked</th><th>skipped</th><th>resumed</th><th>failed attempts</th>`,
+		`<td>570</td><td>3</td><td>4</td><td>2</td><td>5</td><td>9</td></tr>`,
 		`<div class="w stuck" title="worker 0: stuck in Do for 1m35s">0</div>`,
 		`<table id="stuck-workers"`,
 		`<h2>Partitions not OK (1)</h2>`,
