@@ -42,7 +42,10 @@ type Item[M, T any] struct {
 	// (T a pointer) at 256 bytes, a size class of whole cache lines, so
 	// that no two items share a line (TestItemSize).
 	firstFailure int64
-	arrival      *Outcome // AddHeld: held when it reaches its lane
+	// arrival: AddHeld's outcome, held when it reaches its lane (push
+	// takes it); or, once it went back behind an earlier item of its lane
+	// after failing itself, that failure, for LastError.
+	arrival *Outcome
 	// orphan: its call hung and a copy runs in its place (Orphan); its
 	// own completion is ignored. replaced and returned are the owner's:
 	// the copy took its place in the tracker; it came back from its call.
@@ -68,6 +71,16 @@ func (it *Item[M, T]) Offset() int64 { return it.offset }
 
 // TrackLink is the item's place in its partition's commit tracker.
 func (it *Item[M, T]) TrackLink() *commit.Link[*Item[M, T]] { return &it.link }
+
+// LastError is the error of its last failed call when that call also
+// sent it back behind an earlier item of its lane (which its dead letter
+// reports if that was its last allowed attempt); nil otherwise.
+func (it *Item[M, T]) LastError() error {
+	if it.arrival != nil {
+		return it.arrival.Err
+	}
+	return nil
+}
 
 // Part is the partition the item belongs to.
 func (it *Item[M, T]) Part() *Partition[M, T] { return it.part }

@@ -76,6 +76,9 @@ func (s *Scheduler[M, T]) Settle(b *Batch[M, T], out []Outcome) (finished int) {
 		switch l := it.lane; {
 		case l.returning:
 			back = append(back, it) // behind an earlier item of its lane
+			if o.Verdict == Hold && o.Err != nil {
+				it.arrival = &Outcome{Err: o.Err} // for LastError
+			}
 			if it.Attempt > 1 {
 				// Charged (Do named it too), or arrived at a later
 				// attempt: listed for the commit metadata until it
@@ -355,6 +358,31 @@ func (s *Scheduler[M, T]) SortByLane(b *Batch[M, T]) {
 	s.mu.Unlock()
 	clear(sorted)
 	b.scratch, b.starts = sorted[:0], starts[:0]
+}
+
+// MoveBack moves the items of b for which back reports true (asked once
+// for each index, in order, before anything moves) to the end of the
+// batch, keeping the order within each part, and returns how many stay in
+// front. Like SortByLane, the batch's worker calls it before any outcome
+// is recorded.
+func (s *Scheduler[M, T]) MoveBack(b *Batch[M, T], back func(i int) bool) int {
+	front, rest := b.scratch[:0], b.back[:0]
+	for i, it := range b.Items {
+		if back(i) {
+			rest = append(rest, it)
+		} else {
+			front = append(front, it)
+		}
+	}
+	n := len(front)
+	s.mu.Lock()
+	copy(b.Items, front)
+	copy(b.Items[n:], rest)
+	s.mu.Unlock()
+	clear(front)
+	clear(rest)
+	b.scratch, b.back = front[:0], rest[:0]
+	return n
 }
 
 // SameLane reports whether items i and j of the batch are in one lane.

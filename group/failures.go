@@ -180,6 +180,11 @@ func (f *failures[T]) close() error {
 // last allowed attempt failed under a previous owner of its partition.
 var errAttemptsUsedUp = errors.New("group: its last allowed attempt failed under a previous owner of the partition")
 
+// errAttemptsUsedUpBehind is the error of the dead letter of a message
+// whose last allowed attempt failed behind an earlier message of its key
+// when that failure's own error was not kept.
+var errAttemptsUsedUpBehind = errors.New("group: its last allowed attempt failed in a call behind an earlier failed message of its key")
+
 // kindResumed is the Outcome.Kind of a message a previous owner of its
 // partition left waiting for a retry (the commit metadata said so): it
 // waits out the rest of its backoff, at the attempt it had reached.
@@ -204,6 +209,17 @@ func (f *failures[T]) hold(it *dispatch.Item[Message, T], o dispatch.Outcome) {
 		f.wait(it, o.Delay, false)
 	case merge.DeadLettered:
 		f.dead.add(it, nil, reasonRejected, it.Attempt, o.Err)
+	case merge.Exhausted:
+		// Charged its last allowed attempt in a call that also failed
+		// an earlier message of its key: dead-lettered in its turn,
+		// without running again.
+		reason, err := reasonMaxAttempts, o.Err
+		if err == nil {
+			err = errAttemptsUsedUpBehind
+		} else if errors.Is(err, ErrTimeout) {
+			reason = reasonTimeout
+		}
+		f.dead.add(it, nil, reason, it.Attempt-1, err)
 	default: // merge.Failed: charged an attempt already
 		it.NoteFailure(time.Now())
 		if f.outage.failed(it.Lane) {

@@ -423,6 +423,7 @@ func (g *Group[T]) startWorkers(ctx context.Context) (stop func() error, err err
 		Grace:        stuckGrace(g.cfg.MsgTimeout),
 		OnStuck:      g.onStuck,
 		NoSplit:      g.fail.outage.on,
+		MaxAttempts:  g.cfg.Retry.MaxAttempts,
 		Context: func(ctx context.Context, worker int) context.Context {
 			return context.WithValue(ctx, batchKey{}, &g.workers[worker].info)
 		},

@@ -132,18 +132,17 @@ func (p *Pool[M, T]) cancelled(wk *worker[M, T]) bool {
 // caller releases b); otherwise b has been settled item by item and is
 // empty.
 func (p *Pool[M, T]) run(wk *worker[M, T], b *dispatch.Batch[M, T]) bool {
+	if p.cfg.MaxAttempts > 0 && p.anyExhausted(b.Items) {
+		p.runAroundExhausted(wk, b)
+		return false
+	}
 	verdicts, err, timedOut := p.call(wk, b.Items)
 	if err == nil {
 		wk.count.batches.Add(1)
 		wk.count.handled.Add(int64(len(b.Items)))
 		return true
 	}
-	if n := len(b.Items); cap(wk.out) < n {
-		wk.out = make([]dispatch.Outcome, n)
-	} else {
-		wk.out = wk.out[:n]
-		clear(wk.out)
-	}
+	p.resetOut(wk, len(b.Items))
 	if verdicts == nil && len(b.Items) > 1 && !p.cancelled(wk) && !b.Orphaned() {
 		p.s.SortByLane(b) // before any outcome is recorded: splits keep lane order
 	}
@@ -151,6 +150,58 @@ func (p *Pool[M, T]) run(wk *worker[M, T], b *dispatch.Batch[M, T]) bool {
 	n := p.s.Settle(b, wk.out)
 	wk.count.handled.Add(int64(n))
 	return false
+}
+
+// resetOut sizes wk.out to n outcomes, all Done.
+func (p *Pool[M, T]) resetOut(wk *worker[M, T], n int) {
+	if cap(wk.out) < n {
+		wk.out = make([]dispatch.Outcome, n)
+	} else {
+		wk.out = wk.out[:n]
+		clear(wk.out)
+	}
+}
+
+// anyExhausted reports whether an item was charged past MaxAttempts.
+func (p *Pool[M, T]) anyExhausted(items []*dispatch.Item[M, T]) bool {
+	for _, it := range items {
+		if it.Attempt > p.cfg.MaxAttempts {
+			return true
+		}
+	}
+	return false
+}
+
+// runAroundExhausted calls the handler for the items of b that come before
+// the first item of their lane charged past MaxAttempts, and settles b: that
+// item is held (Exhausted) and its lane's later items go back behind it.
+func (p *Pool[M, T]) runAroundExhausted(wk *worker[M, T], b *dispatch.Batch[M, T]) {
+	p.s.SortByLane(b)
+	// Within each lane the items are in lane order: from its first
+	// exhausted item on, a lane's items stay out of the call.
+	out := false
+	n := p.s.MoveBack(b, func(i int) bool {
+		if i == 0 || !b.SameLane(i-1, i) {
+			out = false
+		}
+		out = out || b.Items[i].Attempt > p.cfg.MaxAttempts
+		return out
+	})
+	p.resetOut(wk, len(b.Items))
+	for i := n; i < len(b.Items); i++ {
+		if i > n && b.SameLane(i-1, i) {
+			wk.out[i].Verdict = dispatch.Return // behind its lane's held item
+		} else {
+			wk.out[i] = dispatch.Outcome{Verdict: dispatch.Hold, Kind: Exhausted, Err: b.Items[i].LastError()}
+		}
+	}
+	if n > 0 {
+		verdicts, err, timedOut := p.call(wk, b.Items[:n])
+		if err != nil {
+			p.failed(wk, b, 0, n, verdicts, err, timedOut)
+		}
+	}
+	wk.count.handled.Add(int64(p.s.Settle(b, wk.out)))
 }
 
 // failed records the outcomes of b.Items[lo:hi] after a call on them
@@ -270,6 +321,7 @@ func (p *Pool[M, T]) returnRange(wk *worker[M, T], lo, hi int) {
 // dead-lettered).
 func (p *Pool[M, T]) charge(wk *worker[M, T], b *dispatch.Batch[M, T], i int, err error) {
 	b.Items[i].Attempt++
+	b.Items[i].NoteFailure(time.Now())
 	wk.out[i] = dispatch.Outcome{Verdict: dispatch.Hold, Kind: Failed, Err: err}
 	p.stats.Charged.Add(1)
 }

@@ -54,6 +54,12 @@ type Config struct {
 	// Context, if set, wraps each context a worker makes for its calls
 	// (one per worker, made again only after it was cancelled).
 	Context func(ctx context.Context, worker int) context.Context
+	// MaxAttempts, if above 0, is the most attempts an item gets: an item
+	// of a batch already charged past it (it failed in calls that held it
+	// behind an earlier item of its lane) is not handed to the handler
+	// again; it is held with Kind Exhausted, and the items of its lane
+	// after it go back behind it.
+	MaxAttempts int
 }
 
 // Kind is how an item failed, as Handle reports it; it is passed on to the
@@ -67,6 +73,10 @@ const (
 	Deferred
 	// DeadLettered: the item is to be dead-lettered now.
 	DeadLettered
+	// Exhausted: the item was charged Config.MaxAttempts failed attempts
+	// already and was not run again; Outcome.Err is its last call's error
+	// (dispatch.Item.LastError), if kept.
+	Exhausted
 )
 
 // Verdict names one item of a call that did not simply succeed.
