@@ -13,10 +13,12 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"go.uber.org/zap"
 
 	"github.com/orderly-go/orderly/group"
+	"github.com/orderly-go/orderly/internal/deadletter"
 )
 
 // Exit codes of an --exec command that mean something to consume.
@@ -147,7 +149,7 @@ func (s *execSink) send(ctx context.Context, batch []*group.Message) error {
 		return failAll(batch, fmt.Errorf("--exec %q: %w", s.cmd, err))
 	}
 	code := exit.ExitCode()
-	why := fmt.Errorf("--exec %q: %w; stderr: %s", s.cmd, err, stderr.String())
+	why := runError(s.cmd, err, stderr.String())
 	switch code {
 	case exitTempFail:
 		s.ctr.failed.Add(1)
@@ -165,6 +167,29 @@ func (s *execSink) send(ctx context.Context, batch []*group.Message) error {
 	}
 	s.ctr.rejected.Add(1)
 	return rejectAll(batch, why)
+}
+
+// runError is the error of a run that exited non-zero: the command, its
+// exit status and the end of its stderr, cut at the front so that the
+// whole fits a dead letter's message (deadletter.MaxMessage): the last
+// lines a command prints are the ones that say why it failed.
+func runError(cmd string, err error, stderr string) error {
+	head := fmt.Sprintf("--exec %q: %v; stderr: ", cmd, err)
+	return fmt.Errorf("--exec %q: %w; stderr: %s", cmd, err, lastBytes(stderr, max(deadletter.MaxMessage-len(head), 256)))
+}
+
+// lastBytes returns s if it has at most n bytes, else "…" and the end of
+// s, n bytes in all, starting at a UTF-8 boundary.
+func lastBytes(s string, n int) string {
+	const ellipsis = "…"
+	if len(s) <= n {
+		return s
+	}
+	cut := len(s) - (n - len(ellipsis))
+	for i := 0; i < utf8.UTFMax-1 && cut < len(s) && !utf8.RuneStart(s[cut]); i++ {
+		cut++
+	}
+	return ellipsis + s[cut:]
 }
 
 func (s *execSink) warnf(batch []*group.Message, msg string, err error, stderr *tail) {

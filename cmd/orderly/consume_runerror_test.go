@@ -1,0 +1,43 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"unicode/utf8"
+
+	"github.com/orderly-go/orderly/internal/deadletter"
+)
+
+// TestRunErrorKeepsEndOfStderr: a failed --exec run's error, as its dead
+// letter's message keeps it (deadletter.CutMessage), names the command and
+// exit status and ends with the end of the command's stderr, where a
+// command says why it failed; it wraps the run's error.
+func TestRunErrorKeepsEndOfStderr(t *testing.T) {
+	exit := errors.New("exit status 9")
+	var progress strings.Builder
+	for i := range 400 {
+		fmt.Fprintf(&progress, "progress line %d of the batch\n", i)
+	}
+	for _, tt := range []struct {
+		name, stderr, wantEnd string
+	}{
+		{"short", "bad record v57", "stderr: bad record v57"},
+		{"long, the cause last", progress.String() + "FATAL: the actual cause is here", "FATAL: the actual cause is here"},
+		{"long, multi-byte", strings.Repeat("é", 2000) + " fin", "é fin"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			err := runError("./handle.sh", exit, tt.stderr)
+			if !errors.Is(err, exit) {
+				t.Errorf("runError(...) = %v: does not wrap the run's error", err)
+			}
+			msg := deadletter.CutMessage(err.Error())
+			if !strings.HasPrefix(msg, `--exec "./handle.sh": exit status 9; stderr: `) || !strings.HasSuffix(msg, tt.wantEnd) ||
+				len(msg) > deadletter.MaxMessage || !utf8.ValidString(msg) {
+				t.Errorf("dead letter message (%d bytes): got %q\nwant the command and exit status first, ending %q, at most %d bytes of UTF-8",
+					len(msg), msg, tt.wantEnd, deadletter.MaxMessage)
+			}
+		})
+	}
+}
