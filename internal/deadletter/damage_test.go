@@ -94,6 +94,10 @@ func TestStoreDamage(t *testing.T) {
 			binary.BigEndian.PutUint32(b[pos[3]+4:], 1<<20)
 			return b
 		}, []int{3}, []damaged{{3, 4, "runs past the end of the file"}}},
+		{"last record's length past the end of the file", func(b []byte, pos []int64) []byte {
+			binary.BigEndian.PutUint32(b[pos[n-1]+4:], 4096) // not cut off as a torn append
+			return b
+		}, []int{n - 1}, []damaged{{n - 1, n, "its length field is damaged"}}},
 		{"length over the limit", func(b []byte, pos []int64) []byte {
 			binary.BigEndian.PutUint32(b[pos[5]+4:], 0xFFFFFFFF)
 			return b

@@ -63,6 +63,9 @@
 // file is an Append not yet complete (a ReadOnly reader does not see it
 // yet), or, when the writable Open finds it, one a crash cut short: no
 // Append that returned wrote it, and Open cuts it off (Stats.TornBytes).
+// Unless the bytes left after its header check out (checksum) as a whole
+// body: then its length field is damaged, and it is damage like any
+// other, never cut off.
 // A header whose checksum holds but whose version is not 1 is ErrVersion.
 //
 // # Durability and locking

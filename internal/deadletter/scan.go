@@ -118,6 +118,12 @@ func (s *fileScanner) frameAt(pos int64) (raw []byte, r Record, reason string, p
 	case n > MaxRecordBytes:
 		return nil, Record{}, fmt.Sprintf("record length %d over the limit", n), false
 	case frameHeaderSize+n > s.size-pos:
+		if m := s.size - pos - frameHeaderSize; s.checksOut(pos, m, crc) {
+			// Not a write cut short (whose bytes are a prefix of
+			// its body): a whole record whose length field was
+			// damaged. Damage, so that nothing cuts it off unseen.
+			return nil, Record{}, fmt.Sprintf("record of %d bytes runs past the end of the file, where the %d bytes left check out as a whole record: its length field is damaged", n, m), false
+		}
 		return nil, Record{}, fmt.Sprintf("record of %d bytes runs past the end of the file", n), true
 	}
 	raw = s.read(pos, int(frameHeaderSize+n))
@@ -134,6 +140,21 @@ func (s *fileScanner) frameAt(pos int64) (raw []byte, r Record, reason string, p
 		return nil, Record{}, err.Error(), false
 	}
 	return raw, r, "", false
+}
+
+// checksOut reports whether the m bytes after the frame header at pos
+// match the header's checksum as a body of m bytes.
+func (s *fileScanner) checksOut(pos, m int64, crc uint32) bool {
+	if m < 0 || m > MaxRecordBytes {
+		return false
+	}
+	raw := s.read(pos, int(frameHeaderSize+m))
+	if s.err != nil || int64(len(raw)) < frameHeaderSize+m {
+		return false
+	}
+	var length [4]byte
+	binary.BigEndian.PutUint32(length[:], uint32(m))
+	return frameCRC(length[:], raw[frameHeaderSize:]) == crc
 }
 
 // resync returns the offset of the first good frame at or after from, or
