@@ -80,9 +80,19 @@ func (d *deadLetters[T]) open(client sarama.Client) error {
 		d.sink = &topicSink{topic: d.g.cfg.DeadLetterTopic, p: p}
 	case d.g.cfg.DataPath != "":
 		dir := filepath.Join(d.g.cfg.DataPath, deadletter.DirName)
-		st, err := deadletter.Open(dir, deadletter.Options{})
+		log := d.g.log.With(zap.String("path", filepath.Join(dir, deadletter.DataFile)))
+		st, err := deadletter.Open(dir, deadletter.Options{OnDamage: func(dm deadletter.Damage) {
+			// Open reads the whole file: the records a damaged
+			// stretch held are not listed until it is mended.
+			log.Error("local dead-letter store damaged; the stretch is kept, its records unreadable",
+				zap.Int64("file_offset", dm.Offset), zap.Int64("bytes", dm.Length), zap.String("reason", dm.Reason))
+		}})
 		if err != nil {
 			return fmt.Errorf("group: local dead-letter store: %w", err)
+		}
+		if torn := st.Stats().TornBytes; torn > 0 {
+			log.Warn("cut off the incomplete last dead letter a crash left in the local store (its message was not committed past)",
+				zap.Int64("bytes", torn))
 		}
 		d.sink = &storeSink{st: st, dir: dir}
 	}
