@@ -28,6 +28,9 @@ type dlqOpts struct {
 	dryRun bool
 	yes    bool
 	before int
+	// dropDamaged: a filtered purge of a local store may drop its
+	// damaged stretches (a rewrite cannot keep what it cannot read).
+	dropDamaged bool
 }
 
 const dlqSourceHelp = `
@@ -114,7 +117,9 @@ to its end. Filters cannot select records there.
 
 On a local store (--data), purge removes all dead letters, or only those the
 filters select, by rewriting the store; it needs the store's lock, so it
-fails while a consumer holds it.`+dlqSourceHelp+"\n"+dlqFilterHelp,
+fails while a consumer holds it. The rewrite cannot keep a damaged stretch
+(whatever records it held are unreadable): with filters, a store with damage
+is purged only with --drop-damaged.`+dlqSourceHelp+"\n"+dlqFilterHelp,
 		func(ctx context.Context) error { return runPurge(ctx, o, e) })
 	fs := c.Flags()
 	o.sourceFlags(fs)
@@ -122,6 +127,7 @@ fails while a consumer holds it.`+dlqSourceHelp+"\n"+dlqFilterHelp,
 	intVar(fs, &o.before, "before", 0, 0, math.MaxInt, "Kafka: delete the records of --partition before this offset")
 	fs.BoolVar(&o.yes, "yes", false, "really delete")
 	fs.BoolVar(&o.dryRun, "dry-run", false, "say what would be deleted, delete nothing")
+	fs.BoolVar(&o.dropDamaged, "drop-damaged", false, "local store: let a purge with filters drop the store's damaged stretches too (refused without it: a rewrite cannot keep what it cannot read)")
 	return c
 }
 

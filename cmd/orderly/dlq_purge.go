@@ -38,6 +38,7 @@ func purgeStore(o *dlqOpts, e env) error {
 	if err != nil {
 		return err
 	}
+	damaged := ro.Stats().Damaged // as Open read it, and warned of it
 	selected, total := 0, 0
 	err = ro.Scan(func(pos int64, r deadletter.Record) error {
 		total++
@@ -52,9 +53,16 @@ func purgeStore(o *dlqOpts, e env) error {
 		return err
 	}
 	dir := storeDir(o.data)
-	if o.dryRun {
-		fmt.Fprintf(e.stdout, "would remove %d of %d dead letters from %s\n", selected, total, dir)
+	dropping := ""
+	if o.filter.any() && damaged > 0 {
+		dropping = fmt.Sprintf(" and %d damaged stretches (the warnings above)", damaged)
+	}
+	switch {
+	case o.dryRun:
+		fmt.Fprintf(e.stdout, "would remove %d of %d dead letters%s from %s\n", selected, total, dropping, dir)
 		return nil
+	case dropping != "" && !o.dropDamaged:
+		return fmt.Errorf("%s has %d damaged stretches (the warnings above), which a purge with filters would drop with any dead letters they hold: add --drop-damaged to purge anyway", dir, damaged)
 	}
 	s, err := deadletter.Open(dir, deadletter.Options{OnDamage: warnDamage(e.stderr)})
 	if errors.Is(err, deadletter.ErrLocked) {
@@ -76,7 +84,7 @@ func purgeStore(o *dlqOpts, e env) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(e.stdout, "removed %d dead letters from %s, %d left\n", removed, dir, s.Stats().Records)
+	fmt.Fprintf(e.stdout, "removed %d dead letters%s from %s, %d left\n", removed, dropping, dir, s.Stats().Records)
 	return s.Close()
 }
 

@@ -546,3 +546,37 @@ func TestDlqHelp(t *testing.T) {
 		t.Errorf("orderly --help lists no dlq command:\n%s", out)
 	}
 }
+
+// TestDlqPurgeKeepsDamage: a purge with filters rewrites the local store,
+// which cannot keep a damaged stretch: it is refused, naming the store and
+// --drop-damaged, and removes nothing; the dry run says what it would
+// drop; with --drop-damaged the purge goes ahead and says what it dropped.
+func TestDlqPurgeKeepsDamage(t *testing.T) {
+	f := newDlqFixture(t)
+	path := filepath.Join(storeDir(f.data), deadletter.DataFile)
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[16+12+3] ^= 0x40 // a body byte of the first record (after the 16-byte file header)
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sel := []string{"--reason", "rejected"}
+	out := dlqRun(t, slices.Concat([]string{"purge", "--dry-run"}, sel, f.local())...)
+	if !strings.Contains(out, "would remove 1 of 5 dead letters and 1 damaged stretches") {
+		t.Errorf("purge --dry-run with damage: %s", out)
+	}
+	r := runBin(t, nil, slices.Concat([]string{"dlq", "purge", "--yes"}, sel, f.local())...)
+	if last := strings.TrimSpace(r.stderr[strings.LastIndex(strings.TrimSpace(r.stderr), "\n")+1:]); r.code != exitError ||
+		!strings.Contains(last, storeDir(f.data)+" has 1 damaged stretches") || !strings.Contains(last, "--drop-damaged") {
+		t.Errorf("purge with damage: exit %d, stderr %q; want exit 1, a last line naming the store and --drop-damaged", r.code, r.stderr)
+	}
+	if after, err := os.ReadFile(path); err != nil || !bytes.Equal(after, b) {
+		t.Errorf("a refused purge changed the store (%v)", err)
+	}
+	out = dlqRun(t, slices.Concat([]string{"purge", "--yes", "--drop-damaged"}, sel, f.local())...)
+	if !strings.Contains(out, "removed 1 dead letters and 1 damaged stretches") || !strings.Contains(out, "4 left") {
+		t.Errorf("purge --drop-damaged: %s", out)
+	}
+}
