@@ -34,7 +34,8 @@ func runPurge(ctx context.Context, o *dlqOpts, e env) error {
 func purgeStore(o *dlqOpts, e env) error {
 	// Read-only first: a missing store is an error, not created by the
 	// writable Open; and a dry run needs no lock.
-	ro, err := openStore(o.data, e.stderr)
+	warn := warnDamage(e.stderr) // one warning per stretch, for both opens
+	ro, err := openStore(o.data, warn)
 	if err != nil {
 		return err
 	}
@@ -64,7 +65,7 @@ func purgeStore(o *dlqOpts, e env) error {
 	case dropping != "" && !o.dropDamaged:
 		return fmt.Errorf("%s has %d damaged stretches (the warnings above), which a purge with filters would drop with any dead letters they hold: add --drop-damaged to purge anyway", dir, damaged)
 	}
-	s, err := deadletter.Open(dir, deadletter.Options{OnDamage: warnDamage(e.stderr)})
+	s, err := deadletter.Open(dir, deadletter.Options{OnDamage: warn})
 	if errors.Is(err, deadletter.ErrLocked) {
 		return fmt.Errorf("%w; stop that consumer before purging", err)
 	}

@@ -46,20 +46,28 @@ func newEntry(r deadletter.Record) entry {
 func storeDir(data string) string { return filepath.Join(data, deadletter.DirName) }
 
 // openStore opens the local store under --data read-only; damage is
-// reported on warn as it is found.
-func openStore(data string, warn io.Writer) (*deadletter.Store, error) {
-	return deadletter.Open(storeDir(data), deadletter.Options{ReadOnly: true, OnDamage: warnDamage(warn)})
+// reported with onDamage as it is found.
+func openStore(data string, onDamage func(deadletter.Damage)) (*deadletter.Store, error) {
+	return deadletter.Open(storeDir(data), deadletter.Options{ReadOnly: true, OnDamage: onDamage})
 }
 
+// warnDamage returns an OnDamage that warns on warn once per damaged
+// stretch: a store reports each at Open and again at every full read.
 func warnDamage(warn io.Writer) func(deadletter.Damage) {
-	return func(d deadletter.Damage) { fmt.Fprintln(warn, "orderly: warning:", d.Error()) }
+	seen := map[deadletter.Damage]bool{}
+	return func(d deadletter.Damage) {
+		if !seen[d] {
+			seen[d] = true
+			fmt.Fprintln(warn, "orderly: warning:", d.Error())
+		}
+	}
 }
 
 // readEntries calls fn for every dead letter of o's source, in the
 // source's order (the store's; the topic's by partition and offset).
 func readEntries(ctx context.Context, o *dlqOpts, warn io.Writer, fn func(*entry) error) (source string, err error) {
 	if o.data != "" {
-		s, err := openStore(o.data, warn)
+		s, err := openStore(o.data, warnDamage(warn))
 		if err != nil {
 			return "", err
 		}

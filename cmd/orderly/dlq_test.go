@@ -572,6 +572,9 @@ func TestDlqPurgeKeepsDamage(t *testing.T) {
 		!strings.Contains(last, storeDir(f.data)+" has 1 damaged stretches") || !strings.Contains(last, "--drop-damaged") {
 		t.Errorf("purge with damage: exit %d, stderr %q; want exit 1, a last line naming the store and --drop-damaged", r.code, r.stderr)
 	}
+	if n := strings.Count(r.stderr, "orderly: warning:"); n != 1 {
+		t.Errorf("purge with one damaged stretch: %d warnings, want 1:\n%s", n, r.stderr)
+	}
 	if after, err := os.ReadFile(path); err != nil || !bytes.Equal(after, b) {
 		t.Errorf("a refused purge changed the store (%v)", err)
 	}
