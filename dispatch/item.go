@@ -42,9 +42,10 @@ type Item[M, T any] struct {
 	// (T a pointer) at 256 bytes, a size class of whole cache lines, so
 	// that no two items share a line (TestItemSize).
 	firstFailure int64
-	// arrival: AddHeld's outcome, held when it reaches its lane (push
-	// takes it); or, once it went back behind an earlier item of its lane
-	// after failing itself, that failure, for LastError.
+	// arrival: AddHeld's outcome (Verdict Hold), held when it reaches its
+	// lane (push takes it); or, with Verdict Done, the error LastError
+	// reports: of its failure when it went back behind an earlier item of
+	// its lane, or Options.CopyError for Orphan's copy.
 	arrival *Outcome
 	// orphan: its call hung and a copy runs in its place (Orphan); its
 	// own completion is ignored. replaced and returned are the owner's:
@@ -73,10 +74,11 @@ func (it *Item[M, T]) Offset() int64 { return it.offset }
 func (it *Item[M, T]) TrackLink() *commit.Link[*Item[M, T]] { return &it.link }
 
 // LastError is the error of its last failed call when that call also
-// sent it back behind an earlier item of its lane (which its dead letter
+// sent it back behind an earlier item of its lane, or, for a copy Orphan
+// made of a hung call's item, Options.CopyError (which its dead letter
 // reports if that was its last allowed attempt); nil otherwise.
 func (it *Item[M, T]) LastError() error {
-	if it.arrival != nil {
+	if it.arrival != nil && it.arrival.Verdict != Hold {
 		return it.arrival.Err
 	}
 	return nil

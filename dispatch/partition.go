@@ -294,6 +294,9 @@ func (p *Partition[M, T]) replaceOrphans() {
 		}
 		c.Attempt, c.firstFailure = old.Attempt+1, old.firstFailure
 		c.NoteFailure(time.Now())
+		if p.s.copyErr != nil {
+			c.arrival = &Outcome{Err: p.s.copyErr} // for LastError
+		}
 		if !p.tracker.Replace(old, c) {
 			p.recycle(c) // finished meanwhile, or fenced
 			continue

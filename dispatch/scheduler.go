@@ -86,6 +86,10 @@ type Options[M, T any] struct {
 	// its item's own message (the message itself as the value) must be
 	// made to point into the copy's.
 	Copied func(m *M, v *T)
+	// CopyError, if set, is the LastError of each such copy: why its
+	// original's call failed (it hung), which a dead letter of the copy
+	// gives if the copy is past its attempts.
+	CopyError error
 	// Backlog paces intake: while the workers have this many items or
 	// more ready to take, Partition.Paced says the owner should turn no
 	// more messages into items (see pace.go). 0: no pacing.
@@ -110,6 +114,7 @@ type Scheduler[M, T any] struct {
 	reset       func(m *M, v *T)
 	showAttempt func(m *M, attempt int)
 	copied      func(m *M, v *T)
+	copyErr     error
 	onHold      func(it *Item[M, T], o Outcome)
 	shares      shares
 	backlog     int
@@ -193,7 +198,7 @@ func New[M, T any](o Options[M, T]) *Scheduler[M, T] {
 		o.Window = o.Size
 	}
 	s := &Scheduler[M, T]{
-		size: o.Size, window: uint64(o.Window), wakeDelay: o.WakeDelay, reset: o.Reset, showAttempt: o.ShowAttempt, copied: o.Copied, onHold: o.Hold,
+		size: o.Size, window: uint64(o.Window), wakeDelay: o.WakeDelay, reset: o.Reset, showAttempt: o.ShowAttempt, copied: o.Copied, copyErr: o.CopyError, onHold: o.Hold,
 		backlog:  o.Backlog,
 		wakeKick: make(chan struct{}, 1),
 		parts:    make(map[*Partition[M, T]]struct{}),
@@ -435,7 +440,7 @@ func (s *Scheduler[M, T]) push(p *Partition[M, T], items []*Item[M, T]) {
 		if it.arrival != nil || it.Attempt > 1 {
 			noteWaitLocked(it) // a message a previous owner left waiting, or an orphan's copy
 		}
-		if o := it.arrival; o != nil {
+		if o := it.arrival; o != nil && o.Verdict == Hold { // AddHeld's, not a LastError
 			it.arrival = nil
 			if l.n == 0 && l.holder == nil && !l.blocked {
 				// First in its lane: it waits before it runs

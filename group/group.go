@@ -201,7 +201,7 @@ func New[T any](cfg Config, h Handler[T]) (*Group[T], error) {
 	g.fail = newFailures(g)
 	g.sched = dispatch.New[Message, T](dispatch.Options[Message, T]{
 		Size: cfg.Size, MaxInFlight: cfg.MaxInFlight, MaxInFlightBytes: cfg.MaxInFlightBytes,
-		Window: cfg.Chan, WakeDelay: wakeDelay, Backlog: backlog(cfg), Reset: resetFunc(h), Hold: g.fail.hold, Copied: copiedFunc(h),
+		Window: cfg.Chan, WakeDelay: wakeDelay, Backlog: backlog(cfg), Reset: resetFunc(h), Hold: g.fail.hold, Copied: copiedFunc(h), CopyError: ErrTimeout,
 		// Msg.Attempt is 1 from intake and is behind the item's Attempt
 		// only after a charged failure (Uncharge takes back only the
 		// latest charge).

@@ -199,6 +199,8 @@ func (p *Pool[M, T]) runAroundExhausted(wk *worker[M, T], b *dispatch.Batch[M, T
 		verdicts, err, timedOut := p.call(wk, b.Items[:n])
 		if err != nil {
 			p.failed(wk, b, 0, n, verdicts, err, timedOut)
+		} else {
+			wk.count.batches.Add(1)
 		}
 	}
 	wk.count.handled.Add(int64(p.s.Settle(b, wk.out)))
@@ -228,7 +230,15 @@ func (p *Pool[M, T]) failed(wk *worker[M, T], b *dispatch.Batch[M, T], lo, hi in
 	case hi-lo == 1:
 		p.charge(wk, b, lo, err)
 	case p.cfg.NoSplit != nil && p.cfg.NoSplit():
+		// The batch failed as a whole (sorted by lane): each lane's
+		// first item is charged, and the hold hook decides whether that
+		// counts; the later ones go back behind it uncharged, since no
+		// hook would see their charges.
 		for i := lo; i < hi; i++ {
+			if i > lo && b.SameLane(i-1, i) {
+				wk.out[i].Verdict = dispatch.Return
+				continue
+			}
 			p.charge(wk, b, i, err)
 		}
 	default:

@@ -47,8 +47,9 @@ type Config struct {
 	// still in it (it may have returned since the watchdog looked).
 	OnStuck func(worker int, call uint64, since time.Time)
 	// NoSplit, if set, is asked before a batch that failed as a whole is
-	// split: true charges each of its items instead (then the scheduler's
-	// Hold decides, e.g. not to count them while a dependency is down,
+	// split: true charges the first item of each of its lanes instead, the
+	// later ones going back behind it uncharged (then the scheduler's Hold
+	// decides, e.g. not to count the charge while a dependency is down,
 	// rather than calling Do again on halves).
 	NoSplit func() bool
 	// Context, if set, wraps each context a worker makes for its calls
