@@ -5,10 +5,10 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
-	"sync"
 	"time"
 
 	"github.com/IBM/sarama"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/orderly-go/orderly/internal/deadletter"
 )
@@ -84,7 +84,7 @@ func readEntries(ctx context.Context, o *dlqOpts, warn io.Writer, fn func(*entry
 		return source, err
 	}
 	defer client.Close()
-	return source, interrupted(ctx, readTopic(ctx, client, o.topic, fn))
+	return source, interrupted(ctx, readTopic(ctx, client, o.brokers, o.topic, fn))
 }
 
 // dlqSarama is the sarama configuration of the dlq commands: a replay is
@@ -117,53 +117,94 @@ func dialKafka(ctx context.Context, brokers []string) (sarama.Client, error) {
 // readTopic reads topic from each partition's oldest offset to its high
 // watermark as of the start, without a consumer group, and calls fn for
 // each record, partition by partition.
-func readTopic(ctx context.Context, client sarama.Client, topic string, fn func(*entry) error) error {
+func readTopic(ctx context.Context, client sarama.Client, brokers []string, topic string, fn func(*entry) error) error {
 	parts, err := client.Partitions(topic)
 	if err != nil {
 		return fmt.Errorf("dead-letter topic %s: %w", topic, err)
 	}
-	consumer, err := sarama.NewConsumerFromClient(client)
-	if err != nil {
-		return fmt.Errorf("consume %s: %w", topic, err)
-	}
-	defer consumer.Close()
-	// Start every partition's consumer first: sarama gathers new
-	// subscriptions for 100ms before it fetches, once for all of them.
-	type span struct {
-		p         int32
-		low, high int64
-		pc        sarama.PartitionConsumer
-	}
 	var spans []span
-	defer func() {
-		// Each Close waits for its fetch in flight (up to MaxWaitTime):
-		// together, they wait once.
-		var wg sync.WaitGroup
-		for _, s := range spans {
-			wg.Go(func() { s.pc.Close() })
-		}
-		wg.Wait()
-	}()
 	for _, p := range parts {
 		low, high, err := watermarks(client, topic, p)
 		if err != nil {
 			return err
 		}
-		if low >= high {
-			continue
+		if low < high {
+			spans = append(spans, span{p, low, high})
 		}
-		pc, err := consumer.ConsumePartition(topic, p, low)
-		if err != nil {
-			return fmt.Errorf("read %s/%d from offset %d: %w", topic, p, low, err)
-		}
-		spans = append(spans, span{p, low, high, pc})
 	}
+	return readSpans(ctx, brokers, topic, spans, fn)
+}
+
+// span is the offsets [low, high) of a partition to read.
+type span struct {
+	p         int32
+	low, high int64
+}
+
+// readSpans reads each span of topic in turn and calls fn for each record.
+// It reads with franz-go's client keeping control records (transaction
+// markers), which sarama's consumer drops without a word: a partition that
+// ends in a marker has no record at its last offset, and only the marker
+// says that its end was reached.
+func readSpans(ctx context.Context, brokers []string, topic string, spans []span, fn func(*entry) error) error {
+	if len(spans) == 0 {
+		return nil
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ClientID("orderly-dlq"), kgo.KeepControlRecords(),
+		kgo.FetchMaxWait(50*time.Millisecond), kgo.DialTimeout(10*time.Second))
+	if err != nil {
+		return fmt.Errorf("consume %s: %w", topic, err)
+	}
+	defer cl.Close()
 	for _, s := range spans {
-		if err := readPartition(ctx, s.pc, topic, s.p, s.high, fn); err != nil {
+		cl.AddConsumePartitions(map[string]map[int32]kgo.Offset{topic: {s.p: kgo.NewOffset().At(s.low)}})
+		err := readSpan(ctx, cl, topic, s, fn)
+		cl.RemoveConsumePartitions(map[string][]int32{topic: {s.p}})
+		if err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// readSpan reads s with cl, which consumes s's partition from s.low, and
+// calls fn for each record that is not a control record.
+func readSpan(ctx context.Context, cl *kgo.Client, topic string, s span, fn func(*entry) error) error {
+	for {
+		fetches := cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			return fmt.Errorf("read %s/%d: %w", topic, s.p, context.Cause(ctx))
+		}
+		var err error
+		fetches.EachError(func(t string, p int32, ferr error) {
+			if err == nil {
+				err = fmt.Errorf("read %s/%d: %w", t, p, ferr)
+			}
+		})
+		done := false
+		fetches.EachRecord(func(m *kgo.Record) {
+			if err != nil || done || m.Partition != s.p || m.Offset < s.low {
+				return
+			}
+			if m.Offset >= s.high {
+				done = true // past the end as of the start
+				return
+			}
+			if !m.Attrs.IsControl() {
+				r := deadletter.Record{Key: m.Key, Value: m.Value, Timestamp: m.Timestamp.UTC()}
+				for _, h := range m.Headers {
+					r.Headers = append(r.Headers, deadletter.Header{Key: []byte(h.Key), Value: h.Value})
+				}
+				e := newEntry(r)
+				e.partition, e.offset = s.p, m.Offset
+				err = fn(&e)
+			}
+			done = m.Offset+1 >= s.high
+		})
+		if err != nil || done {
+			return err
+		}
+	}
 }
 
 // watermarks are a partition's log start offset and high watermark.
@@ -175,29 +216,4 @@ func watermarks(client sarama.Client, topic string, p int32) (low, high int64, e
 		return 0, 0, fmt.Errorf("offsets of %s/%d: %w", topic, p, err)
 	}
 	return low, high, nil
-}
-
-// readPartition reads pc up to offset high and calls fn for each record.
-func readPartition(ctx context.Context, pc sarama.PartitionConsumer, topic string, p int32, high int64, fn func(*entry) error) error {
-	for {
-		select {
-		case m := <-pc.Messages():
-			r := deadletter.Record{Key: m.Key, Value: m.Value, Timestamp: m.Timestamp.UTC()}
-			for _, h := range m.Headers {
-				r.Headers = append(r.Headers, deadletter.Header{Key: h.Key, Value: h.Value})
-			}
-			e := newEntry(r)
-			e.partition, e.offset = p, m.Offset
-			if err := fn(&e); err != nil {
-				return err
-			}
-			if m.Offset+1 >= high {
-				return nil
-			}
-		case err := <-pc.Errors():
-			return fmt.Errorf("read %s/%d: %w", topic, p, err)
-		case <-ctx.Done():
-			return fmt.Errorf("read %s/%d: %w", topic, p, context.Cause(ctx))
-		}
-	}
 }

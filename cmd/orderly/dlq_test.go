@@ -321,19 +321,9 @@ func readPartitionFrom(t *testing.T, client sarama.Client, topic string, part in
 	if err != nil || high <= from {
 		return err
 	}
-	consumer, err := sarama.NewConsumerFromClient(client)
-	if err != nil {
-		return err
-	}
-	defer consumer.Close()
-	pc, err := consumer.ConsumePartition(topic, part, from)
-	if err != nil {
-		return err
-	}
-	defer pc.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	return readPartition(ctx, pc, topic, part, high, fn)
+	return readSpans(ctx, []string{client.Brokers()[0].Addr()}, topic, []span{{part, from, high}}, fn)
 }
 
 // TestDlqReplay: replayed records arrive on their origin partition (or
