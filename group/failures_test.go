@@ -899,16 +899,7 @@ func TestHungCall(t *testing.T) {
 			cfg.Size, cfg.Num, cfg.Ordering, cfg.MsgTimeout = 1, 4, ordering, 200*time.Millisecond
 			var logs *observer.ObservedLogs
 			cfg.Logger, logs = observed()
-			g := newGroup(t, cfg, func(ctx context.Context, batch []*Message) error {
-				if batch[0].Offset == target {
-					log.add(batch[0].Attempt)
-					if batch[0].Attempt == 1 {
-						<-release // ignores ctx
-						return nil
-					}
-				}
-				return w.Do(ctx, batch)
-			})
+			g := newGroup(t, cfg, hangOnFirstAttempt(target, release, &log, w.Do))
 			stop := run(t, g)
 			waitFor(t, time.Minute, "the stuck worker's log line", func() bool {
 				return logs.FilterMessage("worker stuck: Do ran past MsgTimeout and ignored its ctx").Len() > 0
@@ -954,6 +945,22 @@ func TestHungCall(t *testing.T) {
 
 // copyDir copies the regular files of src into a new temp dir, as a crash
 // would leave them, and returns it.
+// hangOnFirstAttempt is a Do for Size 1: it logs each attempt of the
+// message at offset target and blocks the first until release is closed,
+// ignoring its ctx (a hung call); every other call is do's.
+func hangOnFirstAttempt(target int64, release <-chan struct{}, log *attemptLog, do func(context.Context, []*Message) error) func(context.Context, []*Message) error {
+	return func(ctx context.Context, batch []*Message) error {
+		if batch[0].Offset == target {
+			log.add(batch[0].Attempt)
+			if batch[0].Attempt == 1 {
+				<-release
+				return nil
+			}
+		}
+		return do(ctx, batch)
+	}
+}
+
 func copyDir(t *testing.T, src string) string {
 	t.Helper()
 	dst := t.TempDir()

@@ -77,17 +77,7 @@ func TestHungLastAttemptDeadLetteredAsTimeout(t *testing.T) {
 	cfg.Size, cfg.Num, cfg.Ordering, cfg.MsgTimeout = 1, 4, Unordered, 200*time.Millisecond
 	cfg.Retry.MaxAttempts = 1
 	cfg.DeadLetterTopic = "dlq"
-	g := newGroup(t, cfg, func(ctx context.Context, batch []*Message) error {
-		if batch[0].Offset == target {
-			log.add(batch[0].Attempt)
-			if batch[0].Attempt == 1 {
-				<-release // ignores ctx
-				return nil
-			}
-		}
-		return w.Do(ctx, batch)
-	})
-	stop := run(t, g)
+	stop := run(t, newGroup(t, cfg, hangOnFirstAttempt(target, release, &log, w.Do)))
 	r.waitAllCommitted(cfg.GroupID, time.Minute)
 	rel()
 	if err := stop(); err != nil {
