@@ -149,7 +149,7 @@ func (s *execSink) send(ctx context.Context, batch []*group.Message) error {
 		return failAll(batch, fmt.Errorf("--exec %q: %w", s.cmd, err))
 	}
 	code := exit.ExitCode()
-	why := runError(s.cmd, err, stderr.String())
+	why := runError(s.cmd, err, stderr.String(), itemPrefixLen(batch))
 	switch code {
 	case exitTempFail:
 		s.ctr.failed.Add(1)
@@ -171,12 +171,26 @@ func (s *execSink) send(ctx context.Context, batch []*group.Message) error {
 
 // runError is the error of a run that exited non-zero: the command, its
 // exit status and the end of its stderr, cut at the front so that the
-// whole fits a dead letter's message (deadletter.MaxMessage): the last
-// lines a command prints are the ones that say why it failed.
-func runError(cmd string, err error, stderr string) error {
+// whole, behind a prefix of up to prefix bytes (itemErr's), fits a dead
+// letter's message (deadletter.MaxMessage): the last lines a command
+// prints are the ones that say why it failed.
+func runError(cmd string, err error, stderr string, prefix int) error {
 	head := fmt.Sprintf("--exec %q: %v; stderr: ", cmd, err)
-	return fmt.Errorf("--exec %q: %w; stderr: %s", cmd, err, lastBytes(stderr, max(deadletter.MaxMessage-len(head), 256)))
+	return fmt.Errorf("--exec %q: %w; stderr: %s", cmd, err, lastBytes(stderr, max(deadletter.MaxMessage-prefix-len(head), 256)))
 }
+
+// itemPrefixLen is the longest prefix itemErr puts before an error of
+// batch's items.
+func itemPrefixLen(batch []*group.Message) int {
+	n := 0
+	for _, m := range batch {
+		n = max(n, len(itemErr(m, errEmpty).Error()))
+	}
+	return n
+}
+
+// errEmpty has no text: itemErr's prefix alone.
+var errEmpty = errors.New("")
 
 // lastBytes returns s if it has at most n bytes, else "…" and the end of
 // s, n bytes in all, starting at a UTF-8 boundary.

@@ -7,13 +7,15 @@ import (
 	"testing"
 	"unicode/utf8"
 
+	"github.com/orderly-go/orderly/group"
 	"github.com/orderly-go/orderly/internal/deadletter"
 )
 
 // TestRunErrorKeepsEndOfStderr: a failed --exec run's error, as its dead
-// letter's message keeps it (deadletter.CutMessage), names the command and
-// exit status and ends with the end of the command's stderr, where a
-// command says why it failed; it wraps the run's error.
+// letter's message keeps it (deadletter.CutMessage of the item's error,
+// itemErr), names the item, the command and exit status and ends with the
+// end of the command's stderr, where a command says why it failed; it
+// wraps the run's error.
 func TestRunErrorKeepsEndOfStderr(t *testing.T) {
 	exit := errors.New("exit status 9")
 	var progress strings.Builder
@@ -28,12 +30,13 @@ func TestRunErrorKeepsEndOfStderr(t *testing.T) {
 		{"long, multi-byte", strings.Repeat("é", 2000) + " fin", "é fin"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			err := runError("./handle.sh", exit, tt.stderr)
+			batch := []*group.Message{{Topic: "orders", Partition: 3, Offset: 123456}, {Topic: "orders", Partition: 3, Offset: 7}}
+			err := itemErr(batch[0], runError("./handle.sh", exit, tt.stderr, itemPrefixLen(batch)))
 			if !errors.Is(err, exit) {
 				t.Errorf("runError(...) = %v: does not wrap the run's error", err)
 			}
 			msg := deadletter.CutMessage(err.Error())
-			if !strings.HasPrefix(msg, `--exec "./handle.sh": exit status 9; stderr: `) || !strings.HasSuffix(msg, tt.wantEnd) ||
+			if !strings.HasPrefix(msg, `orders/3@123456: --exec "./handle.sh": exit status 9; stderr: `) || !strings.HasSuffix(msg, tt.wantEnd) ||
 				len(msg) > deadletter.MaxMessage || !utf8.ValidString(msg) {
 				t.Errorf("dead letter message (%d bytes): got %q\nwant the command and exit status first, ending %q, at most %d bytes of UTF-8",
 					len(msg), msg, tt.wantEnd, deadletter.MaxMessage)
