@@ -80,12 +80,12 @@ func (d *deadLetters[T]) open(client sarama.Client) error {
 		d.sink = &topicSink{topic: d.g.cfg.DeadLetterTopic, p: p}
 	case d.g.cfg.DataPath != "":
 		dir := filepath.Join(d.g.cfg.DataPath, deadletter.DirName)
-		log := d.g.log.With(zap.String("path", filepath.Join(dir, deadletter.DataFile)))
+		log := d.g.log.With(zap.String("destination", "local:"+dir), zap.String("file", filepath.Join(dir, deadletter.DataFile)))
 		st, err := deadletter.Open(dir, deadletter.Options{OnDamage: func(dm deadletter.Damage) {
 			// Open reads the whole file: the records a damaged
 			// stretch held are not listed until it is mended.
 			log.Error("local dead-letter store damaged; the stretch is kept, its records unreadable",
-				zap.Int64("file_offset", dm.Offset), zap.Int64("bytes", dm.Length), zap.String("reason", dm.Reason))
+				zap.Int64("file_offset", dm.Offset), zap.Int64("bytes", dm.Length), zap.String("damage", dm.Reason))
 		}})
 		if err != nil {
 			return fmt.Errorf("group: local dead-letter store: %w", err)

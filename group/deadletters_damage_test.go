@@ -50,11 +50,11 @@ func TestDamagedLocalStoreLogged(t *testing.T) {
 		t.Fatalf("damage logs: got %d, want 1", len(damaged))
 	}
 	f := damaged[0].ContextMap()
-	if f["path"] != path || f["file_offset"] != int64(first) || f["reason"] != "checksum mismatch" {
-		t.Errorf("damage log fields: got %v, want path %s, file_offset %d, reason checksum mismatch", f, path, first)
+	if f["file"] != path || f["destination"] != "local:"+dir || f["file_offset"] != int64(first) || f["damage"] != "checksum mismatch" {
+		t.Errorf("damage log fields: got %v, want file %s, destination local:%s, file_offset %d, damage checksum mismatch", f, path, dir, first)
 	}
 	cut := logs.FilterMessageSnippet("incomplete last dead letter").All()
-	if len(cut) != 1 || cut[0].ContextMap()["path"] != path || cut[0].ContextMap()["bytes"] != int64(len(torn)) {
+	if len(cut) != 1 || cut[0].ContextMap()["file"] != path || cut[0].ContextMap()["bytes"] != int64(len(torn)) {
 		t.Errorf("torn-tail logs: got %v, want one naming %s and %d bytes", cut, path, len(torn))
 	}
 }

@@ -38,6 +38,7 @@ var logFields = []string{
 	"file", "first_file", "last_file", "depth_was", "read_file", "content", "data_files", "read_position_kept",
 	"dead_letter", "before", "after", "tail", "live", "due", "dead", "unreadable",
 	"damaged_regions", "damaged_bytes", "file_error", "dir_error",
+	"file_offset", "damage",
 }
 
 // logRun is what one run of the failure scenario logged.
