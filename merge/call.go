@@ -230,10 +230,15 @@ func (p *Pool[M, T]) failed(wk *worker[M, T], b *dispatch.Batch[M, T], lo, hi in
 	case hi-lo == 1:
 		p.charge(wk, b, lo, err)
 	case p.cfg.NoSplit != nil && p.cfg.NoSplit():
-		// The batch failed as a whole (sorted by lane): each lane's
-		// first item is charged, and the hold hook decides whether that
-		// counts; the later ones go back behind it uncharged, since no
-		// hook would see their charges.
+		// The batch failed as a whole: each lane's first item is
+		// charged, and the hold hook decides whether that counts; the
+		// later ones go back behind it uncharged, since no hook would
+		// see their charges. run sorts a batch by lane unless its call
+		// was cancelled (then it timed out here); a split's ranges are
+		// sorted already.
+		if lo == 0 && hi == len(b.Items) && hi > 1 {
+			p.s.SortByLane(b) // no outcome recorded yet
+		}
 		for i := lo; i < hi; i++ {
 			if i > lo && b.SameLane(i-1, i) {
 				wk.out[i].Verdict = dispatch.Return
