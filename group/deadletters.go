@@ -90,6 +90,10 @@ func (d *deadLetters[T]) open(client sarama.Client) error {
 		if err != nil {
 			return fmt.Errorf("group: local dead-letter store: %w", err)
 		}
+		if n := st.Stats().Mended; n > 0 {
+			log.Warn("mended the damaged length field of dead letters in the local store (their checksums gave the length)",
+				zap.Int64("records", n))
+		}
 		if torn := st.Stats().TornBytes; torn > 0 {
 			log.Warn("cut off the incomplete last dead letter a crash left in the local store (its message was not committed past)",
 				zap.Int64("bytes", torn))

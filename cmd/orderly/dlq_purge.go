@@ -39,6 +39,7 @@ func purgeStore(o *dlqOpts, e env) error {
 	if err != nil {
 		return err
 	}
+	warnMended(e.stderr, ro)
 	damaged := ro.Stats().Damaged // as Open read it, and warned of it
 	selected, total := 0, 0
 	err = ro.Scan(func(pos int64, r deadletter.Record) error {

@@ -51,6 +51,15 @@ func openStore(data string, onDamage func(deadletter.Damage)) (*deadletter.Store
 	return deadletter.Open(storeDir(data), deadletter.Options{ReadOnly: true, OnDamage: onDamage})
 }
 
+// warnMended warns on warn when s read records whose length field was
+// damaged, by their checksums.
+func warnMended(warn io.Writer, s *deadletter.Store) {
+	if n := s.Stats().Mended; n > 0 {
+		fmt.Fprintf(warn, "orderly: warning: %s: %d dead letters have a damaged length field, read by their checksums (their consumer's next start writes it back)\n",
+			filepath.Join(s.Dir(), deadletter.DataFile), n)
+	}
+}
+
 // warnDamage returns an OnDamage that warns on warn once per damaged
 // stretch: a store reports each at Open and again at every full read.
 func warnDamage(warn io.Writer) func(deadletter.Damage) {
@@ -71,6 +80,7 @@ func readEntries(ctx context.Context, o *dlqOpts, warn io.Writer, fn func(*entry
 		if err != nil {
 			return "", err
 		}
+		warnMended(warn, s)
 		defer s.Close()
 		return s.Dir(), s.Scan(func(pos int64, r deadletter.Record) error {
 			e := newEntry(r)

@@ -90,16 +90,14 @@ func TestStoreDamage(t *testing.T) {
 			b[pos[7]+9] ^= 0x80
 			return b
 		}, []int{2, 7}, []damaged{{2, 3, "no record marker"}, {7, 8, "checksum mismatch"}}},
-		{"length past the end of the file", func(b []byte, pos []int64) []byte {
+		{"length past the end of the file, body damaged too", func(b []byte, pos []int64) []byte {
 			binary.BigEndian.PutUint32(b[pos[3]+4:], 1<<20)
+			b[pos[3]+frameHeaderSize+5] ^= 0x40 // else its checksum gives its length (TestStoreMendsDamagedLength)
 			return b
 		}, []int{3}, []damaged{{3, 4, "runs past the end of the file"}}},
-		{"last record's length past the end of the file", func(b []byte, pos []int64) []byte {
-			binary.BigEndian.PutUint32(b[pos[n-1]+4:], 4096) // not cut off as a torn append
-			return b
-		}, []int{n - 1}, []damaged{{n - 1, n, "its length field is damaged"}}},
-		{"length over the limit", func(b []byte, pos []int64) []byte {
+		{"length over the limit, body damaged too", func(b []byte, pos []int64) []byte {
 			binary.BigEndian.PutUint32(b[pos[5]+4:], 0xFFFFFFFF)
+			b[pos[5]+frameHeaderSize+5] ^= 0x40
 			return b
 		}, []int{5}, []damaged{{5, 6, "over the limit"}}},
 		{"zeroed stretch over two records", func(b []byte, pos []int64) []byte {
@@ -164,6 +162,59 @@ func TestStoreDamage(t *testing.T) {
 			keys, damage, _ := openDamaged(t, dir, Options{ReadOnly: true})
 			if want := keysExcept(n, tt.lost...); !slices.Equal(keys, want) || len(damage) != 0 {
 				t.Errorf("after Rewrite: read %q with damage %v, want %q and none", keys, damage, want)
+			}
+		})
+	}
+}
+
+// TestStoreMendsDamagedLength: a record whose length field runs past the
+// end of the file is not taken for a torn append, nor lost as damage, when
+// its checksum (which covers the length field) holds for the bytes up to
+// the end of the file or up to the next record's marker: it is read with
+// that length, and a writable Open writes the length back. Also when a
+// crash then cut an Append short after a damaged last record: only the
+// torn bytes are cut off.
+func TestStoreMendsDamagedLength(t *testing.T) {
+	const n = 3
+	dir, path, pos := written(t, n)
+	good, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	frame, err := appendFrame(nil, rec(n))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const cut = frameHeaderSize + 10
+	for _, tt := range []struct {
+		name   string
+		record int    // whose length field is damaged
+		length uint32 // to this
+		torn   []byte // appended after the last record
+	}{
+		{"last", n - 1, 1 << 20, nil},
+		{"last, then a torn append", n - 1, 1 << 20, frame[:cut]},
+		{"not last", 1, 1 << 20, nil},
+		{"over the limit", 1, 0xFFFFFFFF, nil},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			damaged := slices.Clone(good)
+			binary.BigEndian.PutUint32(damaged[pos[tt.record]+4:], tt.length)
+			if err := os.WriteFile(path, append(damaged, tt.torn...), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			keys, damage, ro := openDamaged(t, dir, Options{ReadOnly: true})
+			if !slices.Equal(keys, keysExcept(n)) || len(damage) != 0 || ro.Stats().Mended != 1 {
+				t.Errorf("read-only: %q, damage %v, Stats %+v; want all %d records, no damage, 1 mended", keys, damage, ro.Stats(), n)
+			}
+			ro.Close()
+			s := open(t, dir, Options{})
+			if st := s.Stats(); st.Mended != 1 || st.TornBytes != int64(len(tt.torn)) || st.Records != n || st.Damaged != 0 {
+				t.Errorf("writable Open: Stats %+v; want 1 mended, %d torn bytes cut, %d records", st, len(tt.torn), n)
+			}
+			s.Close()
+			if got, err := os.ReadFile(path); err != nil || !slices.Equal(got, good) {
+				t.Errorf("after the writable Open the file is not as written (%d bytes, want %d; %v)", len(got), len(good), err)
 			}
 		})
 	}

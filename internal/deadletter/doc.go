@@ -63,9 +63,11 @@
 // file is an Append not yet complete (a ReadOnly reader does not see it
 // yet), or, when the writable Open finds it, one a crash cut short: no
 // Append that returned wrote it, and Open cuts it off (Stats.TornBytes).
-// Unless the bytes left after its header check out (checksum) as a whole
-// body: then its length field is damaged, and it is damage like any
-// other, never cut off.
+// Unless its checksum, which covers the length field, holds for the bytes
+// up to the end of the file or up to a later frame marker (an Append cut
+// short after it): then the length field is what is damaged, the frame is
+// read with the length the checksum gives (Stats.Mended), and a writable
+// Open writes that length back into the file.
 // A header whose checksum holds but whose version is not 1 is ErrVersion.
 //
 // # Durability and locking

@@ -32,7 +32,8 @@ type fileScanner struct {
 	size   int64
 	buf    []byte // the window: the file's bytes at bufOff
 	bufOff int64
-	err    error // the first read error
+	err    error         // the first read error
+	mended []mendedFrame // scanResult.mended
 }
 
 // scanResult is what a scan found besides the records.
@@ -42,7 +43,15 @@ type scanResult struct {
 	// tail is where an incomplete last frame starts (an Append still
 	// being written, or one cut short by a crash), -1 if none.
 	tail int64
+	// mended are the frames whose length field was damaged and that
+	// were read with the length their checksum holds (a last frame whose
+	// length ran past the end of the file).
+	mended []mendedFrame
 }
+
+// mendedFrame is a frame at pos whose body is length bytes, not what its
+// length field says.
+type mendedFrame struct{ pos, length int64 }
 
 // scan calls yield for every good frame, in file order, with its offset,
 // its bytes (valid only during the call) and its record (which the caller
@@ -95,6 +104,7 @@ func (s *fileScanner) scan(yield func(pos int64, raw []byte, r Record) error, da
 		report(pos, next, reason)
 		pos = next
 	}
+	res.mended = s.mended
 	return res, s.err
 }
 
@@ -115,14 +125,16 @@ func (s *fileScanner) frameAt(pos int64) (raw []byte, r Record, reason string, p
 	n := int64(binary.BigEndian.Uint32(h[4:]))
 	crc := binary.BigEndian.Uint32(h[8:])
 	switch {
-	case n > MaxRecordBytes:
-		return nil, Record{}, fmt.Sprintf("record length %d over the limit", n), false
-	case frameHeaderSize+n > s.size-pos:
-		if m := s.size - pos - frameHeaderSize; s.checksOut(pos, m, crc) {
+	case n > MaxRecordBytes || frameHeaderSize+n > s.size-pos:
+		if m := s.bodyEnd(pos, crc); m >= 0 {
 			// Not a write cut short (whose bytes are a prefix of
 			// its body): a whole record whose length field was
-			// damaged. Damage, so that nothing cuts it off unseen.
-			return nil, Record{}, fmt.Sprintf("record of %d bytes runs past the end of the file, where the %d bytes left check out as a whole record: its length field is damaged", n, m), false
+			// damaged. The checksum covers the length field too, so
+			// it says the right length: read the record with it.
+			return s.mend(pos, m)
+		}
+		if n > MaxRecordBytes {
+			return nil, Record{}, fmt.Sprintf("record length %d over the limit", n), false
 		}
 		return nil, Record{}, fmt.Sprintf("record of %d bytes runs past the end of the file", n), true
 	}
@@ -142,19 +154,62 @@ func (s *fileScanner) frameAt(pos int64) (raw []byte, r Record, reason string, p
 	return raw, r, "", false
 }
 
-// checksOut reports whether the m bytes after the frame header at pos
-// match the header's checksum as a body of m bytes.
-func (s *fileScanner) checksOut(pos, m int64, crc uint32) bool {
-	if m < 0 || m > MaxRecordBytes {
-		return false
+// mend returns the frame at pos with its length field set to m, which its
+// checksum holds, and notes pos in s.mended.
+func (s *fileScanner) mend(pos, m int64) (raw []byte, r Record, reason string, partial bool) {
+	raw = bytes.Clone(s.read(pos, int(frameHeaderSize+m)))
+	if s.err != nil {
+		return nil, Record{}, "read error", false
 	}
-	raw := s.read(pos, int(frameHeaderSize+m))
-	if s.err != nil || int64(len(raw)) < frameHeaderSize+m {
-		return false
+	binary.BigEndian.PutUint32(raw[4:8], uint32(m))
+	r, err := decodeBody(bytes.Clone(raw[frameHeaderSize:]))
+	if err != nil {
+		return nil, Record{}, err.Error(), false
 	}
-	var length [4]byte
-	binary.BigEndian.PutUint32(length[:], uint32(m))
-	return frameCRC(length[:], raw[frameHeaderSize:]) == crc
+	if k := len(s.mended); k == 0 || s.mended[k-1].pos != pos { // resync may have read it first
+		s.mended = append(s.mended, mendedFrame{pos, m})
+	}
+	return raw, r, "", false
+}
+
+// bodyEnd returns the length of the body of the frame at pos, whose
+// length field runs past the end of the file or over the limit, if its
+// checksum (crc, which covers the length field) says the field is what is
+// damaged: the bytes up to the end of the file, or up to one of the next
+// few frame markers (the next frame, or an Append a crash cut short),
+// check out as its body. -1 otherwise.
+func (s *fileScanner) bodyEnd(pos int64, crc uint32) int64 {
+	const candidates = 8 // markers tried: a body rarely holds one
+	rest := s.size - pos - frameHeaderSize
+	if rest < 0 {
+		return -1
+	}
+	body := make([]byte, min(rest, MaxRecordBytes)) // no body is longer
+	if got, err := s.r.ReadAt(body, pos+frameHeaderSize); got < len(body) {
+		if err != nil && !errors.Is(err, io.EOF) {
+			s.err = fmt.Errorf("deadletter: read %s at offset %d: %w", s.path, pos+frameHeaderSize, err)
+		}
+		return -1
+	}
+	checks := func(m int) bool {
+		var length [4]byte
+		binary.BigEndian.PutUint32(length[:], uint32(m))
+		return frameCRC(length[:], body[:m]) == crc
+	}
+	if rest == int64(len(body)) && checks(len(body)) {
+		return rest
+	}
+	for i, k := 0, 0; i < len(body) && k < candidates; k++ {
+		j := bytes.Index(body[i:], frameMarker[:])
+		if j < 0 {
+			break
+		}
+		if checks(i + j) {
+			return int64(i + j)
+		}
+		i += j + 1
+	}
+	return -1
 }
 
 // resync returns the offset of the first good frame at or after from, or

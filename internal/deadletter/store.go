@@ -2,6 +2,7 @@ package deadletter
 
 import (
 	"bufio"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -71,7 +72,12 @@ type Stats struct {
 	// TornBytes is the length of an incomplete last record that Open cut
 	// off: an Append that never returned (the process died during it).
 	TornBytes int64
-	Syncs     int64 // fdatasync calls made for Appends (group commit: fewer than the Appends when they overlap)
+	// Mended counts records whose length field was damaged (a last
+	// record's, running past the end of the file) and whose checksum
+	// gave the right length: they are read with it, and a writable Open
+	// writes it back into the file.
+	Mended int64
+	Syncs  int64 // fdatasync calls made for Appends (group commit: fewer than the Appends when they overlap)
 }
 
 // syncFile makes an Append durable; tests slow it down to make Appends
@@ -179,6 +185,12 @@ func (s *Store) load() error {
 	if err != nil {
 		return err
 	}
+	s.stats.Mended = int64(len(res.mended))
+	if !s.opts.ReadOnly && len(res.mended) > 0 {
+		if err := s.writeLengths(res.mended); err != nil {
+			return err
+		}
+	}
 	if res.tail >= 0 {
 		// Read-only, an Append in progress: not there yet. Writable (we
 		// hold the lock), what a crash left of an Append that never
@@ -195,6 +207,28 @@ func (s *Store) load() error {
 		size = res.tail
 	}
 	s.stats.Bytes = size
+	return nil
+}
+
+// writeLengths writes the right length into the damaged length field of
+// each mended frame and syncs, through a descriptor of its own (s.f
+// appends: a positioned write there would append).
+func (s *Store) writeLengths(frames []mendedFrame) error {
+	f, err := os.OpenFile(s.path, os.O_WRONLY, 0)
+	if err != nil {
+		return fmt.Errorf("deadletter: %w", err)
+	}
+	defer f.Close()
+	for _, fr := range frames {
+		var length [4]byte
+		binary.BigEndian.PutUint32(length[:], uint32(fr.length))
+		if _, err := f.WriteAt(length[:], fr.pos+4); err != nil {
+			return fmt.Errorf("deadletter: mend the length field of the record at offset %d of %s: %w", fr.pos, s.path, err)
+		}
+	}
+	if err := f.Sync(); err != nil {
+		return fmt.Errorf("deadletter: fsync %s: %w", s.path, err)
+	}
 	return nil
 }
 
