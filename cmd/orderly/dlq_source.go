@@ -55,7 +55,7 @@ func openStore(data string, onDamage func(deadletter.Damage)) (*deadletter.Store
 // damaged, by their checksums.
 func warnMended(warn io.Writer, s *deadletter.Store) {
 	if n := s.Stats().Mended; n > 0 {
-		fmt.Fprintf(warn, "orderly: warning: %s: %d dead letters have a damaged length field, read by their checksums (their consumer's next start writes it back)\n",
+		fmt.Fprintf(warn, "orderly: warning: %s: %d dead letters have a damaged length field, read by their checksums (the consumer's next start, or a purge, writes it back)\n",
 			filepath.Join(s.Dir(), deadletter.DataFile), n)
 	}
 }

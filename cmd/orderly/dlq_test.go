@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -571,5 +572,40 @@ func TestDlqPurgeKeepsDamage(t *testing.T) {
 	out = dlqRun(t, slices.Concat([]string{"purge", "--yes", "--drop-damaged"}, sel, f.local())...)
 	if !strings.Contains(out, "removed 1 dead letters and 1 damaged stretches") || !strings.Contains(out, "4 left") {
 		t.Errorf("purge --drop-damaged: %s", out)
+	}
+}
+
+// TestDlqWarnsOfMended: a local store record whose length field alone is
+// damaged is listed, with a warning naming the store's file; a purge
+// writes the right length back, and the warning is gone.
+func TestDlqWarnsOfMended(t *testing.T) {
+	f := newDlqFixture(t)
+	path := filepath.Join(storeDir(f.data), deadletter.DataFile)
+	s, err := deadletter.Open(storeDir(f.data), deadletter.Options{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var last int64
+	if err := s.Scan(func(pos int64, _ deadletter.Record) error { last = pos; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	binary.BigEndian.PutUint32(b[last+4:], 1<<20)
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := runBin(t, nil, slices.Concat([]string{"dlq", "list", "--json"}, f.local())...)
+	if n := len(jsonLines[entryJSON](t, r.stdout)); r.code != 0 || n != len(f.cases) ||
+		!strings.Contains(r.stderr, path+": 1 dead letters have a damaged length field") {
+		t.Errorf("list: exit %d, %d dead letters, stderr %q; want %d listed and a warning naming %s", r.code, n, r.stderr, len(f.cases), path)
+	}
+	dlqRun(t, slices.Concat([]string{"purge", "--yes", "--reason", "rejected"}, f.local())...)
+	r = runBin(t, nil, slices.Concat([]string{"dlq", "list"}, f.local())...)
+	if r.code != 0 || strings.Contains(r.stderr, "damaged length") {
+		t.Errorf("list after a purge: exit %d, stderr %q; want the length written back, no warning", r.code, r.stderr)
 	}
 }

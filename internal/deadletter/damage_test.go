@@ -194,6 +194,8 @@ func TestStoreMendsDamagedLength(t *testing.T) {
 	}{
 		{"last", n - 1, 1 << 20, nil},
 		{"last, then a torn append", n - 1, 1 << 20, frame[:cut]},
+		{"last, then an append torn in its marker", n - 1, 1 << 20, frame[:1]},
+		{"last, then an append torn after 3 bytes", n - 1, 1 << 20, frame[:3]},
 		{"not last", 1, 1 << 20, nil},
 		{"over the limit", 1, 0xFFFFFFFF, nil},
 	} {

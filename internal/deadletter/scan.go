@@ -43,9 +43,9 @@ type scanResult struct {
 	// tail is where an incomplete last frame starts (an Append still
 	// being written, or one cut short by a crash), -1 if none.
 	tail int64
-	// mended are the frames whose length field was damaged and that
-	// were read with the length their checksum holds (a last frame whose
-	// length ran past the end of the file).
+	// mended are the frames whose length field was damaged (running past
+	// the end of the file, or over the limit) and that were read with
+	// the length their checksum holds.
 	mended []mendedFrame
 }
 
@@ -84,7 +84,7 @@ func (s *fileScanner) scan(yield func(pos int64, raw []byte, r Record) error, da
 		}
 	}
 	for pos < s.size && s.err == nil {
-		raw, r, reason, partial := s.frameAt(pos)
+		raw, r, reason, partial := s.frameAt(pos, true)
 		if s.err != nil {
 			break
 		}
@@ -111,8 +111,11 @@ func (s *fileScanner) scan(yield func(pos int64, raw []byte, r Record) error, da
 // frameAt checks the frame at pos. For a good one it returns its bytes
 // (valid until the next read) and its record; otherwise why not, and
 // whether what is there is the start of a frame that runs past the end of
-// the file (partial: a write not complete yet, or cut short).
-func (s *fileScanner) frameAt(pos int64) (raw []byte, r Record, reason string, partial bool) {
+// the file (partial: a write not complete yet, or cut short). With mend, a
+// frame whose length field alone is damaged is read by its checksum
+// (bodyEnd); the scan asks that of the frames it reaches, not of every
+// marker resync tries, which may be in a value full of them.
+func (s *fileScanner) frameAt(pos int64, mend bool) (raw []byte, r Record, reason string, partial bool) {
 	h := s.read(pos, int(min(s.size-pos, frameHeaderSize)))
 	switch {
 	case s.err != nil:
@@ -126,7 +129,11 @@ func (s *fileScanner) frameAt(pos int64) (raw []byte, r Record, reason string, p
 	crc := binary.BigEndian.Uint32(h[8:])
 	switch {
 	case n > MaxRecordBytes || frameHeaderSize+n > s.size-pos:
-		if m := s.bodyEnd(pos, crc); m >= 0 {
+		m := int64(-1)
+		if mend {
+			m = s.bodyEnd(pos, crc)
+		}
+		if m >= 0 {
 			// Not a write cut short (whose bytes are a prefix of
 			// its body): a whole record whose length field was
 			// damaged. The checksum covers the length field too, so
@@ -175,9 +182,10 @@ func (s *fileScanner) mend(pos, m int64) (raw []byte, r Record, reason string, p
 // bodyEnd returns the length of the body of the frame at pos, whose
 // length field runs past the end of the file or over the limit, if its
 // checksum (crc, which covers the length field) says the field is what is
-// damaged: the bytes up to the end of the file, or up to one of the next
-// few frame markers (the next frame, or an Append a crash cut short),
-// check out as its body. -1 otherwise.
+// damaged: the bytes up to the end of the file (or up to the first bytes
+// of a marker there: an Append a crash cut short in it), or up to one of
+// the next few frame markers (the next frame, or such an Append), check
+// out as its body. -1 otherwise.
 func (s *fileScanner) bodyEnd(pos int64, crc uint32) int64 {
 	const candidates = 8 // markers tried: a body rarely holds one
 	rest := s.size - pos - frameHeaderSize
@@ -196,8 +204,14 @@ func (s *fileScanner) bodyEnd(pos int64, crc uint32) int64 {
 		binary.BigEndian.PutUint32(length[:], uint32(m))
 		return frameCRC(length[:], body[:m]) == crc
 	}
-	if rest == int64(len(body)) && checks(len(body)) {
-		return rest
+	if rest == int64(len(body)) {
+		// The body runs to the end of the file, or up to an Append cut
+		// short inside its marker.
+		for k := range len(frameMarker) {
+			if k <= len(body) && bytes.Equal(body[len(body)-k:], frameMarker[:k]) && checks(len(body)-k) {
+				return int64(len(body) - k)
+			}
+		}
 	}
 	for i, k := 0, 0; i < len(body) && k < candidates; k++ {
 		j := bytes.Index(body[i:], frameMarker[:])
@@ -226,7 +240,7 @@ func (s *fileScanner) resync(from int64) int64 {
 			continue
 		}
 		c := off + int64(i)
-		if _, _, reason, _ := s.frameAt(c); reason == "" {
+		if _, _, reason, _ := s.frameAt(c, false); reason == "" {
 			return c
 		}
 		off = c + 1

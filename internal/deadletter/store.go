@@ -72,10 +72,10 @@ type Stats struct {
 	// TornBytes is the length of an incomplete last record that Open cut
 	// off: an Append that never returned (the process died during it).
 	TornBytes int64
-	// Mended counts records whose length field was damaged (a last
-	// record's, running past the end of the file) and whose checksum
-	// gave the right length: they are read with it, and a writable Open
-	// writes it back into the file.
+	// Mended counts records whose length field was damaged (running past
+	// the end of the file, or over the limit) and whose checksum gave the
+	// right length: they are read with it, and a writable Open writes it
+	// back into the file.
 	Mended int64
 	Syncs  int64 // fdatasync calls made for Appends (group commit: fewer than the Appends when they overlap)
 }
