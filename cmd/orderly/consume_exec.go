@@ -35,12 +35,13 @@ type execSink struct {
 	ctr      *sinkCounters
 	endpoint endpointBackoff
 	defDelay time.Duration
+	timeout  time.Duration // --timeout
 	log      *zap.Logger
 	warn     logEvery
 }
 
 func newExecSink(o *consumeOpts, gt *gate, ctr *sinkCounters, log *zap.Logger) *execSink {
-	return &execSink{cmd: o.execCmd, gate: gt, ctr: ctr, defDelay: o.backoff, log: log,
+	return &execSink{cmd: o.execCmd, gate: gt, ctr: ctr, defDelay: o.backoff, timeout: o.timeout, log: log,
 		warn: logEvery{period: 10 * time.Second}, endpoint: endpointBackoff{first: o.backoff, max: o.maxBackoff}}
 }
 
@@ -132,7 +133,7 @@ func (s *execSink) send(ctx context.Context, batch []*group.Message) error {
 	case ctx.Err() != nil:
 		// Timed out (the process group was killed; the group counts a
 		// failed attempt), or a shutdown or revoke (uncharged).
-		return fmt.Errorf("--exec %q for %s: %w", s.cmd, where(batch), context.Cause(ctx))
+		return fmt.Errorf("--exec %q for %s: %w", s.cmd, where(batch), callCause(ctx, s.timeout))
 	case err == nil:
 		s.endpoint.ok()
 		err := s.outcomes(batch, stdout.b.Bytes())

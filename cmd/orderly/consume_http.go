@@ -33,6 +33,7 @@ type httpSink struct {
 	ctr      *sinkCounters
 	endpoint endpointBackoff
 	defDelay time.Duration
+	timeout  time.Duration // --timeout
 	log      *zap.Logger
 	warn     logEvery
 }
@@ -72,7 +73,7 @@ func newHTTPSink(o *consumeOpts, gt *gate, ctr *sinkCounters, log *zap.Logger) (
 		client: &http.Client{Transport: tr, CheckRedirect: func(*http.Request, []*http.Request) error {
 			return http.ErrUseLastResponse // a redirect is an endpoint error: the URL is wrong
 		}},
-		gate: gt, ctr: ctr, defDelay: o.backoff, log: log, warn: logEvery{period: 10 * time.Second},
+		gate: gt, ctr: ctr, defDelay: o.backoff, timeout: o.timeout, log: log, warn: logEvery{period: 10 * time.Second},
 		endpoint: endpointBackoff{first: o.backoff, max: o.maxBackoff},
 	}, nil
 }
@@ -113,7 +114,7 @@ func (s *httpSink) send(ctx context.Context, batch []*group.Message) error {
 		if ctx.Err() != nil {
 			// A timeout (counted by the group as a failed attempt) or a
 			// shutdown or revoke (uncharged): the group tells them apart.
-			return fmt.Errorf("POST %s for %s: %w", s.url, where(batch), context.Cause(ctx))
+			return fmt.Errorf("POST %s for %s: %w", s.url, where(batch), callCause(ctx, s.timeout))
 		}
 		s.ctr.failed.Add(1)
 		s.warnf(batch, "request failed; retrying with backoff", err)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -62,6 +63,17 @@ func where(batch []*group.Message) string {
 }
 
 // itemErr names one record in its error.
+// callCause is why a call's ctx ended: a revoke or shutdown, or the
+// call's deadline, which consume's user knows as --timeout (the group's
+// ErrTimeout names its MsgTimeout).
+func callCause(ctx context.Context, timeout time.Duration) error {
+	cause := context.Cause(ctx)
+	if errors.Is(cause, group.ErrTimeout) {
+		return fmt.Errorf("ran past --timeout %v: %w", timeout, cause)
+	}
+	return cause
+}
+
 func itemErr(m *group.Message, err error) error {
 	return fmt.Errorf("%s/%d@%d: %w", m.Topic, m.Partition, m.Offset, err)
 }

@@ -1,0 +1,34 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+)
+
+// TestConsumeTimeoutNamesFlag: a record whose only allowed run goes past
+// --timeout is dead-lettered with reason timeout and an error that names
+// --timeout and its value, the flag consume's user set (the group's own
+// error names its MsgTimeout).
+func TestConsumeTimeoutNamesFlag(t *testing.T) {
+	t.Parallel()
+	b := newTopic(t, "slow", 1)
+	produceKeyed(t, b, "slow", 1, 1)
+	data := t.TempDir()
+	script := filepath.Join(t.TempDir(), "slow.sh")
+	if err := os.WriteFile(script, []byte("#!/bin/sh\ncat >/dev/null\nsleep 10\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	p := startConsume(t, "--brokers", b.Addrs()[0], "--topic", "slow", "--group", "slow",
+		"--exec", script, "--timeout", "300ms", "--max-attempts", "1", "--data", data, "--progress", "off", "--log-level", "error")
+	p.waitCommitted(b, "slow", "slow")
+	if code := p.stop(syscall.SIGTERM); code != 0 {
+		t.Fatalf("exit %d after SIGTERM, want 0\n%s", code, p.output())
+	}
+	letters := jsonLines[entryJSON](t, dlqRun(t, "list", "--data", data, "--json"))
+	if len(letters) != 1 || letters[0].Reason != "timeout" || !strings.Contains(letters[0].Error, "ran past --timeout 300ms") {
+		t.Fatalf("dead letters: got %+v, want one, reason timeout, its error naming --timeout 300ms", letters)
+	}
+}
