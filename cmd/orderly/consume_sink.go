@@ -62,7 +62,6 @@ func where(batch []*group.Message) string {
 	return s
 }
 
-// itemErr names one record in its error.
 // callCause is why a call's ctx ended: a revoke or shutdown, or the
 // call's deadline, which consume's user knows as --timeout (the group's
 // ErrTimeout names its MsgTimeout).
@@ -74,6 +73,7 @@ func callCause(ctx context.Context, timeout time.Duration) error {
 	return cause
 }
 
+// itemErr names one record in its error.
 func itemErr(m *group.Message, err error) error {
 	return fmt.Errorf("%s/%d@%d: %w", m.Topic, m.Partition, m.Offset, err)
 }
