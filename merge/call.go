@@ -143,8 +143,11 @@ func (p *Pool[M, T]) run(wk *worker[M, T], b *dispatch.Batch[M, T]) bool {
 		return true
 	}
 	p.resetOut(wk, len(b.Items))
-	if verdicts == nil && len(b.Items) > 1 && !p.cancelled(wk) && !b.Orphaned() {
-		p.s.SortByLane(b) // before any outcome is recorded: splits keep lane order
+	if verdicts == nil && len(b.Items) > 1 && (timedOut || !p.cancelled(wk)) && !b.Orphaned() {
+		// Before any outcome is recorded: splits, and an outage's charge
+		// of each lane's first item, need lane order (a cancelled call
+		// that also timed out is charged too).
+		p.s.SortByLane(b)
 	}
 	p.failed(wk, b, 0, len(b.Items), verdicts, err, timedOut)
 	n := p.s.Settle(b, wk.out)
@@ -230,15 +233,10 @@ func (p *Pool[M, T]) failed(wk *worker[M, T], b *dispatch.Batch[M, T], lo, hi in
 	case hi-lo == 1:
 		p.charge(wk, b, lo, err)
 	case p.cfg.NoSplit != nil && p.cfg.NoSplit():
-		// The batch failed as a whole: each lane's first item is
-		// charged, and the hold hook decides whether that counts; the
-		// later ones go back behind it uncharged, since no hook would
-		// see their charges. run sorts a batch by lane unless its call
-		// was cancelled (then it timed out here); a split's ranges are
-		// sorted already.
-		if lo == 0 && hi == len(b.Items) && hi > 1 {
-			p.s.SortByLane(b) // no outcome recorded yet
-		}
+		// The batch failed as a whole (sorted by lane): each lane's
+		// first item is charged, and the hold hook decides whether that
+		// counts; the later ones go back behind it uncharged, since no
+		// hook would see their charges.
 		for i := lo; i < hi; i++ {
 			if i > lo && b.SameLane(i-1, i) {
 				wk.out[i].Verdict = dispatch.Return
