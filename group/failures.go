@@ -203,7 +203,7 @@ func (f *failures[T]) hold(it *dispatch.Item[Message, T], o dispatch.Outcome) {
 			// whose dead letter did not make it into a commit: it is
 			// dead-lettered (again), not run past MaxAttempts.
 			it.NoteFailure(time.Now())
-			f.dead.add(it, nil, reasonMaxAttempts, it.Attempt-1, errAttemptsUsedUp)
+			f.deadLetterUsedUp(it, errAttemptsUsedUp)
 			return
 		}
 		f.wait(it, o.Delay, false)
@@ -213,15 +213,12 @@ func (f *failures[T]) hold(it *dispatch.Item[Message, T], o dispatch.Outcome) {
 		// Charged its last allowed attempt in a call that also failed
 		// an earlier message of its key: dead-lettered in its turn,
 		// without running again.
-		reason, err := reasonMaxAttempts, o.Err
+		err := o.Err
 		if err == nil {
 			err = errAttemptsUsedUpBehind
-		} else if errors.Is(err, ErrTimeout) {
-			reason = reasonTimeout
 		}
-		f.dead.add(it, nil, reason, it.Attempt-1, err)
-	default: // merge.Failed: charged an attempt already
-		it.NoteFailure(time.Now())
+		f.deadLetterUsedUp(it, err)
+	default: // merge.Failed: charged an attempt (and its first failure noted) already
 		if f.outage.failed(it.Lane) {
 			// The dependency behind Do looks down: the failure does not
 			// count against the item (see outage).
@@ -230,11 +227,7 @@ func (f *failures[T]) hold(it *dispatch.Item[Message, T], o dispatch.Outcome) {
 			return
 		}
 		if max := f.g.cfg.Retry.MaxAttempts; max > 0 && it.Attempt > max {
-			reason := reasonMaxAttempts
-			if errors.Is(o.Err, ErrTimeout) {
-				reason = reasonTimeout
-			}
-			f.dead.add(it, nil, reason, it.Attempt-1, o.Err)
+			f.deadLetterUsedUp(it, o.Err)
 			return
 		}
 		if !it.Revoked() { // a failure in the drain is not handed out again here
@@ -242,6 +235,17 @@ func (f *failures[T]) hold(it *dispatch.Item[Message, T], o dispatch.Outcome) {
 		}
 		f.wait(it, f.backoff(it.Attempt), false)
 	}
+}
+
+// deadLetterUsedUp dead-letters it, whose last allowed attempt failed with
+// err: reason timeout when that attempt ran past MsgTimeout, else
+// max_attempts.
+func (f *failures[T]) deadLetterUsedUp(it *dispatch.Item[Message, T], err error) {
+	reason := reasonMaxAttempts
+	if errors.Is(err, ErrTimeout) {
+		reason = reasonTimeout
+	}
+	f.dead.add(it, nil, reason, it.Attempt-1, err)
 }
 
 // backoff is the wait before the given attempt (2 for the first retry):
