@@ -129,16 +129,12 @@ func (s *fileScanner) frameAt(pos int64, mend bool) (raw []byte, r Record, reaso
 	crc := binary.BigEndian.Uint32(h[8:])
 	switch {
 	case n > MaxRecordBytes || frameHeaderSize+n > s.size-pos:
-		m := int64(-1)
-		if mend {
-			m = s.bodyEnd(pos, crc)
-		}
-		if m >= 0 {
+		if body, ok := s.bodyEnd(pos, crc, mend); ok {
 			// Not a write cut short (whose bytes are a prefix of
 			// its body): a whole record whose length field was
 			// damaged. The checksum covers the length field too, so
 			// it says the right length: read the record with it.
-			return s.mend(pos, m)
+			return s.mend(pos, h, body)
 		}
 		if n > MaxRecordBytes {
 			return nil, Record{}, fmt.Sprintf("record length %d over the limit", n), false
@@ -161,43 +157,42 @@ func (s *fileScanner) frameAt(pos int64, mend bool) (raw []byte, r Record, reaso
 	return raw, r, "", false
 }
 
-// mend returns the frame at pos with its length field set to m, which its
-// checksum holds, and notes pos in s.mended.
-func (s *fileScanner) mend(pos, m int64) (raw []byte, r Record, reason string, partial bool) {
-	raw = bytes.Clone(s.read(pos, int(frameHeaderSize+m)))
-	if s.err != nil {
-		return nil, Record{}, "read error", false
-	}
-	binary.BigEndian.PutUint32(raw[4:8], uint32(m))
-	r, err := decodeBody(bytes.Clone(raw[frameHeaderSize:]))
+// mend returns the frame at pos, header h, as its body says it is: its
+// length field set to len(body), which its checksum holds, in bytes of its
+// own (body is part of bodyEnd's window, which a record must not keep);
+// and notes it in s.mended.
+func (s *fileScanner) mend(pos int64, h, body []byte) (raw []byte, r Record, reason string, partial bool) {
+	raw = make([]byte, frameHeaderSize+len(body))
+	copy(raw, h[:frameHeaderSize])
+	binary.BigEndian.PutUint32(raw[4:8], uint32(len(body)))
+	copy(raw[frameHeaderSize:], body)
+	r, err := decodeBody(raw[frameHeaderSize:])
 	if err != nil {
 		return nil, Record{}, err.Error(), false
 	}
-	if k := len(s.mended); k == 0 || s.mended[k-1].pos != pos { // resync may have read it first
-		s.mended = append(s.mended, mendedFrame{pos, m})
-	}
+	s.mended = append(s.mended, mendedFrame{pos, int64(len(body))})
 	return raw, r, "", false
 }
 
-// bodyEnd returns the length of the body of the frame at pos, whose
-// length field runs past the end of the file or over the limit, if its
-// checksum (crc, which covers the length field) says the field is what is
-// damaged: the bytes up to the end of the file (or up to the first bytes
-// of a marker there: an Append a crash cut short in it), or up to one of
-// the next few frame markers (the next frame, or such an Append), check
-// out as its body. -1 otherwise.
-func (s *fileScanner) bodyEnd(pos int64, crc uint32) int64 {
+// bodyEnd returns, with mend, the body of the frame at pos, whose length
+// field runs past the end of the file or over the limit, if its checksum
+// (crc, which covers the length field) says the field is what is damaged:
+// the bytes up to the end of the file (or up to the first bytes of a
+// marker there: an Append a crash cut short in it), or up to one of the
+// next few frame markers (the next frame, or such an Append), check out as
+// its body.
+func (s *fileScanner) bodyEnd(pos int64, crc uint32, mend bool) (body []byte, ok bool) {
 	const candidates = 8 // markers tried: a body rarely holds one
 	rest := s.size - pos - frameHeaderSize
-	if rest < 0 {
-		return -1
+	if !mend || rest < 0 {
+		return nil, false
 	}
-	body := make([]byte, min(rest, MaxRecordBytes)) // no body is longer
+	body = make([]byte, min(rest, MaxRecordBytes)) // no body is longer
 	if got, err := s.r.ReadAt(body, pos+frameHeaderSize); got < len(body) {
 		if err != nil && !errors.Is(err, io.EOF) {
 			s.err = fmt.Errorf("deadletter: read %s at offset %d: %w", s.path, pos+frameHeaderSize, err)
 		}
-		return -1
+		return nil, false
 	}
 	checks := func(m int) bool {
 		var length [4]byte
@@ -209,7 +204,7 @@ func (s *fileScanner) bodyEnd(pos int64, crc uint32) int64 {
 		// short inside its marker.
 		for k := range len(frameMarker) {
 			if k <= len(body) && bytes.Equal(body[len(body)-k:], frameMarker[:k]) && checks(len(body)-k) {
-				return int64(len(body) - k)
+				return body[:len(body)-k], true
 			}
 		}
 	}
@@ -219,11 +214,11 @@ func (s *fileScanner) bodyEnd(pos int64, crc uint32) int64 {
 			break
 		}
 		if checks(i + j) {
-			return int64(i + j)
+			return body[:i+j], true
 		}
 		i += j + 1
 	}
-	return -1
+	return nil, false
 }
 
 // resync returns the offset of the first good frame at or after from, or
