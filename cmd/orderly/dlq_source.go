@@ -94,7 +94,7 @@ func readEntries(ctx context.Context, o *dlqOpts, warn io.Writer, fn func(*entry
 		return source, err
 	}
 	defer client.Close()
-	return source, interrupted(ctx, readTopic(ctx, client, o.brokers, o.topic, fn))
+	return source, interrupted(ctx, readTopic(ctx, client, o.brokers, o.topic, warn, fn))
 }
 
 // dlqSarama is the sarama configuration of the dlq commands: a replay is
@@ -124,10 +124,13 @@ func dialKafka(ctx context.Context, brokers []string) (sarama.Client, error) {
 	}, func(c sarama.Client) { c.Close() })
 }
 
-// readTopic reads topic from each partition's oldest offset to its high
-// watermark as of the start, without a consumer group, and calls fn for
-// each record, partition by partition.
-func readTopic(ctx context.Context, client sarama.Client, brokers []string, topic string, fn func(*entry) error) error {
+// readTopic reads topic's committed records, from each partition's oldest
+// offset to its last stable offset as of the start (the high watermark
+// unless a transaction is open), without a consumer group, and calls fn
+// for each record, partition by partition. Records of aborted
+// transactions are skipped, as the consumer skips them; a partition whose
+// end an open transaction holds back is warned of on warn.
+func readTopic(ctx context.Context, client sarama.Client, brokers []string, topic string, warn io.Writer, fn func(*entry) error) error {
 	parts, err := client.Partitions(topic)
 	if err != nil {
 		return fmt.Errorf("dead-letter topic %s: %w", topic, err)
@@ -138,8 +141,16 @@ func readTopic(ctx context.Context, client sarama.Client, brokers []string, topi
 		if err != nil {
 			return err
 		}
-		if low < high {
-			spans = append(spans, span{p, low, high})
+		stable, err := lastStable(client, topic, p)
+		if err != nil {
+			return err
+		}
+		if stable < high {
+			fmt.Fprintf(warn, "orderly: warning: %s/%d: a transaction open since offset %d holds back offsets %d to %d; they are read once it ends\n",
+				topic, p, stable, stable, high-1)
+		}
+		if low < stable {
+			spans = append(spans, span{p, low, stable})
 		}
 	}
 	return readSpans(ctx, brokers, topic, spans, fn)
@@ -151,16 +162,18 @@ type span struct {
 	low, high int64
 }
 
-// readSpans reads each span of topic in turn and calls fn for each record.
-// It reads with franz-go's client keeping control records (transaction
-// markers), which sarama's consumer drops without a word: a partition that
-// ends in a marker has no record at its last offset, and only the marker
+// readSpans reads each span of topic in turn, read-committed, and calls fn
+// for each record. It reads with franz-go's client keeping control records
+// (transaction markers), which sarama's consumer drops without a word: a
+// partition that ends in a marker, or in an aborted transaction and its
+// marker, has no record for fn at its last offset, and only the marker
 // says that its end was reached.
 func readSpans(ctx context.Context, brokers []string, topic string, spans []span, fn func(*entry) error) error {
 	if len(spans) == 0 {
 		return nil
 	}
 	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ClientID("orderly-dlq"), kgo.KeepControlRecords(),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		kgo.FetchMaxWait(50*time.Millisecond), kgo.DialTimeout(10*time.Second))
 	if err != nil {
 		return fmt.Errorf("consume %s: %w", topic, err)
@@ -226,4 +239,28 @@ func watermarks(client sarama.Client, topic string, p int32) (low, high int64, e
 		return 0, 0, fmt.Errorf("offsets of %s/%d: %w", topic, p, err)
 	}
 	return low, high, nil
+}
+
+// lastStable is a partition's last stable offset: the first offset of the
+// oldest transaction still open, else the high watermark. sarama's
+// GetOffset asks read-uncommitted, which answers the high watermark.
+func lastStable(client sarama.Client, topic string, p int32) (int64, error) {
+	leader, err := client.Leader(topic, p)
+	if err != nil {
+		return 0, fmt.Errorf("last stable offset of %s/%d: %w", topic, p, err)
+	}
+	req := &sarama.OffsetRequest{Version: 2, IsolationLevel: sarama.ReadCommitted}
+	req.AddBlock(topic, p, sarama.OffsetNewest, 1)
+	resp, err := leader.GetAvailableOffsets(req)
+	if err != nil {
+		return 0, fmt.Errorf("last stable offset of %s/%d: %w", topic, p, err)
+	}
+	b := resp.GetBlock(topic, p)
+	switch {
+	case b == nil:
+		return 0, fmt.Errorf("last stable offset of %s/%d: no answer for the partition", topic, p)
+	case b.Err != sarama.ErrNoError:
+		return 0, fmt.Errorf("last stable offset of %s/%d: %w", topic, p, b.Err)
+	}
+	return b.Offset, nil
 }
