@@ -245,8 +245,9 @@ func runConsume(ctx context.Context, o *consumeOpts, e env) (err error) {
 	}
 	log := o.logger(e.stderr)
 	defer log.Sync() //nolint:errcheck // best effort at exit
-	sc, err := o.kafka.sarama()
-	if err != nil {
+	sc := group.DefaultSarama()
+	sc.ClientID = "orderly-consume"
+	if err := o.kafka.apply(sc); err != nil {
 		return err
 	}
 	sc.Consumer.Group.Rebalance.GroupStrategies = o.balanceStrategies()

@@ -20,6 +20,7 @@ type dlqOpts struct {
 	data    string
 	brokers []string
 	topic   string
+	kafka   kafkaFlags // TLS and SASL of --brokers
 
 	filter filter
 
@@ -36,8 +37,9 @@ type dlqOpts struct {
 const dlqSourceHelp = `
 The dead letters come from one source: --data DIR, the DataPath of a
 consumer whose dead letters go to its local store (DIR/` + deadletter.DirName + `), or
---brokers and --topic, a Kafka dead-letter topic (read from its oldest
-offset to its end at the start, without a consumer group).`
+--brokers and --topic, a Kafka dead-letter topic (read-committed from its
+oldest offset to its last stable offset at the start, without a consumer
+group; --tls* and --sasl-* for a secured cluster, as for consume).`
 
 const dlqFilterHelp = `
 Filters select by the __orderly.errors.* headers: --reason, --origin-topic,
@@ -135,6 +137,7 @@ func (o *dlqOpts) sourceFlags(fs *pflag.FlagSet) {
 	stringVar(fs, &o.data, "data", "", nil, "a consumer's DataPath: read its local dead-letter store, DATA/"+deadletter.DirName)
 	listVar(fs, &o.brokers, "brokers", nil, false, dialAddr, "comma-separated host:port of the Kafka cluster (the dead-letter topic's, and replay's target)")
 	stringVar(fs, &o.topic, "topic", "", nil, "the Kafka dead-letter topic to read (with --brokers)")
+	o.kafka.define(fs)
 }
 
 // checkSource is the usage check of the source flags: exactly one of
@@ -148,7 +151,7 @@ func (o *dlqOpts) checkSource() error {
 	case o.topic != "" && len(o.brokers) == 0:
 		return usagef("--topic %s needs --brokers (the cluster it is on)", o.topic)
 	}
-	return nil
+	return o.kafka.check()
 }
 
 // filter selects dead letters by what their headers say.

@@ -104,7 +104,7 @@ func purgeTopic(ctx context.Context, o *dlqOpts, e env) error {
 	if before && !f.set["partition"] {
 		return usagef("--before %d needs --partition: offsets are per partition", o.before)
 	}
-	client, err := dialKafka(ctx, o.brokers)
+	client, err := dialKafka(ctx, o)
 	if err != nil {
 		return err
 	}

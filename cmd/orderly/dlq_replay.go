@@ -109,7 +109,7 @@ func replay(ctx context.Context, o *dlqOpts, picked []*entry) (map[dest]int, err
 	var client sarama.Client
 	if len(o.brokers) > 0 {
 		var err error
-		if client, err = dialKafka(ctx, o.brokers); err != nil {
+		if client, err = dialKafka(ctx, o); err != nil {
 			return nil, err
 		}
 		defer client.Close()

@@ -89,12 +89,12 @@ func readEntries(ctx context.Context, o *dlqOpts, warn io.Writer, fn func(*entry
 		})
 	}
 	source = fmt.Sprintf("topic %s", o.topic)
-	client, err := dialKafka(ctx, o.brokers)
+	client, err := dialKafka(ctx, o)
 	if err != nil {
 		return source, err
 	}
 	defer client.Close()
-	return source, interrupted(ctx, readTopic(ctx, client, o.brokers, o.topic, warn, fn))
+	return source, interrupted(ctx, readTopic(ctx, client, o, warn, fn))
 }
 
 // dlqSarama is the sarama configuration of the dlq commands: a replay is
@@ -114,11 +114,16 @@ func dlqSarama() *sarama.Config {
 	return cfg
 }
 
-func dialKafka(ctx context.Context, brokers []string) (sarama.Client, error) {
+// dialKafka connects to o's --brokers with dlqSarama and o's TLS and SASL.
+func dialKafka(ctx context.Context, o *dlqOpts) (sarama.Client, error) {
+	cfg := dlqSarama()
+	if err := o.kafka.apply(cfg); err != nil {
+		return nil, err
+	}
 	return untilInterrupted(ctx, "connecting to the Kafka cluster", func() (sarama.Client, error) {
-		client, err := sarama.NewClient(brokers, dlqSarama())
+		client, err := sarama.NewClient(o.brokers, cfg)
 		if err != nil {
-			return nil, fmt.Errorf("connect to the Kafka cluster: %w", err) // sarama's error names the brokers
+			return nil, o.kafka.dialError(o.brokers, err)
 		}
 		return client, nil
 	}, func(c sarama.Client) { c.Close() })
@@ -130,7 +135,8 @@ func dialKafka(ctx context.Context, brokers []string) (sarama.Client, error) {
 // for each record, partition by partition. Records of aborted
 // transactions are skipped, as the consumer skips them; a partition whose
 // end an open transaction holds back is warned of on warn.
-func readTopic(ctx context.Context, client sarama.Client, brokers []string, topic string, warn io.Writer, fn func(*entry) error) error {
+func readTopic(ctx context.Context, client sarama.Client, o *dlqOpts, warn io.Writer, fn func(*entry) error) error {
+	topic := o.topic
 	parts, err := client.Partitions(topic)
 	if err != nil {
 		return fmt.Errorf("dead-letter topic %s: %w", topic, err)
@@ -153,7 +159,7 @@ func readTopic(ctx context.Context, client sarama.Client, brokers []string, topi
 			spans = append(spans, span{p, low, stable})
 		}
 	}
-	return readSpans(ctx, brokers, topic, spans, fn)
+	return readSpans(ctx, o, spans, fn)
 }
 
 // span is the offsets [low, high) of a partition to read.
@@ -168,13 +174,18 @@ type span struct {
 // partition that ends in a marker, or in an aborted transaction and its
 // marker, has no record for fn at its last offset, and only the marker
 // says that its end was reached.
-func readSpans(ctx context.Context, brokers []string, topic string, spans []span, fn func(*entry) error) error {
+func readSpans(ctx context.Context, o *dlqOpts, spans []span, fn func(*entry) error) error {
 	if len(spans) == 0 {
 		return nil
 	}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ClientID("orderly-dlq"), kgo.KeepControlRecords(),
+	topic := o.topic
+	opts, err := o.kafka.kgoOpts()
+	if err != nil {
+		return err
+	}
+	cl, err := kgo.NewClient(append(opts, kgo.SeedBrokers(o.brokers...), kgo.ClientID("orderly-dlq"), kgo.KeepControlRecords(),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
-		kgo.FetchMaxWait(50*time.Millisecond), kgo.DialTimeout(10*time.Second))
+		kgo.FetchMaxWait(50*time.Millisecond), kgo.DialTimeout(10*time.Second))...)
 	if err != nil {
 		return fmt.Errorf("consume %s: %w", topic, err)
 	}

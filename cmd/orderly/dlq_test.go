@@ -324,7 +324,7 @@ func readPartitionFrom(t *testing.T, client sarama.Client, topic string, part in
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	return readSpans(ctx, []string{client.Brokers()[0].Addr()}, topic, []span{{part, from, high}}, fn)
+	return readSpans(ctx, &dlqOpts{brokers: []string{client.Brokers()[0].Addr()}, topic: topic}, []span{{part, from, high}}, fn)
 }
 
 // TestDlqReplay: replayed records arrive on their origin partition (or
@@ -504,7 +504,7 @@ func TestDlqErrors(t *testing.T) {
 		{[]string{"dlq", "replay", "--data", "/d"}, exitUsage, "replay needs --brokers: the cluster to publish to"},
 		{[]string{"dlq", "list", "--data", missing}, exitError, "deadletter: no dead-letter store at " + storeDir(missing) + ": no such file or directory"},
 		{[]string{"dlq", "purge", "--yes", "--data", missing}, exitError, "deadletter: no dead-letter store at " + storeDir(missing)},
-		{[]string{"dlq", "list", "--brokers", "127.0.0.1:1", "--topic", "t"}, exitError, "connect to the Kafka cluster: "},
+		{[]string{"dlq", "list", "--brokers", "127.0.0.1:1", "--topic", "t"}, exitError, "connect to --brokers 127.0.0.1:1: "},
 	}
 	for _, tt := range tests {
 		r := runBin(t, nil, tt.args...)

@@ -9,6 +9,7 @@ import (
 // groupOpts are the flags of `orderly group describe`.
 type groupOpts struct {
 	brokers []string
+	kafka   kafkaFlags // TLS and SASL of --brokers
 	group   string
 	topic   string
 	json    bool
@@ -48,6 +49,7 @@ Reads only: it joins nothing and commits nothing.`,
 	stringVar(fs, &o.group, "group", "", nonEmpty, "the consumer group (Config.GroupID) (required)")
 	stringVar(fs, &o.topic, "topic", "", nonEmpty, "only this topic (default: every topic the group has committed offsets for or is assigned)")
 	fs.BoolVar(&o.json, "json", false, "one JSON object, for scripts")
+	o.kafka.define(fs)
 	return c
 }
 
@@ -59,7 +61,7 @@ func (o *groupOpts) check() error {
 	case o.group == "":
 		return usagef("orderly group describe needs --group GROUP (the consumer group's id)")
 	}
-	return nil
+	return o.kafka.check()
 }
 
 // runDescribe is `orderly group describe`.

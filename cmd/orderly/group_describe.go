@@ -99,9 +99,13 @@ func groupSarama() *sarama.Config {
 // describeGroup asks the cluster about o.group.
 func describeGroup(o *groupOpts) (*groupView, error) {
 	brokers := strings.Join(o.brokers, ",")
-	client, err := sarama.NewClient(o.brokers, groupSarama())
+	cfg := groupSarama()
+	if err := o.kafka.apply(cfg); err != nil {
+		return nil, err
+	}
+	client, err := sarama.NewClient(o.brokers, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("connect to --brokers %s: %w", brokers, err)
+		return nil, o.kafka.dialError(o.brokers, err)
 	}
 	admin, err := sarama.NewClusterAdminFromClient(client)
 	if err != nil {

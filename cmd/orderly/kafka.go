@@ -8,14 +8,17 @@ import (
 	"fmt"
 	"hash"
 	"os"
+	"strings"
 
 	"github.com/IBM/sarama"
 	"github.com/spf13/pflag"
-
-	"github.com/orderly-go/orderly/group"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/sasl/plain"
+	"github.com/twmb/franz-go/pkg/sasl/scram"
 )
 
-// kafkaFlags are the flags of the connection to Kafka: TLS and SASL.
+// kafkaFlags are the flags of the connection to Kafka, TLS and SASL, of
+// every command that dials brokers (consume, dlq, group describe).
 type kafkaFlags struct {
 	tls                bool
 	tlsCA              string
@@ -48,24 +51,13 @@ func (k *kafkaFlags) check() error {
 	return nil
 }
 
-// sarama is the group's client config: Orderly's defaults with TLS and SASL
-// as the flags say.
-func (k *kafkaFlags) sarama() (*sarama.Config, error) {
-	sc := group.DefaultSarama()
-	sc.ClientID = "orderly-consume"
-	if k.tls || k.tlsCA != "" || k.tlsCert != "" || k.tlsSkipVerify {
-		tc, err := tlsConfig(k.tlsCA, "--tls-ca")
-		if err != nil {
-			return nil, err
-		}
-		if k.tlsCert != "" {
-			cert, err := tls.LoadX509KeyPair(k.tlsCert, k.tlsKey)
-			if err != nil {
-				return nil, fmt.Errorf("--tls-cert %s, --tls-key %s: %w", k.tlsCert, k.tlsKey, err)
-			}
-			tc.Certificates = []tls.Certificate{cert}
-		}
-		tc.InsecureSkipVerify = k.tlsSkipVerify //nolint:gosec // an explicit flag, for testing
+// apply sets TLS and SASL on sc as the flags say.
+func (k *kafkaFlags) apply(sc *sarama.Config) error {
+	tc, err := k.tlsConfig()
+	if err != nil {
+		return err
+	}
+	if tc != nil {
 		sc.Net.TLS.Enable, sc.Net.TLS.Config = true, tc
 	}
 	if k.saslMechanism != "" {
@@ -83,7 +75,61 @@ func (k *kafkaFlags) sarama() (*sarama.Config, error) {
 			sc.Net.SASL.SCRAMClientGeneratorFunc = func() sarama.SCRAMClient { return &scramClient{hash: sha512.New} }
 		}
 	}
-	return sc, nil
+	return nil
+}
+
+// dialError is the error of a failed connection to brokers: it names
+// --brokers, and with SASL --sasl-user and --sasl-mechanism, since some
+// brokers (kfake among them) close the connection on bad credentials
+// instead of answering with an authentication error.
+func (k *kafkaFlags) dialError(brokers []string, err error) error {
+	if k.saslMechanism != "" {
+		return fmt.Errorf("connect to --brokers %s: %w (or they refused --sasl-user %q, --sasl-mechanism %s)",
+			strings.Join(brokers, ","), err, k.saslUser, k.saslMechanism)
+	}
+	return fmt.Errorf("connect to --brokers %s: %w", strings.Join(brokers, ","), err)
+}
+
+// kgoOpts are the franz-go options for TLS and SASL as the flags say (the
+// dlq commands read a topic with franz-go's client).
+func (k *kafkaFlags) kgoOpts() ([]kgo.Opt, error) {
+	tc, err := k.tlsConfig()
+	if err != nil {
+		return nil, err
+	}
+	var opts []kgo.Opt
+	if tc != nil {
+		opts = append(opts, kgo.DialTLSConfig(tc))
+	}
+	switch k.saslMechanism {
+	case "PLAIN":
+		opts = append(opts, kgo.SASL(plain.Auth{User: k.saslUser, Pass: k.saslPass}.AsMechanism()))
+	case "SCRAM-SHA-256":
+		opts = append(opts, kgo.SASL(scram.Auth{User: k.saslUser, Pass: k.saslPass}.AsSha256Mechanism()))
+	case "SCRAM-SHA-512":
+		opts = append(opts, kgo.SASL(scram.Auth{User: k.saslUser, Pass: k.saslPass}.AsSha512Mechanism()))
+	}
+	return opts, nil
+}
+
+// tlsConfig is the brokers' TLS config as the flags say, nil without TLS.
+func (k *kafkaFlags) tlsConfig() (*tls.Config, error) {
+	if !k.tls && k.tlsCA == "" && k.tlsCert == "" && !k.tlsSkipVerify {
+		return nil, nil
+	}
+	tc, err := tlsConfig(k.tlsCA, "--tls-ca")
+	if err != nil {
+		return nil, err
+	}
+	if k.tlsCert != "" {
+		cert, err := tls.LoadX509KeyPair(k.tlsCert, k.tlsKey)
+		if err != nil {
+			return nil, fmt.Errorf("--tls-cert %s, --tls-key %s: %w", k.tlsCert, k.tlsKey, err)
+		}
+		tc.Certificates = []tls.Certificate{cert}
+	}
+	tc.InsecureSkipVerify = k.tlsSkipVerify //nolint:gosec // an explicit flag, for testing
+	return tc, nil
 }
 
 // tlsConfig is a TLS config with the system roots, plus the certificates
