@@ -13,7 +13,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-	"unicode/utf8"
 
 	"go.uber.org/zap"
 
@@ -170,15 +169,20 @@ func (s *execSink) send(ctx context.Context, batch []*group.Message) error {
 	return rejectAll(batch, why)
 }
 
-// runError is the error of a run that exited non-zero: the command, its
-// exit status and the end of its stderr, cut at the front so that the
+// runError is the error of a run that exited non-zero: the command (its
+// first maxQuotedCommand bytes), its exit status and the end of its stderr, cut at the front so that the
 // whole, behind a prefix of up to prefix bytes (itemErr's), fits a dead
 // letter's message (deadletter.MaxMessage): the last lines a command
 // prints are the ones that say why it failed.
 func runError(cmd string, err error, stderr string, prefix int) error {
+	cmd = deadletter.Cut(cmd, maxQuotedCommand)
 	head := fmt.Sprintf("--exec %q: %v; stderr: ", cmd, err)
-	return fmt.Errorf("--exec %q: %w; stderr: %s", cmd, err, lastBytes(stderr, max(deadletter.MaxMessage-prefix-len(head), 256)))
+	return fmt.Errorf("--exec %q: %w; stderr: %s", cmd, err, deadletter.CutFront(stderr, max(deadletter.MaxMessage-prefix-len(head), 256)))
 }
+
+// maxQuotedCommand is how much of the --exec command an error quotes: the
+// operator has the command, and the dead letter's room is for its stderr.
+const maxQuotedCommand = 120
 
 // itemPrefixLen is the longest prefix itemErr puts before an error of
 // batch's items.
@@ -192,20 +196,6 @@ func itemPrefixLen(batch []*group.Message) int {
 
 // errEmpty has no text: itemErr's prefix alone.
 var errEmpty = errors.New("")
-
-// lastBytes returns s if it has at most n bytes, else "…" and the end of
-// s, n bytes in all, starting at a UTF-8 boundary.
-func lastBytes(s string, n int) string {
-	const ellipsis = "…"
-	if len(s) <= n {
-		return s
-	}
-	cut := len(s) - (n - len(ellipsis))
-	for i := 0; i < utf8.UTFMax-1 && cut < len(s) && !utf8.RuneStart(s[cut]); i++ {
-		cut++
-	}
-	return ellipsis + s[cut:]
-}
 
 func (s *execSink) warnf(batch []*group.Message, msg string, err error, stderr *tail) {
 	if s.warn.allow() {

@@ -128,21 +128,39 @@ func Headers(orig []Header, info Info) []Header {
 // FormatTime formats t as the timestamp headers do (TimeFormat, UTC).
 func FormatTime(t time.Time) string { return t.UTC().Format(TimeFormat) }
 
-// CutMessage returns s if it fits MaxMessage bytes, else its longest
-// prefix that ends at a UTF-8 boundary and leaves room for "…" (3 bytes),
-// followed by "…".
-func CutMessage(s string) string {
-	if len(s) <= MaxMessage {
+// CutMessage is Cut(s, MaxMessage): what a dead letter keeps of an error.
+func CutMessage(s string) string { return Cut(s, MaxMessage) }
+
+const ellipsis = "…"
+
+// Cut returns s if it fits n bytes, else its longest prefix that ends at a
+// UTF-8 boundary and leaves room for "…" (3 bytes), followed by "…". n is
+// at least 3.
+func Cut(s string, n int) string {
+	if len(s) <= n {
 		return s
 	}
-	const ellipsis = "…"
-	n := MaxMessage - len(ellipsis)
+	n -= len(ellipsis)
 	// Back up to the start of a rune: never split a multi-byte sequence.
 	// Bytes that are not valid UTF-8 count as runes of their own.
 	for i := 0; i < utf8.UTFMax-1 && n > 0 && !utf8.RuneStart(s[n]); i++ {
 		n--
 	}
 	return s[:n] + ellipsis
+}
+
+// CutFront is Cut from the other end: s if it fits n bytes, else "…"
+// followed by its longest suffix that starts at a UTF-8 boundary and fits
+// in n bytes with it. n is at least 3.
+func CutFront(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	cut := len(s) - (n - len(ellipsis))
+	for i := 0; i < utf8.UTFMax-1 && cut < len(s) && !utf8.RuneStart(s[cut]); i++ {
+		cut++
+	}
+	return ellipsis + s[cut:]
 }
 
 // ErrNotDeadLetter is wrapped by ParseInfo's error when headers are

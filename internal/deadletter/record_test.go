@@ -181,3 +181,26 @@ func TestParseInfoErrors(t *testing.T) {
 		t.Errorf("unknown reason: %+v, %v", i, err)
 	}
 }
+
+// TestCut: Cut keeps the front and CutFront the end of a string, each in at
+// most n bytes with "…", never splitting a multi-byte rune.
+func TestCut(t *testing.T) {
+	for _, tt := range []struct {
+		s          string
+		n          int
+		cut, front string
+	}{
+		{"short", 10, "short", "short"},
+		{"exactly10!", 10, "exactly10!", "exactly10!"},
+		{"abcdefghijkl", 10, "abcdefg…", "…fghijkl"},
+		{"ééééé", 8, "éé…", "…éé"}, // 10 bytes; 5 left for runes of 2
+		{"aéééé", 8, "aéé…", "…éé"},
+	} {
+		if got := Cut(tt.s, tt.n); got != tt.cut || len(got) > tt.n {
+			t.Errorf("Cut(%q, %d) = %q, want %q", tt.s, tt.n, got, tt.cut)
+		}
+		if got := CutFront(tt.s, tt.n); got != tt.front || len(got) > tt.n {
+			t.Errorf("CutFront(%q, %d) = %q, want %q", tt.s, tt.n, got, tt.front)
+		}
+	}
+}
