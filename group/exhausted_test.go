@@ -10,14 +10,37 @@ import (
 )
 
 // TestOutageChargesNoLaneMates: while a dependency is down, a batch that
-// fails as a whole charges only the first message of each key (whose
-// charge the outage takes back): the later ones of the key go back behind
-// it uncharged. With 8 keys and batches of 16, charging every message made
+// fails charges only the first message of each key (whose charge the
+// outage takes back): the later ones of the key go back behind it
+// uncharged. With 8 keys and batches of 16, charging every message made
 // the later ones run out of attempts in the outage, and they were
 // dead-lettered once it ended (22 of them here) although failures in an
-// outage do not count.
+// outage do not count. That holds whether the batch fails as a whole or
+// Do names every message in a BatchError (8 dead-lettered, one a key, in
+// each of 3 runs before).
 func TestOutageChargesNoLaneMates(t *testing.T) {
-	t.Parallel() // mostly waits on the broker and the outage's probes
+	t.Parallel()
+	for _, tt := range []struct {
+		name string
+		fail func(batch []*Message) error
+	}{
+		{"whole batch", func([]*Message) error { return errors.New("database unreachable") }},
+		{"BatchError", func(batch []*Message) error {
+			var failed BatchError
+			for i := range batch {
+				failed.Fail(i, errors.New("database unreachable"))
+			}
+			return failed.Err()
+		}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel() // mostly waits on the broker and the outage's probes
+			testOutageChargesNoLaneMates(t, tt.fail)
+		})
+	}
+}
+
+func testOutageChargesNoLaneMates(t *testing.T, fail func(batch []*Message) error) {
 	const n, keys = 800, 8
 	r := newRig(t, "outage-mates", 1, n, keys)
 	w := r.work(0, 0)
@@ -35,7 +58,7 @@ func TestOutageChargesNoLaneMates(t *testing.T) {
 			}
 		}
 		if down.Load() {
-			return errors.New("database unreachable")
+			return fail(batch)
 		}
 		return w.Do(ctx, batch)
 	})

@@ -225,8 +225,17 @@ func (p *Pool[M, T]) failed(wk *worker[M, T], b *dispatch.Batch[M, T], lo, hi in
 		p.stats.Cancelled.Add(1)
 		p.returnRange(wk, lo, hi)
 	case verdicts != nil:
+		noSplit := p.cfg.NoSplit != nil && p.cfg.NoSplit()
 		for _, v := range verdicts {
-			if i := lo + v.Index; v.Index >= 0 && i < hi && wk.out[i].Verdict == dispatch.Done {
+			i := lo + v.Index
+			switch {
+			case v.Index < 0 || i >= hi || wk.out[i].Verdict != dispatch.Done:
+			case noSplit && v.Kind == Failed && goesBack(b, wk.out, lo, i):
+				// As when a batch fails as a whole: only the lane's
+				// first failed item is charged, for the hold hook to
+				// decide on; this one waits behind it uncharged.
+				wk.out[i].Verdict = dispatch.Return
+			default:
 				p.verdict(wk, b, i, v)
 			}
 		}
@@ -247,6 +256,19 @@ func (p *Pool[M, T]) failed(wk *worker[M, T], b *dispatch.Batch[M, T], lo, hi in
 	default:
 		p.bisect(wk, b, lo, hi, err)
 	}
+}
+
+// goesBack reports whether an item of b.Items[lo:i] in item i's lane goes
+// back (out says Hold or Return): then item i does too, behind it, whatever
+// its own outcome (Settle). A running batch keeps each lane's items in
+// their order.
+func goesBack[M, T any](b *dispatch.Batch[M, T], out []dispatch.Outcome, lo, i int) bool {
+	for j := lo; j < i; j++ {
+		if v := out[j].Verdict; (v == dispatch.Hold || v == dispatch.Return) && b.SameLane(j, i) {
+			return true
+		}
+	}
+	return false
 }
 
 // verdict records Do's verdict on b.Items[i].

@@ -50,7 +50,10 @@ type Config struct {
 	// split: true charges the first item of each of its lanes instead, the
 	// later ones going back behind it uncharged (then the scheduler's Hold
 	// decides, e.g. not to count the charge while a dependency is down,
-	// rather than calling Do again on halves).
+	// rather than calling Do again on halves). It is asked too when Do
+	// named failed items (Verdicts): true charges only the first failed
+	// item of each lane, the lane's later failed items going back behind
+	// it uncharged.
 	NoSplit func() bool
 	// Context, if set, wraps each context a worker makes for its calls
 	// (one per worker, made again only after it was cancelled).
