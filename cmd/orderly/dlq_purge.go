@@ -92,7 +92,8 @@ func purgeStore(o *dlqOpts, e env) error {
 
 // purgeTopic deletes a prefix of the dead-letter topic's partitions with
 // DeleteRecords: --partition's records before --before, or all of it, or
-// every partition up to its high watermark.
+// every partition up to its last stable offset (its high watermark unless
+// a transaction is open).
 func purgeTopic(ctx context.Context, o *dlqOpts, e env) error {
 	f := &o.filter
 	for _, name := range filterFlags {
@@ -125,20 +126,35 @@ func purgeTopic(ctx context.Context, o *dlqOpts, e env) error {
 		if err != nil {
 			return err
 		}
-		to := high
+		// Up to the last stable offset: the records of a transaction
+		// still open are not readable yet (list does not show them), and
+		// a commit may still make them dead letters.
+		stable, err := lastStable(client, o.topic, p)
+		if err != nil {
+			return err
+		}
+		held := ""
+		if stable < high {
+			held = fmt.Sprintf("; offsets %d to %d, of a transaction still open, are kept", stable, high-1)
+		}
+		to := stable
 		if before {
-			if to = int64(o.before); to > high {
+			if to = int64(o.before); to > stable {
+				if held != "" {
+					return fmt.Errorf("--before %d is past the end of %s/%d: its last stable offset is %d, a transaction open since then holds back offsets %d to %d", to, o.topic, p, stable, stable, high-1)
+				}
 				return fmt.Errorf("--before %d is past the end of %s/%d (high watermark %d)", to, o.topic, p, high)
 			}
+			held = ""
 		}
 		switch {
 		case to <= low:
-			fmt.Fprintf(e.stdout, "%s/%d: nothing to delete (log starts at %d)\n", o.topic, p, low)
+			fmt.Fprintf(e.stdout, "%s/%d: nothing to delete (log starts at %d%s)\n", o.topic, p, low, held)
 		case o.dryRun:
-			fmt.Fprintf(e.stdout, "%s/%d: would delete %d records (offsets %d to %d)\n", o.topic, p, to-low, low, to-1)
+			fmt.Fprintf(e.stdout, "%s/%d: would delete %d records (offsets %d to %d%s)\n", o.topic, p, to-low, low, to-1, held)
 		default:
 			cut[p] = to
-			fmt.Fprintf(e.stdout, "%s/%d: deleting %d records (offsets %d to %d)\n", o.topic, p, to-low, low, to-1)
+			fmt.Fprintf(e.stdout, "%s/%d: deleting %d records (offsets %d to %d%s)\n", o.topic, p, to-low, low, to-1, held)
 		}
 	}
 	if len(cut) == 0 {

@@ -22,26 +22,8 @@ func TestDlqTopicEndsInMarker(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(f.addr), kgo.TransactionalID("dlq-tx-test"), kgo.DefaultProduceTopic("tx-dlq"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
 	c := f.cases[0]
-	r := c.dead()
-	rec := &kgo.Record{Key: r.Key, Value: r.Value, Timestamp: r.Timestamp}
-	for _, h := range r.Headers {
-		rec.Headers = append(rec.Headers, kgo.RecordHeader{Key: string(h.Key), Value: h.Value})
-	}
-	if err := cl.BeginTransaction(); err != nil {
-		t.Fatal(err)
-	}
-	if err := cl.ProduceSync(ctx, rec).FirstErr(); err != nil {
-		t.Fatal(err)
-	}
-	if err := cl.EndTransaction(ctx, kgo.TryCommit); err != nil {
-		t.Fatal(err)
-	}
+	newTxProducer(ctx, t, f.addr, "tx-dlq", "dlq-tx-test").commit(c)
 	if hw := f.b.HighWatermarks("tx-dlq")[0]; hw != 2 {
 		t.Fatalf("tx-dlq high watermark: got %d, want 2 (the record and the commit marker)", hw)
 	}
@@ -70,49 +52,14 @@ func TestDlqTopicReadCommitted(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	record := func(c dlqCase) *kgo.Record {
-		r := c.dead()
-		rec := &kgo.Record{Key: r.Key, Value: r.Value, Timestamp: r.Timestamp}
-		for _, h := range r.Headers {
-			rec.Headers = append(rec.Headers, kgo.RecordHeader{Key: string(h.Key), Value: h.Value})
-		}
-		return rec
-	}
-	client := func(opts ...kgo.Opt) *kgo.Client {
-		cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(f.addr)}, opts...)...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(cl.Close)
-		return cl
-	}
-	produce := func(cl *kgo.Client, c dlqCase) {
-		t.Helper()
-		if err := cl.ProduceSync(ctx, record(c)).FirstErr(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	tx := func(cl *kgo.Client, c dlqCase, end *kgo.TransactionEndTry) {
-		t.Helper()
-		if err := cl.BeginTransaction(); err != nil {
-			t.Fatal(err)
-		}
-		produce(cl, c)
-		if end != nil {
-			if err := cl.EndTransaction(ctx, *end); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	commit, abort := kgo.TryCommit, kgo.TryAbort
 	// Offsets: 0 committed (1 its marker), 2 aborted (3 its marker), 4
 	// plain, 5 in a transaction left open, 6 plain behind it.
-	txs, plain := client(kgo.TransactionalID("dlq-rc-1"), kgo.DefaultProduceTopic(topic)), client(kgo.DefaultProduceTopic(topic))
-	tx(txs, f.cases[0], &commit)
-	tx(txs, f.cases[4], &abort)
-	produce(plain, f.cases[1])
-	tx(client(kgo.TransactionalID("dlq-rc-2"), kgo.DefaultProduceTopic(topic)), f.cases[2], nil)
-	produce(plain, f.cases[3])
+	txs, plain := newTxProducer(ctx, t, f.addr, topic, "dlq-rc-1"), newTxProducer(ctx, t, f.addr, topic, "")
+	txs.commit(f.cases[0])
+	txs.abort(f.cases[4])
+	plain.produce(f.cases[1])
+	newTxProducer(ctx, t, f.addr, topic, "dlq-rc-2").begin(f.cases[2])
+	plain.produce(f.cases[3])
 	if hw := f.b.HighWatermarks(topic)[0]; hw != 7 {
 		t.Fatalf("%s high watermark: got %d, want 7", topic, hw)
 	}
@@ -145,9 +92,9 @@ func TestDlqTopicReadCommitted(t *testing.T) {
 	if err := f.b.CreateTopic(ends, 1); err != nil {
 		t.Fatal(err)
 	}
-	txe := client(kgo.TransactionalID("dlq-rc-3"), kgo.DefaultProduceTopic(ends))
-	tx(txe, f.cases[0], &commit)
-	tx(txe, f.cases[4], &abort)
+	txe := newTxProducer(ctx, t, f.addr, ends, "dlq-rc-3")
+	txe.commit(f.cases[0])
+	txe.abort(f.cases[4])
 	out, stderr, err = runCmd2(ctx, "dlq", "list", "--brokers", f.addr, "--topic", ends, "--json")
 	if err != nil {
 		t.Fatalf("dlq list of a topic ending in an aborted transaction: %v\nstderr:\n%s", err, stderr)
@@ -155,4 +102,108 @@ func TestDlqTopicReadCommitted(t *testing.T) {
 	if got := jsonLines[entryJSON](t, out); len(got) != 1 || got[0].Offset != f.cases[0].info.Offset {
 		t.Errorf("dlq list of a topic ending in an aborted transaction: got %+v, want the committed dead letter of origin offset %d", got, f.cases[0].info.Offset)
 	}
+}
+
+// TestDlqPurgeKeepsOpenTransaction: purge deletes a dead-letter topic up
+// to its last stable offset, not its high watermark: the record of a
+// transaction still open, which list does not show yet, is kept, and is
+// listed once the transaction commits. --before past the last stable
+// offset is refused, naming it. The purge before deleted up to the high
+// watermark, and the committed dead letter was gone.
+func TestDlqPurgeKeepsOpenTransaction(t *testing.T) {
+	f := newDlqFixture(t)
+	const topic = "tx-purge"
+	if err := f.b.CreateTopic(topic, 1); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	open := newTxProducer(ctx, t, f.addr, topic, "dlq-purge-open")
+	// Offsets: 0 in a transaction open until below, 1 committed (2 its
+	// marker).
+	open.begin(f.cases[0])
+	newTxProducer(ctx, t, f.addr, topic, "dlq-purge-done").commit(f.cases[1])
+	if hw := f.b.HighWatermarks(topic)[0]; hw != 3 {
+		t.Fatalf("%s high watermark: got %d, want 3", topic, hw)
+	}
+	kafka := []string{"--brokers", f.addr, "--topic", topic}
+	_, _, err := runCmd2(ctx, slices.Concat([]string{"dlq", "purge", "--yes", "--partition", "0", "--before", "2"}, kafka)...)
+	if want := "--before 2 is past the end of tx-purge/0: its last stable offset is 0"; err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("purge --before past the last stable offset: got %v, want an error saying %q", err, want)
+	}
+	out := dlqRun(t, slices.Concat([]string{"purge", "--yes"}, kafka)...)
+	if want := "tx-purge/0: nothing to delete (log starts at 0; offsets 0 to 2, of a transaction still open, are kept)"; !strings.Contains(out, want) {
+		t.Errorf("purge with a transaction open: got\n%s\nwant %q", out, want)
+	}
+	open.end(kgo.TryCommit)
+	out = dlqRun(t, slices.Concat([]string{"list", "--json"}, kafka)...)
+	if got := jsonLines[entryJSON](t, out); len(got) != 2 || got[0].Offset != f.cases[0].info.Offset {
+		t.Errorf("list once the transaction committed: got %+v, want its dead letter (origin offset %d) and the other", got, f.cases[0].info.Offset)
+	}
+}
+
+// txProducer writes dead letters to a topic, in transactions unless its
+// transactional ID is "".
+type txProducer struct {
+	t   *testing.T
+	ctx context.Context
+	cl  *kgo.Client
+}
+
+func newTxProducer(ctx context.Context, t *testing.T, addr, topic, id string) *txProducer {
+	t.Helper()
+	opts := []kgo.Opt{kgo.SeedBrokers(addr), kgo.DefaultProduceTopic(topic)}
+	if id != "" {
+		opts = append(opts, kgo.TransactionalID(id))
+	}
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	return &txProducer{t: t, ctx: ctx, cl: cl}
+}
+
+// begin starts a transaction and writes c's dead letter in it.
+func (p *txProducer) begin(c dlqCase) {
+	p.t.Helper()
+	if err := p.cl.BeginTransaction(); err != nil {
+		p.t.Fatal(err)
+	}
+	p.produce(c)
+}
+
+// produce writes c's dead letter (in the open transaction, if any).
+func (p *txProducer) produce(c dlqCase) {
+	p.t.Helper()
+	r := c.dead()
+	rec := &kgo.Record{Key: r.Key, Value: r.Value, Timestamp: r.Timestamp}
+	for _, h := range r.Headers {
+		rec.Headers = append(rec.Headers, kgo.RecordHeader{Key: string(h.Key), Value: h.Value})
+	}
+	if err := p.cl.ProduceSync(p.ctx, rec).FirstErr(); err != nil {
+		p.t.Fatal(err)
+	}
+}
+
+// end ends the transaction begin started.
+func (p *txProducer) end(how kgo.TransactionEndTry) {
+	p.t.Helper()
+	if err := p.cl.EndTransaction(p.ctx, how); err != nil {
+		p.t.Fatal(err)
+	}
+}
+
+// commit writes c's dead letter in a transaction of its own, committed.
+func (p *txProducer) commit(c dlqCase) {
+	p.t.Helper()
+	p.begin(c)
+	p.end(kgo.TryCommit)
+}
+
+// abort writes c's dead letter in a transaction of its own, aborted.
+func (p *txProducer) abort(c dlqCase) {
+	p.t.Helper()
+	p.begin(c)
+	p.end(kgo.TryAbort)
 }
