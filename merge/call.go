@@ -1,9 +1,11 @@
 package merge
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -226,6 +228,12 @@ func (p *Pool[M, T]) failed(wk *worker[M, T], b *dispatch.Batch[M, T], lo, hi in
 		p.returnRange(wk, lo, hi)
 	case verdicts != nil:
 		noSplit := p.cfg.NoSplit != nil && p.cfg.NoSplit()
+		byIndex := func(a, b Verdict) int { return cmp.Compare(a.Index, b.Index) }
+		if !slices.IsSortedFunc(verdicts, byIndex) {
+			// In item order: goesBack sees the lane mates before each
+			// item, and of two verdicts on one item the first given wins.
+			slices.SortStableFunc(verdicts, byIndex)
+		}
 		for _, v := range verdicts {
 			i := lo + v.Index
 			switch {

@@ -51,9 +51,9 @@ type Config struct {
 	// later ones going back behind it uncharged (then the scheduler's Hold
 	// decides, e.g. not to count the charge while a dependency is down,
 	// rather than calling Do again on halves). It is asked too when Do
-	// named failed items (Verdicts): true charges only the first failed
-	// item of each lane, the lane's later failed items going back behind
-	// it uncharged.
+	// named failed items (Verdicts): true charges a failed item only when
+	// no earlier item of its lane goes back (failed, deferred or
+	// dead-lettered); the others go back behind it uncharged.
 	NoSplit func() bool
 	// Context, if set, wraps each context a worker makes for its calls
 	// (one per worker, made again only after it was cancelled).
@@ -96,6 +96,7 @@ type Verdict struct {
 // space). A nil error means every item is done. A non-nil error with no
 // verdicts means the call failed as a whole; with verdicts, the items they
 // name failed (or are deferred, or dead-lettered) and the others are done.
+// Verdicts may come in any order; of two on one item, the first counts.
 type Handle[M, T any] func(ctx context.Context, worker int, items []*dispatch.Item[M, T]) (verdicts []Verdict, err error)
 
 // Stats are the pool's counters. Successful calls are counted per worker,
