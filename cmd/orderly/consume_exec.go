@@ -132,7 +132,7 @@ func (s *execSink) send(ctx context.Context, batch []*group.Message) error {
 	case ctx.Err() != nil:
 		// Timed out (the process group was killed; the group counts a
 		// failed attempt), or a shutdown or revoke (uncharged).
-		return fmt.Errorf("--exec %q for %s: %w", s.cmd, where(batch), callCause(ctx, s.timeout))
+		return fmt.Errorf("%s for %s: %w", s.flag(), where(batch), callCause(ctx, s.timeout))
 	case err == nil:
 		s.endpoint.ok()
 		err := s.outcomes(batch, stdout.b.Bytes())
@@ -146,7 +146,7 @@ func (s *execSink) send(ctx context.Context, batch []*group.Message) error {
 	case !errors.As(err, &exit):
 		s.ctr.failed.Add(1)
 		s.warnf(batch, "could not run the command; retrying with backoff", err, stderr)
-		return failAll(batch, fmt.Errorf("--exec %q: %w", s.cmd, err))
+		return failAll(batch, fmt.Errorf("%s: %w", s.flag(), err))
 	}
 	code := exit.ExitCode()
 	why := runError(s.cmd, err, stderr.String(), itemPrefixLen(batch))
@@ -175,14 +175,22 @@ func (s *execSink) send(ctx context.Context, batch []*group.Message) error {
 // letter's message (deadletter.MaxMessage): the last lines a command
 // prints are the ones that say why it failed.
 func runError(cmd string, err error, stderr string, prefix int) error {
-	cmd = deadletter.Cut(cmd, maxQuotedCommand)
-	head := fmt.Sprintf("--exec %q: %v; stderr: ", cmd, err)
-	return fmt.Errorf("--exec %q: %w; stderr: %s", cmd, err, deadletter.CutFront(stderr, max(deadletter.MaxMessage-prefix-len(head), 256)))
+	flag := execFlag(cmd)
+	head := fmt.Sprintf("%s: %v; stderr: ", flag, err)
+	return fmt.Errorf("%s: %w; stderr: %s", flag, err, deadletter.CutFront(stderr, max(deadletter.MaxMessage-prefix-len(head), 256)))
 }
 
-// maxQuotedCommand is how much of the --exec command an error quotes: the
-// operator has the command, and the dead letter's room is for its stderr.
+// execFlag is how an error names the --exec command: its first
+// maxQuotedCommand bytes, quoted. The operator has the command, and a dead
+// letter's room is for what went wrong.
+func execFlag(cmd string) string {
+	return fmt.Sprintf("--exec %q", deadletter.Cut(cmd, maxQuotedCommand))
+}
+
 const maxQuotedCommand = 120
+
+// flag is execFlag of the sink's command.
+func (s *execSink) flag() string { return execFlag(s.cmd) }
 
 // itemPrefixLen is the longest prefix itemErr puts before an error of
 // batch's items.
@@ -224,5 +232,5 @@ func (s *execSink) outcomes(batch []*group.Message, out []byte) error {
 	if len(outs) == 0 {
 		return nil
 	}
-	return applyOutcomes(batch, outs, s.defDelay, fmt.Sprintf("--exec %q", s.cmd), s.ctr)
+	return applyOutcomes(batch, outs, s.defDelay, s.flag(), s.ctr)
 }
