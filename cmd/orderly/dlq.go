@@ -150,6 +150,10 @@ func (o *dlqOpts) checkSource() error {
 		return usagef("no source: give --data DIR (a consumer's DataPath) or --brokers HOST:PORT --topic TOPIC")
 	case o.topic != "" && len(o.brokers) == 0:
 		return usagef("--topic %s needs --brokers (the cluster it is on)", o.topic)
+	case len(o.brokers) == 0:
+		// No Kafka: its flags are not used (an ORDERLY_SASL_PASSWORD
+		// set for consume is no error here).
+		return nil
 	}
 	return o.kafka.check()
 }

@@ -181,3 +181,25 @@ func highWatermark(ctx context.Context, t *testing.T, cl *kgo.Client, topic stri
 	}
 	return resp.Topics[0].Partitions[0].Offset
 }
+
+// TestDlqLocalIgnoresKafkaEnv: ORDERLY_SASL_PASSWORD in the environment,
+// as the README advises for consume, does not stop a dlq command that
+// reads a local store and dials no broker. The check of the Kafka flags
+// refused it: --sasl-password needs --sasl-mechanism.
+func TestDlqLocalIgnoresKafkaEnv(t *testing.T) {
+	f := newDlqFixture(t)
+	lookup := func(k string) (string, bool) {
+		if k == "ORDERLY_SASL_PASSWORD" {
+			return "s3cret", true
+		}
+		return "", false
+	}
+	var out, stderr strings.Builder
+	err := run(context.Background(), []string{"dlq", "list", "--data", f.data, "--json"}, env{stdout: &out, stderr: &stderr, lookup: lookup})
+	if err != nil {
+		t.Fatalf("dlq list --data with ORDERLY_SASL_PASSWORD set: %v\n%s", err, stderr.String())
+	}
+	if got := jsonLines[entryJSON](t, out.String()); len(got) != len(f.cases) {
+		t.Errorf("dlq list --data: got %d dead letters, want %d", len(got), len(f.cases))
+	}
+}
