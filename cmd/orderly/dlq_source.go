@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"path/filepath"
@@ -129,37 +130,27 @@ func dialKafka(ctx context.Context, o *dlqOpts) (sarama.Client, error) {
 	}, func(c sarama.Client) { c.Close() })
 }
 
-// readTopic reads topic's committed records, from each partition's oldest
-// offset to its last stable offset as of the start (the high watermark
-// unless a transaction is open), without a consumer group, and calls fn
-// for each record, partition by partition. Records of aborted
-// transactions are skipped, as the consumer skips them; a partition whose
-// end an open transaction holds back is warned of on warn.
+// readTopic reads topic as a read-committed consumer would, from each
+// partition's oldest offset to its end as of the start, without a consumer
+// group, and calls fn for each record, partition by partition: records of
+// aborted transactions are left out, and the records a transaction still
+// open holds back are warned of on warn.
 func readTopic(ctx context.Context, client sarama.Client, o *dlqOpts, warn io.Writer, fn func(*entry) error) error {
-	topic := o.topic
-	parts, err := client.Partitions(topic)
+	parts, err := client.Partitions(o.topic)
 	if err != nil {
-		return fmt.Errorf("dead-letter topic %s: %w", topic, err)
+		return fmt.Errorf("dead-letter topic %s: %w", o.topic, err)
 	}
 	var spans []span
 	for _, p := range parts {
-		low, high, err := watermarks(client, topic, p)
+		low, high, err := watermarks(client, o.topic, p)
 		if err != nil {
 			return err
 		}
-		stable, err := lastStable(client, topic, p)
-		if err != nil {
-			return err
-		}
-		if stable < high {
-			fmt.Fprintf(warn, "orderly: warning: %s/%d: a transaction open since offset %d holds back offsets %d to %d; they are read once it ends\n",
-				topic, p, stable, stable, high-1)
-		}
-		if low < stable {
-			spans = append(spans, span{p, low, stable})
+		if low < high {
+			spans = append(spans, span{p, low, high})
 		}
 	}
-	return readSpans(ctx, o, spans, fn)
+	return readSpans(ctx, o, spans, warn, fn)
 }
 
 // span is the offsets [low, high) of a partition to read.
@@ -168,42 +159,44 @@ type span struct {
 	low, high int64
 }
 
-// readSpans reads each span of topic in turn, read-committed, and calls fn
-// for each record. It reads with franz-go's client keeping control records
-// (transaction markers), which sarama's consumer drops without a word: a
-// partition that ends in a marker, or in an aborted transaction and its
-// marker, has no record for fn at its last offset, and only the marker
-// says that its end was reached.
-func readSpans(ctx context.Context, o *dlqOpts, spans []span, fn func(*entry) error) error {
+// readSpans reads each span of o's topic in turn and calls fn for each
+// record a read-committed consumer would see (see txOrder). It reads
+// every record and transaction marker with franz-go's client keeping
+// control records, which sarama's consumer drops without a word: only a
+// marker says that a span ending in one was read to its end.
+func readSpans(ctx context.Context, o *dlqOpts, spans []span, warn io.Writer, fn func(*entry) error) error {
 	if len(spans) == 0 {
 		return nil
 	}
-	topic := o.topic
 	opts, err := o.kafka.kgoOpts()
 	if err != nil {
 		return err
 	}
 	cl, err := kgo.NewClient(append(opts, kgo.SeedBrokers(o.brokers...), kgo.ClientID("orderly-dlq"), kgo.KeepControlRecords(),
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		kgo.FetchMaxWait(50*time.Millisecond), kgo.DialTimeout(10*time.Second))...)
 	if err != nil {
-		return fmt.Errorf("consume %s: %w", topic, err)
+		return fmt.Errorf("consume %s: %w", o.topic, err)
 	}
 	defer cl.Close()
 	for _, s := range spans {
-		cl.AddConsumePartitions(map[string]map[int32]kgo.Offset{topic: {s.p: kgo.NewOffset().At(s.low)}})
-		err := readSpan(ctx, cl, topic, s, fn)
-		cl.RemoveConsumePartitions(map[string][]int32{topic: {s.p}})
+		cl.AddConsumePartitions(map[string]map[int32]kgo.Offset{o.topic: {s.p: kgo.NewOffset().At(s.low)}})
+		tx := &txOrder{pass: fn}
+		err := readSpan(ctx, cl, o.topic, s, tx)
+		cl.RemoveConsumePartitions(map[string][]int32{o.topic: {s.p}})
 		if err != nil {
 			return err
+		}
+		if first, committed, ok := tx.heldBack(); ok {
+			fmt.Fprintf(warn, "orderly: warning: %s/%d: offsets %d to %d not read: a transaction open since offset %d holds them back (%d committed records among them) until it ends\n",
+				o.topic, s.p, first, s.high-1, first, committed)
 		}
 	}
 	return nil
 }
 
-// readSpan reads s with cl, which consumes s's partition from s.low, and
-// calls fn for each record that is not a control record.
-func readSpan(ctx context.Context, cl *kgo.Client, topic string, s span, fn func(*entry) error) error {
+// readSpan reads s with cl, which consumes s's partition from s.low, into
+// tx.
+func readSpan(ctx context.Context, cl *kgo.Client, topic string, s span, tx *txOrder) error {
 	for {
 		fetches := cl.PollFetches(ctx)
 		if ctx.Err() != nil {
@@ -224,14 +217,16 @@ func readSpan(ctx context.Context, cl *kgo.Client, topic string, s span, fn func
 				done = true // past the end as of the start
 				return
 			}
-			if !m.Attrs.IsControl() {
+			if m.Attrs.IsControl() {
+				err = tx.marker(m.Key, m.ProducerID)
+			} else {
 				r := deadletter.Record{Key: m.Key, Value: m.Value, Timestamp: m.Timestamp.UTC()}
 				for _, h := range m.Headers {
 					r.Headers = append(r.Headers, deadletter.Header{Key: []byte(h.Key), Value: h.Value})
 				}
 				e := newEntry(r)
 				e.partition, e.offset = s.p, m.Offset
-				err = fn(&e)
+				err = tx.record(e, m.Attrs.IsTransactional(), m.ProducerID)
 			}
 			done = m.Offset+1 >= s.high
 		})
@@ -254,24 +249,39 @@ func watermarks(client sarama.Client, topic string, p int32) (low, high int64, e
 
 // lastStable is a partition's last stable offset: the first offset of the
 // oldest transaction still open, else the high watermark. sarama's
-// GetOffset asks read-uncommitted, which answers the high watermark.
+// GetOffset asks read-uncommitted, which answers the high watermark. Like
+// GetOffset, it refreshes the partition's leader and asks once more when
+// the first answer is an error (a leader that moved).
 func lastStable(client sarama.Client, topic string, p int32) (int64, error) {
-	leader, err := client.Leader(topic, p)
+	off, err := askLastStable(client, topic, p)
+	if err != nil {
+		if rerr := client.RefreshMetadata(topic); rerr == nil {
+			off, err = askLastStable(client, topic, p)
+		}
+	}
 	if err != nil {
 		return 0, fmt.Errorf("last stable offset of %s/%d: %w", topic, p, err)
+	}
+	return off, nil
+}
+
+func askLastStable(client sarama.Client, topic string, p int32) (int64, error) {
+	leader, err := client.Leader(topic, p)
+	if err != nil {
+		return 0, err
 	}
 	req := &sarama.OffsetRequest{Version: 2, IsolationLevel: sarama.ReadCommitted}
 	req.AddBlock(topic, p, sarama.OffsetNewest, 1)
 	resp, err := leader.GetAvailableOffsets(req)
 	if err != nil {
-		return 0, fmt.Errorf("last stable offset of %s/%d: %w", topic, p, err)
+		return 0, err
 	}
-	b := resp.GetBlock(topic, p)
-	switch {
+	switch b := resp.GetBlock(topic, p); {
 	case b == nil:
-		return 0, fmt.Errorf("last stable offset of %s/%d: no answer for the partition", topic, p)
+		return 0, errors.New("no answer for the partition")
 	case b.Err != sarama.ErrNoError:
-		return 0, fmt.Errorf("last stable offset of %s/%d: %w", topic, p, b.Err)
+		return 0, b.Err
+	default:
+		return b.Offset, nil
 	}
-	return b.Offset, nil
 }

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"os"
 	"path/filepath"
@@ -324,7 +325,7 @@ func readPartitionFrom(t *testing.T, client sarama.Client, topic string, part in
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	return readSpans(ctx, &dlqOpts{brokers: []string{client.Brokers()[0].Addr()}, topic: topic}, []span{{part, from, high}}, fn)
+	return readSpans(ctx, &dlqOpts{brokers: []string{client.Brokers()[0].Addr()}, topic: topic}, []span{{part, from, high}}, io.Discard, fn)
 }
 
 // TestDlqReplay: replayed records arrive on their origin partition (or

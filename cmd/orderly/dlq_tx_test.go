@@ -82,7 +82,7 @@ func TestDlqTopicReadCommitted(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Errorf("dlq list of a topic with an aborted and an open transaction: got %v, want %v (dlq offset:reason@origin offset)", got, want)
 	}
-	if w := "tx-dlq/0: a transaction open since offset 5 holds back offsets 5 to 6"; !strings.Contains(stderr, w) {
+	if w := "tx-dlq/0: offsets 5 to 6 not read: a transaction open since offset 5 holds them back (1 committed records among them)"; !strings.Contains(stderr, w) {
 		t.Errorf("stderr does not say %q:\n%s", w, stderr)
 	}
 
@@ -101,6 +101,32 @@ func TestDlqTopicReadCommitted(t *testing.T) {
 	}
 	if got := jsonLines[entryJSON](t, out); len(got) != 1 || got[0].Offset != f.cases[0].info.Offset {
 		t.Errorf("dlq list of a topic ending in an aborted transaction: got %+v, want the committed dead letter of origin offset %d", got, f.cases[0].info.Offset)
+	}
+
+	// Two producers' transactions interleaved: A's record at 0, B's at 1,
+	// A aborts (its marker at 2), B stays open. What a read-committed
+	// consumer sees of it ends before B's record, at an aborted record
+	// whose marker lies beyond: read committed to the last stable offset,
+	// nothing says that end was reached, and the list waited for B.
+	const mixed = "tx-interleaved"
+	if err := f.b.CreateTopic(mixed, 1); err != nil {
+		t.Fatal(err)
+	}
+	a, b := newTxProducer(ctx, t, f.addr, mixed, "dlq-rc-a"), newTxProducer(ctx, t, f.addr, mixed, "dlq-rc-b")
+	a.begin(f.cases[0])
+	b.begin(f.cases[1])
+	a.end(kgo.TryAbort)
+	short, cancelShort := context.WithTimeout(ctx, 10*time.Second)
+	defer cancelShort()
+	out, stderr, err = runCmd2(short, "dlq", "list", "--brokers", f.addr, "--topic", mixed, "--json")
+	if err != nil {
+		t.Fatalf("dlq list of interleaved transactions, one aborted, one open: %v\nstderr:\n%s", err, stderr)
+	}
+	if got := jsonLines[entryJSON](t, out); len(got) != 0 {
+		t.Errorf("dlq list of interleaved transactions, one aborted, one open: got %+v, want nothing", got)
+	}
+	if w := "tx-interleaved/0: offsets 1 to 2 not read: a transaction open since offset 1"; !strings.Contains(stderr, w) {
+		t.Errorf("stderr does not say %q:\n%s", w, stderr)
 	}
 }
 
