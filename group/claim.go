@@ -474,6 +474,12 @@ func (c *claimLoop[T]) revoke(reason claimEnd) error {
 			select {
 			case <-c.p.Wake():
 				c.advance()
+			case <-c.st.tick:
+				// The status, lag and stuck head go on being published
+				// while the drain waits (it marks nothing: the final
+				// mark below carries the waiting messages listed above).
+				c.advance()
+				c.observe(false, len(waiting))
 			case <-timer.C:
 				// Read before late: an item abandoned from here on
 				// (its call cancelled next) counts as late.

@@ -129,7 +129,8 @@ type PartitionStats struct {
 	FinishedAbove int64 // finished messages above the frontier (as of the last commit)
 	MetadataBytes int   // of the last commit's metadata
 	// OldestUnfinished is how long the frontier's message has been
-	// unfinished (0 when nothing is).
+	// unfinished on this member (0 when nothing is): a new owner of the
+	// partition counts from when it took it.
 	OldestUnfinished time.Duration
 	Status           PartitionStatus
 	// Outcomes are what became of the partition's messages while this

@@ -659,3 +659,34 @@ func TestStatusStopWithoutAnyCommit(t *testing.T) {
 		}
 	}
 }
+
+// TestStatusDuringDrain: while a partition's drain waits on a hung call
+// (here at shutdown, DrainTimeout 9s), its status goes on being worked
+// out: STOP (the drain commits nothing) naming the stuck head, not the OK
+// it had when the drain began. The status stood still at OK for the whole
+// drain.
+func TestStatusDuringDrain(t *testing.T) {
+	t.Parallel() // waits on timers mostly: runs beside the others
+	r := newRig(t, "drainstatus", 1, 200, 20)
+	w := r.work(0, 0)
+	do, stuck, release := stuckDo(func(m *Message) bool { return m.Offset == 0 }, w.Do)
+	defer release()
+	cfg := statusConfig(r, "drainstatus")
+	cfg.Size, cfg.Num, cfg.DrainTimeout = 1, 4, 9*time.Second
+	g := newGroup(t, cfg, do)
+	stop := run(t, g)
+	<-stuck
+	if ps, _ := partitionStats(g, 0); ps.Status.Code != StatusOK {
+		t.Fatalf("status as the drain begins: got %v (%s), want OK (the test needs the status to change during the drain)", ps.Status.Code, ps.Status.Reason)
+	}
+	stopped := make(chan error, 1)
+	go func() { stopped <- stop() }()
+	waitFor(t, 8*time.Second, "the draining partition's status to name its stuck head", func() bool {
+		ps, ok := partitionStats(g, 0)
+		return ok && ps.Status.Code == StatusStop && strings.Contains(ps.Status.Reason, "stuck head at offset 0")
+	})
+	release()
+	if err := <-stopped; err != nil {
+		t.Fatal(err)
+	}
+}
