@@ -260,9 +260,12 @@ func runConsume(ctx context.Context, o *consumeOpts, e env) (err error) {
 	var (
 		gt  = &gate{}
 		snk sink
+		// The sinks' entries carry group, as every entry of the group's
+		// own does (the README's Logs).
+		sinkLog = log.With(zap.String("group", o.group))
 	)
 	if o.httpURL != "" {
-		hs, err := newHTTPSink(o, gt, ctr, log)
+		hs, err := newHTTPSink(o, gt, ctr, sinkLog)
 		if err != nil {
 			return err
 		}
@@ -273,7 +276,7 @@ func runConsume(ctx context.Context, o *consumeOpts, e env) (err error) {
 		}
 		snk = hs
 	} else {
-		snk = newExecSink(o, gt, ctr, log)
+		snk = newExecSink(o, gt, ctr, sinkLog)
 	}
 	defer snk.close()
 

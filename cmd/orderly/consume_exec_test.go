@@ -120,7 +120,7 @@ func TestConsumeExec(t *testing.T) {
 	}
 	p := startConsume(t, "--brokers", b.Addrs()[0], "--topic", "jobs", "--group", "scripts",
 		"--exec", script, "--size", "10", "--num", "4", "--ticker", "20ms", "--timeout", "2s",
-		"--backoff", "50ms", "--max-backoff", "200ms", "--data", data, "--progress", "off", "--log-level", "error")
+		"--backoff", "50ms", "--max-backoff", "200ms", "--data", data, "--progress", "off", "--log-level", "warn")
 	p.waitCommitted(b, "scripts", "jobs")
 	if code := p.stop(syscall.SIGTERM); code != 0 {
 		t.Fatalf("exit %d after SIGTERM, want 0\n%s", code, p.output())
@@ -174,6 +174,19 @@ func TestConsumeExec(t *testing.T) {
 	}
 	if exits["75"] != 3 || exits["1"] != 1 || exits["timeout"] != 1 {
 		t.Errorf("runs by exit: got %v, want 3 x 75, 1 x 1, 1 timed out, the rest 0", exits)
+	}
+	// The sink's own entries carry group, as the group's do.
+	temp := 0
+	for line := range strings.Lines(p.stderr.String()) {
+		if strings.Contains(line, "EX_TEMPFAIL") {
+			temp++
+			if !strings.Contains(line, `"group": "scripts"`) {
+				t.Errorf("log entry without the group field: %s", line)
+			}
+		}
+	}
+	if temp == 0 {
+		t.Errorf("no log entry of the runs that exited 75 (EX_TEMPFAIL):\n%s", p.stderr.String())
 	}
 	for at, k := range done {
 		if _, isDead := dead[at]; k != 1 || isDead {
