@@ -221,3 +221,38 @@ func TestCollectorNoHealth(t *testing.T) {
 type statsOnly struct{ f *fakeGroup }
 
 func (s statsOnly) Stats() group.Stats { return s.f.Stats() }
+
+// TestCollectorCardinality: the README's series counts ("Cardinality"):
+// per claimed partition 18, or 17 before its committed offset is read
+// back (no current_offset); per group 55 with one dead-letter destination,
+// each histogram counted once.
+func TestCollectorCardinality(t *testing.T) {
+	f := &fakeGroup{s: sampleStats(), ready: true, live: true}
+	mfs, err := registry(t, f).Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	perPartition, perGroup := map[string]int{}, 0
+	destinations := map[string]bool{}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			labels := labelMap(m)
+			if d, ok := labels["destination"]; ok {
+				destinations[d] = true
+			}
+			if p, ok := labels["partition"]; ok {
+				perPartition[p]++
+			} else {
+				perGroup++
+			}
+		}
+	}
+	if f.s.PartitionStats[0].Committed < 0 || f.s.PartitionStats[1].Committed >= 0 || len(destinations) != 1 {
+		t.Fatalf("sample: partition 0 must be read back and 1 not, with one destination; got committed %d and %d, destinations %v",
+			f.s.PartitionStats[0].Committed, f.s.PartitionStats[1].Committed, destinations)
+	}
+	if perPartition["0"] != 18 || perPartition["1"] != 17 || perGroup != 55 {
+		t.Errorf("series: got %d for a partition read back, %d for one not, %d for the group; want 18, 17 and 55 (the README's Cardinality)",
+			perPartition["0"], perPartition["1"], perGroup)
+	}
+}
