@@ -447,7 +447,7 @@ func TestAttemptsSurviveHandoff(t *testing.T) {
 	// Its retry's timer was pending when A stopped: nothing is lost (the
 	// commit carries it), so nothing warns that something was discarded.
 	for _, e := range logs.All() {
-		if e.Level >= zapcore.WarnLevel && e.Message != "Do failed; its failing items will be retried" {
+		if e.Level >= zapcore.WarnLevel && e.Message != "Do failed; its failing items are retried or dead-lettered" {
 			t.Errorf("A logged %q %v, want no warning but the failure's", e.Message, e.ContextMap())
 		}
 	}

@@ -588,7 +588,7 @@ func (g *Group[T]) handle(ctx context.Context, worker int, items []*dispatch.Ite
 	if g.cfg.MsgTimeout > 0 && merge.PastTimeout(ctx, ErrTimeout) {
 		logged = merge.TimeoutError(ErrTimeout, err) // as the pool will charge it
 	}
-	g.failLog.Warn(g.log, "Do failed; its failing items will be retried",
+	g.failLog.Warn(g.log, "Do failed; its failing items are retried or dead-lettered",
 		zap.String("topic", first.Topic), zap.Int32("partition", first.Partition),
 		zap.Int64("offset", first.Offset), zap.Uint64("lane", items[0].Lane),
 		zap.Int("attempt", items[0].Attempt), zap.Int("batch", len(items)), zap.Int("named", len(verdicts)), zap.Error(logged))
