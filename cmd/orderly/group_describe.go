@@ -81,7 +81,8 @@ type offsetRange struct {
 type waitingView struct {
 	Offset  int64 `json:"offset"`
 	Attempt int   `json:"attempt"` // the attempt of its next delivery
-	// NotBefore is when it may run again; nil: at once.
+	// NotBefore is when it may run again; nil: as soon as it can (it may
+	// be running).
 	NotBefore *time.Time `json:"not_before"`
 }
 

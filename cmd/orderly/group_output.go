@@ -61,11 +61,15 @@ func writeGroupTextAt(w io.Writer, v *groupView, now time.Time) error {
 			finished = append(finished, fmt.Sprintf("  %s: %d in %s: %s", tp, p.FinishedAbove, plural(len(p.Finished), "range"), ranges(p.Finished)))
 		}
 		for _, wt := range p.Waiting {
-			when := "at once"
+			// Past its not-before the retry is due, and may be running
+			// already: the metadata lists a message until it is done.
+			when := "due: its retry may be running"
 			if wt.NotBefore != nil {
 				when = "not before " + wt.NotBefore.Format(time.RFC3339Nano)
 				if d := wt.NotBefore.Sub(now); d > 0 {
 					when += fmt.Sprintf(" (in %s)", d.Round(time.Second))
+				} else {
+					when += " (due: its retry may be running)"
 				}
 			}
 			waiting = append(waiting, fmt.Sprintf("  %s offset %d: attempt %d, %s", tp, wt.Offset, wt.Attempt, when))

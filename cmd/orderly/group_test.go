@@ -418,3 +418,27 @@ func TestGroupDescribeMembers(t *testing.T) {
 		}
 	}
 }
+
+// TestDescribeWaitingWhen: describe's text says when each waiting message
+// may run again: not before a time to come (and in how long), or due, when
+// its retry may be running already (the metadata lists it until it is
+// done). A due retry read "at once", though it was running.
+func TestDescribeWaitingWhen(t *testing.T) {
+	now := time.Date(2026, 12, 4, 12, 0, 0, 0, time.UTC)
+	later, earlier := now.Add(time.Hour), now.Add(-time.Minute)
+	v := &groupView{Group: "g", State: "Stable", Parts: []partitionView{{Topic: "t", Partition: 0, HighWatermark: 10,
+		Waiting: []waitingView{{Offset: 1, Attempt: 2}, {Offset: 2, Attempt: 3, NotBefore: &earlier}, {Offset: 3, Attempt: 2, NotBefore: &later}}}}}
+	var b strings.Builder
+	if err := writeGroupTextAt(&b, v, now); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"t/0 offset 1: attempt 2, due: its retry may be running",
+		"t/0 offset 2: attempt 3, not before 2026-12-04T11:59:00Z (due: its retry may be running)",
+		"t/0 offset 3: attempt 2, not before 2026-12-04T13:00:00Z (in 1h0m0s)",
+	} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("describe text does not say %q:\n%s", want, b.String())
+		}
+	}
+}
