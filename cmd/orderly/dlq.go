@@ -37,9 +37,11 @@ type dlqOpts struct {
 const dlqSourceHelp = `
 The dead letters come from one source: --data DIR, the DataPath of a
 consumer whose dead letters go to its local store (DIR/` + deadletter.DirName + `), or
---brokers and --topic, a Kafka dead-letter topic (read-committed from its
-oldest offset to its last stable offset at the start, without a consumer
-group; --tls* and --sasl-* for a secured cluster, as for consume).`
+--brokers and --topic, a Kafka dead-letter topic (from its oldest offset to
+its end at the start, without a consumer group, as a read-committed
+consumer reads it: aborted transactions left out, an open one holding back
+what follows it; --tls* and --sasl-* for a secured cluster, as for
+consume).`
 
 const dlqFilterHelp = `
 Filters select by the __orderly.errors.* headers: --reason, --origin-topic,
@@ -150,9 +152,10 @@ func (o *dlqOpts) checkSource() error {
 		return usagef("no source: give --data DIR (a consumer's DataPath) or --brokers HOST:PORT --topic TOPIC")
 	case o.topic != "" && len(o.brokers) == 0:
 		return usagef("--topic %s needs --brokers (the cluster it is on)", o.topic)
-	case len(o.brokers) == 0:
-		// No Kafka: its flags are not used (an ORDERLY_SASL_PASSWORD
-		// set for consume is no error here).
+	case o.topic == "":
+		// Reading a local store dials no broker (replay checks the
+		// Kafka flags itself when it publishes): an ORDERLY_BROKERS or
+		// ORDERLY_SASL_PASSWORD set for consume is no error here.
 		return nil
 	}
 	return o.kafka.check()

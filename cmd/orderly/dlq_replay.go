@@ -37,6 +37,11 @@ func runReplay(ctx context.Context, o *dlqOpts, e env) error {
 	if len(o.brokers) == 0 && !o.dryRun {
 		return usagef("replay needs --brokers: the cluster to publish to")
 	}
+	if len(o.brokers) > 0 {
+		if err := o.kafka.check(); err != nil {
+			return err
+		}
+	}
 	var (
 		picked  []*entry
 		skipped []string

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/IBM/sarama"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/orderly-go/orderly/internal/deadletter"
@@ -172,7 +173,12 @@ func readSpans(ctx context.Context, o *dlqOpts, spans []span, warn io.Writer, fn
 	if err != nil {
 		return err
 	}
+	// No reset: franz-go would resume at the new log start without a
+	// word if records were deleted during the read, and a transaction's
+	// marker skipped that way would leave its records to the next marker
+	// of the same producer, or hold everything after them back.
 	cl, err := kgo.NewClient(append(opts, kgo.SeedBrokers(o.brokers...), kgo.ClientID("orderly-dlq"), kgo.KeepControlRecords(),
+		kgo.ConsumeResetOffset(kgo.NoResetOffset()),
 		kgo.FetchMaxWait(50*time.Millisecond), kgo.DialTimeout(10*time.Second))...)
 	if err != nil {
 		return fmt.Errorf("consume %s: %w", o.topic, err)
@@ -204,7 +210,11 @@ func readSpan(ctx context.Context, cl *kgo.Client, topic string, s span, tx *txO
 		}
 		var err error
 		fetches.EachError(func(t string, p int32, ferr error) {
-			if err == nil {
+			switch {
+			case err != nil:
+			case errors.Is(ferr, kerr.OffsetOutOfRange):
+				err = fmt.Errorf("read %s/%d: %w: records were deleted while it was read (a purge, or retention); run the command again", t, p, ferr)
+			default:
 				err = fmt.Errorf("read %s/%d: %w", t, p, ferr)
 			}
 		})

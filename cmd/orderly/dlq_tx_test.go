@@ -5,10 +5,14 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // TestDlqTopicEndsInMarker: a dead-letter topic whose last offset is a
@@ -84,6 +88,21 @@ func TestDlqTopicReadCommitted(t *testing.T) {
 	}
 	if w := "tx-dlq/0: offsets 5 to 6 not read: a transaction open since offset 5 holds them back (1 committed records among them)"; !strings.Contains(stderr, w) {
 		t.Errorf("stderr does not say %q:\n%s", w, stderr)
+	}
+	// replay publishes the same two, whole: the committed transaction's
+	// record passed on at its marker, and the plain one. (Replay keeps
+	// what it read until it publishes: a record passed on at a marker
+	// was once published empty.)
+	if err := f.b.CreateTopic("tx-replayed", 1); err != nil {
+		t.Fatal(err)
+	}
+	dlqRun(t, "replay", "--brokers", f.addr, "--topic", topic, "--to", "tx-replayed")
+	var values []string
+	for _, r := range consumed(t, f.addr, "tx-replayed", 0, 0) {
+		values = append(values, string(r.Key)+"="+string(r.Value))
+	}
+	if want := []string{string(f.cases[0].rec.Key) + "=" + string(f.cases[0].rec.Value), string(f.cases[1].rec.Key) + "=" + string(f.cases[1].rec.Value)}; !slices.Equal(values, want) {
+		t.Errorf("replay --to tx-replayed: got %q, want %q", values, want)
 	}
 
 	// A partition that ends in an aborted transaction has no record for
@@ -232,4 +251,85 @@ func (p *txProducer) abort(c dlqCase) {
 	p.t.Helper()
 	p.begin(c)
 	p.end(kgo.TryAbort)
+}
+
+// TestDlqReadWhileRecordsDeleted: records deleted while a dead-letter
+// topic is read (a purge, retention) end the read with an error that says
+// so, instead of going on from the new log start. Reading on skipped a
+// transaction's marker: the same producer's next commit then passed on
+// its aborted record, or a committed one held back everything after it,
+// and a partition deleted whole left the read waiting for good.
+func TestDlqReadWhileRecordsDeleted(t *testing.T) {
+	for _, tt := range []struct {
+		name      string
+		write     func(tx, plain *txProducer, cases []dlqCase)
+		at, until int64 // when the read fetches at, records before until are deleted
+	}{
+		{"an abort marker skipped", func(tx, _ *txProducer, cs []dlqCase) {
+			tx.abort(cs[0])  // 0, marker 1
+			tx.commit(cs[1]) // 2, marker 3
+		}, 1, 2},
+		{"a commit marker skipped", func(tx, plain *txProducer, cs []dlqCase) {
+			tx.commit(cs[0]) // 0, marker 1
+			plain.produce(cs[1])
+			plain.produce(cs[2])
+		}, 1, 2},
+		{"everything deleted", func(_, plain *txProducer, cs []dlqCase) {
+			plain.produce(cs[0])
+			plain.produce(cs[1])
+		}, 0, 2},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "dl"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(c.Close)
+			addr := c.ListenAddrs()[0]
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			plain := newTxProducer(ctx, t, addr, "dl", "")
+			tt.write(newTxProducer(ctx, t, addr, "dl", "dl-tx"), plain, dlqCases(time.Now()))
+			// One record batch per fetch; the fetch at tt.at waits for the
+			// deletion first.
+			var once sync.Once
+			c.ControlKey(int16(kmsg.Fetch), func(r kmsg.Request) (kmsg.Response, error, bool) {
+				c.KeepControl()
+				req := r.(*kmsg.FetchRequest)
+				for i := range req.Topics {
+					for j := range req.Topics[i].Partitions {
+						p := &req.Topics[i].Partitions[j]
+						p.PartitionMaxBytes = 1
+						if p.FetchOffset == tt.at {
+							once.Do(func() { c.SleepControl(func() { deleteBefore(ctx, t, plain.cl, "dl", tt.until) }) })
+						}
+					}
+				}
+				return nil, nil, false
+			})
+			out, _, err := runCmd2(ctx, "dlq", "list", "--brokers", addr, "--topic", "dl", "--json")
+			if want := "records were deleted while it was read"; err == nil || !strings.Contains(err.Error(), want) {
+				t.Errorf("dlq list while records were deleted: got %v, want an error saying %q; listed:\n%s", err, want, out)
+			}
+		})
+	}
+}
+
+// deleteBefore deletes topic's partition 0 records below offset before.
+func deleteBefore(ctx context.Context, t *testing.T, cl *kgo.Client, topic string, before int64) {
+	req := kmsg.NewPtrDeleteRecordsRequest()
+	rt := kmsg.NewDeleteRecordsRequestTopic()
+	rt.Topic = topic
+	rp := kmsg.NewDeleteRecordsRequestTopicPartition()
+	rp.Partition, rp.Offset = 0, before
+	rt.Partitions = append(rt.Partitions, rp)
+	req.Topics = append(req.Topics, rt)
+	req.TimeoutMillis = 5000
+	resp, err := req.RequestWith(ctx, cl)
+	if err == nil && resp.Topics[0].Partitions[0].ErrorCode != 0 {
+		err = kerr.ErrorForCode(resp.Topics[0].Partitions[0].ErrorCode)
+	}
+	if err != nil {
+		t.Errorf("delete records of %s before %d: %v", topic, before, err)
+	}
 }

@@ -57,11 +57,12 @@ func (t *txOrder) marker(key []byte, producer int64) error {
 	clear(t.waiting[len(kept):])
 	t.waiting = kept
 	for len(t.waiting) > 0 && t.waiting[0].committed {
-		if err := t.pass(&t.waiting[0].e); err != nil {
-			return err
-		}
+		e := t.waiting[0].e // pass may keep the pointer (replay does)
 		t.waiting[0] = txRecord{}
 		t.waiting = t.waiting[1:]
+		if err := t.pass(&e); err != nil {
+			return err
+		}
 	}
 	return nil
 }

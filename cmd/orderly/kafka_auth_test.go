@@ -182,15 +182,18 @@ func highWatermark(ctx context.Context, t *testing.T, cl *kgo.Client, topic stri
 	return resp.Topics[0].Partitions[0].Offset
 }
 
-// TestDlqLocalIgnoresKafkaEnv: ORDERLY_SASL_PASSWORD in the environment,
-// as the README advises for consume, does not stop a dlq command that
-// reads a local store and dials no broker. The check of the Kafka flags
-// refused it: --sasl-password needs --sasl-mechanism.
+// TestDlqLocalIgnoresKafkaEnv: ORDERLY_BROKERS and ORDERLY_SASL_PASSWORD
+// in the environment, as the README advises for consume, do not stop a dlq
+// command that reads a local store and dials no broker. The check of the
+// Kafka flags refused it: --sasl-password needs --sasl-mechanism.
 func TestDlqLocalIgnoresKafkaEnv(t *testing.T) {
 	f := newDlqFixture(t)
 	lookup := func(k string) (string, bool) {
-		if k == "ORDERLY_SASL_PASSWORD" {
+		switch k {
+		case "ORDERLY_SASL_PASSWORD":
 			return "s3cret", true
+		case "ORDERLY_BROKERS":
+			return f.addr, true
 		}
 		return "", false
 	}
