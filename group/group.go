@@ -50,7 +50,9 @@ type Handler[T any] struct {
 	Split func(m *Message, v T) uint64
 	// Do handles a batch of at most Config.Size values. nil error: every
 	// value is done. A BatchError names the items that failed; the others
-	// are done. Any other error, or a panic, fails the whole batch: it is
+	// are done (an empty one counts as nil only returned as the error
+	// itself: wrapped, the wrapper's failure is the whole batch's). Any
+	// other error, or a panic, fails the whole batch: it is
 	// called again at once on halves of it (each half keeping lane order),
 	// and so on, until the failing items stand alone, so its batch mates
 	// finish after about 2*log2(Size) calls. A failed item is retried
@@ -578,10 +580,13 @@ func (g *Group[T]) handle(ctx context.Context, worker int, items []*dispatch.Ite
 		if w.verdicts, ok = be.verdicts(w.verdicts, len(items)); ok {
 			verdicts = w.verdicts
 			g.fail.outage.ok(len(items) - len(verdicts))
-		} else if be.Len() == 0 {
+		} else if be.Len() == 0 && err == error(be) {
 			g.fail.outage.ok(len(items))
 			return nil, nil // a BatchError naming nothing: all done
 		}
+		// Otherwise the batch failed as a whole: a BatchError that names
+		// nothing within the batch, or one naming nothing wrapped in an
+		// error that says something else failed.
 	}
 	first := &items[0].Msg
 	logged := err

@@ -34,7 +34,11 @@ import (
 //
 // The zero value is ready to use. Do may wrap it (fmt.Errorf with %w): Run
 // finds it with errors.As. Any other error fails the whole batch, which is
-// then retried in halves to find the failing items (see Handler.Do).
+// then retried in halves to find the failing items (see Handler.Do); so
+// does a BatchError that names no item of the batch (indexes outside it
+// are ignored), and one that names nothing wrapped in another error (the
+// wrapper says something failed). Only an empty BatchError returned as
+// the error itself means nothing failed; Err returns nil for it.
 type BatchError struct {
 	items []itemError
 }

@@ -181,7 +181,8 @@ func TestLinkCap(t *testing.T) {
 }
 
 // TestFailedCalls: a failed call records its error, sets error.type and
-// ends with status Error; a BatchError naming nothing is a success. A call
+// ends with status Error; a BatchError naming nothing is a success,
+// unless wrapped in an error that says something else failed. A call
 // past MsgTimeout failed with ErrTimeout whatever it returned, wrapping
 // what it did return, as group counts it.
 func TestFailedCalls(t *testing.T) {
@@ -206,6 +207,7 @@ func TestFailedCalls(t *testing.T) {
 		{"panic with its stack", context.Background(), fmt.Errorf("%w in Do: boom\ngoroutine 7 [running]:", group.ErrPanic), ErrorPanic, "group: handler panicked in Do: boom"},
 		{"BatchError naming an item", context.Background(), &named, ErrorBatch, "1 items failed; item 0: declined"},
 		{"BatchError naming nothing", context.Background(), &none, "", ""},
+		{"BatchError naming nothing, wrapped beside a failure", context.Background(), fmt.Errorf("tx commit: %w (%w)", errors.New("reset"), &none), ErrorOther, "tx commit: reset (0 items failed)"},
 		{"timeout", timedOut, context.Canceled, ErrorTimeout, "group: Do ran past MsgTimeout (context canceled)"},
 		{"BatchError past its timeout", timedOut, &named, ErrorTimeout, "group: Do ran past MsgTimeout (1 items failed; item 0: declined)"},
 		{"BatchError naming nothing past its timeout", timedOut, &none, ErrorTimeout, group.ErrTimeout.Error()},
