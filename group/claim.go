@@ -386,6 +386,7 @@ func (c *claimLoop[T]) intake(m *sarama.ConsumerMessage, size int64) {
 		c.g.ctr.decodeErrors.Add(1)
 		if !c.g.fail.dead.enabled() {
 			c.g.decodeLog.Warn(c.log, "decode failed; message skipped (no dead-letter destination)", zap.Int64("offset", m.Offset), zap.Error(err))
+			c.g.fail.dead.skipped.Add(1) // a dead letter with nowhere to go, as deadLetters.add counts it
 			c.out.Skipped++
 			if err := c.p.Skip(it, m.Offset); err != nil {
 				c.badOffset(m.Offset, err)
