@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -42,5 +44,52 @@ func TestWrappedEmptyBatchErrorFails(t *testing.T) {
 			r.runToEnd(g, cfg.GroupID)
 			r.check(false)
 		})
+	}
+}
+
+// TestRetriesCountLaneMates: Do names all 3 messages of one key failed on
+// their first attempt; each is handed out again once, at attempt 2, and
+// Stats.Retries counts 3. Only the lane's first was counted (1): the later
+// ones go back charged behind it, where the hook that counted never sees
+// them.
+func TestRetriesCountLaneMates(t *testing.T) {
+	t.Parallel()
+	const n = 3 // one key
+	r := newRig(t, "retries-mates", 1, n, 1)
+	w := r.work(0, 0)
+	var mu sync.Mutex
+	attempts := map[int64][]int{}
+	cfg := r.config("retries-mates")
+	cfg.Size, cfg.Num, cfg.Ticker = n, 1, time.Minute // one batch of all three
+	cfg.Retry = Retry{Backoff: 10 * time.Millisecond, MaxBackoff: 10 * time.Millisecond}
+	g := newGroup(t, cfg, func(ctx context.Context, batch []*Message) error {
+		var failed BatchError
+		var ok []*Message
+		mu.Lock()
+		for i, m := range batch {
+			attempts[m.Offset] = append(attempts[m.Offset], m.Attempt)
+			if m.Attempt == 1 {
+				failed.Fail(i, errors.New("fails once"))
+			} else {
+				ok = append(ok, m)
+			}
+		}
+		mu.Unlock()
+		if err := w.Do(ctx, ok); err != nil {
+			return err
+		}
+		return failed.Err()
+	})
+	r.runToEnd(g, cfg.GroupID)
+	r.check(false)
+	mu.Lock()
+	defer mu.Unlock()
+	for off := range int64(n) {
+		if got := attempts[off]; !slices.Equal(got, []int{1, 2}) {
+			t.Errorf("offset %d: Do saw attempts %v, want [1 2]", off, got)
+		}
+	}
+	if st := g.Stats(); st.Retries != n {
+		t.Errorf("Stats.Retries: got %d, want %d (each message handed out again once)", st.Retries, n)
 	}
 }

@@ -51,7 +51,7 @@ type failures[T any] struct {
 	next    uint64
 
 	retrying atomic.Int64 // items waiting out a retry's backoff
-	retried  atomic.Int64 // charged failures held for a retry (Stats.Retries)
+	retried  atomic.Int64 // messages handed out again at a charged attempt (Stats.Retries; counted by ShowAttempt)
 	deferred atomic.Int64 // items waiting out a deferral
 
 	outage outage
@@ -230,10 +230,7 @@ func (f *failures[T]) hold(it *dispatch.Item[Message, T], o dispatch.Outcome) {
 			f.deadLetterUsedUp(it, o.Err)
 			return
 		}
-		if !it.Revoked() { // a failure in the drain is not handed out again here
-			f.retried.Add(1)
-		}
-		f.wait(it, f.backoff(it.Attempt), false)
+		f.wait(it, f.backoff(it.Attempt), false) // counted as retried when handed out again (ShowAttempt)
 	}
 }
 

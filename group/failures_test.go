@@ -767,7 +767,7 @@ func TestNamedLaneMatesSurviveHandoff(t *testing.T) {
 	cfg.Retry = Retry{Backoff: time.Second, MaxBackoff: time.Second, Jitter: -1}
 	a := newGroup(t, cfg, do)
 	stopA := run(t, a)
-	waitFor(t, time.Minute, "the batch to fail", func() bool { return a.Stats().Retries >= 1 })
+	waitFor(t, time.Minute, "the batch to fail", func() bool { return a.Stats().Retrying >= 1 })
 	if err := stopA(); err != nil {
 		t.Fatal(err)
 	}

@@ -204,11 +204,17 @@ func New[T any](cfg Config, h Handler[T]) (*Group[T], error) {
 	g.sched = dispatch.New[Message, T](dispatch.Options[Message, T]{
 		Size: cfg.Size, MaxInFlight: cfg.MaxInFlight, MaxInFlightBytes: cfg.MaxInFlightBytes,
 		Window: cfg.Chan, WakeDelay: wakeDelay, Backlog: backlog(cfg), Reset: resetFunc(h), Hold: g.fail.hold, Copied: copiedFunc(h), CopyError: ErrTimeout,
-		// Msg.Attempt is 1 from intake and is behind the item's Attempt
-		// only after a charged failure (Uncharge takes back only the
-		// latest charge).
+		// Msg.Attempt is 1 from intake (a previous owner's attempt for a
+		// message resumed waiting) and is behind the item's Attempt only
+		// after a charged failure (Uncharge takes back only the latest
+		// charge): so a message handed out at an attempt above the one it
+		// showed is a retry, counted once whatever splits call it again,
+		// a lane mate charged behind a failed head included.
 		ShowAttempt: func(m *Message, attempt int) {
 			if m.Attempt != attempt {
+				if attempt > m.Attempt {
+					g.fail.retried.Add(1)
+				}
 				m.Attempt = attempt
 			}
 		},
