@@ -50,4 +50,9 @@ func TestRetryBackoff(t *testing.T) {
 	if d := newFailures(Retry{}).g.cfg.Retry; d.Backoff != DefaultRetryBackoff || d.MaxBackoff != DefaultMaxBackoff || d.Jitter != DefaultJitter {
 		t.Errorf("Retry defaults: got %+v, want Backoff %v, MaxBackoff %v, Jitter %v", d, DefaultRetryBackoff, DefaultMaxBackoff, DefaultJitter)
 	}
+	// A Backoff above the default cap, with MaxBackoff unset: the cap
+	// rises to it (New failed, blaming a MaxBackoff never set).
+	if d := newFailures(Retry{Backoff: 20 * time.Second}).g.cfg.Retry; d.MaxBackoff != 20*time.Second {
+		t.Errorf("Retry{Backoff: 20s}: got MaxBackoff %v, want 20s", d.MaxBackoff)
+	}
 }

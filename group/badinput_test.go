@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"strings"
 	"sync"
@@ -75,6 +76,16 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		{"negative Status.StuckHead", func(c *Config) { c.Status.StuckHead = -time.Second }, "Status"},
 		{"Status.ReadBack below 10ms", func(c *Config) { c.Status.ReadBack = time.Millisecond }, "Status.ReadBack"},
 		{"negative ParkAfter", func(c *Config) { c.ParkAfter = -time.Second }, "ParkAfter"},
+		// Settings that would do nothing, or harm, as given.
+		{"jitter NaN", func(c *Config) { c.Retry.Jitter = math.NaN() }, "Retry.Jitter"},
+		{"ParkAfter with OrderLanes", func(c *Config) { c.ParkAfter, c.DataPath = time.Second, "/tmp/x" }, "ParkAfter"},
+		{"ParkAfter without a DataPath", func(c *Config) { c.ParkAfter, c.Ordering = time.Second, Unordered }, "ParkAfter"},
+		{"dead letters to a source topic", func(c *Config) { c.DeadLetterTopic = "t" }, "DeadLetterTopic"},
+		{"no rebalance timeout", func(c *Config) {
+			sc := sarama.NewConfig()
+			sc.Consumer.Group.Rebalance.Timeout = 0
+			c.Sarama = sc
+		}, "Rebalance.Timeout"},
 		{"no commit interval", func(c *Config) {
 			sc := sarama.NewConfig()
 			sc.Consumer.Offsets.AutoCommit.Interval = 0

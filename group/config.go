@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
+	"slices"
 	"time"
 
 	"github.com/IBM/sarama"
@@ -194,19 +196,21 @@ type Config struct {
 	// disk, no parking, and dead letters only to DeadLetterTopic.
 	DataPath string
 	// DeadLetterTopic receives dead letters (after Retry.MaxAttempts, on a
-	// BatchError.DeadLetter, or when New fails), produced with acks from
-	// all in-sync replicas before the source offset may be committed. "":
+	// BatchError.DeadLetter, or when New fails); it is not one of Topics.
+	// They are produced with acks from all in-sync replicas before the
+	// source offset may be committed. "":
 	// a local dead-letter store under DataPath (synced to disk before the
 	// source offset may be committed); with no DataPath either, a message
 	// New cannot decode is skipped and counted (Stats.DecodeErrors), and
 	// Retry.MaxAttempts must be 0. The topic must exist when Run starts
 	// (ErrDeadLetterTopic otherwise).
 	DeadLetterTopic string
-	// ParkAfter applies to Unordered with a DataPath: a failed or
-	// deferred message due more than ParkAfter from now is parked, written
-	// durably to the queue under DataPath before the frontier may pass it,
-	// and redelivered when due; one due sooner waits in memory and holds
-	// the frontier. Default 0: every one is parked.
+	// ParkAfter applies to Unordered with a DataPath (New refuses it
+	// otherwise): a failed or deferred message due more than ParkAfter
+	// from now is parked, written durably to the queue under DataPath
+	// before the frontier may pass it, and redelivered when due; one due
+	// sooner waits in memory and holds the frontier. Default 0: every one
+	// is parked.
 	ParkAfter time.Duration
 	// CommitMetadata is the most bytes of commit metadata used to record
 	// which messages above the committed offset are already finished, so
@@ -265,7 +269,8 @@ type Retry struct {
 	// Backoff before an item's first retry; doubled each attempt.
 	// Default 100ms.
 	Backoff time.Duration
-	// MaxBackoff caps the backoff. Default 10s.
+	// MaxBackoff caps the backoff. Default 10s, or Backoff when that is
+	// longer.
 	MaxBackoff time.Duration
 	// Jitter spreads each backoff at random by up to this fraction of it,
 	// either way, so that items failing together do not retry together.
@@ -365,7 +370,9 @@ func (c Config) withDefaults() Config {
 		c.Retry.Backoff = DefaultRetryBackoff
 	}
 	if c.Retry.MaxBackoff == 0 {
-		c.Retry.MaxBackoff = DefaultMaxBackoff
+		// A Backoff above the default cap raises the cap with it, rather
+		// than failing on a MaxBackoff the user never set.
+		c.Retry.MaxBackoff = max(DefaultMaxBackoff, c.Retry.Backoff)
 	}
 	switch {
 	case c.Retry.Jitter == 0:
@@ -456,7 +463,7 @@ func (c Config) validate() error {
 		return bad("Retry.Backoff", "is %v: must be positive", c.Retry.Backoff)
 	case c.Retry.MaxBackoff < c.Retry.Backoff:
 		return bad("Retry.MaxBackoff", "is %v: must be at least Retry.Backoff (%v)", c.Retry.MaxBackoff, c.Retry.Backoff)
-	case c.Retry.Jitter > 1:
+	case c.Retry.Jitter > 1 || math.IsNaN(c.Retry.Jitter):
 		return bad("Retry.Jitter", "is %v: must be at most 1 (a fraction of the backoff)", c.Retry.Jitter)
 	case c.Retry.MaxAttempts < 0:
 		return bad("Retry.MaxAttempts", "is %d: must be positive, or 0 for unlimited", c.Retry.MaxAttempts)
@@ -472,6 +479,12 @@ func (c Config) validate() error {
 		return bad("Status.ReadBack", "is %v: at least 10ms (or negative: never)", c.Status.ReadBack)
 	case c.ParkAfter < 0:
 		return bad("ParkAfter", "is %v: must not be negative", c.ParkAfter)
+	case c.ParkAfter > 0 && (c.Ordering != Unordered || c.DataPath == ""):
+		return bad("ParkAfter", "is %v: it applies only to Ordering Unordered with a DataPath (messages are parked on disk only then)", c.ParkAfter)
+	case c.DeadLetterTopic != "" && slices.Contains(c.Topics, c.DeadLetterTopic):
+		return bad("DeadLetterTopic", "%q is one of Topics: the group would consume its own dead letters", c.DeadLetterTopic)
+	case c.Sarama.Consumer.Group.Rebalance.Timeout <= 0:
+		return bad("Sarama.Consumer.Group.Rebalance.Timeout", "is %v: must be positive (DrainTimeout stays below it)", c.Sarama.Consumer.Group.Rebalance.Timeout)
 	case c.CommitMetadata < -1:
 		return bad("CommitMetadata", "is %d: must be positive, or -1 to disable", c.CommitMetadata)
 	case c.DrainTimeout < 0:
