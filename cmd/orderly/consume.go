@@ -164,11 +164,11 @@ func (o *consumeOpts) check() error {
 	}
 	if o.httpURL != "" {
 		if err := checkURL(o.httpURL); err != nil {
-			return badValue("--http", o.httpURL, err)
+			return badValue("--http", redactURL(o.httpURL), err)
 		}
 		for _, h := range o.headers {
 			if _, _, err := parseHeader(h); err != nil {
-				return badValue("--header", h, err)
+				return usagef("invalid --header: %v", err) // not the value: it may be a credential
 			}
 		}
 	}
@@ -224,7 +224,21 @@ func parseHeader(s string) (name, val string, err error) {
 	if !ok || name == "" || strings.ContainsAny(name, " \t") {
 		return "", "", errors.New(`must be "Name: value"`)
 	}
-	return name, strings.TrimSpace(val), nil
+	if i := strings.IndexFunc(name, func(r rune) bool { return !headerNameChar(r) }); i >= 0 {
+		return "", "", fmt.Errorf("header name %q holds %q: a name is letters, digits and !#$%%&'*+-.^_`|~", name, []rune(name[i:])[0])
+	}
+	val = strings.TrimSpace(val)
+	if i := strings.IndexFunc(val, func(r rune) bool { return r < ' ' && r != '\t' || r == 0x7f }); i >= 0 {
+		// The value is not shown: it may be a credential.
+		return "", "", fmt.Errorf("the value of header %s holds a control character (byte %d)", name, i)
+	}
+	return name, val, nil
+}
+
+// headerNameChar reports whether r may be in a header name (an RFC 9110
+// token): a request with any other is refused by Go's client.
+func headerNameChar(r rune) bool {
+	return r < 0x80 && (r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("!#$%&'*+-.^_`|~", r))
 }
 
 func (o *consumeOpts) orderingValue() group.Ordering {
@@ -387,4 +401,13 @@ func (o *consumeOpts) explain(err error) error {
 // logger logs at --log-level and up to w, or nothing.
 func (o *consumeOpts) logger(w io.Writer) *zap.Logger {
 	return (&demoOpts{logLevel: o.logLevel}).logger(w)
+}
+
+// redactURL is u with a password in it replaced by "xxxxx" (url.URL's
+// Redacted), or u as given when it does not parse.
+func redactURL(u string) string {
+	if p, err := url.Parse(u); err == nil {
+		return p.Redacted()
+	}
+	return u
 }

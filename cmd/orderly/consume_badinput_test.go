@@ -41,7 +41,16 @@ func TestConsumeBadInput(t *testing.T) {
 		{"max attempts without destination", nil, args("--topic", "present", "--http", ep.url(), "--max-attempts", "3"), exitUsage,
 			"--max-attempts 3 needs a dead-letter destination: --dead-letter-topic or --data"},
 		{"bad header", nil, args("--topic", "present", "--http", ep.url(), "--header", "nocolon"), exitUsage,
-			`invalid value "nocolon" for --header: must be "Name: value"`},
+			`invalid --header: must be "Name: value"`},
+		// Headers Go's client would refuse at every request, so that every
+		// record failed its attempts and was dead-lettered: refused here,
+		// the value never echoed (it may be a credential).
+		{"header name not a token", nil, args("--topic", "present", "--http", ep.url(), "--header", "Bad@Name: v"), exitUsage,
+			"invalid --header: header name \"Bad@Name\" holds '@': a name is letters, digits and !#$%&'*+-.^_`|~"},
+		{"header value with a control character", nil, args("--topic", "present", "--http", ep.url(), "--header", "X-Token: ab\x01cd"), exitUsage,
+			"invalid --header: the value of header X-Token holds a control character (byte 2)"},
+		{"password in a bad URL", nil, args("--topic", "present", "--http", "ftp://svc:s3cret@example.com/x"), exitUsage,
+			`invalid value "ftp://svc:xxxxx@example.com/x" for --http: scheme "ftp": must be http or https`},
 		{"bad env", []string{"ORDERLY_SIZE=big"}, args("--topic", "present", "--http", ep.url()), exitUsage,
 			`invalid value "big" for ORDERLY_SIZE (--size): not an integer`},
 		{"unknown strategy", nil, args("--topic", "present", "--http", ep.url(), "--assignment-strategy", "cooperative-sticky,fair"), exitUsage,

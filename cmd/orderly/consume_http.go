@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -22,7 +23,9 @@ import (
 
 // httpSink POSTs batches to --http.
 type httpSink struct {
-	url     string
+	url     string // the request URL
+	https   bool
+	shown   string // url as messages show it: a password in it redacted
 	host    string // host:port, for the start-up check
 	raw     bool   // --size 1: the raw value as the body
 	headers http.Header
@@ -36,6 +39,7 @@ type httpSink struct {
 	timeout  time.Duration // --timeout
 	log      *zap.Logger
 	warn     logEvery
+	pauses   logEvery // the endpoint asking for pauses, at info
 }
 
 // maxResponse is the most of a response body read: outcomes of a large
@@ -69,34 +73,64 @@ func newHTTPSink(o *consumeOpts, gt *gate, ctr *sinkCounters, log *zap.Logger) (
 		hdr.Add(name, val)
 	}
 	return &httpSink{
-		url: o.httpURL, host: host, raw: o.size == 1, headers: hdr, tr: tr,
+		url: o.httpURL, https: u.Scheme == "https", shown: u.Redacted(), host: host, raw: o.size == 1, headers: hdr, tr: tr,
 		client: &http.Client{Transport: tr, CheckRedirect: func(*http.Request, []*http.Request) error {
 			return http.ErrUseLastResponse // a redirect is an endpoint error: the URL is wrong
 		}},
-		gate: gt, ctr: ctr, defDelay: o.backoff, timeout: o.timeout, log: log, warn: logEvery{period: 10 * time.Second},
+		gate: gt, ctr: ctr, defDelay: o.backoff, timeout: o.timeout, log: log,
+		warn: logEvery{period: 10 * time.Second}, pauses: logEvery{period: 10 * time.Second},
 		endpoint: endpointBackoff{first: o.backoff, max: o.maxBackoff},
 	}, nil
 }
 
 func (s *httpSink) describe() string {
 	if s.raw {
-		return "POST " + s.url + " (one record per request, raw body)"
+		return "POST " + s.shown + " (one record per request, raw body)"
 	}
-	return "POST " + s.url + " (JSON batches)"
+	return "POST " + s.shown + " (JSON batches)"
 }
 
 func (s *httpSink) close() { s.tr.CloseIdleConnections() }
 
-// probe checks at start that the endpoint accepts TCP connections, so that
-// a wrong --http fails at once instead of retrying forever.
+// probe checks at start that the endpoint accepts TCP connections and,
+// for https, completes a TLS handshake with a certificate it trusts, so
+// that a wrong --http or a missing --http-ca fails at once instead of
+// retrying forever.
 func (s *httpSink) probe(ctx context.Context, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	c, err := (&net.Dialer{}).DialContext(ctx, "tcp", s.host)
 	if err != nil {
-		return fmt.Errorf("--http %s: endpoint unreachable (--no-check skips this check): %w", s.url, err)
+		return fmt.Errorf("--http %s: endpoint unreachable (--no-check skips this check): %w", s.shown, err)
 	}
-	return c.Close()
+	defer c.Close()
+	if !s.https {
+		return nil
+	}
+	tc := s.tr.TLSClientConfig.Clone()
+	if tc.ServerName == "" {
+		tc.ServerName, _, _ = net.SplitHostPort(s.host)
+	}
+	if err := tls.Client(c, tc).HandshakeContext(ctx); err != nil {
+		return fmt.Errorf("--http %s: TLS handshake failed (--http-ca names a CA to trust; --no-check skips this check): %w", s.shown, err)
+	}
+	return nil
+}
+
+// tlsFault reports whether err, from sending a request, says the endpoint
+// is not trusted or does not speak TLS, and names it for the counters.
+func tlsFault(err error) (string, bool) {
+	var (
+		verify *tls.CertificateVerificationError
+		header tls.RecordHeaderError
+	)
+	switch {
+	case errors.As(err, &verify):
+		return "TLS: certificate not trusted", true
+	case errors.As(err, &header):
+		return "TLS: the endpoint does not speak TLS", true
+	}
+	return "", false
 }
 
 // send is the group's Do: one POST for the batch.
@@ -114,15 +148,35 @@ func (s *httpSink) send(ctx context.Context, batch []*group.Message) error {
 		if ctx.Err() != nil {
 			// A timeout (counted by the group as a failed attempt) or a
 			// shutdown or revoke (uncharged): the group tells them apart.
-			return fmt.Errorf("POST %s for %s: %w", s.url, where(batch), callCause(ctx, s.timeout))
+			return fmt.Errorf("POST %s for %s: %w", s.shown, where(batch), callCause(ctx, s.timeout))
+		}
+		if what, ok := tlsFault(err); ok {
+			// No record's fault: the endpoint is not trusted (or does not
+			// speak TLS). An endpoint error, as a wrong URL is: paused,
+			// never dead-lettered.
+			s.ctr.endpointError(what)
+			d := s.gate.closeIfOpen(s.endpoint.failed)
+			if s.warn.allow() {
+				s.log.Error("endpoint error: check --http and --http-ca; retrying, never dead-lettered",
+					append(batchFields(batch), zap.String("url", s.shown), zap.Duration("pause", d), zap.Error(err))...)
+			}
+			return deferAll(len(batch), d)
 		}
 		s.ctr.failed.Add(1)
 		s.warnf(batch, "request failed; retrying with backoff", err)
-		return failAll(batch, fmt.Errorf("POST %s: %w", s.url, err))
+		return failAll(batch, fmt.Errorf("POST %s: %w", s.shown, err))
 	}
-	body, rerr := io.ReadAll(io.LimitReader(resp.Body, maxResponse))
+	body, rerr := io.ReadAll(io.LimitReader(resp.Body, maxResponse+1))
 	io.Copy(io.Discard, io.LimitReader(resp.Body, maxResponse)) // so the connection is reused
 	resp.Body.Close()
+	if len(body) > maxResponse && rerr == nil {
+		body = body[:maxResponse]
+		if code := resp.StatusCode; code >= 200 && code < 300 && jsonType(resp.Header.Get("Content-Type")) {
+			// Its outcomes would be cut short: taking the call as done
+			// would drop what the rest named.
+			rerr = fmt.Errorf("a JSON answer over %d MiB: its outcomes cannot all be read", maxResponse>>20)
+		}
+	}
 	code := resp.StatusCode
 	if code >= 200 && code < 300 && rerr == nil && len(body) == 0 {
 		s.endpoint.ok()
@@ -135,7 +189,7 @@ func (s *httpSink) send(ctx context.Context, batch []*group.Message) error {
 		s.endpoint.ok()
 		if rerr != nil {
 			s.ctr.failed.Add(1)
-			return failAll(batch, fmt.Errorf("POST %s: %s, reading the body: %w", s.url, status, rerr))
+			return failAll(batch, fmt.Errorf("POST %s: %s, reading the body: %w", s.shown, status, rerr))
 		}
 		err := s.outcomes(batch, resp.Header, body)
 		if errors.Is(err, errBadOutcome) {
@@ -148,8 +202,10 @@ func (s *httpSink) send(ctx context.Context, batch []*group.Message) error {
 	case code == http.StatusTooManyRequests || code == http.StatusServiceUnavailable:
 		s.ctr.throttled.Add(1)
 		d := s.gate.close(retryAfter(resp.Header.Get("Retry-After"), time.Now()))
-		s.log.Info("endpoint asked for a pause: pausing every request", append(batchFields(batch),
-			zap.String("status", status), zap.Duration("pause", d))...)
+		if s.pauses.allow() {
+			s.log.Info("endpoint asked for a pause: pausing every request", append(batchFields(batch),
+				zap.String("status", status), zap.Duration("pause", d))...)
+		}
 		return deferAll(len(batch), d)
 	case code == http.StatusUnauthorized || code == http.StatusForbidden || code == http.StatusNotFound ||
 		code == http.StatusProxyAuthRequired || code >= 300 && code < 400:
@@ -157,22 +213,22 @@ func (s *httpSink) send(ctx context.Context, batch []*group.Message) error {
 		d := s.gate.closeIfOpen(s.endpoint.failed) // calls in flight when the first error came do not double the backoff
 		if s.warn.allow() {
 			s.log.Error("endpoint error: check --http and its credentials (--header); retrying, never dead-lettered",
-				append(batchFields(batch), zap.String("url", s.url), zap.String("status", status),
+				append(batchFields(batch), zap.String("url", s.shown), zap.String("status", status),
 					zap.Duration("pause", d), zap.String("body", snippet(body)))...)
 		}
 		return deferAll(len(batch), d)
 	case code >= 400 && code < 500:
 		s.ctr.rejected.Add(1)
-		return rejectAll(batch, fmt.Errorf("POST %s: %s: %s", s.url, status, snippet(body)))
+		return rejectAll(batch, fmt.Errorf("POST %s: %s: %s", s.shown, status, snippet(body)))
 	}
 	s.ctr.failed.Add(1)
 	s.warnf(batch, "endpoint failed; retrying with backoff", errors.New(status))
-	return failAll(batch, fmt.Errorf("POST %s: %s: %s", s.url, status, snippet(body)))
+	return failAll(batch, fmt.Errorf("POST %s: %s: %s", s.shown, status, snippet(body)))
 }
 
 func (s *httpSink) warnf(batch []*group.Message, msg string, err error) {
 	if s.warn.allow() {
-		s.log.Warn(msg, append(batchFields(batch), zap.String("url", s.url), zap.Error(err))...)
+		s.log.Warn(msg, append(batchFields(batch), zap.String("url", s.shown), zap.Error(err))...)
 	}
 }
 
@@ -193,9 +249,13 @@ func (s *httpSink) request(ctx context.Context, batch []*group.Message) (*http.R
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.url, bytes.NewReader(body))
 	if err != nil {
-		return nil, fmt.Errorf("POST %s: %w", s.url, err)
+		return nil, fmt.Errorf("POST %s: %w", s.shown, err)
 	}
 	for k, v := range s.headers {
+		if k == "Host" {
+			req.Host = v[0] // Go's client sends req.Host, not a Host header
+			continue
+		}
 		req.Header[k] = v
 	}
 	if req.Header.Get("Content-Type") == "" {
@@ -269,17 +329,33 @@ func headerSafe(b []byte) bool {
 
 // outcomes reads the per-item outcomes of a 2xx JSON body, if it names
 // any: {"items": [{"index": 2, "outcome": "retry", "error": "..."}]}. Any
-// other body means every item is done.
+// other body means every item is done. An items member that does not read
+// as that array (a field of the wrong type, say) fails the call, as a bad
+// outcome does: the endpoint meant to name outcomes, and passing its
+// records as done would drop the retries and rejections it named.
 func (s *httpSink) outcomes(batch []*group.Message, h http.Header, body []byte) error {
-	if len(body) == 0 || !strings.Contains(h.Get("Content-Type"), "json") {
+	if len(body) == 0 || !jsonType(h.Get("Content-Type")) {
 		return nil
 	}
-	var ob outcomesBody
-	if json.Unmarshal(body, &ob) != nil || ob.Items == nil {
+	var top struct {
+		Items json.RawMessage `json:"items"`
+	}
+	if json.Unmarshal(body, &top) != nil || top.Items == nil {
 		return nil
 	}
-	return applyOutcomes(batch, *ob.Items, s.defDelay, "POST "+s.url, s.ctr)
+	var items []outcomeJSON
+	if err := json.Unmarshal(top.Items, &items); err != nil {
+		return fmt.Errorf("%w: POST %s: the answer's items do not read as outcomes: %v", errBadOutcome, s.shown, err)
+	}
+	if items == nil { // "items": null
+		return nil
+	}
+	return applyOutcomes(batch, items, s.defDelay, "POST "+s.shown, s.ctr)
 }
+
+// jsonType reports whether a Content-Type contains "json", in any case
+// (media types are case-insensitive): application/json, a +json type.
+func jsonType(ctype string) bool { return strings.Contains(strings.ToLower(ctype), "json") }
 
 // defaultRetryAfter is the pause for a 429 or 503 without a usable
 // Retry-After; maxRetryAfter caps what an endpoint may ask for.
@@ -289,19 +365,24 @@ const (
 )
 
 // retryAfter reads a Retry-After header: delay-seconds or an HTTP date.
+// One that asks for no pause (0, a date past) counts as none: the
+// endpoint said it is overloaded, and taking it at its word sent it
+// thousands of requests a second.
 func retryAfter(v string, now time.Time) time.Duration {
 	v = strings.TrimSpace(v)
 	if v == "" {
 		return defaultRetryAfter
 	}
 	if n, err := strconv.ParseInt(v, 10, 64); err == nil {
-		if n < 0 {
+		if n <= 0 {
 			return defaultRetryAfter
 		}
 		return min(time.Duration(n)*time.Second, maxRetryAfter)
 	}
 	if t, err := http.ParseTime(v); err == nil {
-		return min(max(t.Sub(now), 0), maxRetryAfter)
+		if d := t.Sub(now); d > 0 {
+			return min(d, maxRetryAfter)
+		}
 	}
 	return defaultRetryAfter
 }

@@ -141,3 +141,113 @@ func TestConsumeHTTP(t *testing.T) {
 		t.Errorf("committed %v, want the high watermarks %v", committed, hw)
 	}
 }
+
+// TestConsumeHTTPOutcomesRead: per-item outcomes in a 2xx answer are read
+// whatever the Content-Type's case; an items member that does not read as
+// outcomes (a field of the wrong type), or a JSON answer too large to read
+// whole, fails the call, so its records go again at attempt 2. Each of the
+// three answers was taken as "every record done", dropping what it named.
+func TestConsumeHTTPOutcomesRead(t *testing.T) {
+	t.Parallel()
+	json := http.Header{"Content-Type": {"application/json"}}
+	for _, tt := range []struct {
+		name   string
+		header http.Header
+		body   string
+		dead   int // records dead-lettered
+		again  bool
+	}{
+		{"Content-Type in capitals", http.Header{"Content-Type": {"Application/JSON"}},
+			`{"items": [{"index": 0, "outcome": "reject", "error": "no"}]}`, 1, false},
+		{"index as a string", json, `{"items": [{"index": "0", "outcome": "reject", "error": "no"}]}`, 0, true},
+		{"error as a number", json, `{"items": [{"index": 0, "outcome": "reject", "error": 42}]}`, 0, true},
+		{"over 4 MiB", json, `{"items": [{"index": 0, "outcome": "reject", "error": "` + strings.Repeat("x", 5<<20) + `"}]}`, 0, true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			const n = 5
+			b := newTopic(t, "answers", 1)
+			produceKeyed(t, b, "answers", n, 1)
+			ep := newEndpoint(t, 0, func(hs []hit) (int, http.Header, string) {
+				if hs[0].n == 0 {
+					return http.StatusOK, tt.header, tt.body
+				}
+				return http.StatusOK, nil, ""
+			})
+			data := t.TempDir()
+			p := startConsume(t, "--brokers", b.Addrs()[0], "--topic", "answers", "--group", "answers",
+				"--http", ep.url(), "--size", "5", "--ticker", "50ms", "--backoff", "20ms", "--max-backoff", "50ms",
+				"--data", data, "--progress", "off", "--log-level", "error")
+			p.waitCommitted(b, "answers", "answers")
+			if code := p.stop(syscall.SIGTERM); code != 0 {
+				t.Fatalf("exit %d after SIGTERM, want 0\n%s", code, p.output())
+			}
+			again := false
+			for _, h := range ep.snapshot() {
+				again = again || h.attempt == 2
+			}
+			letters := jsonLines[entryJSON](t, dlqRun(t, "list", "--data", data, "--json"))
+			if len(letters) != tt.dead || again != tt.again {
+				t.Errorf("after the answer: %d dead letters, records sent again at attempt 2: %v; want %d and %v", len(letters), again, tt.dead, tt.again)
+			}
+		})
+	}
+}
+
+// TestConsumeHTTPSUntrusted: an https endpoint whose certificate is not
+// trusted (no --http-ca) fails the start-up check, naming the flag; with
+// --no-check it is an endpoint error, paused and retried, and no record
+// is dead-lettered. The check only dialled TCP, and each refused request
+// failed an attempt: 41 of 100 records were dead-lettered in 5s.
+func TestConsumeHTTPSUntrusted(t *testing.T) {
+	t.Parallel()
+	b := newTopic(t, "tls-untrusted", 1)
+	produceKeyed(t, b, "tls-untrusted", 20, 4)
+	ep := startEndpoint(t, 0, func([]hit) (int, http.Header, string) { return http.StatusOK, nil, "" }, true)
+	args := []string{"consume", "--brokers", b.Addrs()[0], "--topic", "tls-untrusted", "--group", "untrusted",
+		"--http", ep.url(), "--progress", "off", "--log-level", "error"}
+	r := runBin(t, nil, args...)
+	if r.code != exitError || !strings.Contains(r.stderr, "TLS handshake failed (--http-ca names a CA to trust") {
+		t.Errorf("start against an untrusted endpoint: exit %d, stderr:\n%s\nwant exit 1 naming --http-ca", r.code, r.stderr)
+	}
+	data := t.TempDir()
+	p := startConsume(t, append(args[1:], "--no-check", "--max-attempts", "2", "--backoff", "20ms", "--max-backoff", "100ms", "--data", data)...)
+	time.Sleep(2 * time.Second)
+	if code := p.stop(syscall.SIGTERM); code != 0 {
+		t.Fatalf("exit %d after SIGTERM, want 0\n%s", code, p.output())
+	}
+	letters := jsonLines[entryJSON](t, dlqRun(t, "list", "--data", data, "--json"))
+	fig := finalFigures(t, p.stdout.String())
+	if len(letters) != 0 || fig["endpoint errors"] == 0 {
+		t.Errorf("untrusted endpoint with --no-check: %d dead letters, %v endpoint errors; want none dead-lettered, endpoint errors counted", len(letters), fig["endpoint errors"])
+	}
+}
+
+// TestConsumeHTTPPasswordHidden: a password in the --http URL is shown as
+// xxxxx in the dead letters' error and in the output, never as given.
+func TestConsumeHTTPPasswordHidden(t *testing.T) {
+	t.Parallel()
+	b := newTopic(t, "secret-url", 1)
+	produceKeyed(t, b, "secret-url", 3, 3)
+	ep := newEndpoint(t, 0, func([]hit) (int, http.Header, string) { return http.StatusUnprocessableEntity, nil, "no" })
+	u := strings.Replace(ep.url(), "http://", "http://svc:s3cretPW@", 1)
+	data := t.TempDir()
+	p := startConsume(t, "--brokers", b.Addrs()[0], "--topic", "secret-url", "--group", "secret", "--http", u,
+		"--size", "1", "--data", data, "--progress", "off", "--log-level", "warn")
+	p.waitCommitted(b, "secret", "secret-url")
+	if code := p.stop(syscall.SIGTERM); code != 0 {
+		t.Fatalf("exit %d after SIGTERM, want 0\n%s", code, p.output())
+	}
+	letters := jsonLines[entryJSON](t, dlqRun(t, "list", "--data", data, "--json"))
+	if len(letters) != 3 {
+		t.Fatalf("got %d dead letters, want 3 (every record rejected)", len(letters))
+	}
+	for _, l := range letters {
+		if strings.Contains(l.Error, "s3cretPW") || !strings.Contains(l.Error, "svc:xxxxx@") {
+			t.Errorf("dead letter error %q: want the URL's password shown as xxxxx", l.Error)
+		}
+	}
+	if out := p.output(); strings.Contains(out, "s3cretPW") {
+		t.Errorf("the password is in consume's output:\n%s", out)
+	}
+}

@@ -112,11 +112,6 @@ type outcomeJSON struct {
 	DelayMS *int64 `json:"delay_ms,omitempty"`
 }
 
-// outcomesBody is a 2xx response body naming outcomes.
-type outcomesBody struct {
-	Items *[]outcomeJSON `json:"items"`
-}
-
 // errBadOutcome is wrapped by errors about an outcome an endpoint or
 // command named that cannot be applied.
 var errBadOutcome = errors.New("bad per-item outcome")
