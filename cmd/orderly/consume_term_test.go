@@ -77,7 +77,7 @@ func TestConsumeSIGTERM(t *testing.T) {
 	}
 }
 
-var progressRE = regexp.MustCompile(`(?m)^ +[0-9.]+s  (?:[A-Z]+ \S+(?: \+\d+)?  )?\S+/s  handled \S+  committed \S+  lag \S+  in flight \S+  retries \d+  dead-lettered \d+  throttled \d+  failed calls \d+  endpoint errors \d+$`)
+var progressRE = regexp.MustCompile(`(?m)^ +[0-9.]+s  (?:[A-Z]+ \S+(?: \+\d+)?  )?\S+/s  handled \S+  committed \S+  lag \S+  in flight \S+  waiting \S+  retries \d+  dead-lettered \d+  throttled \d+  failed calls \d+  timed out \d+  endpoint errors \d+$`)
 
 // startConsumeEnv is startConsume with ORDERLY_* variables.
 func startConsumeEnv(t *testing.T, vars []string, args ...string) *consumeProc {
