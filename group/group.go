@@ -246,7 +246,9 @@ func New[T any](cfg Config, h Handler[T]) (*Group[T], error) {
 //
 // Run returns only after every Do call has returned: Do's ctx is cancelled
 // (ErrShutdown) once the partitions are drained, and a Do that ignores it
-// keeps Run from returning.
+// keeps Run from returning. Do's ctx keeps ctx's values (not its end): a
+// logger, say, but also a tracing span, which would become the parent of
+// every call's span; start Run from a ctx that carries none.
 func (g *Group[T]) Run(ctx context.Context) error {
 	if !g.started.CompareAndSwap(false, true) {
 		return ErrRunTwice

@@ -142,9 +142,12 @@ type batchInfo struct {
 // Messages returns the messages of the batch being handled by the Do call
 // that received ctx, in the order of Do's batch: Messages(ctx)[i] is the
 // message batch[i] was decoded from, with its Topic, Partition, Offset and
-// Attempt. It is how a Do whose T is not *Message learns them. The slice
-// and the messages are valid only until that Do call returns; outside a
-// Do call it returns nil.
+// Attempt. It is how a Do whose T is not *Message learns them. Call it in
+// that Do call, on its goroutine: the slice and the messages are valid
+// only until the call returns. Do's ctx is its worker's, kept across the
+// worker's calls (a call allocates none), so Messages on it from another
+// goroutine, or after the call returned, gives whatever that worker runs
+// then, or nil between calls: a data race, not the call's messages.
 func Messages(ctx context.Context) []*Message {
 	if bi, ok := ctx.Value(batchKey{}).(*batchInfo); ok {
 		return bi.messages()
