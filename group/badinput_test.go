@@ -177,6 +177,60 @@ func TestUnreachableBroker(t *testing.T) {
 	}
 }
 
+// TestRunStopsWhileConnecting: a broker that accepts connections and never
+// answers holds sarama's connect for Net.ReadTimeout per try; a ctx that
+// ends meanwhile ends Run soon after, cleanly (nil), with nothing left
+// running (leakcheck). Run went on for minutes (the API prober: 2m50s
+// after a 1 s ctx).
+func TestRunStopsWhileConnecting(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var accepted []net.Conn
+	var mu sync.Mutex
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			accepted = append(accepted, c) // held open, never answered
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		<-done
+		mu.Lock()
+		for _, c := range accepted {
+			c.Close()
+		}
+		mu.Unlock()
+	})
+	g, err := New(Config{Brokers: []string{ln.Addr().String()}, Topics: []string{"t"}, GroupID: "g"},
+		Handler[*Message]{Do: func(context.Context, []*Message) error { return nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	ran := make(chan error, 1)
+	go func() { ran <- g.Run(ctx) }()
+	select {
+	case err := <-ran:
+		if err != nil {
+			t.Errorf("Run stopped while connecting: got %v, want nil", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("Run still connecting %v after its ctx (500ms) ended", time.Since(start).Round(time.Second))
+	}
+}
+
 // observed returns a logger whose Warn+ entries the test can inspect.
 func observed() (*zap.Logger, *observer.ObservedLogs) {
 	core, logs := observer.New(zapcore.WarnLevel)

@@ -230,7 +230,10 @@ func New[T any](cfg Config, h Handler[T]) (*Group[T], error) {
 	return g, nil
 }
 
-// Run joins the group and consumes until ctx ends. Then it stops fetching,
+// Run joins the group and consumes until ctx ends; a ctx that ends while it
+// still connects (a broker that accepts and does not answer holds
+// sarama's connect for Net.ReadTimeout per try) ends it soon after, with
+// nil. Then it stops fetching,
 // lets started batches finish (up to DrainTimeout), commits the frontier of
 // every partition, leaves the group and returns once every goroutine it
 // started has stopped. It returns nil after a clean shutdown.
@@ -253,8 +256,22 @@ func (g *Group[T]) Run(ctx context.Context) error {
 	if !g.started.CompareAndSwap(false, true) {
 		return ErrRunTwice
 	}
+	// Connecting takes no ctx in sarama: the start dialer ends it when ctx
+	// does (a start cut short that way is a clean stop: nil).
+	dialer := useStartDialer(g.cfg.Sarama)
+	abortStart := context.AfterFunc(ctx, dialer.abort)
+	defer abortStart()
+	stopped := func(err error) error {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
 	client, err := sarama.NewClient(g.cfg.Brokers, g.cfg.Sarama)
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
 		cls, fatal := classify(err)
 		g.errs.add(cls)
 		if fatal != nil {
@@ -265,7 +282,7 @@ func (g *Group[T]) Run(ctx context.Context) error {
 	defer g.probes.Wait() // after client.Close (defers run last first); a side fetch still waiting ends by Net.ReadTimeout at the latest
 	defer client.Close()
 	if err := g.checkTopics(client); err != nil {
-		return err
+		return stopped(err)
 	}
 	if g.history, err = loadHistory(g.cfg.GroupID, g.cfg.DataPath); err != nil {
 		g.errs.add(errOffsets)
@@ -273,13 +290,14 @@ func (g *Group[T]) Run(ctx context.Context) error {
 	}
 	cg, err := sarama.NewConsumerGroupFromClient(g.cfg.GroupID, client)
 	if err != nil {
-		return fmt.Errorf("%w %v (group %q): %w", ErrConnect, g.cfg.Brokers, g.cfg.GroupID, err)
+		return stopped(fmt.Errorf("%w %v (group %q): %w", ErrConnect, g.cfg.Brokers, g.cfg.GroupID, err))
 	}
 	g.client = client
 	if err := g.fail.open(client); err != nil {
 		_ = cg.Close()
-		return err
+		return stopped(err)
 	}
+	dialer.started()
 	runCtx, endRun := context.WithCancelCause(ctx)
 	defer endRun(nil)
 	stopWorkers, err := g.startWorkers(runCtx)
