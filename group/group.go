@@ -230,13 +230,12 @@ func New[T any](cfg Config, h Handler[T]) (*Group[T], error) {
 	return g, nil
 }
 
-// Run joins the group and consumes until ctx ends; a ctx that ends while it
-// still connects (a broker that accepts and does not answer holds
-// sarama's connect for Net.ReadTimeout per try) ends it soon after, with
-// nil. Then it stops fetching,
+// Run joins the group and consumes until ctx ends. Then it stops fetching,
 // lets started batches finish (up to DrainTimeout), commits the frontier of
 // every partition, leaves the group and returns once every goroutine it
-// started has stopped. It returns nil after a clean shutdown.
+// started has stopped. It returns nil after a clean shutdown, and when ctx
+// ends while it still connects (a broker that accepts and does not answer
+// holds sarama's connect for Net.ReadTimeout per try), soon after.
 //
 // Errors it cannot get past end it the same way (drain, commit, leave)
 // and are returned: ErrConnect when the brokers cannot be reached at
