@@ -35,40 +35,21 @@ import (
 // SASL or TLS options.)
 func TestConsumeKafkaAuth(t *testing.T) {
 	t.Parallel()
-	certPEM, tlsCert := selfSigned(t)
-	caFile := filepath.Join(t.TempDir(), "ca.pem")
-	if err := os.WriteFile(caFile, certPEM, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	pool := x509.NewCertPool()
-	pool.AppendCertsFromPEM(certPEM)
+	ca := newTestCA(t)
 	tests := []struct {
-		name      string
-		mechanism string
-		tls       bool
-		password  string // what consume is given; the cluster's is "s3cret"
-		mech      sasl.Mechanism
+		secure   secureAuth
+		name     string
+		password string // what consume is given; the cluster's is "s3cret"
 	}{
-		{"PLAIN over TLS", "PLAIN", true, "s3cret", plain.Auth{User: "alice", Pass: "s3cret"}.AsMechanism()},
-		{"SCRAM-SHA-256", "SCRAM-SHA-256", false, "s3cret", scram.Auth{User: "alice", Pass: "s3cret"}.AsSha256Mechanism()},
-		{"SCRAM-SHA-512", "SCRAM-SHA-512", false, "s3cret", scram.Auth{User: "alice", Pass: "s3cret"}.AsSha512Mechanism()},
-		{"wrong password", "SCRAM-SHA-256", false, "guess", scram.Auth{User: "alice", Pass: "s3cret"}.AsSha256Mechanism()},
+		{secureAuths[0], secureAuths[0].name, "s3cret"},
+		{secureAuths[1], secureAuths[1].name, "s3cret"},
+		{secureAuths[2], secureAuths[2].name, "s3cret"},
+		{secureAuths[1], "wrong password", "guess"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			opts := []kfake.Opt{kfake.NumBrokers(1), kfake.EnableSASL(), kfake.Superuser(tt.mechanism, "alice", "s3cret"),
-				kfake.SeedTopics(2, "secure")}
-			kopts := []kgo.Opt{kgo.SASL(tt.mech)}
-			if tt.tls {
-				opts = append(opts, kfake.TLS(&tls.Config{Certificates: []tls.Certificate{tlsCert}, MinVersion: tls.VersionTLS12}))
-				kopts = append(kopts, kgo.DialTLSConfig(&tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}))
-			}
-			c, err := kfake.NewCluster(opts...)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer c.Close()
+			c, kopts := tt.secure.start(t, ca, 2, "secure")
 			const n = 50
 			cl, err := kgo.NewClient(append(kopts, kgo.SeedBrokers(c.ListenAddrs()...), kgo.DefaultProduceTopic("secure"))...)
 			if err != nil {
@@ -84,9 +65,9 @@ func TestConsumeKafkaAuth(t *testing.T) {
 			cl.Close()
 			ep := newEndpoint(t, 0, func([]hit) (int, http.Header, string) { return http.StatusOK, nil, "" })
 			args := []string{"--brokers", c.ListenAddrs()[0], "--topic", "secure", "--group", "auth", "--http", ep.url(),
-				"--sasl-mechanism", tt.mechanism, "--sasl-user", "alice", "--progress", "off", "--log-level", "error"}
-			if tt.tls {
-				args = append(args, "--tls-ca", caFile)
+				"--sasl-mechanism", tt.secure.mechanism, "--sasl-user", "alice", "--progress", "off", "--log-level", "error"}
+			if tt.secure.tls {
+				args = append(args, "--tls-ca", ca.file)
 			}
 			if tt.password != "s3cret" {
 				r := runBin(t, []string{"ORDERLY_SASL_PASSWORD=" + tt.password}, append([]string{"consume"}, args...)...)
@@ -179,4 +160,59 @@ func TestConsumeHTTPS(t *testing.T) {
 	if !strings.Contains(p.stdout.String(), "no dead-letter destination") {
 		t.Errorf("no warning about the missing dead-letter destination:\n%s", p.stdout.String())
 	}
+}
+
+// testCA is a self-signed certificate for 127.0.0.1 (its own CA), with
+// its PEM in file.
+type testCA struct {
+	cert tls.Certificate
+	pool *x509.CertPool
+	file string
+}
+
+func newTestCA(t *testing.T) testCA {
+	t.Helper()
+	certPEM, cert := selfSigned(t)
+	file := filepath.Join(t.TempDir(), "ca.pem")
+	if err := os.WriteFile(file, certPEM, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(certPEM)
+	return testCA{cert: cert, pool: pool, file: file}
+}
+
+// secureAuth is a way a kfake cluster demands to be reached: a SASL
+// mechanism (user alice, password s3cret), over TLS or not.
+type secureAuth struct {
+	name      string
+	mechanism string // as --sasl-mechanism names it
+	tls       bool
+	mech      sasl.Mechanism
+}
+
+var secureAuths = []secureAuth{
+	{"PLAIN over TLS", "PLAIN", true, plain.Auth{User: "alice", Pass: "s3cret"}.AsMechanism()},
+	{"SCRAM-SHA-256", "SCRAM-SHA-256", false, scram.Auth{User: "alice", Pass: "s3cret"}.AsSha256Mechanism()},
+	{"SCRAM-SHA-512", "SCRAM-SHA-512", false, scram.Auth{User: "alice", Pass: "s3cret"}.AsSha512Mechanism()},
+}
+
+// start starts a kfake cluster that demands a, seeded with topics of
+// partitions each (closed with the test), and returns it with the
+// options of a franz-go client that reaches it.
+func (a secureAuth) start(t *testing.T, ca testCA, partitions int32, topics ...string) (*kfake.Cluster, []kgo.Opt) {
+	t.Helper()
+	opts := []kfake.Opt{kfake.NumBrokers(1), kfake.EnableSASL(), kfake.Superuser(a.mechanism, "alice", "s3cret"),
+		kfake.SeedTopics(partitions, topics...)}
+	kopts := []kgo.Opt{kgo.SASL(a.mech)}
+	if a.tls {
+		opts = append(opts, kfake.TLS(&tls.Config{Certificates: []tls.Certificate{ca.cert}, MinVersion: tls.VersionTLS12}))
+		kopts = append(kopts, kgo.DialTLSConfig(&tls.Config{RootCAs: ca.pool, MinVersion: tls.VersionTLS12}))
+	}
+	c, err := kfake.NewCluster(opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return c, kopts
 }

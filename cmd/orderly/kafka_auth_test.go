@@ -2,22 +2,15 @@ package main
 
 import (
 	"context"
-	"crypto/tls"
 	"encoding/json"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"github.com/twmb/franz-go/pkg/kversion"
-	"github.com/twmb/franz-go/pkg/sasl"
-	"github.com/twmb/franz-go/pkg/sasl/plain"
-	"github.com/twmb/franz-go/pkg/sasl/scram"
 )
 
 // TestDlqAndDescribeKafkaAuth runs `orderly dlq list`, `dlq replay` and
@@ -26,40 +19,15 @@ import (
 // --tls-* and --sasl-* flags as consume: the dead letter is listed and
 // replayed, and describe reads the group's committed offset. A wrong
 // password fails each command with an error naming --brokers and
-// --sasl-user. Without these flags the
-// commands could not reach a secured cluster at all.
+// --sasl-user. Without these flags the commands could not reach a
+// secured cluster at all.
 func TestDlqAndDescribeKafkaAuth(t *testing.T) {
 	t.Parallel()
-	certPEM, tlsCert := selfSigned(t)
-	caFile := filepath.Join(t.TempDir(), "ca.pem")
-	if err := os.WriteFile(caFile, certPEM, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	tests := []struct {
-		name      string
-		mechanism string
-		tls       bool
-		mech      sasl.Mechanism
-	}{
-		{"PLAIN over TLS", "PLAIN", true, plain.Auth{User: "alice", Pass: "s3cret"}.AsMechanism()},
-		{"SCRAM-SHA-256", "SCRAM-SHA-256", false, scram.Auth{User: "alice", Pass: "s3cret"}.AsSha256Mechanism()},
-		{"SCRAM-SHA-512", "SCRAM-SHA-512", false, scram.Auth{User: "alice", Pass: "s3cret"}.AsSha512Mechanism()},
-	}
-	for _, tt := range tests {
+	ca := newTestCA(t)
+	for _, tt := range secureAuths {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			opts := []kfake.Opt{kfake.NumBrokers(1), kfake.EnableSASL(), kfake.Superuser(tt.mechanism, "alice", "s3cret"),
-				kfake.SeedTopics(1, "secure-dlq", "replayed", "secure")}
-			kopts := []kgo.Opt{kgo.SASL(tt.mech)}
-			if tt.tls {
-				opts = append(opts, kfake.TLS(&tls.Config{Certificates: []tls.Certificate{tlsCert}, MinVersion: tls.VersionTLS12}))
-				kopts = append(kopts, kgo.DialTLSConfig(mustTLSConfig(t, caFile)))
-			}
-			c, err := kfake.NewCluster(opts...)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer c.Close()
+			c, kopts := tt.start(t, ca, 1, "secure-dlq", "replayed", "secure")
 			addr := c.ListenAddrs()[0]
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
@@ -83,7 +51,7 @@ func TestDlqAndDescribeKafkaAuth(t *testing.T) {
 			auth := func(password string) []string {
 				a := []string{"--brokers", addr, "--sasl-mechanism", tt.mechanism, "--sasl-user", "alice", "--sasl-password", password}
 				if tt.tls {
-					a = append(a, "--tls-ca", caFile)
+					a = append(a, "--tls-ca", ca.file)
 				}
 				return a
 			}
@@ -124,16 +92,6 @@ func TestDlqAndDescribeKafkaAuth(t *testing.T) {
 			}
 		})
 	}
-}
-
-// mustTLSConfig trusts the CA in the PEM file ca.
-func mustTLSConfig(t *testing.T, ca string) *tls.Config {
-	t.Helper()
-	tc, err := tlsConfig(ca, "ca")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tc
 }
 
 // commitOffset commits offset for group on topic/partition, as a client
