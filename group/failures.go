@@ -51,7 +51,7 @@ type failures[T any] struct {
 	next    uint64
 
 	retrying atomic.Int64 // items waiting out a retry's backoff
-	retried  atomic.Int64 // messages handed out again at a charged attempt (Stats.Retries; counted by ShowAttempt)
+	retried  atomic.Int64 // Stats.Retries: retries decided here (a lane's held first item), and by ShowAttempt (the rest)
 	deferred atomic.Int64 // items waiting out a deferral
 
 	outage outage
@@ -230,7 +230,15 @@ func (f *failures[T]) hold(it *dispatch.Item[Message, T], o dispatch.Outcome) {
 			f.deadLetterUsedUp(it, o.Err)
 			return
 		}
-		f.wait(it, f.backoff(it.Attempt), false) // counted as retried when handed out again (ShowAttempt)
+		if !it.Revoked() { // a failure in the drain is not handed out again here
+			// Counted here, where the retry is decided: a parked message
+			// comes back showing its attempt, and one handed over to
+			// another member is resumed showing it. Showing the attempt
+			// now keeps ShowAttempt from counting it again.
+			f.retried.Add(1)
+			it.Msg.Attempt = it.Attempt
+		}
+		f.wait(it, f.backoff(it.Attempt), false)
 	}
 }
 

@@ -50,9 +50,8 @@ type Handler[T any] struct {
 	Split func(m *Message, v T) uint64
 	// Do handles a batch of at most Config.Size values. nil error: every
 	// value is done. A BatchError names the items that failed; the others
-	// are done (an empty one counts as nil only returned as the error
-	// itself: wrapped, the wrapper's failure is the whole batch's). Any
-	// other error, or a panic, fails the whole batch: it is
+	// are done (see AsBatchError for a wrapped one). Any other error, or a
+	// panic, fails the whole batch: it is
 	// called again at once on halves of it (each half keeping lane order),
 	// and so on, until the failing items stand alone, so its batch mates
 	// finish after about 2*log2(Size) calls. A failed item is retried
@@ -205,11 +204,13 @@ func New[T any](cfg Config, h Handler[T]) (*Group[T], error) {
 		Size: cfg.Size, MaxInFlight: cfg.MaxInFlight, MaxInFlightBytes: cfg.MaxInFlightBytes,
 		Window: cfg.Chan, WakeDelay: wakeDelay, Backlog: backlog(cfg), Reset: resetFunc(h), Hold: g.fail.hold, Copied: copiedFunc(h), CopyError: ErrTimeout,
 		// Msg.Attempt is 1 from intake (a previous owner's attempt for a
-		// message resumed waiting) and is behind the item's Attempt only
-		// after a charged failure (Uncharge takes back only the latest
-		// charge): so a message handed out at an attempt above the one it
-		// showed is a retry, counted once whatever splits call it again,
-		// a lane mate charged behind a failed head included.
+		// message resumed waiting, a parked message's) and is behind the
+		// item's Attempt only after a charged failure (Uncharge takes back
+		// only the latest charge): so a message handed out at an attempt
+		// above the one it showed is a retry the hold hook did not count
+		// (it shows the attempt of those it counts): a lane mate charged
+		// behind a failed first item, an orphan's copy. Counted once,
+		// whatever splits call it again.
 		ShowAttempt: func(m *Message, attempt int) {
 			if m.Attempt != attempt {
 				if attempt > m.Attempt {
@@ -600,18 +601,17 @@ func (g *Group[T]) handle(ctx context.Context, worker int, items []*dispatch.Ite
 		return nil, nil
 	}
 	var verdicts []merge.Verdict
-	if be := batchFailures(err); be != nil {
+	if be, sole := AsBatchError(err); be != nil && sole {
 		var ok bool
 		if w.verdicts, ok = be.verdicts(w.verdicts, len(items)); ok {
 			verdicts = w.verdicts
 			g.fail.outage.ok(len(items) - len(verdicts))
-		} else if be.Len() == 0 && err == error(be) {
+		} else if be.Len() == 0 {
 			g.fail.outage.ok(len(items))
 			return nil, nil // a BatchError naming nothing: all done
 		}
 		// Otherwise the batch failed as a whole: a BatchError that names
-		// nothing within the batch, or one naming nothing wrapped in an
-		// error that says something else failed.
+		// nothing within the batch.
 	}
 	first := &items[0].Msg
 	logged := err

@@ -32,13 +32,13 @@ import (
 //	}
 //	return failed.Err() // nil when nothing failed
 //
-// The zero value is ready to use. Do may wrap it (fmt.Errorf with %w): Run
-// finds it with errors.As. Any other error fails the whole batch, which is
-// then retried in halves to find the failing items (see Handler.Do); so
-// does a BatchError that names no item of the batch (indexes outside it
-// are ignored), and one that names nothing wrapped in another error (the
-// wrapper says something failed). Only an empty BatchError returned as
-// the error itself means nothing failed; Err returns nil for it.
+// The zero value is ready to use. Do may wrap it for context (fmt.Errorf
+// with one %w). Any other error fails the whole batch, which is then
+// retried in halves to find the failing items (see Handler.Do); so does a
+// BatchError beside other errors (errors.Join, several %w: something else
+// failed too), and one that names no item of the batch (indexes outside
+// it are ignored). An empty BatchError, as the error or wrapped alone,
+// means nothing failed; Err returns nil for it. See AsBatchError.
 type BatchError struct {
 	items []itemError
 }
@@ -121,13 +121,33 @@ func (e *BatchError) verdicts(dst []merge.Verdict, n int) ([]merge.Verdict, bool
 	return dst, len(dst) > 0
 }
 
-// batchFailures finds the BatchError in err, if any.
-func batchFailures(err error) *BatchError {
-	var be *BatchError
-	if errors.As(err, &be) {
-		return be
+// AsBatchError is how Run reads Do's error: the BatchError in it, if any,
+// and whether it says what became of the batch (sole): err is the
+// BatchError, or wraps it alone for context (fmt.Errorf with one %w, as
+// often as it likes). A BatchError beside other errors (errors.Join,
+// several %w) is not sole: something else failed too, and the batch failed
+// as a whole, whatever the BatchError names. (The otel package reads a
+// call's error the same way.)
+func AsBatchError(err error) (be *BatchError, sole bool) {
+	for err != nil {
+		switch e := err.(type) {
+		case *BatchError:
+			return e, true
+		case interface{ Unwrap() error }:
+			err = e.Unwrap()
+		case interface{ Unwrap() []error }:
+			if errors.As(err, &be) {
+				return be, false
+			}
+			return nil, false
+		default:
+			if errors.As(err, &be) { // an As method of the error's own
+				return be, false
+			}
+			return nil, false
+		}
 	}
-	return nil
+	return nil, false
 }
 
 // batchKey is the context key of the current batch's messages.

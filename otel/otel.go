@@ -119,11 +119,11 @@ func LinkOnly() Option { return func(c *config) { c.linkOnly = true } }
 //
 // The ctx returned for Do carries the span: for one message, in that
 // message's trace; for a batch, the span's own. A failed call (an error
-// other than a group.BatchError naming no item returned as the error
-// itself, or a panic, or nil past MsgTimeout, which group counts as a
-// failed attempt) records the error as an exception event, sets
-// error.type (ErrorPanic ... ErrorOther) and ends with status Error and
-// the error's first line.
+// other than a group.BatchError naming no item, sole as
+// group.AsBatchError reads it, or a panic, or nil past MsgTimeout, which
+// group counts as a failed attempt) records the error as an exception
+// event, sets error.type (ErrorPanic ... ErrorOther) and ends with status
+// Error and the error's first line.
 //
 // The hook is called on Orderly's worker goroutines, concurrently; it
 // keeps nothing of msgs past its own return (Orderly recycles them).
@@ -272,15 +272,15 @@ func (h *hook) extract(m *group.Message) trace.SpanContext {
 }
 
 // end finishes the span of a call that returned err (ctx is Do's). A
-// BatchError naming nothing, returned as the error itself, is a success. A call past MsgTimeout failed
+// BatchError naming nothing, sole (group.AsBatchError), is a success. A call past MsgTimeout failed
 // whatever it returned, as group counts it, whether or not the watchdog
 // (which looks every tenth of MsgTimeout) has cancelled ctx yet: its
 // error is the pool's for it (merge.TimeoutError).
 func end(ctx context.Context, span trace.Span, err error) {
-	if err != nil { // the type assertion's target escapes: keep it off the success path
-		// An empty BatchError is a success only returned as the error
-		// itself, as group counts it: wrapped, the wrapper failed.
-		if be, ok := err.(*group.BatchError); ok && be.Len() == 0 {
+	if err != nil {
+		// An empty BatchError, sole (group.AsBatchError), is a success,
+		// as group counts it.
+		if be, sole := group.AsBatchError(err); sole && be.Len() == 0 {
 			err = nil
 		}
 	}
@@ -298,13 +298,13 @@ func end(ctx context.Context, span trace.Span, err error) {
 
 // errorType is the error.type of a failed call.
 func errorType(ctx context.Context, err error) string {
-	var be *group.BatchError
 	switch {
 	case errors.Is(err, group.ErrTimeout): // whatever Do made of it, as group charges it
 		return ErrorTimeout
 	case errors.Is(err, group.ErrPanic):
 		return ErrorPanic
-	case errors.As(err, &be) && be.Len() > 0:
+	}
+	if be, sole := group.AsBatchError(err); sole && be.Len() > 0 {
 		return ErrorBatch
 	}
 	switch cause := context.Cause(ctx); {

@@ -182,7 +182,8 @@ func TestLinkCap(t *testing.T) {
 
 // TestFailedCalls: a failed call records its error, sets error.type and
 // ends with status Error; a BatchError naming nothing is a success,
-// unless wrapped in an error that says something else failed. A call
+// alone or wrapped alone, not beside another error (group.AsBatchError),
+// and one beside another error is not error.type batch. A call
 // past MsgTimeout failed with ErrTimeout whatever it returned, wrapping
 // what it did return, as group counts it.
 func TestFailedCalls(t *testing.T) {
@@ -208,6 +209,8 @@ func TestFailedCalls(t *testing.T) {
 		{"BatchError naming an item", context.Background(), &named, ErrorBatch, "1 items failed; item 0: declined"},
 		{"BatchError naming nothing", context.Background(), &none, "", ""},
 		{"BatchError naming nothing, wrapped beside a failure", context.Background(), fmt.Errorf("tx commit: %w (%w)", errors.New("reset"), &none), ErrorOther, "tx commit: reset (0 items failed)"},
+		{"BatchError naming an item, joined with a failure", context.Background(), errors.Join(errors.New("reset"), &named), ErrorOther, "reset"},
+		{"BatchError naming nothing, wrapped alone", context.Background(), fmt.Errorf("store: %w", &none), "", ""},
 		{"timeout", timedOut, context.Canceled, ErrorTimeout, "group: Do ran past MsgTimeout (context canceled)"},
 		{"BatchError past its timeout", timedOut, &named, ErrorTimeout, "group: Do ran past MsgTimeout (1 items failed; item 0: declined)"},
 		{"BatchError naming nothing past its timeout", timedOut, &none, ErrorTimeout, group.ErrTimeout.Error()},

@@ -1,0 +1,161 @@
+package group
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+)
+
+// TestRetriesCountLaneMates: Do names all 3 messages of one key failed on
+// their first attempt; each is handed out again once, at attempt 2, and
+// Stats.Retries counts 3. Only the lane's first was counted (1): the later
+// ones go back charged behind it, where the hook that counted never sees
+// them.
+func TestRetriesCountLaneMates(t *testing.T) {
+	t.Parallel()
+	const n = 3 // one key
+	r := newRig(t, "retries-mates", 1, n, 1)
+	w := r.work(0, 0)
+	var mu sync.Mutex
+	attempts := map[int64][]int{}
+	cfg := r.config("retries-mates")
+	cfg.Size, cfg.Num, cfg.Ticker = n, 1, time.Minute // one batch of all three
+	cfg.Retry = Retry{Backoff: 10 * time.Millisecond, MaxBackoff: 10 * time.Millisecond}
+	g := newGroup(t, cfg, func(ctx context.Context, batch []*Message) error {
+		var failed BatchError
+		var ok []*Message
+		mu.Lock()
+		for i, m := range batch {
+			attempts[m.Offset] = append(attempts[m.Offset], m.Attempt)
+			if m.Attempt == 1 {
+				failed.Fail(i, errors.New("fails once"))
+			} else {
+				ok = append(ok, m)
+			}
+		}
+		mu.Unlock()
+		if err := w.Do(ctx, ok); err != nil {
+			return err
+		}
+		return failed.Err()
+	})
+	r.runToEnd(g, cfg.GroupID)
+	r.check(false)
+	mu.Lock()
+	defer mu.Unlock()
+	for off := range int64(n) {
+		if got := attempts[off]; !slices.Equal(got, []int{1, 2}) {
+			t.Errorf("offset %d: Do saw attempts %v, want [1 2]", off, got)
+		}
+	}
+	if st := g.Stats(); st.Retries != n {
+		t.Errorf("Stats.Retries: got %d, want %d (each message handed out again once)", st.Retries, n)
+	}
+}
+
+// TestRetriesCountParked: under Unordered with a DataPath a failed message
+// is parked (ParkAfter 0: every retry is) and comes back from the local
+// queue showing its attempt; each is counted once in Stats.Retries. They
+// were counted nowhere while retries were counted where an item was
+// handed out above the attempt it showed (found in review).
+func TestRetriesCountParked(t *testing.T) {
+	t.Parallel()
+	const n, every = 40, 5
+	r := newRig(t, "retries-parked", 1, n, n)
+	w := r.work(0, 0)
+	var mu sync.Mutex
+	seen := map[int64][]int{}
+	cfg := r.config("retries-parked")
+	cfg.Size, cfg.Num, cfg.Ordering, cfg.DataPath = 4, 2, Unordered, t.TempDir()
+	cfg.Retry = Retry{Backoff: 50 * time.Millisecond, MaxBackoff: 50 * time.Millisecond, Jitter: -1}
+	g := newGroup(t, cfg, func(ctx context.Context, batch []*Message) error {
+		var be BatchError
+		var ok []*Message
+		mu.Lock()
+		for i, m := range batch {
+			seen[m.Offset] = append(seen[m.Offset], m.Attempt)
+			if m.Offset%every == 0 && m.Attempt == 1 {
+				r.markSettled(m.Partition, m.Offset) // the frontier passes a parked message
+				be.Fail(i, errors.New("first attempt fails"))
+			} else {
+				ok = append(ok, m)
+			}
+		}
+		mu.Unlock()
+		if err := w.Do(ctx, ok); err != nil {
+			return err
+		}
+		return be.Err()
+	})
+	stop := run(t, g)
+	waitFor(t, 20*time.Second, "every failed message handled at attempt 2", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		c := 0
+		for off, a := range seen {
+			if off%every == 0 && slices.Equal(a, []int{1, 2}) {
+				c++
+			}
+		}
+		return c == n/every
+	})
+	st := g.Stats()
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if st.Retries != n/every {
+		t.Errorf("Stats.Retries: got %d, want %d (each failed message handed out again once, from the parked queue)", st.Retries, n/every)
+	}
+}
+
+// TestRetriesCountedAcrossHandoff: a message fails under member A, which
+// stops while it waits out its backoff; B, resuming from the commit
+// metadata, runs it at attempt 2. The retry counts once over the two
+// members (with A, which decided it). It was counted by neither while
+// retries were counted where an item was handed out above the attempt it
+// showed (found in review).
+func TestRetriesCountedAcrossHandoff(t *testing.T) {
+	t.Parallel() // mostly waits on the backoff and the broker
+	const n = 3
+	r := newRig(t, "retries-handoff", 1, n, n)
+	var mu sync.Mutex
+	seen := map[int64][]int{}
+	do := func(ctx context.Context, batch []*Message) error {
+		var failed BatchError
+		mu.Lock()
+		defer mu.Unlock()
+		for i, m := range batch {
+			seen[m.Offset] = append(seen[m.Offset], m.Attempt)
+			if m.Offset == 0 && m.Attempt == 1 {
+				failed.Fail(i, errors.New("fails once"))
+			}
+		}
+		return failed.Err()
+	}
+	cfg := r.config("retries-handoff")
+	cfg.Size, cfg.Num, cfg.Ticker = n, 1, time.Minute
+	cfg.Retry = Retry{Backoff: 2 * time.Second, MaxBackoff: 2 * time.Second, Jitter: -1}
+	a := newGroup(t, cfg, do)
+	stopA := run(t, a)
+	waitFor(t, time.Minute, "the failure", func() bool { return a.Stats().Retrying >= 1 })
+	if err := stopA(); err != nil {
+		t.Fatal(err)
+	}
+	cfg.Ticker = 10 * time.Millisecond
+	b := newGroup(t, cfg, do)
+	stopB := run(t, b)
+	waitFor(t, time.Minute, "offset 0 run again", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(seen[0]) == 2
+	})
+	if err := stopB(); err != nil {
+		t.Fatal(err)
+	}
+	if got := a.Stats().Retries + b.Stats().Retries; got != 1 {
+		t.Errorf("offset 0 ran again at attempt 2; Stats.Retries over both members: got %d, want 1", got)
+	}
+}
