@@ -404,10 +404,20 @@ func (o *consumeOpts) logger(w io.Writer) *zap.Logger {
 }
 
 // redactURL is u with a password in it replaced by "xxxxx" (url.URL's
-// Redacted), or u as given when it does not parse.
+// Redacted); a u that does not parse (a stray % in the password, say) has
+// whatever stands between the scheme's "//" and the last "@" before the
+// path cut to "xxxxx".
 func redactURL(u string) string {
 	if p, err := url.Parse(u); err == nil {
 		return p.Redacted()
+	}
+	scheme, rest, ok := strings.Cut(u, "://")
+	if !ok {
+		return u
+	}
+	auth, _, _ := strings.Cut(rest, "/")
+	if at := strings.LastIndex(auth, "@"); at >= 0 {
+		return scheme + "://xxxxx" + rest[at:]
 	}
 	return u
 }

@@ -51,6 +51,8 @@ func TestConsumeBadInput(t *testing.T) {
 			"invalid --header: the value of header X-Token holds a control character (byte 2)"},
 		{"password in a bad URL", nil, args("--topic", "present", "--http", "ftp://svc:s3cret@example.com/x"), exitUsage,
 			`invalid value "ftp://svc:xxxxx@example.com/x" for --http: scheme "ftp": must be http or https`},
+		{"password in a URL that does not parse", nil, args("--topic", "present", "--http", "https://svc:50%off@example.com/hook"), exitUsage,
+			`invalid value "https://xxxxx@example.com/hook" for --http: not a URL`},
 		{"bad env", []string{"ORDERLY_SIZE=big"}, args("--topic", "present", "--http", ep.url()), exitUsage,
 			`invalid value "big" for ORDERLY_SIZE (--size): not an integer`},
 		{"unknown strategy", nil, args("--topic", "present", "--http", ep.url(), "--assignment-strategy", "cooperative-sticky,fair"), exitUsage,

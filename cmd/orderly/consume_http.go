@@ -127,7 +127,7 @@ func tlsFault(err error) (string, bool) {
 	switch {
 	case errors.As(err, &verify):
 		return "TLS: certificate not trusted", true
-	case errors.As(err, &header):
+	case errors.As(err, &header), errors.Is(err, http.ErrSchemeMismatch): // Go's client reports an HTTP answer to a TLS hello so
 		return "TLS: the endpoint does not speak TLS", true
 	}
 	return "", false

@@ -223,6 +223,31 @@ func TestConsumeHTTPSUntrusted(t *testing.T) {
 	}
 }
 
+// TestConsumeHTTPSToPlainEndpoint: an https URL whose endpoint answers in
+// plain HTTP is an endpoint error too (with --no-check, which would have
+// caught it at start): no record is dead-lettered. Go's client reports it
+// as http.ErrSchemeMismatch, which the TLS check missed: every record
+// failed its attempts (found in review).
+func TestConsumeHTTPSToPlainEndpoint(t *testing.T) {
+	t.Parallel()
+	b := newTopic(t, "tls-plain", 1)
+	produceKeyed(t, b, "tls-plain", 20, 4)
+	ep := newEndpoint(t, 0, func([]hit) (int, http.Header, string) { return http.StatusOK, nil, "" })
+	data := t.TempDir()
+	p := startConsume(t, "--brokers", b.Addrs()[0], "--topic", "tls-plain", "--group", "plain",
+		"--http", strings.Replace(ep.url(), "http://", "https://", 1), "--no-check", "--max-attempts", "2",
+		"--backoff", "20ms", "--max-backoff", "100ms", "--data", data, "--progress", "off", "--log-level", "error")
+	time.Sleep(2 * time.Second)
+	if code := p.stop(syscall.SIGTERM); code != 0 {
+		t.Fatalf("exit %d after SIGTERM, want 0\n%s", code, p.output())
+	}
+	letters := jsonLines[entryJSON](t, dlqRun(t, "list", "--data", data, "--json"))
+	fig := finalFigures(t, p.stdout.String())
+	if len(letters) != 0 || fig["endpoint errors"] == 0 {
+		t.Errorf("https to a plain endpoint: %d dead letters, %v endpoint errors; want none dead-lettered, endpoint errors counted", len(letters), fig["endpoint errors"])
+	}
+}
+
 // TestConsumeHTTPPasswordHidden: a password in the --http URL is shown as
 // xxxxx in the dead letters' error and in the output, never as given.
 func TestConsumeHTTPPasswordHidden(t *testing.T) {

@@ -40,8 +40,8 @@ func TestWorstPartition(t *testing.T) {
 // "failed calls 0" and nothing explained an idle consumer.
 func TestConsumeProgressLine(t *testing.T) {
 	c := &consumeProgress{start: time.Unix(0, 0), ctr: &sinkCounters{}, gate: &gate{}}
-	line := c.line(time.Unix(5, 0), group.Stats{InFlight: 15, Retrying: 3, Deferred: 12, TimedOut: 2}, 0)
-	for _, want := range []string{"in flight 15  waiting 15  retries 0", "failed calls 0  timed out 2  endpoint errors 0"} {
+	line := c.line(time.Unix(5, 0), group.Stats{InFlight: 15, Retrying: 3, Deferred: 12, Parked: 4, TimedOut: 2}, 0)
+	for _, want := range []string{"in flight 15  waiting 19  retries 0", "failed calls 0  timed out 2  endpoint errors 0"} {
 		if !strings.Contains(line, want) {
 			t.Errorf("progress line %q: want %q in it", line, want)
 		}
