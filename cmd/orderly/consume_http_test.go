@@ -210,8 +210,16 @@ func TestConsumeHTTPSUntrusted(t *testing.T) {
 	if r.code != exitError || !strings.Contains(r.stderr, "TLS handshake failed (--http-ca names a CA to trust") {
 		t.Errorf("start against an untrusted endpoint: exit %d, stderr:\n%s\nwant exit 1 naming --http-ca", r.code, r.stderr)
 	}
+	wantEndpointErrorsOnly(t, "untrusted endpoint with --no-check", args[1:])
+}
+
+// wantEndpointErrorsOnly runs consume with args for 2 s, --no-check and
+// --max-attempts 2 added, and checks that its endpoint's answers were
+// endpoint errors: counted, and no record dead-lettered.
+func wantEndpointErrorsOnly(t *testing.T, what string, args []string) {
+	t.Helper()
 	data := t.TempDir()
-	p := startConsume(t, append(args[1:], "--no-check", "--max-attempts", "2", "--backoff", "20ms", "--max-backoff", "100ms", "--data", data)...)
+	p := startConsume(t, append(args, "--no-check", "--max-attempts", "2", "--backoff", "20ms", "--max-backoff", "100ms", "--data", data)...)
 	time.Sleep(2 * time.Second)
 	if code := p.stop(syscall.SIGTERM); code != 0 {
 		t.Fatalf("exit %d after SIGTERM, want 0\n%s", code, p.output())
@@ -219,7 +227,7 @@ func TestConsumeHTTPSUntrusted(t *testing.T) {
 	letters := jsonLines[entryJSON](t, dlqRun(t, "list", "--data", data, "--json"))
 	fig := finalFigures(t, p.stdout.String())
 	if len(letters) != 0 || fig["endpoint errors"] == 0 {
-		t.Errorf("untrusted endpoint with --no-check: %d dead letters, %v endpoint errors; want none dead-lettered, endpoint errors counted", len(letters), fig["endpoint errors"])
+		t.Errorf("%s: %d dead letters, %v endpoint errors; want none dead-lettered, endpoint errors counted", what, len(letters), fig["endpoint errors"])
 	}
 }
 
@@ -233,19 +241,8 @@ func TestConsumeHTTPSToPlainEndpoint(t *testing.T) {
 	b := newTopic(t, "tls-plain", 1)
 	produceKeyed(t, b, "tls-plain", 20, 4)
 	ep := newEndpoint(t, 0, func([]hit) (int, http.Header, string) { return http.StatusOK, nil, "" })
-	data := t.TempDir()
-	p := startConsume(t, "--brokers", b.Addrs()[0], "--topic", "tls-plain", "--group", "plain",
-		"--http", strings.Replace(ep.url(), "http://", "https://", 1), "--no-check", "--max-attempts", "2",
-		"--backoff", "20ms", "--max-backoff", "100ms", "--data", data, "--progress", "off", "--log-level", "error")
-	time.Sleep(2 * time.Second)
-	if code := p.stop(syscall.SIGTERM); code != 0 {
-		t.Fatalf("exit %d after SIGTERM, want 0\n%s", code, p.output())
-	}
-	letters := jsonLines[entryJSON](t, dlqRun(t, "list", "--data", data, "--json"))
-	fig := finalFigures(t, p.stdout.String())
-	if len(letters) != 0 || fig["endpoint errors"] == 0 {
-		t.Errorf("https to a plain endpoint: %d dead letters, %v endpoint errors; want none dead-lettered, endpoint errors counted", len(letters), fig["endpoint errors"])
-	}
+	wantEndpointErrorsOnly(t, "https to a plain endpoint", []string{"--brokers", b.Addrs()[0], "--topic", "tls-plain", "--group", "plain",
+		"--http", strings.Replace(ep.url(), "http://", "https://", 1), "--progress", "off", "--log-level", "error"})
 }
 
 // TestConsumeHTTPPasswordHidden: a password in the --http URL is shown as
