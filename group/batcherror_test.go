@@ -74,3 +74,46 @@ func TestBatchErrorBesideFailureFails(t *testing.T) {
 		})
 	}
 }
+
+// TestAsBatchError: a BatchError is sole (it says what became of the
+// batch) as Do's error, wrapped alone however deep, or joined with nils
+// only (errors.Join drops them: a cleanup's nil error beside it); beside
+// another error it is not. A nil *BatchError is none. Joined with a nil,
+// the BatchError was read as beside another error, and the batch failed
+// whole (found in review); a nil one made otel's span end panic.
+func TestAsBatchError(t *testing.T) {
+	var named BatchError
+	named.Fail(0, errors.New("x"))
+	var nilErr error
+	var typedNil *BatchError
+	other := errors.New("reset")
+	for _, tt := range []struct {
+		name     string
+		err      error
+		found    bool
+		wantSole bool
+	}{
+		{"itself", &named, true, true},
+		{"wrapped", fmt.Errorf("store: %w", &named), true, true},
+		{"wrapped twice", fmt.Errorf("a: %w", fmt.Errorf("b: %w", &named)), true, true},
+		{"joined alone", errors.Join(&named), true, true},
+		{"joined with a nil", errors.Join(nilErr, &named), true, true},
+		{"joined with another error", errors.Join(other, &named), true, false},
+		{"two %w", fmt.Errorf("%w (%w)", other, &named), true, false},
+		{"a nil *BatchError", typedNil, false, false},
+		{"a nil *BatchError wrapped", fmt.Errorf("x: %w", typedNil), false, false},
+		{"another error", other, false, false},
+		{"nil", nil, false, false},
+	} {
+		be, sole := AsBatchError(tt.err)
+		if (be != nil) != tt.found || sole != tt.wantSole || tt.found && be != &named {
+			t.Errorf("%s: AsBatchError gave %p, sole %v; want found %v, sole %v", tt.name, be, sole, tt.found, tt.wantSole)
+		}
+	}
+	if got := typedNil.Len(); got != 0 {
+		t.Errorf("a nil *BatchError's Len: got %d, want 0", got)
+	}
+	if got := typedNil.Error(); got == "" {
+		t.Error("a nil *BatchError's Error is empty")
+	}
+}

@@ -72,8 +72,13 @@ func (e *BatchError) DeadLetter(i int, reason error) {
 // errDeferred is the error of a deferred item in a BatchError's message.
 var errDeferred = errors.New("deferred")
 
-// Len is how many items were marked failed.
-func (e *BatchError) Len() int { return len(e.items) }
+// Len is how many items were marked failed (0 for a nil BatchError).
+func (e *BatchError) Len() int {
+	if e == nil {
+		return 0
+	}
+	return len(e.items)
+}
 
 // Err returns e, or nil when no item was marked failed.
 func (e *BatchError) Err() error {
@@ -85,6 +90,9 @@ func (e *BatchError) Err() error {
 
 // Error lists the failed items and their errors (the first few).
 func (e *BatchError) Error() string {
+	if e == nil {
+		return "group: a nil *BatchError" // Do returned a typed nil: the batch failed as a whole
+	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "%d items failed", len(e.items))
 	for i, it := range e.items {
@@ -99,6 +107,9 @@ func (e *BatchError) Error() string {
 
 // Unwrap returns the items' errors, for errors.Is and errors.As.
 func (e *BatchError) Unwrap() []error {
+	if e == nil {
+		return nil
+	}
 	errs := make([]error, 0, len(e.items))
 	for _, it := range e.items {
 		errs = append(errs, it.err)
@@ -132,16 +143,33 @@ func AsBatchError(err error) (be *BatchError, sole bool) {
 	for err != nil {
 		switch e := err.(type) {
 		case *BatchError:
+			if e == nil {
+				return nil, false
+			}
 			return e, true
 		case interface{ Unwrap() error }:
 			err = e.Unwrap()
 		case interface{ Unwrap() []error }:
-			if errors.As(err, &be) {
+			// errors.Join drops nils: a join of one error (a cleanup's nil
+			// error beside it, say) wraps it alone.
+			var only error
+			n := 0
+			for _, w := range e.Unwrap() {
+				if w != nil {
+					only = w
+					n++
+				}
+			}
+			if n == 1 {
+				err = only
+				continue
+			}
+			if errors.As(err, &be) && be != nil {
 				return be, false
 			}
 			return nil, false
 		default:
-			if errors.As(err, &be) { // an As method of the error's own
+			if errors.As(err, &be) && be != nil { // an As method of the error's own
 				return be, false
 			}
 			return nil, false

@@ -211,6 +211,8 @@ func TestFailedCalls(t *testing.T) {
 		{"BatchError naming nothing, wrapped beside a failure", context.Background(), fmt.Errorf("tx commit: %w (%w)", errors.New("reset"), &none), ErrorOther, "tx commit: reset (0 items failed)"},
 		{"BatchError naming an item, joined with a failure", context.Background(), errors.Join(errors.New("reset"), &named), ErrorOther, "reset"},
 		{"BatchError naming nothing, wrapped alone", context.Background(), fmt.Errorf("store: %w", &none), "", ""},
+		{"BatchError naming an item, joined with a nil", context.Background(), errors.Join(nil, &named), ErrorBatch, "1 items failed; item 0: declined"},
+		{"a nil *BatchError", context.Background(), (*group.BatchError)(nil), ErrorOther, "group: a nil *BatchError"},
 		{"timeout", timedOut, context.Canceled, ErrorTimeout, "group: Do ran past MsgTimeout (context canceled)"},
 		{"BatchError past its timeout", timedOut, &named, ErrorTimeout, "group: Do ran past MsgTimeout (1 items failed; item 0: declined)"},
 		{"BatchError naming nothing past its timeout", timedOut, &none, ErrorTimeout, group.ErrTimeout.Error()},

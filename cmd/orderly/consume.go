@@ -404,20 +404,21 @@ func (o *consumeOpts) logger(w io.Writer) *zap.Logger {
 }
 
 // redactURL is u with a password in it replaced by "xxxxx" (url.URL's
-// Redacted); a u that does not parse (a stray % in the password, say) has
-// whatever stands between the scheme's "//" and the last "@" before the
-// path cut to "xxxxx".
+// Redacted). A u that does not parse as a URL with a host (a "/" or a
+// stray "%" in the password, no scheme) has everything from after its
+// "//" (or from its start) to its last "@" cut to "xxxxx": it may hide
+// more than the credentials, never less.
 func redactURL(u string) string {
-	if p, err := url.Parse(u); err == nil {
+	if p, err := url.Parse(u); err == nil && p.Opaque == "" && p.Host != "" {
 		return p.Redacted()
 	}
-	scheme, rest, ok := strings.Cut(u, "://")
-	if !ok {
+	at := strings.LastIndex(u, "@")
+	if at < 0 {
 		return u
 	}
-	auth, _, _ := strings.Cut(rest, "/")
-	if at := strings.LastIndex(auth, "@"); at >= 0 {
-		return scheme + "://xxxxx" + rest[at:]
+	start := 0
+	if i := strings.Index(u, "//"); i >= 0 && i < at {
+		start = i + 2
 	}
-	return u
+	return u[:start] + "xxxxx" + u[at:]
 }

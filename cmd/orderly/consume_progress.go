@@ -66,17 +66,21 @@ func (c *consumeProgress) line(now time.Time, s group.Stats, rate float64) strin
 	if w := worstPartition(s); w != "" {
 		b.WriteString(w + "  ")
 	}
-	// waiting: records held for a retry's backoff or a deferral, in memory
-	// or parked on disk (one a 429's pause deferred, say, which a restart
-	// finds in the commit metadata, or the parked queue, and waits out):
-	// why nothing is sent.
+	// waiting: records held in memory for a retry's backoff or a deferral
+	// (one a 429's pause deferred, say, which a restart finds in the
+	// commit metadata and waits out): why nothing is sent. Parked records
+	// (Unordered with --data) are shown apart: Stats.Parked counts them
+	// until they finish, in Do or waiting.
 	fmt.Fprintf(&b, "%s/s  handled %s  committed %s  lag %s  in flight %s  waiting %s  retries %d  dead-lettered %d",
 		bench.FormatCount(rate), bench.FormatCount(float64(s.Handled)),
 		bench.FormatCount(float64(s.Committed)), bench.FormatCount(float64(s.Lag)), bench.FormatCount(float64(s.InFlight)),
-		bench.FormatCount(float64(s.Retrying+s.Deferred+s.Parked)), s.Retries, deadLettered(s))
+		bench.FormatCount(float64(s.Retrying+s.Deferred)), s.Retries, deadLettered(s))
 	fmt.Fprintf(&b, "  throttled %d  failed calls %d  timed out %d  endpoint errors %d", c.ctr.throttled.Load(), c.ctr.failed.Load(), s.TimedOut, c.ctr.endpoint.Load())
 	if last := c.ctr.lastEndpointError(); last != "" {
 		fmt.Fprintf(&b, " (last: %s)", last)
+	}
+	if s.Parked > 0 {
+		fmt.Fprintf(&b, "  parked %d", s.Parked)
 	}
 	if d := c.gate.remaining(); d > 0 {
 		fmt.Fprintf(&b, "  paused %.1fs more", d.Seconds())

@@ -41,7 +41,7 @@ func TestWorstPartition(t *testing.T) {
 func TestConsumeProgressLine(t *testing.T) {
 	c := &consumeProgress{start: time.Unix(0, 0), ctr: &sinkCounters{}, gate: &gate{}}
 	line := c.line(time.Unix(5, 0), group.Stats{InFlight: 15, Retrying: 3, Deferred: 12, Parked: 4, TimedOut: 2}, 0)
-	for _, want := range []string{"in flight 15  waiting 19  retries 0", "failed calls 0  timed out 2  endpoint errors 0"} {
+	for _, want := range []string{"in flight 15  waiting 15  retries 0", "  parked 4", "failed calls 0  timed out 2  endpoint errors 0"} {
 		if !strings.Contains(line, want) {
 			t.Errorf("progress line %q: want %q in it", line, want)
 		}
