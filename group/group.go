@@ -203,14 +203,15 @@ func New[T any](cfg Config, h Handler[T]) (*Group[T], error) {
 	g.sched = dispatch.New[Message, T](dispatch.Options[Message, T]{
 		Size: cfg.Size, MaxInFlight: cfg.MaxInFlight, MaxInFlightBytes: cfg.MaxInFlightBytes,
 		Window: cfg.Chan, WakeDelay: wakeDelay, Backlog: backlog(cfg), Reset: resetFunc(h), Hold: g.fail.hold, Copied: copiedFunc(h), CopyError: ErrTimeout,
-		// Msg.Attempt is 1 from intake (a previous owner's attempt for a
-		// message resumed waiting, a parked message's) and is behind the
-		// item's Attempt only after a charged failure (Uncharge takes back
-		// only the latest charge): so a message handed out at an attempt
-		// above the one it showed is a retry the hold hook did not count
-		// (it shows the attempt of those it counts): a lane mate charged
-		// behind a failed first item, an orphan's copy. Counted once,
-		// whatever splits call it again.
+		// Msg.Attempt is the attempt a message last showed: 1 from
+		// intake, or the attempt it resumed at (from a previous owner's
+		// commit metadata, or the parked queue). It falls behind the
+		// item's Attempt only when a failure is charged (Uncharge takes
+		// back only the latest charge), and the hold hook shows the
+		// attempt of the retries it counts. So a message handed out above
+		// the attempt it showed is a retry the hook did not count (a lane
+		// mate charged behind a failed first item, an orphan's copy),
+		// counted here once, whatever splits call it again.
 		ShowAttempt: func(m *Message, attempt int) {
 			if m.Attempt != attempt {
 				if attempt > m.Attempt {
