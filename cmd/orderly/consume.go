@@ -334,7 +334,11 @@ func runConsume(ctx context.Context, o *consumeOpts, e env) (err error) {
 	prog := startConsumeProgress(o.progress, o.progressEvery, e.stdout, start, g.Stats, ctr, gt)
 	runErr := g.Run(ctx)
 	prog.close()
-	fmt.Fprintln(e.stdout, finalLine(ctx, start, g.Stats(), ctr, gt))
+	if st := g.Stats(); runErr == nil || st.Claims > 0 {
+		// A run that failed before it claimed anything (a topic missing,
+		// no broker) has only zeros to count: its error says it all.
+		fmt.Fprintln(e.stdout, finalLine(ctx, start, st, ctr, gt))
+	}
 	if runErr != nil {
 		return o.explain(runErr)
 	}

@@ -96,6 +96,11 @@ func TestConsumeBadInput(t *testing.T) {
 				strings.Contains(r.stderr, "goroutine ") || strings.Contains(r.stderr, "panic") {
 				t.Errorf("got exit %d, stderr:\n%s\nwant exit %d and one line starting %q", r.code, r.stderr, tt.code, "orderly: "+tt.want)
 			}
+			// A run that failed at start prints no final line of zeros
+			// before its error (it did, found by the --http prober).
+			if strings.Contains(r.stdout, "orderly consume: stopped") {
+				t.Errorf("a run that failed at start printed a final line:\n%s", r.stdout)
+			}
 			if tt.code == exitUsage && lines[len(lines)-1] != "see 'orderly consume --help'" {
 				t.Errorf("got hint %q, want see 'orderly consume --help'", lines[len(lines)-1])
 			}
