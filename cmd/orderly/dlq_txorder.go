@@ -1,6 +1,6 @@
 package main
 
-import "encoding/binary"
+import "github.com/twmb/franz-go/pkg/kmsg"
 
 // txOrder passes a partition's records on, in offset order, as a
 // read-committed consumer sees them, from a read of every record and
@@ -81,10 +81,10 @@ func (t *txOrder) heldBack() (first int64, committed int, ok bool) {
 	return t.waiting[0].e.offset, committed, true
 }
 
-// controlCommit reports whether a control record's key (version int16,
-// type int16) is a commit marker; anything else (an abort, a key too short
-// to say) drops the transaction's records, as a consumer would not pass
-// them on either.
+// controlCommit reports whether a control record's key is a commit
+// marker; anything else (an abort, a key that does not read) drops the
+// transaction's records, as a consumer would not pass them on either.
 func controlCommit(key []byte) bool {
-	return len(key) >= 4 && binary.BigEndian.Uint16(key[2:4]) == 1
+	var k kmsg.ControlRecordKey
+	return k.ReadFrom(key) == nil && k.Type == kmsg.ControlRecordKeyTypeCommit
 }

@@ -1,9 +1,10 @@
 package main
 
 import (
-	"encoding/binary"
 	"slices"
 	"testing"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // TestTxOrder: records pass in offset order as a read-committed consumer
@@ -40,7 +41,8 @@ func TestTxOrder(t *testing.T) {
 					e := entry{offset: int64(off)}
 					err = tx.record(e, s.kind == "tx", s.producer)
 				case "commit", "abort":
-					key := binary.BigEndian.AppendUint16(binary.BigEndian.AppendUint16(nil, 0), map[string]uint16{"abort": 0, "commit": 1}[s.kind])
+					typ := map[string]kmsg.ControlRecordKeyType{"abort": kmsg.ControlRecordKeyTypeAbort, "commit": kmsg.ControlRecordKeyTypeCommit}[s.kind]
+					key := (&kmsg.ControlRecordKey{Type: typ}).AppendTo(nil)
 					err = tx.marker(key, s.producer)
 				}
 				if err != nil {
