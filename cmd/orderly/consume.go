@@ -14,6 +14,7 @@ import (
 	"github.com/IBM/sarama"
 	"github.com/spf13/cobra"
 	"go.uber.org/zap"
+	"golang.org/x/net/http/httpguts"
 
 	"github.com/orderly-go/orderly/group"
 )
@@ -224,7 +225,7 @@ func parseHeader(s string) (name, val string, err error) {
 	if !ok || name == "" || strings.ContainsAny(name, " \t") {
 		return "", "", errors.New(`must be "Name: value"`)
 	}
-	if i := strings.IndexFunc(name, func(r rune) bool { return !headerNameChar(r) }); i >= 0 {
+	if i := strings.IndexFunc(name, func(r rune) bool { return !httpguts.IsTokenRune(r) }); i >= 0 {
 		return "", "", fmt.Errorf("header name %q holds %q: a name is letters, digits and !#$%%&'*+-.^_`|~", name, []rune(name[i:])[0])
 	}
 	val = strings.TrimSpace(val)
@@ -233,12 +234,6 @@ func parseHeader(s string) (name, val string, err error) {
 		return "", "", fmt.Errorf("the value of header %s holds a control character (byte %d)", name, i)
 	}
 	return name, val, nil
-}
-
-// headerNameChar reports whether r may be in a header name (an RFC 9110
-// token): a request with any other is refused by Go's client.
-func headerNameChar(r rune) bool {
-	return r < 0x80 && (r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("!#$%&'*+-.^_`|~", r))
 }
 
 func (o *consumeOpts) orderingValue() group.Ordering {
