@@ -140,42 +140,29 @@ func (e *BatchError) verdicts(dst []merge.Verdict, n int) ([]merge.Verdict, bool
 // as a whole, whatever the BatchError names. (The otel package reads a
 // call's error the same way.)
 func AsBatchError(err error) (be *BatchError, sole bool) {
-	for err != nil {
+	for {
 		switch e := err.(type) {
+		case nil:
+			return nil, false
 		case *BatchError:
-			if e == nil {
-				return nil, false
-			}
-			return e, true
+			return e, e != nil
 		case interface{ Unwrap() error }:
 			err = e.Unwrap()
+			continue
 		case interface{ Unwrap() []error }:
-			// errors.Join drops nils: a join of one error (a cleanup's nil
-			// error beside it, say) wraps it alone.
-			var only error
-			n := 0
-			for _, w := range e.Unwrap() {
-				if w != nil {
-					only = w
-					n++
-				}
-			}
-			if n == 1 {
-				err = only
+			// errors.Join drops nils: a join of one error (a cleanup's
+			// nil error beside it, say) wraps it alone.
+			if ws := slices.DeleteFunc(slices.Clone(e.Unwrap()), func(w error) bool { return w == nil }); len(ws) == 1 {
+				err = ws[0]
 				continue
 			}
-			if errors.As(err, &be) && be != nil {
-				return be, false
-			}
-			return nil, false
-		default:
-			if errors.As(err, &be) && be != nil { // an As method of the error's own
-				return be, false
-			}
-			return nil, false
 		}
+		// Beside other errors, or behind an As method of the error's own.
+		if errors.As(err, &be) && be != nil {
+			return be, false
+		}
+		return nil, false
 	}
-	return nil, false
 }
 
 // batchKey is the context key of the current batch's messages.
