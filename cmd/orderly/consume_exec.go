@@ -29,19 +29,12 @@ const (
 
 // execSink runs --exec once per batch.
 type execSink struct {
-	cmd      string
-	gate     *gate
-	ctr      *sinkCounters
-	endpoint endpointBackoff
-	defDelay time.Duration
-	timeout  time.Duration // --timeout
-	log      *zap.Logger
-	warn     logEvery
+	sinkCore
+	cmd string
 }
 
 func newExecSink(o *consumeOpts, gt *gate, ctr *sinkCounters, log *zap.Logger) *execSink {
-	return &execSink{cmd: o.execCmd, gate: gt, ctr: ctr, defDelay: o.backoff, timeout: o.timeout, log: log,
-		warn: logEvery{period: 10 * time.Second}, endpoint: endpointBackoff{first: o.backoff, max: o.maxBackoff}}
+	return &execSink{sinkCore: newSinkCore(o, gt, ctr, log), cmd: o.execCmd}
 }
 
 func (s *execSink) describe() string { return fmt.Sprintf("exec %q (JSON lines on stdin)", s.cmd) }
@@ -156,14 +149,8 @@ func (s *execSink) send(ctx context.Context, batch []*group.Message) error {
 		s.warnf(batch, "command exited 75 (EX_TEMPFAIL): retrying with backoff", err, stderr)
 		return failAll(batch, why)
 	case exitNotExecutable, exitNotFound:
-		s.ctr.endpointError(fmt.Sprintf("exit %d", code))
-		d := s.gate.closeIfOpen(s.endpoint.failed) // runs in flight when the first error came do not double the backoff
-		if s.warn.allow() {
-			s.log.Error("command not found or not executable: check --exec; retrying, never dead-lettered",
-				append(batchFields(batch), zap.String("exec", s.cmd), zap.Int("exit", code),
-					zap.Duration("pause", d), zap.String("stderr", stderr.String()))...)
-		}
-		return deferAll(len(batch), d)
+		return s.endpointFault(batch, fmt.Sprintf("exit %d", code), "command not found or not executable: check --exec; retrying, never dead-lettered",
+			zap.String("exec", s.cmd), zap.Int("exit", code), zap.String("stderr", stderr.String()))
 	}
 	s.ctr.rejected.Add(1)
 	return rejectAll(batch, why)

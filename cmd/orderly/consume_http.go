@@ -32,14 +32,8 @@ type httpSink struct {
 	client  *http.Client
 	tr      *http.Transport
 
-	gate     *gate
-	ctr      *sinkCounters
-	endpoint endpointBackoff
-	defDelay time.Duration
-	timeout  time.Duration // --timeout
-	log      *zap.Logger
-	warn     logEvery
-	pauses   logEvery // the endpoint asking for pauses, at info
+	sinkCore
+	pauses logEvery // the endpoint asking for pauses, at info
 }
 
 // maxResponse is the most of a response body read: outcomes of a large
@@ -77,9 +71,7 @@ func newHTTPSink(o *consumeOpts, gt *gate, ctr *sinkCounters, log *zap.Logger) (
 		client: &http.Client{Transport: tr, CheckRedirect: func(*http.Request, []*http.Request) error {
 			return http.ErrUseLastResponse // a redirect is an endpoint error: the URL is wrong
 		}},
-		gate: gt, ctr: ctr, defDelay: o.backoff, timeout: o.timeout, log: log,
-		warn: logEvery{period: 10 * time.Second}, pauses: logEvery{period: 10 * time.Second},
-		endpoint: endpointBackoff{first: o.backoff, max: o.maxBackoff},
+		sinkCore: newSinkCore(o, gt, ctr, log), pauses: logEvery{period: 10 * time.Second},
 	}, nil
 }
 
@@ -151,16 +143,10 @@ func (s *httpSink) send(ctx context.Context, batch []*group.Message) error {
 			return fmt.Errorf("POST %s for %s: %w", s.shown, where(batch), callCause(ctx, s.timeout))
 		}
 		if what, ok := tlsFault(err); ok {
-			// No record's fault: the endpoint is not trusted (or does not
-			// speak TLS). An endpoint error, as a wrong URL is: paused,
-			// never dead-lettered.
-			s.ctr.endpointError(what)
-			d := s.gate.closeIfOpen(s.endpoint.failed)
-			if s.warn.allow() {
-				s.log.Error("endpoint error: check --http and --http-ca; retrying, never dead-lettered",
-					append(batchFields(batch), zap.String("url", s.shown), zap.Duration("pause", d), zap.Error(err))...)
-			}
-			return deferAll(len(batch), d)
+			// The endpoint is not trusted (or does not speak TLS): an
+			// endpoint error, as a wrong URL is.
+			return s.endpointFault(batch, what, "endpoint error: check --http and --http-ca; retrying, never dead-lettered",
+				zap.String("url", s.shown), zap.Error(err))
 		}
 		s.ctr.failed.Add(1)
 		s.warnf(batch, "request failed; retrying with backoff", err)
@@ -209,14 +195,8 @@ func (s *httpSink) send(ctx context.Context, batch []*group.Message) error {
 		return deferAll(len(batch), d)
 	case code == http.StatusUnauthorized || code == http.StatusForbidden || code == http.StatusNotFound ||
 		code == http.StatusProxyAuthRequired || code >= 300 && code < 400:
-		s.ctr.endpointError(status)
-		d := s.gate.closeIfOpen(s.endpoint.failed) // calls in flight when the first error came do not double the backoff
-		if s.warn.allow() {
-			s.log.Error("endpoint error: check --http and its credentials (--header); retrying, never dead-lettered",
-				append(batchFields(batch), zap.String("url", s.shown), zap.String("status", status),
-					zap.Duration("pause", d), zap.String("body", snippet(body)))...)
-		}
-		return deferAll(len(batch), d)
+		return s.endpointFault(batch, status, "endpoint error: check --http and its credentials (--header); retrying, never dead-lettered",
+			zap.String("url", s.shown), zap.String("status", status), zap.String("body", snippet(body)))
 	case code >= 400 && code < 500:
 		s.ctr.rejected.Add(1)
 		return rejectAll(batch, fmt.Errorf("POST %s: %s: %s", s.shown, status, snippet(body)))

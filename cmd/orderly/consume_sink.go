@@ -146,3 +146,34 @@ func batchFields(batch []*group.Message) []zap.Field {
 	return []zap.Field{zap.String("topic", m.Topic), zap.Int32("partition", m.Partition),
 		zap.Int64("offset", m.Offset), zap.Int("attempt", m.Attempt), zap.Int("batch", len(batch))}
 }
+
+// sinkCore is what both sinks share: the gate every call passes, the
+// counters, the endpoint backoff, the delays and the rate-limited log.
+type sinkCore struct {
+	gate     *gate
+	ctr      *sinkCounters
+	endpoint endpointBackoff
+	defDelay time.Duration // a deferral's delay when none is named (--backoff)
+	timeout  time.Duration // --timeout
+	log      *zap.Logger
+	warn     logEvery
+}
+
+func newSinkCore(o *consumeOpts, gt *gate, ctr *sinkCounters, log *zap.Logger) sinkCore {
+	return sinkCore{gate: gt, ctr: ctr, defDelay: o.backoff, timeout: o.timeout, log: log,
+		warn: logEvery{period: 10 * time.Second}, endpoint: endpointBackoff{first: o.backoff, max: o.maxBackoff}}
+}
+
+// endpointFault handles an answer that is no record's fault (a wrong URL,
+// command or credentials, an endpoint not trusted): it counts what, pauses
+// every call for the endpoint backoff (calls in flight when the first came
+// do not double it), logs msg with fields at most every 10s, and defers
+// batch uncharged: retried, never dead-lettered.
+func (c *sinkCore) endpointFault(batch []*group.Message, what, msg string, fields ...zap.Field) error {
+	c.ctr.endpointError(what)
+	d := c.gate.closeIfOpen(c.endpoint.failed)
+	if c.warn.allow() {
+		c.log.Error(msg, append(append(batchFields(batch), fields...), zap.Duration("pause", d))...)
+	}
+	return deferAll(len(batch), d)
+}
