@@ -120,19 +120,20 @@ func purgeTopic(ctx context.Context, o *dlqOpts, e env) error {
 		}
 		parts = []int32{int32(f.partition)}
 	}
+	// Up to the last stable offset: the records of a transaction still
+	// open are not readable yet (list does not show them), and a commit
+	// may still make them dead letters.
+	stables, err := lastStable(client, o.topic, parts)
+	if err != nil {
+		return err
+	}
 	cut := map[int32]int64{}
 	for _, p := range parts {
 		low, high, err := watermarks(client, o.topic, p)
 		if err != nil {
 			return err
 		}
-		// Up to the last stable offset: the records of a transaction
-		// still open are not readable yet (list does not show them), and
-		// a commit may still make them dead letters.
-		stable, err := lastStable(client, o.topic, p)
-		if err != nil {
-			return err
-		}
+		stable := stables[topicPart{o.topic, p}]
 		held := ""
 		if stable < high {
 			held = fmt.Sprintf("; offsets %d to %d, of a transaction still open, are kept", stable, high-1)

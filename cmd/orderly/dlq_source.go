@@ -257,41 +257,15 @@ func watermarks(client sarama.Client, topic string, p int32) (low, high int64, e
 	return low, high, nil
 }
 
-// lastStable is a partition's last stable offset: the first offset of the
-// oldest transaction still open, else the high watermark. sarama's
-// GetOffset asks read-uncommitted, which answers the high watermark. Like
-// GetOffset, it refreshes the partition's leader and asks once more when
-// the first answer is an error (a leader that moved).
-func lastStable(client sarama.Client, topic string, p int32) (int64, error) {
-	off, err := askLastStable(client, topic, p)
-	if err != nil {
-		if rerr := client.RefreshMetadata(topic); rerr == nil {
-			off, err = askLastStable(client, topic, p)
-		}
+// lastStable is the last stable offsets of topic's partitions parts
+// (listOffsets, read-committed). Like sarama's GetOffset, it refreshes the
+// leaders and asks once more when the first answer is an error (a leader
+// that moved).
+func lastStable(client sarama.Client, topic string, parts []int32) (map[topicPart]int64, error) {
+	q := map[string][]int32{topic: parts}
+	offs, err := listOffsets(client, q, sarama.ReadCommitted)
+	if err != nil && client.RefreshMetadata(topic) == nil {
+		offs, err = listOffsets(client, q, sarama.ReadCommitted)
 	}
-	if err != nil {
-		return 0, fmt.Errorf("last stable offset of %s/%d: %w", topic, p, err)
-	}
-	return off, nil
-}
-
-func askLastStable(client sarama.Client, topic string, p int32) (int64, error) {
-	leader, err := client.Leader(topic, p)
-	if err != nil {
-		return 0, err
-	}
-	req := &sarama.OffsetRequest{Version: 2, IsolationLevel: sarama.ReadCommitted}
-	req.AddBlock(topic, p, sarama.OffsetNewest, 1)
-	resp, err := leader.GetAvailableOffsets(req)
-	if err != nil {
-		return 0, err
-	}
-	switch b := resp.GetBlock(topic, p); {
-	case b == nil:
-		return 0, errors.New("no answer for the partition")
-	case b.Err != sarama.ErrNoError:
-		return 0, b.Err
-	default:
-		return b.Offset, nil
-	}
+	return offs, err
 }

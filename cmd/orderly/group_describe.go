@@ -158,7 +158,7 @@ func describeGroup(o *groupOpts) (*groupView, error) {
 		}
 		parts[topic] = slices.Sorted(slices.Values(ps))
 	}
-	hws, err := highWatermarks(client, parts)
+	hws, err := listOffsets(client, parts, sarama.ReadUncommitted)
 	if err != nil {
 		return nil, err
 	}
@@ -172,50 +172,6 @@ func describeGroup(o *groupOpts) (*groupView, error) {
 		}
 	}
 	return v, nil
-}
-
-// highWatermarks lists the partitions' high watermarks, one ListOffsets
-// request per leader.
-func highWatermarks(client sarama.Client, parts map[string][]int32) (map[topicPart]int64, error) {
-	type leaderReq struct {
-		b   *sarama.Broker
-		req *sarama.OffsetRequest
-		tps []topicPart
-	}
-	byLeader := map[int32]*leaderReq{}
-	for topic, ps := range parts {
-		for _, p := range ps {
-			b, err := client.Leader(topic, p)
-			if err != nil {
-				return nil, fmt.Errorf("leader of %s/%d: %w", topic, p, err)
-			}
-			lr := byLeader[b.ID()]
-			if lr == nil {
-				lr = &leaderReq{b: b, req: sarama.NewOffsetRequest(groupSarama().Version)}
-				byLeader[b.ID()] = lr
-			}
-			lr.req.AddBlock(topic, p, sarama.OffsetNewest, 1)
-			lr.tps = append(lr.tps, topicPart{topic, p})
-		}
-	}
-	out := make(map[topicPart]int64)
-	for _, lr := range byLeader {
-		resp, err := lr.b.GetAvailableOffsets(lr.req)
-		if err != nil {
-			return nil, fmt.Errorf("high watermarks from broker %d (%s): %w", lr.b.ID(), lr.b.Addr(), err)
-		}
-		for _, tp := range lr.tps {
-			block := resp.GetBlock(tp.topic, tp.part)
-			switch {
-			case block == nil || len(block.Offsets) == 0:
-				return nil, fmt.Errorf("high watermark of %s/%d: broker %d did not answer for it", tp.topic, tp.part, lr.b.ID())
-			case block.Err != sarama.ErrNoError:
-				return nil, fmt.Errorf("high watermark of %s/%d: %w", tp.topic, tp.part, block.Err)
-			}
-			out[tp] = block.Offsets[0] // every version fills Offsets
-		}
-	}
-	return out, nil
 }
 
 type topicPart struct {
