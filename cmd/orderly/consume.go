@@ -380,13 +380,8 @@ func (o *consumeOpts) explain(err error) error {
 		return fmt.Errorf("--dead-letter-topic %s: %w", o.deadLetterTopic, err)
 	case errors.Is(err, group.ErrUnknownTopic):
 		return fmt.Errorf("--topic %s: %w", strings.Join(o.topics, ","), err)
-	case errors.Is(err, group.ErrConnect) && o.kafka.saslMechanism != "":
-		// Some brokers (kfake among them) close the connection on bad
-		// credentials instead of answering with an authentication error.
-		return fmt.Errorf("--brokers %s: %w (or they refused --sasl-user %q, --sasl-mechanism %s)",
-			strings.Join(o.brokers, ","), err, o.kafka.saslUser, o.kafka.saslMechanism)
 	case errors.Is(err, group.ErrConnect):
-		return fmt.Errorf("--brokers %s: %w", strings.Join(o.brokers, ","), err)
+		return o.kafka.brokersError(o.brokers, err)
 	case errors.Is(err, group.ErrAuth):
 		return fmt.Errorf("--sasl-user %q (--sasl-mechanism %s): %w", o.kafka.saslUser, o.kafka.saslMechanism, err)
 	case errors.Is(err, group.ErrNotAuthorized):

@@ -118,16 +118,8 @@ func dlqSarama() *sarama.Config {
 
 // dialKafka connects to o's --brokers with dlqSarama and o's TLS and SASL.
 func dialKafka(ctx context.Context, o *dlqOpts) (sarama.Client, error) {
-	cfg := dlqSarama()
-	if err := o.kafka.apply(cfg); err != nil {
-		return nil, err
-	}
 	return untilInterrupted(ctx, "connecting to the Kafka cluster", func() (sarama.Client, error) {
-		client, err := sarama.NewClient(o.brokers, cfg)
-		if err != nil {
-			return nil, o.kafka.dialError(o.brokers, err)
-		}
-		return client, nil
+		return o.kafka.newClient(o.brokers, dlqSarama())
 	}, func(c sarama.Client) { c.Close() })
 }
 

@@ -100,13 +100,9 @@ func groupSarama() *sarama.Config {
 // describeGroup asks the cluster about o.group.
 func describeGroup(o *groupOpts) (*groupView, error) {
 	brokers := strings.Join(o.brokers, ",")
-	cfg := groupSarama()
-	if err := o.kafka.apply(cfg); err != nil {
-		return nil, err
-	}
-	client, err := sarama.NewClient(o.brokers, cfg)
+	client, err := o.kafka.newClient(o.brokers, groupSarama())
 	if err != nil {
-		return nil, o.kafka.dialError(o.brokers, err)
+		return nil, err
 	}
 	admin, err := sarama.NewClusterAdminFromClient(client)
 	if err != nil {

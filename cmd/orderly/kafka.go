@@ -78,16 +78,29 @@ func (k *kafkaFlags) apply(sc *sarama.Config) error {
 	return nil
 }
 
-// dialError is the error of a failed connection to brokers: it names
-// --brokers, and with SASL --sasl-user and --sasl-mechanism, since some
-// brokers (kfake among them) close the connection on bad credentials
-// instead of answering with an authentication error.
-func (k *kafkaFlags) dialError(brokers []string, err error) error {
+// newClient connects to brokers with cfg and the flags' TLS and SASL; its
+// error names the flags (dialError).
+func (k *kafkaFlags) newClient(brokers []string, cfg *sarama.Config) (sarama.Client, error) {
+	if err := k.apply(cfg); err != nil {
+		return nil, err
+	}
+	client, err := sarama.NewClient(brokers, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("connect to %w", k.brokersError(brokers, err))
+	}
+	return client, nil
+}
+
+// brokersError names --brokers in err, a failure to reach them, and with
+// SASL --sasl-user and --sasl-mechanism, since some brokers (kfake among
+// them) close the connection on bad credentials instead of answering with
+// an authentication error.
+func (k *kafkaFlags) brokersError(brokers []string, err error) error {
 	if k.saslMechanism != "" {
-		return fmt.Errorf("connect to --brokers %s: %w (or they refused --sasl-user %q, --sasl-mechanism %s)",
+		return fmt.Errorf("--brokers %s: %w (or they refused --sasl-user %q, --sasl-mechanism %s)",
 			strings.Join(brokers, ","), err, k.saslUser, k.saslMechanism)
 	}
-	return fmt.Errorf("connect to --brokers %s: %w", strings.Join(brokers, ","), err)
+	return fmt.Errorf("--brokers %s: %w", strings.Join(brokers, ","), err)
 }
 
 // kgoOpts are the franz-go options for TLS and SASL as the flags say (the
