@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -115,5 +116,21 @@ func TestAsBatchError(t *testing.T) {
 	}
 	if got := typedNil.Error(); got == "" {
 		t.Error("a nil *BatchError's Error is empty")
+	}
+}
+
+// TestBatchErrorIndexes: Indexes lists every index marked, in the order
+// marked, outside the batch too; nil for a nil BatchError.
+func TestBatchErrorIndexes(t *testing.T) {
+	var be BatchError
+	be.Fail(3, errors.New("x"))
+	be.Defer(0, time.Second)
+	be.DeadLetter(7, errors.New("y"))
+	be.Fail(-1, errors.New("z"))
+	if got, want := be.Indexes(), []int{3, 0, 7, -1}; !slices.Equal(got, want) {
+		t.Errorf("Indexes: got %v, want %v", got, want)
+	}
+	if got := (*BatchError)(nil).Indexes(); got != nil {
+		t.Errorf("a nil *BatchError's Indexes: got %v, want nil", got)
 	}
 }

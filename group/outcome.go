@@ -80,6 +80,21 @@ func (e *BatchError) Len() int {
 	return len(e.items)
 }
 
+// Indexes returns the indexes of the items marked, in the order they were
+// marked (nil for a nil BatchError). Indexes outside the batch are listed
+// too; Run ignores them (and fails the batch as a whole when none is
+// inside it).
+func (e *BatchError) Indexes() []int {
+	if e == nil {
+		return nil
+	}
+	idx := make([]int, len(e.items))
+	for i, it := range e.items {
+		idx[i] = it.index
+	}
+	return idx
+}
+
 // Err returns e, or nil when no item was marked failed.
 func (e *BatchError) Err() error {
 	if e == nil || len(e.items) == 0 {

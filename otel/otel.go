@@ -3,6 +3,7 @@ package otel
 import (
 	"context"
 	"errors"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -188,7 +189,7 @@ func (h *hook) start(ctx context.Context, msgs []*group.Message) (context.Contex
 	}
 	ctx, span := h.t.Start(parent, name, trace.WithSpanKind(trace.SpanKindConsumer),
 		trace.WithAttributes(attrs...), trace.WithLinks(links...))
-	return ctx, func(err error) { end(ctx, span, err) }
+	return ctx, func(err error) { end(ctx, span, err, len(msgs)) }
 }
 
 // common reports the topic and partition of msgs and whether every
@@ -271,12 +272,13 @@ func (h *hook) extract(m *group.Message) trace.SpanContext {
 	return trace.SpanContextFromContext(h.cfg.prop.Extract(context.Background(), &c))
 }
 
-// end finishes the span of a call that returned err (ctx is Do's). A
-// BatchError naming nothing, sole (group.AsBatchError), is a success. A call past MsgTimeout failed
+// end finishes the span of a call on n messages that returned err (ctx is
+// Do's). A BatchError naming nothing, sole (group.AsBatchError), is a
+// success. A call past MsgTimeout failed
 // whatever it returned, as group counts it, whether or not the watchdog
 // (which looks every tenth of MsgTimeout) has cancelled ctx yet: its
 // error is the pool's for it (merge.TimeoutError).
-func end(ctx context.Context, span trace.Span, err error) {
+func end(ctx context.Context, span trace.Span, err error, n int) {
 	if err != nil {
 		// An empty BatchError, sole (group.AsBatchError), is a success,
 		// as group counts it.
@@ -289,22 +291,24 @@ func end(ctx context.Context, span trace.Span, err error) {
 	}
 	if err != nil {
 		span.RecordError(err)
-		span.SetAttributes(semconv.ErrorTypeKey.String(errorType(ctx, err)))
+		span.SetAttributes(semconv.ErrorTypeKey.String(errorType(ctx, err, n)))
 		msg, _, _ := strings.Cut(err.Error(), "\n") // a panic's error carries its stack
 		span.SetStatus(codes.Error, msg)
 	}
 	span.End()
 }
 
-// errorType is the error.type of a failed call.
-func errorType(ctx context.Context, err error) string {
+// errorType is the error.type of a failed call on n messages.
+func errorType(ctx context.Context, err error, n int) string {
 	switch {
 	case errors.Is(err, group.ErrTimeout): // whatever Do made of it, as group charges it
 		return ErrorTimeout
 	case errors.Is(err, group.ErrPanic):
 		return ErrorPanic
 	}
-	if be, sole := group.AsBatchError(err); sole && be.Len() > 0 {
+	// A sole BatchError names what failed, as group reads it, when it
+	// names an item of the batch; naming none, the batch failed as a whole.
+	if be, sole := group.AsBatchError(err); sole && slices.ContainsFunc(be.Indexes(), func(i int) bool { return i >= 0 && i < n }) {
 		return ErrorBatch
 	}
 	switch cause := context.Cause(ctx); {

@@ -187,8 +187,9 @@ func TestLinkCap(t *testing.T) {
 // past MsgTimeout failed with ErrTimeout whatever it returned, wrapping
 // what it did return, as group counts it.
 func TestFailedCalls(t *testing.T) {
-	var named, none group.BatchError
+	var named, none, outside group.BatchError
 	named.Fail(0, errors.New("declined"))
+	outside.Fail(2, errors.New("declined")) // the batch has items 0 and 1
 	timedOut, cancel := context.WithCancelCause(context.Background())
 	cancel(group.ErrTimeout)
 	revoked, cancel2 := context.WithCancelCause(context.Background())
@@ -212,6 +213,7 @@ func TestFailedCalls(t *testing.T) {
 		{"BatchError naming an item, joined with a failure", context.Background(), errors.Join(errors.New("reset"), &named), ErrorOther, "reset"},
 		{"BatchError naming nothing, wrapped alone", context.Background(), fmt.Errorf("store: %w", &none), "", ""},
 		{"BatchError naming an item, joined with a nil", context.Background(), errors.Join(nil, &named), ErrorBatch, "1 items failed; item 0: declined"},
+		{"BatchError naming only an item outside the batch", context.Background(), &outside, ErrorOther, "1 items failed; item 2: declined"},
 		{"a nil *BatchError", context.Background(), (*group.BatchError)(nil), ErrorOther, "group: a nil *BatchError"},
 		{"timeout", timedOut, context.Canceled, ErrorTimeout, "group: Do ran past MsgTimeout (context canceled)"},
 		{"BatchError past its timeout", timedOut, &named, ErrorTimeout, "group: Do ran past MsgTimeout (1 items failed; item 0: declined)"},
@@ -349,7 +351,7 @@ func TestEndAllocatesNothingOnSuccess(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
 	defer cancel()
 	span := trace.SpanFromContext(context.Background()) // no-op
-	if got := testing.AllocsPerRun(100, func() { end(ctx, span, nil) }); got != 0 {
+	if got := testing.AllocsPerRun(100, func() { end(ctx, span, nil, 1) }); got != 0 {
 		t.Fatalf("allocations per successful call's end: got %v, want 0", got)
 	}
 }
