@@ -16,6 +16,25 @@ import (
 // besides its number (dispatch.Worker.Call).
 type callState struct {
 	start atomic.Int64 // the pool's clock at the start of the call in progress, 0 between calls
+	// timedOut is the number (dispatch.Worker.Call) of the worker's last
+	// call counted in Stats.TimedOut: counted once, by the watchdog when
+	// it cancels the call, or by the worker when the call returns past
+	// Timeout first (countTimedOut).
+	timedOut atomic.Uint64
+}
+
+// countTimedOut counts call in Stats.TimedOut unless it was counted.
+func (p *Pool[M, T]) countTimedOut(cs *callState, call uint64) {
+	for {
+		last := cs.timedOut.Load()
+		if last == call {
+			return
+		}
+		if cs.timedOut.CompareAndSwap(last, call) {
+			p.stats.TimedOut.Add(1)
+			return
+		}
+	}
 }
 
 // clock is a pool's monotonic clock: nanoseconds since the pool started,
@@ -77,13 +96,14 @@ func (p *Pool[M, T]) call(wk *worker[M, T], items []*dispatch.Item[M, T]) (verdi
 	}
 	wk.call.start.Store(start)
 	verdicts, err = p.handle(ctx, wk.id, items)
+	call := wk.w.Call()
 	wk.call.start.Store(0)
 	p.s.EndCall(wk.w) // from here on the watchdog leaves this call alone
 	wk.ended = p.clock.now()
 	took := time.Duration(wk.ended - start)
 	wk.durations.Observe(took)
 	if p.cfg.Timeout > 0 && took >= p.cfg.Timeout {
-		p.stats.TimedOut.Add(1)
+		p.countTimedOut(&wk.call, call)
 		return nil, TimeoutError(p.cfg.TimeoutCause, err), true
 	}
 	return verdicts, err, false

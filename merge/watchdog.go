@@ -3,7 +3,8 @@ package merge
 import "time"
 
 // watch is the watchdog: every tenth of Config.Timeout (between 10 ms and
-// a second) it cancels the calls that ran past Timeout, and tells OnStuck
+// a second) it cancels the calls that ran past Timeout (counting them in
+// Stats.TimedOut), and tells OnStuck
 // of those that ran past Timeout plus Grace, once per call. Workers cost
 // it nothing but an atomic store at each call's start and end.
 func (p *Pool[M, T]) watch() {
@@ -29,6 +30,9 @@ func (p *Pool[M, T]) watch() {
 			if ran >= p.cfg.Timeout && cancelled[i] != call {
 				cancelled[i] = call
 				p.s.CancelCall(wk.w, call, p.cfg.TimeoutCause) // a no-op once the call returned
+				// Counted now, not only when it returns: a call that
+				// never returns has run past Timeout too.
+				p.countTimedOut(&wk.call, call)
 			}
 			if ran >= p.cfg.Timeout+p.cfg.Grace && stuck[i] != call {
 				stuck[i] = call

@@ -58,6 +58,40 @@ func TestTimeout(t *testing.T) {
 	}
 }
 
+// TestTimedOutCountedBeforeReturn: a call that ignores its cancelled
+// context counts in TimedOut once the watchdog cancels it, while it is
+// still running (a hung call is the one an operator must see), and not
+// again when it returns.
+func TestTimedOutCountedBeforeReturn(t *testing.T) {
+	release := make(chan struct{})
+	cancelled := make(chan struct{})
+	r := newRigCtx(t, 1, Config{Num: 1, Ticker: -1, Timeout: 20 * time.Millisecond, TimeoutCause: errTimeout, Grace: time.Hour}, time.Millisecond,
+		func(ctx context.Context, items []*dispatch.Item[msg, int]) ([]Verdict, error) {
+			if items[0].Attempt == 1 {
+				<-ctx.Done()
+				close(cancelled)
+				<-release // ignores the cancel
+			}
+			return nil, nil
+		})
+	unblock := sync.OnceFunc(func() { close(release) })
+	t.Cleanup(unblock) // before the rig's: a failed check does not leave the call hung
+	r.feed(t, 1)
+	<-cancelled
+	deadline := time.Now().Add(10 * time.Second)
+	for r.stats.TimedOut.Load() == 0 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	if got := r.stats.TimedOut.Load(); got != 1 {
+		t.Fatalf("TimedOut while the call hangs past its cancel: got %d, want 1", got)
+	}
+	unblock()
+	r.waitCommitted(t, 1, 10*time.Second)
+	if got := r.stats.TimedOut.Load(); got != 1 {
+		t.Fatalf("TimedOut after the call returned: got %d, want 1 (counted once)", got)
+	}
+}
+
 // TestStuck: a call that ignores its cancelled context past Timeout plus
 // Grace makes its worker stuck: OnStuck is told once, StuckNow counts it
 // until the call returns, and the other worker goes on.
