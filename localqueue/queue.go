@@ -97,8 +97,10 @@ type Queue struct {
 }
 
 // Open opens (or creates) the queue described by opts. With a DataPath,
-// messages left by an earlier Close (or crash) come back: ready ones in
-// order, deferred ones at their due time.
+// messages left by an earlier Close (or crash) come back: ready ones in the
+// order they were put with MemQueueSize 0 (with a memory chan, Close puts
+// what the chan held behind the backend's records), deferred ones at their
+// due time.
 func Open(opts Options) (*Queue, error) {
 	o := opts.withDefaults()
 	if err := o.validate(); err != nil {
@@ -196,6 +198,9 @@ func (q *Queue) abort() {
 // them on disk for one fsync (a group commit). With no DataPath it does
 // nothing.
 func (q *Queue) Sync() error {
+	if q.closed.Load() {
+		return ErrClosed
+	}
 	if q.journal == nil {
 		return nil
 	}
@@ -574,7 +579,12 @@ const retryDelay = time.Second
 
 // Depth is the number of ready messages: in the memory chan plus in the
 // backend. In-flight and deferred messages are not counted (see Stats).
-// After a crash go-diskqueue's count can be off until the queue drains.
+// With a DataPath it counts the backend's records, which can hold more
+// than one copy of a message until Get reaches them and drops the extra
+// ones (Stats.Duplicates): after a crash go-diskqueue may hand records out
+// again, and each Open writes a new copy of every ready message the
+// journal holds (one that was requeued, or restored from flight), so
+// Depth is high by that many until the queue drains.
 func (q *Queue) Depth() int64 {
 	return int64(len(q.memChan)) + q.backendDepth()
 }

@@ -236,6 +236,8 @@ func TestClosedQueueErrors(t *testing.T) {
 				{"Finish", func() error { return q.Finish(m.ID) }},
 				{"Requeue", func() error { return q.Requeue(m.ID, 0) }},
 				{"Touch", func() error { return q.Touch(m.ID) }},
+				{"Replace", func() error { _, err := q.Replace(m.ID, []byte("x"), 0); return err }},
+				{"Sync", q.Sync},
 				{"Empty", q.Empty},
 				{"Close", q.Close},
 				{"Delete", q.Delete},
