@@ -18,7 +18,8 @@ var (
 	// ErrNotInFlight is returned by Finish, Requeue and Touch for an ID that
 	// is not in flight: never delivered, already finished or requeued, or
 	// timed out and handed back to the queue. A late Finish after a timeout
-	// is rejected this way, as in nsqd.
+	// is rejected this way until the message is redelivered (then it acts
+	// on the new delivery: see Finish).
 	ErrNotInFlight = errors.New("localqueue: message not in flight")
 	// ErrTimedOut is returned by Finish, Requeue and Touch for a message
 	// whose in-flight deadline has passed but which the scanner has not yet

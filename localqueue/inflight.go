@@ -10,7 +10,13 @@ import (
 
 // Finish acknowledges the delivery of id: the message is done and leaves
 // the queue. It returns ErrNotInFlight (or ErrTimedOut, which wraps it)
-// when id is not in flight, so a late Finish after a timeout is rejected.
+// when id is not in flight, so a late Finish after a timeout is rejected
+// until the scanner redelivers the message. An ID names the message, not a
+// delivery: once it is redelivered, a Finish (or Requeue, Touch, Replace)
+// with its ID acts on the new delivery, whoever made the call, and that
+// delivery's own Finish then returns ErrNotInFlight. A late Finish thus
+// ends the message as done (its work was done), and a late Requeue has it
+// delivered once more: never lost, at most one delivery more.
 //
 // With a DataPath, Finish of a journaled message appends its FIN record
 // before it returns. If that write fails, the error is logged and counted

@@ -40,8 +40,11 @@ type Options struct {
 	// MemQueueSize is the capacity of the memory chan that ready messages
 	// take before they overflow to the backend. 0 (the zero value) means
 	// every message goes through the backend: through disk when DataPath is
-	// set, which is what Put durability needs. DefaultMemQueueSize (10000)
-	// is nsqd's choice for speed.
+	// set, which is what Put durability needs, and the only setting with a
+	// DataPath under which Get hands ready messages out in the order they
+	// were put (with a memory chan beside go-diskqueue, Get takes from
+	// whichever has one, as nsqd does). DefaultMemQueueSize (10000) is
+	// nsqd's choice for speed.
 	MemQueueSize int
 	// MaxBytesPerFile is the size at which go-diskqueue starts a new data
 	// file. Default 100 MiB. Must hold at least one maximal envelope.
@@ -90,7 +93,10 @@ type Options struct {
 	// may be running OnDead. Without DeadLetter, OnDead is where dead
 	// messages go: with a DataPath the queue lets go of one (its journal
 	// FIN) only after OnDead returned, so a crash while it runs brings the
-	// message back and OnDead sees it again (at-least-once).
+	// message back and OnDead sees it again (at-least-once); so does a
+	// Close that comes while it runs: the FIN is then not written, and the
+	// next Open dead-letters the message again (Close does not wait for
+	// OnDead, which may itself call Close).
 	OnDead func(m *Message)
 	// DeadLetter, when set, receives each dead message with its ID,
 	// Timestamp and Attempts. If that Put fails the message is redelivered

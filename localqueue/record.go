@@ -18,7 +18,10 @@ type Message struct {
 	Timestamp time.Time
 	// Attempts counts deliveries, this one included: 1 on the first Get.
 	// It survives Close/Open, and a delivery that Close or a crash cut
-	// short counts (see Options.MaxAttempts).
+	// short counts (see Options.MaxAttempts). In a DeadLetter queue it goes
+	// on from the source's count: the first Get there shows the source's
+	// attempts plus one, and the dead-letter queue's own MaxAttempts
+	// counts from there.
 	Attempts int
 	// Due is when the message became ready for delivery: the Put time, or
 	// the end of the delay of PutDeferred or Requeue, or the moment a

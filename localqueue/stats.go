@@ -16,9 +16,9 @@ type Stats struct {
 	// memory (deferred records still on disk are in BackendDepth).
 	Deferred int
 
-	Puts      uint64 // accepted by Put, PutDeferred (and as a dead-letter queue)
+	Puts      uint64 // accepted by Put, PutDeferred, Replace (its new body) and as a dead-letter queue
 	Delivered uint64 // handed out by Get
-	Finished  uint64
+	Finished  uint64 // ended by Finish or Replace
 	Requeued  uint64
 	Touched   uint64
 	TimedOut  uint64 // deliveries whose deadline passed

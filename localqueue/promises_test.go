@@ -1,0 +1,116 @@
+package localqueue
+
+import (
+	"errors"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+)
+
+// TestLateFinishActsOnRedelivery: an ID names the message, not a delivery
+// (Finish's documentation). A Finish after the scanner redelivered the
+// message ends it as done; the new delivery's own Finish then returns
+// ErrNotInFlight, and the message is not delivered again: nothing lost,
+// nothing more.
+func TestLateFinishActsOnRedelivery(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		opts Options
+	}{
+		{"memory", Options{}},
+		{"disk", Options{DataPath: t.TempDir()}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			o := tt.opts
+			o.MsgTimeout = 50 * time.Millisecond
+			o.Scanner = startScanner(t, ScannerOptions{ScanInterval: 5 * time.Millisecond})
+			q := openQueue(t, o)
+			id := mustPut(t, q, "a")
+			first := mustGet(t, q)
+			second := mustGet(t, q) // after the first's deadline, redelivered by the scanner
+			if second.ID != id || second.Attempts != 2 {
+				t.Fatalf("redelivery: got %s attempt %d, want %s attempt 2", second.ID, second.Attempts, id)
+			}
+			if err := q.Finish(first.ID); err != nil {
+				t.Fatalf("late Finish after the redelivery: got %v, want nil (it acts on the new delivery)", err)
+			}
+			if err := q.Finish(second.ID); !errors.Is(err, ErrNotInFlight) {
+				t.Fatalf("the new delivery's Finish: got %v, want ErrNotInFlight", err)
+			}
+			if m := tryGet(t, q, 200*time.Millisecond); m != nil {
+				t.Fatalf("got %s (attempt %d) after it was finished, want nothing", m.Body, m.Attempts)
+			}
+			if st := q.Stats(); st.InFlight != 0 || st.Depth != 0 {
+				t.Fatalf("Stats: got in flight %d, depth %d; want 0 and 0", st.InFlight, st.Depth)
+			}
+		})
+	}
+}
+
+// TestReopenOrderWithMemoryChan: with a DataPath and a memory chan, Close
+// puts what the chan held behind the backend's records (Open's
+// documentation); with MemQueueSize 0 the order is the order of Put.
+func TestReopenOrderWithMemoryChan(t *testing.T) {
+	for _, tt := range []struct {
+		name    string
+		memSize int
+		want    []string
+	}{
+		{"MemQueueSize 0", 0, []string{"0", "1", "2", "3", "4", "5"}},
+		{"MemQueueSize 2", 2, []string{"2", "3", "4", "5", "0", "1"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			o := Options{DataPath: t.TempDir(), MemQueueSize: tt.memSize}
+			q := openQueue(t, o)
+			for i := range 6 {
+				mustPut(t, q, strconv.Itoa(i))
+			}
+			if err := q.Close(); err != nil {
+				t.Fatalf("Close: %v", err)
+			}
+			q = openQueue(t, o)
+			var got []string
+			for _, m := range drain(t, q) {
+				got = append(got, string(m.Body))
+				mustFinish(t, q, m.ID)
+			}
+			if !slices.Equal(got, tt.want) {
+				t.Fatalf("order after Close/Open: got %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
+// TestReopenCopiesCountInDepth: each Open writes a new backend copy of a
+// ready message the journal holds (Depth's documentation), so Depth counts
+// one more per Open until Get reaches the copies; Get hands the message
+// out once and drops the others as duplicates, and Depth is 0 after.
+func TestReopenCopiesCountInDepth(t *testing.T) {
+	o := Options{DataPath: t.TempDir()}
+	q := openQueue(t, o)
+	id := mustPut(t, q, "requeued")
+	m := mustGet(t, q)
+	if err := q.Requeue(m.ID, 0); err != nil { // journaled, ready
+		t.Fatalf("Requeue: %v", err)
+	}
+	var depths []int64
+	for range 3 {
+		if err := q.Close(); err != nil {
+			t.Fatalf("Close: %v", err)
+		}
+		q = openQueue(t, o)
+		depths = append(depths, q.Depth())
+	}
+	if depths[0] < 1 || depths[2] <= depths[0] {
+		t.Fatalf("Depth after each Open: got %v, want at least 1 and growing", depths)
+	}
+	got := drain(t, q)
+	if len(got) != 1 || got[0].ID != id {
+		t.Fatalf("drained %d messages, want the one message %s once", len(got), id)
+	}
+	mustFinish(t, q, id)
+	if st := q.Stats(); st.Depth != 0 || st.Duplicates == 0 {
+		t.Fatalf("after the drain: got depth %d, %d duplicates; want 0 and some", st.Depth, st.Duplicates)
+	}
+}
