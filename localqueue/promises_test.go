@@ -114,3 +114,36 @@ func TestReopenCopiesCountInDepth(t *testing.T) {
 		t.Fatalf("after the drain: got depth %d, %d duplicates; want 0 and some", st.Depth, st.Duplicates)
 	}
 }
+
+// TestCloseDuringOnDead: without a DeadLetter queue, a Close that comes
+// while OnDead runs leaves the message's FIN unwritten (Options.OnDead),
+// so the next Open dead-letters it again, as after a crash.
+func TestCloseDuringOnDead(t *testing.T) {
+	entered, release := make(chan struct{}), make(chan struct{})
+	o := Options{
+		DataPath: t.TempDir(), MaxAttempts: 1,
+		OnDead: func(*Message) { close(entered); <-release },
+	}
+	q := openQueue(t, o)
+	id := mustPut(t, q, "poison")
+	mustGet(t, q)
+	requeued := make(chan error, 1)
+	go func() { requeued <- q.Requeue(id, 0) }() // its last attempt: OnDead runs here
+	<-entered
+	if err := q.Close(); err != nil {
+		t.Fatalf("Close while OnDead runs: %v", err)
+	}
+	close(release)
+	if err := <-requeued; err != nil {
+		t.Fatalf("Requeue: %v", err)
+	}
+	var again []ID
+	o.OnDead = func(m *Message) { again = append(again, m.ID) }
+	q = openQueue(t, o)
+	if len(again) != 1 || again[0] != id {
+		t.Fatalf("OnDead at the next Open: got %v, want [%s]", again, id)
+	}
+	if st := q.Stats(); st.Journaled != 0 {
+		t.Fatalf("Journaled after OnDead at Open: got %d, want 0", st.Journaled)
+	}
+}
