@@ -98,7 +98,7 @@ var groupMetrics = []groupMetric{
 		func(s *group.Stats) float64 { return float64(s.Splits) }},
 	{"orderly_handler_cancelled_calls_total", "Failed Do calls that returned after their ctx was cancelled by a revoke or shutdown.", counter,
 		func(s *group.Stats) float64 { return float64(s.Cancelled) }},
-	{"orderly_handler_timeouts_total", "Do calls that ran past MsgTimeout (each counts as a failed attempt).", counter,
+	{"orderly_handler_timeouts_total", "Do calls that ran past MsgTimeout, counted when the watchdog cancels them, hung or not (one that returns counts as a failed attempt).", counter,
 		func(s *group.Stats) float64 { return float64(s.TimedOut) }},
 	{"orderly_handler_stuck_calls_total", "Do calls that ran past MsgTimeout plus its grace: their worker was reported stuck.", counter,
 		func(s *group.Stats) float64 { return float64(s.Stuck) }},

@@ -67,7 +67,7 @@ type Stats struct {
 	DeadLetterDestination string
 	DeadLetterSkipped     int64 // messages to dead-letter with no destination configured: skipped
 	DeadLetterErrors      int64 // failed writes of dead letters (retried)
-	TimedOut              int64 // Do calls that ran past MsgTimeout, counted once the watchdog cancels them (every tenth of MsgTimeout), whether or not they have returned
+	TimedOut              int64 // Do calls that ran past MsgTimeout: counted when the watchdog cancels one (it looks every tenth of MsgTimeout, within 10 ms to 1 s), hung or not, or when one returns past MsgTimeout before that
 	Stuck                 int64 // Do calls that ran past MsgTimeout plus its grace (their worker was stuck)
 	Redelivered           int64 // Unordered: messages of stuck calls handed to other workers
 	Outages               int64 // times most calls failed across many lanes and the group backed off as a whole

@@ -23,11 +23,13 @@ type callState struct {
 	timedOut atomic.Uint64
 }
 
-// countTimedOut counts call in Stats.TimedOut unless it was counted.
+// countTimedOut counts call in Stats.TimedOut unless it, or a later call
+// of the worker, was counted: call numbers only grow, so a watchdog that
+// comes late with an older call's number counts nothing.
 func (p *Pool[M, T]) countTimedOut(cs *callState, call uint64) {
 	for {
 		last := cs.timedOut.Load()
-		if last == call {
+		if last >= call {
 			return
 		}
 		if cs.timedOut.CompareAndSwap(last, call) {

@@ -345,3 +345,17 @@ func TestTimeoutError(t *testing.T) {
 		}
 	}
 }
+
+// TestTimedOutCountsEachCallOnce: a call is counted once, whoever comes
+// first, and a watchdog that comes late with an older call's number,
+// after the worker counted a later call, counts nothing.
+func TestTimedOutCountsEachCallOnce(t *testing.T) {
+	p := Pool[msg, int]{stats: &Stats{}}
+	var cs callState
+	for _, call := range []uint64{1, 1, 2, 1, 3, 2, 3} {
+		p.countTimedOut(&cs, call)
+	}
+	if got := p.stats.TimedOut.Load(); got != 3 {
+		t.Fatalf("TimedOut after counting calls 1, 1, 2, 1, 3, 2, 3: got %d, want 3", got)
+	}
+}
