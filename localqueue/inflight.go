@@ -12,11 +12,12 @@ import (
 // the queue. It returns ErrNotInFlight (or ErrTimedOut, which wraps it)
 // when id is not in flight, so a late Finish after a timeout is rejected
 // until the scanner redelivers the message. An ID names the message, not a
-// delivery: once it is redelivered, a Finish (or Requeue, Touch, Replace)
-// with its ID acts on the new delivery, whoever made the call, and that
-// delivery's own Finish then returns ErrNotInFlight. A late Finish thus
-// ends the message as done (its work was done), and a late Requeue has it
-// delivered once more: never lost, at most one delivery more.
+// delivery: once it is redelivered, Finish, Requeue, Touch and Replace
+// with its ID act on the new delivery, whoever calls them. A late Finish
+// ends the message as done (its work was done), and the new delivery's
+// Finish then returns ErrNotInFlight; a late Requeue hands the new
+// delivery back (delivered again, or dead-lettered if it was the
+// MaxAttempts-th); a late Touch extends the new delivery's deadline.
 //
 // With a DataPath, Finish of a journaled message appends its FIN record
 // before it returns. If that write fails, the error is logged and counted

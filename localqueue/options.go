@@ -93,10 +93,11 @@ type Options struct {
 	// may be running OnDead. Without DeadLetter, OnDead is where dead
 	// messages go: with a DataPath the queue lets go of one (its journal
 	// FIN) only after OnDead returned, so a crash while it runs brings the
-	// message back and OnDead sees it again (at-least-once); so does a
-	// Close that comes while it runs: the FIN is then not written, and the
-	// next Open dead-letters the message again (Close does not wait for
-	// OnDead, which may itself call Close).
+	// message back and OnDead sees it again (at-least-once). So does a
+	// Close that comes while OnDead runs on a message the journal holds
+	// (one that left the backend; see Durability) on a goroutine Close does
+	// not wait for (a Requeue's, or a shared scanner's worker): the FIN is
+	// then not written, and the next Open dead-letters the message again.
 	OnDead func(m *Message)
 	// DeadLetter, when set, receives each dead message with its ID,
 	// Timestamp and Attempts. If that Put fails the message is redelivered

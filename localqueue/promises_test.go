@@ -48,23 +48,89 @@ func TestLateFinishActsOnRedelivery(t *testing.T) {
 	}
 }
 
+// TestLateRequeueAndTouchActOnRedelivery: once the message is
+// redelivered, a late Touch with its ID extends the new delivery (whose
+// Finish still works), and a late Requeue hands the new delivery back:
+// delivered again, or dead-lettered when it was the MaxAttempts-th
+// (Finish's documentation).
+func TestLateRequeueAndTouchActOnRedelivery(t *testing.T) {
+	redeliver := func(t *testing.T, o Options) (*Queue, *Message, *Message) {
+		t.Helper()
+		o.MsgTimeout = 50 * time.Millisecond
+		o.Scanner = startScanner(t, ScannerOptions{ScanInterval: 5 * time.Millisecond})
+		q := openQueue(t, o)
+		mustPut(t, q, "a")
+		first := mustGet(t, q)
+		second := mustGet(t, q) // redelivered after the first's deadline
+		if second.Attempts != 2 {
+			t.Fatalf("redelivery: got attempt %d, want 2", second.Attempts)
+		}
+		return q, first, second
+	}
+	t.Run("Touch", func(t *testing.T) {
+		q, first, second := redeliver(t, Options{})
+		if err := q.Touch(first.ID); err != nil {
+			t.Fatalf("late Touch: got %v, want nil (it extends the new delivery)", err)
+		}
+		if err := q.Finish(second.ID); err != nil {
+			t.Fatalf("the new delivery's Finish after a late Touch: got %v, want nil", err)
+		}
+	})
+	t.Run("Requeue", func(t *testing.T) {
+		q, first, second := redeliver(t, Options{})
+		if err := q.Requeue(first.ID, 0); err != nil {
+			t.Fatalf("late Requeue: %v", err)
+		}
+		if err := q.Finish(second.ID); !errors.Is(err, ErrNotInFlight) {
+			t.Fatalf("the new delivery's Finish after a late Requeue: got %v, want ErrNotInFlight", err)
+		}
+		if third := mustGet(t, q); third.Attempts != 3 {
+			t.Fatalf("after a late Requeue: got attempt %d, want 3", third.Attempts)
+		}
+	})
+	t.Run("Requeue of the last attempt", func(t *testing.T) {
+		dead := make(chan int, 1)
+		q, first, _ := redeliver(t, Options{MaxAttempts: 2, OnDead: func(m *Message) { dead <- m.Attempts }})
+		if err := q.Requeue(first.ID, 0); err != nil {
+			t.Fatalf("late Requeue: %v", err)
+		}
+		select {
+		case n := <-dead:
+			if n != 2 {
+				t.Fatalf("OnDead: got attempt %d, want 2", n)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("a late Requeue of the MaxAttempts-th delivery: no OnDead")
+		}
+		if m := tryGet(t, q, 100*time.Millisecond); m != nil {
+			t.Fatalf("got attempt %d after the message was dead-lettered, want nothing", m.Attempts)
+		}
+	})
+}
+
 // TestReopenOrderWithMemoryChan: with a DataPath and a memory chan, Close
 // puts what the chan held behind the backend's records (Open's
-// documentation); with MemQueueSize 0 the order is the order of Put.
+// documentation); with MemQueueSize 0 the order is the order of Put, and a
+// message in flight at Close comes back after the others.
 func TestReopenOrderWithMemoryChan(t *testing.T) {
 	for _, tt := range []struct {
-		name    string
-		memSize int
-		want    []string
+		name     string
+		memSize  int
+		inFlight bool // the first message is in flight at Close
+		want     []string
 	}{
-		{"MemQueueSize 0", 0, []string{"0", "1", "2", "3", "4", "5"}},
-		{"MemQueueSize 2", 2, []string{"2", "3", "4", "5", "0", "1"}},
+		{"MemQueueSize 0", 0, false, []string{"0", "1", "2", "3", "4", "5"}},
+		{"MemQueueSize 0, one in flight", 0, true, []string{"1", "2", "3", "4", "5", "0"}},
+		{"MemQueueSize 2", 2, false, []string{"2", "3", "4", "5", "0", "1"}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			o := Options{DataPath: t.TempDir(), MemQueueSize: tt.memSize}
 			q := openQueue(t, o)
 			for i := range 6 {
 				mustPut(t, q, strconv.Itoa(i))
+			}
+			if tt.inFlight {
+				mustGet(t, q)
 			}
 			if err := q.Close(); err != nil {
 				t.Fatalf("Close: %v", err)
@@ -82,10 +148,11 @@ func TestReopenOrderWithMemoryChan(t *testing.T) {
 	}
 }
 
-// TestReopenCopiesCountInDepth: each Open writes a new backend copy of a
-// ready message the journal holds (Depth's documentation), so Depth counts
-// one more per Open until Get reaches the copies; Get hands the message
-// out once and drops the others as duplicates, and Depth is 0 after.
+// TestReopenCopiesCountInDepth: each Open puts a new backend copy of a
+// ready message the journal holds, and writes a dedup marker (Depth's
+// documentation), so Depth grows with each Open until Get reaches them;
+// Get hands the message out once and drops the other copies as
+// duplicates, and Depth is 0 after.
 func TestReopenCopiesCountInDepth(t *testing.T) {
 	o := Options{DataPath: t.TempDir()}
 	q := openQueue(t, o)

@@ -98,9 +98,10 @@ type Queue struct {
 
 // Open opens (or creates) the queue described by opts. With a DataPath,
 // messages left by an earlier Close (or crash) come back: ready ones in the
-// order they were put with MemQueueSize 0 (with a memory chan, Close puts
-// what the chan held behind the backend's records), deferred ones at their
-// due time.
+// order they were put with MemQueueSize 0, then those the journal holds
+// (in flight at Close, or requeued); with a memory chan, Close puts what
+// the chan held behind the backend's records; deferred ones at their due
+// time.
 func Open(opts Options) (*Queue, error) {
 	o := opts.withDefaults()
 	if err := o.validate(); err != nil {
@@ -579,12 +580,13 @@ const retryDelay = time.Second
 
 // Depth is the number of ready messages: in the memory chan plus in the
 // backend. In-flight and deferred messages are not counted (see Stats).
-// With a DataPath it counts the backend's records, which can hold more
-// than one copy of a message until Get reaches them and drops the extra
-// ones (Stats.Duplicates): after a crash go-diskqueue may hand records out
-// again, and each Open writes a new copy of every ready message the
-// journal holds (one that was requeued, or restored from flight), so
-// Depth is high by that many until the queue drains.
+// With a DataPath it counts the backend's records, some of which Get drops
+// rather than hands out: copies of a message the queue has elsewhere
+// (Stats.Duplicates; after a crash go-diskqueue may hand records out
+// again, and each Open puts a new copy of every ready message the journal
+// holds, requeued or restored from flight, while earlier copies remain),
+// and the dedup marker that each Open of a queue with a journal writes.
+// So after a crash or a reopen Depth can be high until Get reaches them.
 func (q *Queue) Depth() int64 {
 	return int64(len(q.memChan)) + q.backendDepth()
 }

@@ -43,7 +43,7 @@ const (
 // fixed, as the conventions ask.
 const (
 	ErrorPanic    = "panic"    // Do panicked (group.ErrPanic)
-	ErrorBatch    = "batch"    // Do returned a group.BatchError naming items
+	ErrorBatch    = "batch"    // Do returned a group.BatchError naming items of the batch
 	ErrorTimeout  = "timeout"  // the call ran past MsgTimeout (group.ErrTimeout), whatever Do returned
 	ErrorRevoked  = "revoked"  // the partition was revoked and DrainTimeout passed (group.ErrRevoked)
 	ErrorShutdown = "shutdown" // Run gave up on in-flight work (group.ErrShutdown)
@@ -120,7 +120,7 @@ func LinkOnly() Option { return func(c *config) { c.linkOnly = true } }
 //
 // The ctx returned for Do carries the span: for one message, in that
 // message's trace; for a batch, the span's own. A failed call (an error
-// other than a group.BatchError naming no item, sole as
+// other than a group.BatchError naming nothing, sole as
 // group.AsBatchError reads it, or a panic, or nil past MsgTimeout, which
 // group counts as a failed attempt) records the error as an exception
 // event, sets error.type (ErrorPanic ... ErrorOther) and ends with status
