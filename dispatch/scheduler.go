@@ -73,7 +73,10 @@ type Options[M, T any] struct {
 	Reset func(m *M, v *T)
 	// ShowAttempt, if set, is called by BeginCall for each item of the
 	// call that failed before (Attempt above 1), to show the attempt in
-	// its message. BeginCall runs on the worker's goroutine before it numbers
+	// its message; and, under the scheduler's lock, for each item a
+	// revoked partition hands over to the next owner at an attempt above
+	// 1 (its final commit lists it), but for a held one, whose Hold hook
+	// decides. BeginCall runs on the worker's goroutine before it numbers
 	// the call, so whoever reads a running call's messages (Running, and
 	// the owner copying an orphaned item) sees the write.
 	ShowAttempt func(m *M, attempt int)
@@ -888,6 +891,17 @@ func (s *Scheduler[M, T]) hold(it *Item[M, T], o Outcome) {
 	s.Unhold(it, false)
 }
 
+// showHandedOverLocked shows attempt in the message of it, which its
+// revoked partition's final commit hands over to the next owner at that
+// attempt (Options.ShowAttempt): the next owner shows it from the commit
+// metadata, so a retry charged here and never handed out is counted here.
+// Under the lock: the item is not in a call.
+func (s *Scheduler[M, T]) showHandedOverLocked(it *Item[M, T], attempt int) {
+	if s.showAttempt != nil && attempt > 1 {
+		s.showAttempt(&it.Msg, attempt)
+	}
+}
+
 // revoke drops p's queued items (waiting to run, or held) and the items a
 // filling batch holds for it. Items already inside a Do call are left to
 // finish, and so is a held item kept (Item.kept). It returns how many of
@@ -912,6 +926,9 @@ func (s *Scheduler[M, T]) revoke(p *Partition[M, T]) (dropped, abandoned int) {
 			it := l.pop()
 			if it.waitAttempt != 0 { // held or retried since the owner last listed them
 				noteDrainedLocked(it, int(it.waitAttempt))
+				if !it.kept { // a kept item's hold hook decides what becomes of it
+					s.showHandedOverLocked(it, int(it.waitAttempt))
+				}
 			}
 			switch {
 			case it.kept:
@@ -935,6 +952,8 @@ func (s *Scheduler[M, T]) revoke(p *Partition[M, T]) (dropped, abandoned int) {
 		for _, it := range h.Items {
 			if it.part != p {
 				kept = append(kept, it)
+			} else if it.waitAttempt != 0 { // listed for the final commit
+				s.showHandedOverLocked(it, int(it.waitAttempt))
 			}
 		}
 		dropped += len(h.Items) - len(kept)

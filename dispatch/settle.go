@@ -179,6 +179,9 @@ func (s *Scheduler[M, T]) drainedLocked(it *Item[M, T], o Outcome) Verdict {
 	if o.Verdict == Hold || it.Attempt > 1 {
 		noteDrainedLocked(it, it.Attempt)
 	}
+	if v != Hold { // a held item's hold hook decides what becomes of it
+		s.showHandedOverLocked(it, it.Attempt)
+	}
 	return v
 }
 

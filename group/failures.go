@@ -230,11 +230,12 @@ func (f *failures[T]) hold(it *dispatch.Item[Message, T], o dispatch.Outcome) {
 			f.deadLetterUsedUp(it, o.Err)
 			return
 		}
-		if !it.Revoked() { // a failure in the drain is not handed out again here
-			// Counted here, where the retry is decided: a parked message
-			// comes back showing its attempt, and one handed over to
-			// another member is resumed showing it. Showing the attempt
-			// now keeps ShowAttempt from counting it again.
+		// Counted here, where the retry is decided, also in a drain (the
+		// next owner hands it out, resumed from the final commit): a
+		// parked message comes back showing its attempt, and one handed
+		// over to another member is resumed showing it. Showing the
+		// attempt now keeps ShowAttempt from counting it again.
+		if it.Msg.Attempt < it.Attempt {
 			f.retried.Add(1)
 			it.Msg.Attempt = it.Attempt
 		}

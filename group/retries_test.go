@@ -159,3 +159,91 @@ func TestRetriesCountedAcrossHandoff(t *testing.T) {
 		t.Errorf("offset 0 ran again at attempt 2; Stats.Retries over both members: got %d, want 1", got)
 	}
 }
+
+// TestRetriesCountedWhenHandedOver: a retry that member A charges and
+// hands over in its final commit, never handing it out itself, counts
+// once over A and B, which resumes it at its attempt from the metadata:
+// a failure returned during A's drain (its Do still running when A
+// stops), and a second named item of the same lane, charged behind the
+// first while it waits out its backoff. Neither counted before (the group
+// prober's finding, 3 of 3 runs; the lane mate, a review's).
+func TestRetriesCountedWhenHandedOver(t *testing.T) {
+	for _, tt := range []struct {
+		name    string
+		topic   string
+		inDrain bool // offset 0's first call returns its failure during A's drain
+		want    int64
+		seen1   []int // the attempts offset 1 runs at (offset 0: 1, then 2)
+	}{
+		{"failure in the drain", "retries-drain", true, 1, []int{1}},
+		{"charged lane mate", "retries-lane-mate", false, 2, []int{1, 2}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel() // mostly waits on the broker and the backoff
+			const n = 3
+			r := newRig(t, tt.topic, 1, n, 1) // one key: one lane
+			var mu sync.Mutex
+			seen := map[int64][]int{}
+			entered, release := make(chan struct{}), make(chan struct{})
+			var once sync.Once
+			do := func(ctx context.Context, batch []*Message) error {
+				var failed BatchError
+				mu.Lock()
+				for i, m := range batch {
+					seen[m.Offset] = append(seen[m.Offset], m.Attempt)
+					if m.Attempt == 1 && (m.Offset == 0 || m.Offset == 1 && !tt.inDrain) {
+						failed.Fail(i, errors.New("fails once"))
+					}
+				}
+				mu.Unlock()
+				if tt.inDrain && batch[0].Offset == 0 && batch[0].Attempt == 1 {
+					once.Do(func() { close(entered) })
+					<-release // ignores ctx: returns its failure in the drain
+				}
+				return failed.Err()
+			}
+			cfg := r.config(tt.topic)
+			cfg.Size, cfg.Num, cfg.Ticker = n, 1, time.Minute
+			if tt.inDrain {
+				cfg.Size = 1
+			}
+			cfg.DrainTimeout = 5 * time.Second
+			cfg.Retry = Retry{Backoff: 2 * time.Second, MaxBackoff: 2 * time.Second, Jitter: -1}
+			a := newGroup(t, cfg, do)
+			stopA := run(t, a)
+			stopped := make(chan error, 1)
+			if tt.inDrain {
+				<-entered
+				go func() { stopped <- stopA() }()
+				time.Sleep(300 * time.Millisecond) // A is draining behind the call
+				close(release)
+			} else {
+				waitFor(t, time.Minute, "the failure", func() bool { return a.Stats().Retrying >= 1 })
+				go func() { stopped <- stopA() }()
+			}
+			if err := <-stopped; err != nil {
+				t.Fatal(err)
+			}
+			cfg.Ticker = 10 * time.Millisecond
+			b := newGroup(t, cfg, do)
+			stopB := run(t, b)
+			waitFor(t, time.Minute, "offsets 0 and 1 run again", func() bool {
+				mu.Lock()
+				defer mu.Unlock()
+				return len(seen[0]) == 2 && len(seen[1]) == len(tt.seen1)
+			})
+			if err := stopB(); err != nil {
+				t.Fatal(err)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if !slices.Equal(seen[0], []int{1, 2}) || !slices.Equal(seen[1], tt.seen1) {
+				t.Errorf("offsets 0 and 1 ran at attempts %v and %v, want [1 2] and %v", seen[0], seen[1], tt.seen1)
+			}
+			if got := a.Stats().Retries + b.Stats().Retries; got != tt.want {
+				t.Errorf("Stats.Retries over both members: got %d (A %d, B %d), want %d; attempts seen %v",
+					got, a.Stats().Retries, b.Stats().Retries, tt.want, seen)
+			}
+		})
+	}
+}
