@@ -6,6 +6,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/orderly-go/orderly/localqueue"
 )
 
 // TestParkAfter (Config.ParkAfter): with Unordered and a DataPath, a
@@ -94,5 +96,54 @@ func TestParkAfter(t *testing.T) {
 		if d := deliveries(off); len(d) != 2 || d[1].Sub(d[0]) < by-100*time.Millisecond {
 			t.Errorf("offset %d: delivered at %v, want twice, %v apart", off, d, by)
 		}
+	}
+}
+
+// TestParkedCountsMessagesNotRecords: Stats.Parked, at start, is how many
+// messages the parked queue holds (its journal), not how many backend
+// records it has: each Open of a queue with journal history writes a dedup
+// marker, and a crash leaves records read before, all of which count in
+// the queue's Depth until Get passes them. Here earlier runs left one
+// message parked for an hour and three markers unread: Parked read 4 and
+// stayed there (the binary prober saw "parked 5" for good after a kill -9
+// and a restart, with nothing parked, 4 of 4 runs).
+func TestParkedCountsMessagesNotRecords(t *testing.T) {
+	dataPath := t.TempDir()
+	opts := localqueue.Options{Name: "orderly-parked", DataPath: dataPath}
+	q, err := localqueue.Open(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := q.PutDeferred([]byte("parked an hour ago"), time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 { // earlier runs: each Open writes a marker, nothing reads it
+		if err := q.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if q, err = localqueue.Open(opts); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st := q.Stats()
+	if err := q.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if st.Journaled != 1 || st.Depth == 0 {
+		t.Fatalf("the prepared queue: got %d journaled, depth %d; want 1 and some unread records", st.Journaled, st.Depth)
+	}
+
+	r := newRig(t, "parked-count", 1, 20, 5)
+	cfg := r.config("parked-count")
+	cfg.Ordering, cfg.DataPath = Unordered, dataPath
+	g := newGroup(t, cfg, r.work(0, 0).Do)
+	stop := run(t, g)
+	r.waitAllCommitted(cfg.GroupID, time.Minute)
+	got := g.Stats().Parked
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if got != 1 {
+		t.Fatalf("Stats.Parked with one message parked: got %d, want 1", got)
 	}
 }

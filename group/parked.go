@@ -62,8 +62,11 @@ func newParking[T any](g *Group[T], sc *localqueue.Scanner) (*parking[T], error)
 		return nil, fmt.Errorf("group: parked messages under %s: %w", g.cfg.DataPath, err)
 	}
 	p := &parking[T]{g: g, q: q, kick: make(chan struct{}, 1), ids: make(map[int64]localqueue.ID)}
-	st := q.Stats()
-	p.parked.Store(st.Depth + int64(st.Deferred) + int64(st.InFlight)) // what a previous run left
+	// What a previous run left: every parked message is in the queue's
+	// journal (PutDeferred and Replace write it there), which counts
+	// messages, where Depth counts backend records, dedup markers and
+	// stale copies a crash left included.
+	p.parked.Store(int64(q.Stats().Journaled))
 	return p, nil
 }
 
