@@ -120,7 +120,7 @@ func consumeCommand(e env) *cobra.Command {
 	stringVar(fs, &o.httpCA, "http-ca", "", nil, "PEM file of CA certificates for an https --http endpoint, added to the system roots")
 	stringVar(fs, &o.execCmd, "exec", "", nil, "run this command (/bin/sh -c) once per batch, the records on stdin as JSON lines")
 	fs.BoolVar(&o.noCheck, "no-check", false, "do not check at start that the --http endpoint accepts connections")
-	durationVar(fs, &o.timeout, "timeout", 30*time.Second, 1, "deadline of one request or command run; past it the call is cancelled (the command's process group killed) and retried")
+	durationVar(fs, &o.timeout, "timeout", 30*time.Second, 1, "deadline of one request or command run; past it the call is cancelled (the command's process group killed) and retried. A stop or a revoke lets a call in flight run this long (and the rebalance timeout consume asks for is at least twice that)")
 	stringVar(fs, &o.ordering, "ordering", "key", oneOf("key", "partition", "none"), "what stays in order: key (records with equal keys), partition, none")
 	intVar(fs, &o.size, "size", 1, 1, group.MaxSize, "most records per request or command run; 1 with --http: the raw value as the body")
 	intVar(fs, &o.num, "num", 32, 1, group.MaxNum, "requests or commands running at once (and HTTP connections kept alive)")
@@ -177,6 +177,20 @@ func (o *consumeOpts) check() error {
 		return badValue("--exec", o.execCmd, errors.New("must not be blank"))
 	}
 	return o.kafka.check()
+}
+
+// drainTimeout is how long a stop or a revoke waits for the calls in
+// flight: the group's default (half the rebalance timeout, at most 30s),
+// or a call's whole --timeout and a second for its killed command to go,
+// if that is longer. The rebalance timeout, which the drain must stay
+// below (Kafka would evict the member), is raised in sc to twice the drain
+// when it would not: the member's share of a rebalance may take that long,
+// as Kafka's max.poll.interval.ms does for a Java consumer's processing.
+func (o *consumeOpts) drainTimeout(sc *sarama.Config) time.Duration {
+	r := &sc.Consumer.Group.Rebalance
+	drain := max(min(r.Timeout/2, 30*time.Second), o.timeout+time.Second)
+	r.Timeout = max(r.Timeout, 2*drain)
+	return drain
 }
 
 // maxSessionTimeout is the longest --session-timeout: Kafka's default
@@ -265,6 +279,7 @@ func runConsume(ctx context.Context, o *consumeOpts, e env) (err error) {
 	}
 	sc.Consumer.Group.Session.Timeout = o.sessionTimeout
 	sc.Consumer.Group.Heartbeat.Interval = min(3*time.Second, o.sessionTimeout/3)
+	drain := o.drainTimeout(sc)
 	ctr := &sinkCounters{}
 	var (
 		gt  = &gate{}
@@ -301,6 +316,7 @@ func runConsume(ctx context.Context, o *consumeOpts, e env) (err error) {
 		Chan:            max(o.chanSize, o.size),
 		MaxInFlight:     o.maxInFlight,
 		MsgTimeout:      o.timeout,
+		DrainTimeout:    drain,
 		Ordering:        o.orderingValue(),
 		Retry:           group.Retry{Backoff: o.backoff, MaxBackoff: o.maxBackoff, Jitter: jitterValue(o.jitter), MaxAttempts: o.maxAttempts},
 		InstanceID:      o.instanceID,

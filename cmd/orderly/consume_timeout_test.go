@@ -6,6 +6,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 )
 
 // TestConsumeTimeoutNamesFlag: a record whose only allowed run goes past
@@ -40,5 +41,42 @@ func TestConsumeTimeoutNamesFlag(t *testing.T) {
 				t.Fatalf("dead letters: got %+v, want one, reason timeout, its error naming --timeout 300ms", letters)
 			}
 		})
+	}
+}
+
+// TestConsumeStopWaitsForTimeout: SIGTERM lets a call in flight finish
+// within its --timeout, past the group's default drain of 30s: a command
+// that runs 32s of a --timeout 40s completes, its record is committed,
+// and consume exits 0. The drain used to cut it at 30s whatever --timeout
+// said (the binary prober), killing the command and leaving the record for
+// the next run.
+func TestConsumeStopWaitsForTimeout(t *testing.T) {
+	t.Parallel() // mostly waits on the command
+	if testing.Short() {
+		t.Skip("runs a 32s command")
+	}
+	dir := t.TempDir()
+	started, done := filepath.Join(dir, "started"), filepath.Join(dir, "done")
+	script := filepath.Join(dir, "long.sh")
+	body := "#!/bin/sh\ncat >/dev/null\ntouch " + started + "\nsleep 32\ntouch " + done + "\n"
+	if err := os.WriteFile(script, []byte(body), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	b := newTopic(t, "long", 1)
+	produceKeyed(t, b, "long", 1, 1)
+	p := startConsume(t, "--brokers", b.Addrs()[0], "--topic", "long", "--group", "long",
+		"--exec", script, "--timeout", "40s", "--progress", "off", "--log-level", "error")
+	p.waitFor(time.Minute, "the command to start", func() bool {
+		_, err := os.Stat(started)
+		return err == nil
+	})
+	if code := p.stop(syscall.SIGTERM); code != 0 {
+		t.Fatalf("exit %d after SIGTERM, want 0\n%s", code, p.output())
+	}
+	if _, err := os.Stat(done); err != nil {
+		t.Fatalf("the command in flight at SIGTERM did not finish within its --timeout 40s: %v\n%s", err, p.output())
+	}
+	if got := b.Committed("long", "long")[0]; got != 1 {
+		t.Fatalf("committed offset after the stop: got %d, want 1", got)
 	}
 }
