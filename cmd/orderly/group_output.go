@@ -26,6 +26,27 @@ func writeGroupJSON(w io.Writer, v *groupView) error {
 	return nil
 }
 
+// lagLine is the summary under the table: the lag over the partitions
+// with a committed offset, and how many have none (their lag is unknown:
+// where consumption starts depends on the consumer's reset policy).
+func lagLine(v *groupView) string {
+	none := 0
+	for _, p := range v.Parts {
+		if p.Committed == nil {
+			none++
+		}
+	}
+	if none > 0 && none == len(v.Parts) {
+		return fmt.Sprintf("\nlag unknown: no partition has a committed offset (%s)\n", plural(none, "partition"))
+	}
+	over := ""
+	if none > 0 {
+		over = fmt.Sprintf(" over the %s with a committed offset (%d without one, lag unknown)", plural(len(v.Parts)-none, "partition"), none)
+	}
+	return fmt.Sprintf("\nlag %d%s, of which %d finished above the committed offsets (kafka_exporter, Burrow and KEDA count them as lag; they will not be handled again)\n",
+		v.Lag, over, v.FinishedAbove)
+}
+
 // writeGroupText writes v as a header line, a table of partitions, and
 // the details: finished ranges, waiting messages, members.
 func writeGroupText(w io.Writer, v *groupView) error {
@@ -48,8 +69,7 @@ func writeGroupTextAt(w io.Writer, v *groupView, now time.Time) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	fmt.Fprintf(&b, "\nlag %d, of which %d finished above the committed offsets (kafka_exporter, Burrow and KEDA count them as lag; they will not be handled again)\n",
-		v.Lag, v.FinishedAbove)
+	b.WriteString(lagLine(v))
 
 	var finished, waiting, problems []string
 	for _, p := range v.Parts {

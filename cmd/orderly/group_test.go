@@ -442,3 +442,33 @@ func TestDescribeWaitingWhen(t *testing.T) {
 		}
 	}
 }
+
+// TestDescribeLagWithoutCommits: the summary's lag covers the partitions
+// with a committed offset and says how many have none; with none at all it
+// says the lag is unknown. It read "lag 0" for a group that had committed
+// nothing, every row showing "-" (the binary prober).
+func TestDescribeLagWithoutCommits(t *testing.T) {
+	off, lag := int64(4), int64(6)
+	committed := partitionView{Topic: "t", Partition: 0, HighWatermark: 10, Committed: &off, Lag: &lag}
+	none := partitionView{Topic: "t", Partition: 1, HighWatermark: 7}
+	for _, tt := range []struct {
+		name  string
+		parts []partitionView
+		lag   int64
+		want  string
+	}{
+		{"none committed", []partitionView{none, none}, 0, "lag unknown: no partition has a committed offset (2 partitions)"},
+		{"some committed", []partitionView{committed, none}, 6, "lag 6 over the 1 partition with a committed offset (1 without one, lag unknown), of which 0 finished"},
+		{"all committed", []partitionView{committed}, 6, "lag 6, of which 0 finished"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			var b strings.Builder
+			if err := writeGroupTextAt(&b, &groupView{Group: "g", State: "Empty", Parts: tt.parts, Lag: tt.lag}, time.Now()); err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(b.String(), tt.want) {
+				t.Errorf("got:\n%s\nwant it to say %q", b.String(), tt.want)
+			}
+		})
+	}
+}
