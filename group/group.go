@@ -212,9 +212,12 @@ func New[T any](cfg Config, h Handler[T]) (*Group[T], error) {
 		// the attempt it showed is a retry the hook did not count (a lane
 		// mate charged behind a failed first item, an orphan's copy),
 		// counted here once, whatever splits call it again.
+		// An attempt past MaxAttempts is never run (a lane mate charged
+		// past it is dead-lettered in its turn, here or by the next
+		// owner): no retry to count.
 		ShowAttempt: func(m *Message, attempt int) {
 			if m.Attempt != attempt {
-				if attempt > m.Attempt {
+				if attempt > m.Attempt && (cfg.Retry.MaxAttempts <= 0 || attempt <= cfg.Retry.MaxAttempts) {
 					g.fail.retried.Add(1)
 				}
 				m.Attempt = attempt

@@ -247,3 +247,98 @@ func TestRetriesCountedWhenHandedOver(t *testing.T) {
 		})
 	}
 }
+
+// TestRetriesNotCountedPastMaxAttempts: with MaxAttempts 1 no message is
+// ever handed out again, so Stats.Retries stays 0. A lane mate charged
+// past MaxAttempts (named failed behind a failed or deferred first item)
+// is dead-lettered in its turn without running; handed over at a revoke,
+// the next owner dead-letters it too. Counting it at the handover counted
+// a retry that never happens (a review of the handover count).
+func TestRetriesNotCountedPastMaxAttempts(t *testing.T) {
+	for _, tt := range []struct {
+		name    string
+		topic   string
+		inDrain bool
+	}{
+		{"failure in the drain", "retries-exhausted-drain", true},
+		{"behind a deferral at the revoke", "retries-exhausted-defer", false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			const n = 2
+			r := newRig(t, tt.topic, 1, n, 1) // one key: one lane
+			var mu sync.Mutex
+			seen := map[int64][]int{}
+			entered, release := make(chan struct{}), make(chan struct{})
+			var once sync.Once
+			first := true
+			do := func(ctx context.Context, batch []*Message) error {
+				var be BatchError
+				mu.Lock()
+				isFirst := first
+				first = false
+				for i, m := range batch {
+					seen[m.Offset] = append(seen[m.Offset], m.Attempt)
+					if !isFirst {
+						continue
+					}
+					switch {
+					case m.Offset == 0 && tt.inDrain:
+						be.Fail(i, errors.New("fails"))
+					case m.Offset == 0:
+						be.Defer(i, 3*time.Second)
+					case m.Offset == 1:
+						be.Fail(i, errors.New("fails"))
+					}
+				}
+				mu.Unlock()
+				if isFirst && tt.inDrain {
+					once.Do(func() { close(entered) })
+					<-release
+				}
+				return be.Err()
+			}
+			cfg := r.config(tt.topic)
+			cfg.Size, cfg.Num, cfg.Ticker = n, 1, time.Minute
+			cfg.DataPath = t.TempDir() // dead letters go to the local store
+			cfg.DrainTimeout = 5 * time.Second
+			cfg.Retry = Retry{Backoff: 2 * time.Second, MaxBackoff: 2 * time.Second, Jitter: -1, MaxAttempts: 1}
+			a := newGroup(t, cfg, do)
+			stopA := run(t, a)
+			stopped := make(chan error, 1)
+			if tt.inDrain {
+				<-entered
+				go func() { stopped <- stopA() }()
+				time.Sleep(300 * time.Millisecond)
+				close(release)
+			} else {
+				waitFor(t, time.Minute, "the deferral", func() bool { return a.Stats().Deferred >= 1 })
+				go func() { stopped <- stopA() }()
+			}
+			if err := <-stopped; err != nil {
+				t.Fatal(err)
+			}
+			cfg.Ticker = 10 * time.Millisecond
+			cfg.DataPath = t.TempDir()
+			b := newGroup(t, cfg, do)
+			stopB := run(t, b)
+			waitFor(t, 30*time.Second, "B to dead-letter offset 1", func() bool {
+				st := b.Stats()
+				return st.DeadLettered.MaxAttempts >= 1
+			})
+			time.Sleep(500 * time.Millisecond)
+			if err := stopB(); err != nil {
+				t.Fatal(err)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if len(seen[1]) != 1 {
+				t.Errorf("offset 1 ran %v times, want once", seen[1])
+			}
+			if got := a.Stats().Retries + b.Stats().Retries; got != 0 {
+				t.Errorf("Stats.Retries over both members: got %d (A %d, B %d), want 0: offset 1 never ran again",
+					got, a.Stats().Retries, b.Stats().Retries)
+			}
+		})
+	}
+}
