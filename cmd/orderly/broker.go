@@ -40,7 +40,7 @@ serves until SIGINT or SIGTERM, then closes (persisting to --data), prints
 	fs := c.Flags()
 	stringVar(fs, &o.addr, "addr", "127.0.0.1:9092", hostPort, "host:port to listen on (port 0: a free port, printed at start)")
 	stringVar(fs, &o.data, "data", "", nil, "directory to persist logs, offsets and groups in, reloaded at start; empty: memory only")
-	intVar(fs, &o.partitions, "partitions", 8, 1, 1<<16, "partitions of each topic created at start")
+	intVar(fs, &o.partitions, "partitions", 8, 1, 1<<16, "partitions of each topic created at start (a topic reloaded from --data keeps its own count)")
 	listVar(fs, &o.topics, "topics", []string{"orderly-demo"}, false, kafkaName, "comma-separated topics to create at start (existing ones are kept)")
 	fs.BoolVar(&o.sync, "sync", false, "fsync every produced batch (needs --data)")
 	return c
@@ -75,7 +75,14 @@ func runBroker(ctx context.Context, o *brokerOpts, out io.Writer) error {
 	fmt.Fprintf(out, "orderly broker listening on %s\n", strings.Join(b.Addrs(), ","))
 	fmt.Fprintf(out, "data: %s\n", data)
 	for _, t := range o.topics {
-		fmt.Fprintf(out, "topic: %s (%d partitions)\n", t, len(b.HighWatermarks(t)))
+		// A topic reloaded from --data is kept as it is: say so when
+		// --partitions asks for another count.
+		n := len(b.HighWatermarks(t))
+		kept := ""
+		if n != o.partitions {
+			kept = fmt.Sprintf(", kept from --data; --partitions %d applies only to new topics", o.partitions)
+		}
+		fmt.Fprintf(out, "topic: %s (%d partitions%s)\n", t, n, kept)
 	}
 	fmt.Fprintln(out, "ready")
 	<-ctx.Done()

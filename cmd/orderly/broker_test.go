@@ -8,6 +8,8 @@ import (
 	"io"
 	"net"
 	"os/exec"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -260,4 +262,38 @@ func TestProcesses(t *testing.T) {
 	wantLines(t, out, okReport)
 	wantLines(t, out, map[string]string{"produced": "1000", "handled": "1000", "committed": "1000"})
 	b.stop(t)
+}
+
+// TestBrokerRestartOtherPartitions restarts the broker on its --data with
+// another --partitions: a topic it reloads is kept as it is (the help's
+// "existing ones are kept"), and the start says so; the restart failed
+// with TOPIC_ALREADY_EXISTS when the count grew.
+func TestBrokerRestartOtherPartitions(t *testing.T) {
+	tests := []struct {
+		name        string
+		first, then int    // --partitions of the first start and of the restart
+		want        string // the restart's topic line
+	}{
+		{"more", 2, 3, "topic: t (2 partitions, kept from --data; --partitions 3 applies only to new topics)"},
+		{"fewer", 3, 2, "topic: t (3 partitions, kept from --data; --partitions 2 applies only to new topics)"},
+		{"same", 2, 2, "topic: t (2 partitions)"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			data := t.TempDir()
+			b := startBrokerProc(t, nil, "--addr", "127.0.0.1:0", "--data", data, "--topics", "t", "--partitions", strconv.Itoa(tt.first))
+			b.stop(t)
+			// The variable, as README's ORDERLY_PARTITIONS, and a new
+			// topic beside the kept one.
+			b = startBrokerProc(t, []string{"ORDERLY_PARTITIONS=" + strconv.Itoa(tt.then)}, "--addr", "127.0.0.1:0", "--data", data, "--topics", "t,u")
+			if !slices.Contains(strings.Split(b.out.text(), "\n"), tt.want) {
+				t.Errorf("restart printed:\n%s\nwant the line %q", b.out.text(), tt.want)
+			}
+			parts := topicPartitions(t, b.addr)
+			if want := map[string]int{"t": tt.first, "u": tt.then}; parts["t"] != want["t"] || parts["u"] != want["u"] {
+				t.Errorf("after the restart: got partitions %v, want %v", parts, want)
+			}
+			b.stop(t)
+		})
+	}
 }

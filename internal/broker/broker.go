@@ -40,7 +40,9 @@ type Config struct {
 	// SyncWrites fsyncs every produced batch (kfake's SyncWrites). Only
 	// meaningful with DataDir.
 	SyncWrites bool
-	// Topics are created at start with Partitions partitions each.
+	// Topics are created at start with Partitions partitions each; one
+	// that exists already (reloaded from DataDir) is kept as it is, with
+	// its partitions and records, whatever its partition count.
 	Topics []string
 	// Partitions per topic in Topics. Default 8.
 	Partitions int32
@@ -103,6 +105,9 @@ func Start(cfg Config) (*Broker, error) {
 	}
 	b := &Broker{c: c}
 	for _, t := range cfg.Topics {
+		if c.TopicInfo(t) != nil {
+			continue // reloaded from DataDir: kept as it is
+		}
 		if err := b.CreateTopic(t, cfg.Partitions); err != nil {
 			c.Close()
 			return nil, err
