@@ -42,7 +42,7 @@ const (
 	MaxSize        = 1 << 20
 	MaxNum         = 1 << 16
 	MaxChan        = 1 << 20
-	maxBatchSlots  = 1 << 24 // Num * Size
+	MaxBatchSlots  = 1 << 24 // Num * Size
 	MaxMaxInFlight = 1 << 30
 )
 
@@ -451,8 +451,8 @@ func (c Config) validate() error {
 		return bad("Size", "is %d: must be between 1 and %d (0 means %d)", c.Size, MaxSize, DefaultSize)
 	case c.Num < 0 || c.Num > MaxNum:
 		return bad("Num", "is %d: must be between 1 and %d (0 means %d)", c.Num, MaxNum, DefaultNum)
-	case c.Num*c.Size > maxBatchSlots:
-		return bad("Num", "is %d with Size %d: Num*Size must be at most %d (each worker holds a batch of Size)", c.Num, c.Size, maxBatchSlots)
+	case c.Num*c.Size > MaxBatchSlots:
+		return bad("Num", "is %d with Size %d: Num*Size must be at most %d (each worker holds a batch of Size)", c.Num, c.Size, MaxBatchSlots)
 	case c.Chan < 0 || c.Chan > MaxChan:
 		return bad("Chan", "is %d: must be between 1 and %d (0 means Size; with Size 1, %d)", c.Chan, MaxChan, DefaultChanSize1)
 	case c.MaxInFlight < 0 || c.MaxInFlight > MaxMaxInFlight:

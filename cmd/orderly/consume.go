@@ -158,6 +158,10 @@ func (o *consumeOpts) check() error {
 		return badValue("--session-timeout", o.sessionTimeout.String(), fmt.Errorf("above %v, Kafka's default group.max.session.timeout.ms", maxSessionTimeout))
 	case o.maxBackoff < o.backoff:
 		return usagef("--max-backoff %v is below --backoff %v", o.maxBackoff, o.backoff)
+	case o.num*o.size > group.MaxBatchSlots:
+		return usagef("--num %d with --size %d: --num times --size must be at most %d (each request or command holds a batch of --size)", o.num, o.size, group.MaxBatchSlots)
+	case o.deadLetterTopic != "" && slices.Contains(o.topics, o.deadLetterTopic):
+		return usagef("--dead-letter-topic %s is one of --topic %s: consume would read its own dead letters", o.deadLetterTopic, strings.Join(o.topics, ","))
 	case o.maxAttempts > 0 && o.deadLetterTopic == "" && o.data == "":
 		return usagef("--max-attempts %d needs a dead-letter destination: --dead-letter-topic or --data", o.maxAttempts)
 	case o.execCmd != "" && (len(o.headers) > 0 || o.httpCA != ""):

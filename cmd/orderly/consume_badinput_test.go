@@ -40,6 +40,15 @@ func TestConsumeBadInput(t *testing.T) {
 			"missing --brokers: give the Kafka cluster's host:port"},
 		{"max attempts without destination", nil, args("--topic", "present", "--http", ep.url(), "--max-attempts", "3"), exitUsage,
 			"--max-attempts 3 needs a dead-letter destination: --dead-letter-topic or --data"},
+		// What group.New refused: exit 1, naming its Config fields, not the flags.
+		{"dead-letter topic consumed", nil, args("--topic", "other,present", "--http", ep.url(), "--dead-letter-topic", "present"), exitUsage,
+			"--dead-letter-topic present is one of --topic other,present: consume would read its own dead letters"},
+		{"batches too large", nil, args("--topic", "present", "--http", ep.url(), "--num", "65536", "--size", "1024"), exitUsage,
+			"--num 65536 with --size 1024: --num times --size must be at most 16777216"},
+		{"largest size at the default num", nil, args("--topic", "present", "--http", ep.url(), "--size", "1048576"), exitUsage,
+			"--num 32 with --size 1048576: --num times --size must be at most 16777216"},
+		{"SASL without a password", nil, args("--topic", "present", "--http", ep.url(), "--sasl-mechanism", "PLAIN", "--sasl-user", "alice"), exitUsage,
+			"--sasl-mechanism PLAIN needs --sasl-password (better set as ORDERLY_SASL_PASSWORD)"},
 		{"bad header", nil, args("--topic", "present", "--http", ep.url(), "--header", "nocolon"), exitUsage,
 			`invalid --header: must be "Name: value"`},
 		// Headers Go's client would refuse at every request, so that every

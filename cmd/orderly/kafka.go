@@ -45,6 +45,8 @@ func (k *kafkaFlags) check() error {
 		return usagef("--tls-cert and --tls-key go together")
 	case k.saslMechanism != "" && k.saslUser == "":
 		return usagef("--sasl-mechanism %s needs --sasl-user", k.saslMechanism)
+	case k.saslMechanism != "" && k.saslPass == "":
+		return usagef("--sasl-mechanism %s needs --sasl-password (better set as %s)", k.saslMechanism, envName("sasl-password"))
 	case k.saslMechanism == "" && (k.saslUser != "" || k.saslPass != ""):
 		return usagef("--sasl-user and --sasl-password need --sasl-mechanism (PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512)")
 	}
