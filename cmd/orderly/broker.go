@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/orderly-go/orderly/internal/broker"
 )
@@ -18,6 +19,7 @@ type brokerOpts struct {
 	partitions int
 	topics     []string
 	sync       bool
+	fs         *pflag.FlagSet
 }
 
 // brokerExitStatus: like consume, the broker has no planned end, and a
@@ -38,6 +40,7 @@ serves until SIGINT or SIGTERM, then closes (persisting to --data), prints
 		func(ctx context.Context) error { return runBroker(ctx, o, e.stdout) })
 	withExitStatus(c, brokerExitStatus)
 	fs := c.Flags()
+	o.fs = fs
 	stringVar(fs, &o.addr, "addr", "127.0.0.1:9092", hostPort, "host:port to listen on (port 0: a free port, printed at start)")
 	stringVar(fs, &o.data, "data", "", nil, "directory to persist logs, offsets and groups in, reloaded at start; empty: memory only")
 	intVar(fs, &o.partitions, "partitions", 8, 1, 1<<16, "partitions of each topic created at start (a topic reloaded from --data keeps its own count)")
@@ -52,7 +55,7 @@ serves until SIGINT or SIGTERM, then closes (persisting to --data), prints
 // --data) and prints "stopped".
 func runBroker(ctx context.Context, o *brokerOpts, out io.Writer) error {
 	if o.sync && o.data == "" {
-		return usagef("--sync needs --data (there is nothing to fsync in memory)")
+		return usagef("%s needs --data (there is nothing to fsync in memory)", flagArg(o.fs, "sync"))
 	}
 	// broker.Start's errors name the address and the data directory.
 	b, err := broker.Start(broker.Config{

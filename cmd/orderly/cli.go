@@ -19,7 +19,8 @@ import (
 //   - A usage error (unknown command or flag, bad or missing value,
 //     unexpected argument, bad ORDERLY_* variable) is one line naming the
 //     flag and the value, then "see 'orderly CMD --help'", on stderr,
-//     exit 2.
+//     exit 2. A value that came from a variable is named with it
+//     (flagArg, flagSource): nothing on the command line says the flag.
 //   - Any other error is one line on stderr, exit 1; an interrupted run
 //     (SIGINT, SIGTERM, --timeout) exits 3 after its report.
 //   - Every flag can also be set as ORDERLY_<FLAG> (bindEnv); a flag on the
@@ -297,13 +298,61 @@ func bindEnv(fs *pflag.FlagSet, lookup func(string) (string, bool)) error {
 			return
 		}
 		if serr := f.Value.Set(v); serr != nil {
-			err = badValue(fmt.Sprintf("%s (--%s)", name, f.Name), v, serr)
+			err = badValue(envSource(name, f.Name), v, serr)
 			return
 		}
 		f.Changed = true
+		if f.Annotations == nil {
+			f.Annotations = map[string][]string{}
+		}
+		f.Annotations[fromEnv] = []string{name}
 	})
 	return err
 }
+
+// fromEnv is the annotation bindEnv puts on a flag it set from its
+// variable: the variable's name.
+const fromEnv = "orderly.from-env"
+
+// envVar is the variable that set flag name of fs, "" if none did (fs
+// nil: a test's options, built without flags).
+func envVar(fs *pflag.FlagSet, name string) string {
+	if fs == nil {
+		return ""
+	}
+	if f := fs.Lookup(name); f != nil && len(f.Annotations[fromEnv]) > 0 {
+		return f.Annotations[fromEnv][0]
+	}
+	return ""
+}
+
+// flagArg is how an error names flag name of fs, and its value if given:
+// "--topic orders", or "--topic orders (from ORDERLY_TOPIC)" when the
+// value came from the variable, since nothing on the command line then
+// says --topic. Every usage error that names a flag that was set goes
+// through it (or flagSource).
+func flagArg(fs *pflag.FlagSet, name string, value ...any) string {
+	s := "--" + name
+	for _, v := range value {
+		s += fmt.Sprintf(" %v", v)
+	}
+	if v := envVar(fs, name); v != "" {
+		s += " (from " + v + ")"
+	}
+	return s
+}
+
+// flagSource is what badValue names as the source of flag name's value:
+// "--name", or "ORDERLY_NAME (--name)" when it came from the variable, as
+// bindEnv names a value the flag itself refused.
+func flagSource(fs *pflag.FlagSet, name string) string {
+	if v := envVar(fs, name); v != "" {
+		return envSource(v, name)
+	}
+	return "--" + name
+}
+
+func envSource(variable, flag string) string { return fmt.Sprintf("%s (--%s)", variable, flag) }
 
 // run runs the command line args. Its error is a *usageError (with the
 // hint set), an *interruptedError, or any other error.

@@ -93,6 +93,9 @@ func TestHelpExitStatus(t *testing.T) {
 // naming the flag (or variable) and the value, then the hint; nothing on
 // stdout, exit 2.
 func TestUsageErrors(t *testing.T) {
+	consumeArgs := func(extra ...string) []string {
+		return append([]string{"consume", "--brokers", "127.0.0.1:1", "--group", "g", "--topic", "t"}, extra...)
+	}
 	tests := []struct {
 		name string
 		vars []string // ORDERLY_* variables
@@ -122,8 +125,34 @@ func TestUsageErrors(t *testing.T) {
 		{"broker no value", nil, []string{"broker", "--addr"}, "flag --addr needs a value", "orderly broker"},
 		{"broker empty value", nil, []string{"broker", "--addr", ""}, `invalid value "" for --addr: must be host:port (e.g. 127.0.0.1:9092)`, "orderly broker"},
 		{"broker needs data", nil, []string{"broker", "--sync"}, "--sync needs --data (there is nothing to fsync in memory)", "orderly broker"},
+		{"broker needs data, from env", []string{"ORDERLY_SYNC=true"}, []string{"broker"}, "--sync (from ORDERLY_SYNC) needs --data (there is nothing to fsync in memory)", "orderly broker"},
 		{"broker argument", nil, []string{"broker", "stray"}, `unexpected argument "stray" (orderly broker takes only flags)`, "orderly broker"},
 		{"broker bad env", []string{"ORDERLY_ADDR=nohost"}, []string{"broker"}, `invalid value "nohost" for ORDERLY_ADDR (--addr): must be host:port (e.g. 127.0.0.1:9092)`, "orderly broker"},
+
+		// A value that came from a variable: the error names the variable,
+		// as nothing on the command line says the flag.
+		{"dlq two sources, one from env", []string{"ORDERLY_TOPIC=orders"}, []string{"dlq", "list", "--data", "d13"},
+			"give one source: --data d13 or --topic orders (from ORDERLY_TOPIC), not both", "orderly dlq list"},
+		{"dlq two sources, both from env", []string{"ORDERLY_TOPIC=orders", "ORDERLY_DATA=d13"}, []string{"dlq", "show"},
+			"give one source: --data d13 (from ORDERLY_DATA) or --topic orders (from ORDERLY_TOPIC), not both", "orderly dlq show"},
+		{"dlq topic from env without brokers", []string{"ORDERLY_TOPIC=orders"}, []string{"dlq", "list"},
+			"--topic orders (from ORDERLY_TOPIC) needs --brokers (the cluster it is on)", "orderly dlq list"},
+		{"dlq offsets from env", []string{"ORDERLY_FROM_OFFSET=9"}, []string{"dlq", "list", "--data", "d", "--to-offset", "3"},
+			"--from-offset 9 (from ORDERLY_FROM_OFFSET) is after --to-offset 3", "orderly dlq list"},
+		{"dlq purge before from env", []string{"ORDERLY_BEFORE=5"}, []string{"dlq", "purge", "--data", "d", "--yes"},
+			"--before (from ORDERLY_BEFORE) is for a Kafka topic (DeleteRecords); select the records of a local store with the filters", "orderly dlq purge"},
+		{"consume http and exec, one from env", []string{"ORDERLY_EXEC=cat"}, consumeArgs("--http", "http://127.0.0.1:1/"),
+			"give one of --http and --exec (from ORDERLY_EXEC), not both", "orderly consume"},
+		{"consume dead-letter topic from env", []string{"ORDERLY_DEAD_LETTER_TOPIC=t"}, consumeArgs("--exec", "cat"),
+			"--dead-letter-topic t (from ORDERLY_DEAD_LETTER_TOPIC) is one of --topic t: consume would read its own dead letters", "orderly consume"},
+		{"consume session timeout from env", []string{"ORDERLY_SESSION_TIMEOUT=1h"}, consumeArgs("--exec", "cat"),
+			`invalid value "1h0m0s" for ORDERLY_SESSION_TIMEOUT (--session-timeout): above 30m0s, Kafka's default group.max.session.timeout.ms`, "orderly consume"},
+		{"consume password from env without SASL", []string{"ORDERLY_SASL_PASSWORD=s3cret"}, consumeArgs("--exec", "cat"),
+			"--sasl-user and --sasl-password (from ORDERLY_SASL_PASSWORD) need --sasl-mechanism (PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512)", "orderly consume"},
+		{"consume mechanism from env without password", []string{"ORDERLY_SASL_MECHANISM=PLAIN"}, consumeArgs("--exec", "cat", "--sasl-user", "alice"),
+			"--sasl-mechanism PLAIN (from ORDERLY_SASL_MECHANISM) needs --sasl-password (better set as ORDERLY_SASL_PASSWORD)", "orderly consume"},
+		{"consume flag given wins over env", []string{"ORDERLY_MAX_ATTEMPTS=5"}, consumeArgs("--exec", "cat", "--max-attempts", "3"),
+			"--max-attempts 3 needs a dead-letter destination: --dead-letter-topic or --data", "orderly consume"},
 
 		{"bench unknown flag", nil, []string{"bench", "--nosuchflag"}, "unknown flag --nosuchflag", "orderly bench"},
 		{"bench bad value", nil, []string{"bench", "--num", "8,x"}, `invalid value "8,x" for --num: "x" is not an integer`, "orderly bench"},
@@ -234,6 +263,44 @@ func TestEnvBroker(t *testing.T) {
 		}
 		if len(tt.args) > 0 && strings.Contains(got, "topic: a ") {
 			t.Errorf("--topics c did not override ORDERLY_TOPICS:\n%s", got)
+		}
+	}
+}
+
+// TestFlagArg: flagArg and flagSource name a flag's variable when bindEnv
+// set the flag from it, and only then.
+func TestFlagArg(t *testing.T) {
+	fs := pflag.NewFlagSet("t", pflag.ContinueOnError)
+	var topic, data, group string
+	stringVar(fs, &topic, "topic", "", nil, "")
+	stringVar(fs, &data, "data", "", nil, "")
+	stringVar(fs, &group, "group", "dflt", nil, "")
+	if err := fs.Parse([]string{"--data", "d13"}); err != nil {
+		t.Fatal(err)
+	}
+	vars := map[string]string{"ORDERLY_TOPIC": "orders", "ORDERLY_DATA": "ignored"}
+	if err := bindEnv(fs, func(k string) (string, bool) { v, ok := vars[k]; return v, ok }); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		fs          *pflag.FlagSet
+		name        string
+		value       []any
+		arg, source string
+	}{
+		{fs, "topic", []any{topic}, "--topic orders (from ORDERLY_TOPIC)", "ORDERLY_TOPIC (--topic)"},
+		{fs, "topic", nil, "--topic (from ORDERLY_TOPIC)", "ORDERLY_TOPIC (--topic)"},
+		{fs, "data", []any{data}, "--data d13", "--data"},      // the command line wins
+		{fs, "group", []any{group}, "--group dflt", "--group"}, // the default
+		{fs, "nosuch", []any{3}, "--nosuch 3", "--nosuch"},     // not a flag of fs
+		{nil, "topic", []any{"t"}, "--topic t", "--topic"},     // options built without flags
+	}
+	for _, tt := range tests {
+		if got := flagArg(tt.fs, tt.name, tt.value...); got != tt.arg {
+			t.Errorf("flagArg(%s, %v): got %q, want %q", tt.name, tt.value, got, tt.arg)
+		}
+		if got := flagSource(tt.fs, tt.name); got != tt.source {
+			t.Errorf("flagSource(%s): got %q, want %q", tt.name, got, tt.source)
 		}
 	}
 }

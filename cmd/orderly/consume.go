@@ -13,6 +13,7 @@ import (
 
 	"github.com/IBM/sarama"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"go.uber.org/zap"
 	"golang.org/x/net/http/httpguts"
 
@@ -56,6 +57,8 @@ type consumeOpts struct {
 	progress      string
 	progressEvery time.Duration
 	logLevel      string
+
+	fs *pflag.FlagSet // the flags, for the errors to say where a value came from
 }
 
 const consumeLong = `Consume Kafka topics with ordered parallelism and hand each batch to an HTTP
@@ -103,6 +106,7 @@ func consumeCommand(e env) *cobra.Command {
 		consumeLong, func(ctx context.Context) error { return runConsume(ctx, o, e) })
 	withExitStatus(c, consumeExitStatus)
 	fs := c.Flags()
+	o.fs = fs
 	listVar(fs, &o.brokers, "brokers", nil, false, dialAddr, "comma-separated host:port of the Kafka cluster (required)")
 	listVar(fs, &o.topics, "topic", nil, false, nil, "comma-separated topics to consume (required)")
 	stringVar(fs, &o.group, "group", "", nil, "consumer group id (required)")
@@ -143,9 +147,10 @@ func consumeCommand(e env) *cobra.Command {
 
 // check is the usage check of the flags together.
 func (o *consumeOpts) check() error {
+	fs := o.fs
 	switch {
 	case o.httpURL != "" && o.execCmd != "":
-		return usagef("give one of --http and --exec, not both")
+		return usagef("give one of %s and %s, not both", flagArg(fs, "http"), flagArg(fs, "exec"))
 	case o.httpURL == "" && o.execCmd == "":
 		return usagef("nothing to forward to: give --http URL or --exec CMD")
 	case len(o.brokers) == 0:
@@ -155,30 +160,32 @@ func (o *consumeOpts) check() error {
 	case o.group == "":
 		return usagef("missing --group: give the consumer group id")
 	case o.sessionTimeout > maxSessionTimeout:
-		return badValue("--session-timeout", o.sessionTimeout.String(), fmt.Errorf("above %v, Kafka's default group.max.session.timeout.ms", maxSessionTimeout))
+		return badValue(flagSource(fs, "session-timeout"), o.sessionTimeout.String(), fmt.Errorf("above %v, Kafka's default group.max.session.timeout.ms", maxSessionTimeout))
 	case o.maxBackoff < o.backoff:
-		return usagef("--max-backoff %v is below --backoff %v", o.maxBackoff, o.backoff)
+		return usagef("%s is below %s", flagArg(fs, "max-backoff", o.maxBackoff), flagArg(fs, "backoff", o.backoff))
 	case o.num*o.size > group.MaxBatchSlots:
-		return usagef("--num %d with --size %d: --num times --size must be at most %d (each request or command holds a batch of --size)", o.num, o.size, group.MaxBatchSlots)
+		return usagef("%s with %s: --num times --size must be at most %d (each request or command holds a batch of --size)",
+			flagArg(fs, "num", o.num), flagArg(fs, "size", o.size), group.MaxBatchSlots)
 	case o.deadLetterTopic != "" && slices.Contains(o.topics, o.deadLetterTopic):
-		return usagef("--dead-letter-topic %s is one of --topic %s: consume would read its own dead letters", o.deadLetterTopic, strings.Join(o.topics, ","))
+		return usagef("%s is one of %s: consume would read its own dead letters",
+			flagArg(fs, "dead-letter-topic", o.deadLetterTopic), flagArg(fs, "topic", strings.Join(o.topics, ",")))
 	case o.maxAttempts > 0 && o.deadLetterTopic == "" && o.data == "":
-		return usagef("--max-attempts %d needs a dead-letter destination: --dead-letter-topic or --data", o.maxAttempts)
+		return usagef("%s needs a dead-letter destination: --dead-letter-topic or --data", flagArg(fs, "max-attempts", o.maxAttempts))
 	case o.execCmd != "" && (len(o.headers) > 0 || o.httpCA != ""):
-		return usagef("--header and --http-ca apply to --http only")
+		return usagef("%s and %s apply to --http only", flagArg(fs, "header"), flagArg(fs, "http-ca"))
 	}
 	if o.httpURL != "" {
 		if err := checkURL(o.httpURL); err != nil {
-			return badValue("--http", redactURL(o.httpURL), err)
+			return badValue(flagSource(fs, "http"), redactURL(o.httpURL), err)
 		}
 		for _, h := range o.headers {
 			if _, _, err := parseHeader(h); err != nil {
-				return usagef("invalid --header: %v", err) // not the value: it may be a credential
+				return usagef("invalid %s: %v", flagSource(fs, "header"), err) // not the value: it may be a credential
 			}
 		}
 	}
 	if strings.TrimSpace(o.execCmd) == "" && o.execCmd != "" {
-		return badValue("--exec", o.execCmd, errors.New("must not be blank"))
+		return badValue(flagSource(fs, "exec"), o.execCmd, errors.New("must not be blank"))
 	}
 	return o.kafka.check()
 }

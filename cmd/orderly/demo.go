@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
@@ -48,6 +49,7 @@ type demoOpts struct {
 	stuckHead      time.Duration
 	stuckPartition int
 	admin          adminOpts
+	fs             *pflag.FlagSet
 }
 
 // Defaults of the traffic and the simulated I/O. The default run should
@@ -78,6 +80,7 @@ if anything was lost, repeated or out of order, if the committed offsets
 fall short, or if the run was interrupted.`,
 		func(ctx context.Context) error { return runDemo(ctx, o, e.stdout, e.stderr) })
 	fs := c.Flags()
+	o.fs = fs
 	listVar(fs, &o.brokers, "brokers", nil, false, dialAddr, "comma-separated host:port of a real cluster; empty: an embedded kfake broker")
 	stringVar(fs, &o.topic, "topic", "orderly-demo", nonEmpty, "topic to produce to and consume (created if missing)")
 	stringVar(fs, &o.group, "group", "", nil, "consumer group id; empty: orderly-demo-<unix nanos>. Its offsets on --topic are set to the topic's end before producing")
@@ -169,7 +172,7 @@ func runDemo(ctx context.Context, o *demoOpts, out, logs io.Writer) (err error) 
 		return err
 	}
 	if o.stuckPartition >= int(parts) {
-		return usagef("--stuck-partition %d: %q has partitions 0 to %d", o.stuckPartition, o.topic, parts-1)
+		return usagef("%s: %q has partitions 0 to %d", flagArg(o.fs, "stuck-partition", o.stuckPartition), o.topic, parts-1)
 	}
 	startOffs, err := c.highWatermarks(o.topic)
 	if err != nil {

@@ -21,6 +21,7 @@ type dlqOpts struct {
 	brokers []string
 	topic   string
 	kafka   kafkaFlags // TLS and SASL of --brokers
+	fs      *pflag.FlagSet
 
 	filter filter
 
@@ -136,6 +137,7 @@ is purged only with --drop-damaged.`+dlqSourceHelp+"\n"+dlqFilterHelp,
 }
 
 func (o *dlqOpts) sourceFlags(fs *pflag.FlagSet) {
+	o.fs = fs
 	stringVar(fs, &o.data, "data", "", nil, "a consumer's DataPath: read its local dead-letter store, DATA/"+deadletter.DirName)
 	listVar(fs, &o.brokers, "brokers", nil, false, dialAddr, "comma-separated host:port of the Kafka cluster (the dead-letter topic's, and replay's target)")
 	stringVar(fs, &o.topic, "topic", "", nil, "the Kafka dead-letter topic to read (with --brokers)")
@@ -147,11 +149,11 @@ func (o *dlqOpts) sourceFlags(fs *pflag.FlagSet) {
 func (o *dlqOpts) checkSource() error {
 	switch {
 	case o.data != "" && o.topic != "":
-		return usagef("give one source: --data %s or --topic %s, not both", o.data, o.topic)
+		return usagef("give one source: %s or %s, not both", flagArg(o.fs, "data", o.data), flagArg(o.fs, "topic", o.topic))
 	case o.data == "" && o.topic == "":
 		return usagef("no source: give --data DIR (a consumer's DataPath) or --brokers HOST:PORT --topic TOPIC")
 	case o.topic != "" && len(o.brokers) == 0:
-		return usagef("--topic %s needs --brokers (the cluster it is on)", o.topic)
+		return usagef("%s needs --brokers (the cluster it is on)", flagArg(o.fs, "topic", o.topic))
 	case o.topic == "":
 		// Reading a local store dials no broker (replay checks the
 		// Kafka flags itself when it publishes): an ORDERLY_BROKERS or
@@ -191,10 +193,10 @@ func (f *filter) check() error {
 		f.set[name] = f.fs.Changed(name)
 	}
 	if f.set["from-offset"] && f.set["to-offset"] && f.from > f.to {
-		return usagef("--from-offset %d is after --to-offset %d", f.from, f.to)
+		return usagef("%s is after %s", flagArg(f.fs, "from-offset", f.from), flagArg(f.fs, "to-offset", f.to))
 	}
 	if f.set["since"] && f.set["until"] && !f.since.Before(f.until) {
-		return usagef("--since %s is not before --until %s", deadletter.FormatTime(f.since), deadletter.FormatTime(f.until))
+		return usagef("%s is not before %s", flagArg(f.fs, "since", deadletter.FormatTime(f.since)), flagArg(f.fs, "until", deadletter.FormatTime(f.until)))
 	}
 	return nil
 }

@@ -24,7 +24,7 @@ func runPurge(ctx context.Context, o *dlqOpts, e env) error {
 		return purgeTopic(ctx, o, e)
 	}
 	if o.filter.fs.Changed("before") {
-		return usagef("--before is for a Kafka topic (DeleteRecords); select the records of a local store with the filters")
+		return usagef("%s is for a Kafka topic (DeleteRecords); select the records of a local store with the filters", flagArg(o.filter.fs, "before"))
 	}
 	return purgeStore(o, e)
 }
@@ -98,12 +98,12 @@ func purgeTopic(ctx context.Context, o *dlqOpts, e env) error {
 	f := &o.filter
 	for _, name := range filterFlags {
 		if f.set[name] && name != "partition" {
-			return usagef("--%s cannot select records of a Kafka topic: purge deletes a prefix of each partition (DeleteRecords); use --partition and --before", name)
+			return usagef("%s cannot select records of a Kafka topic: purge deletes a prefix of each partition (DeleteRecords); use --partition and --before", flagArg(f.fs, name))
 		}
 	}
 	before := f.fs.Changed("before")
 	if before && !f.set["partition"] {
-		return usagef("--before %d needs --partition: offsets are per partition", o.before)
+		return usagef("%s needs --partition: offsets are per partition", flagArg(f.fs, "before", o.before))
 	}
 	client, err := dialKafka(ctx, o)
 	if err != nil {

@@ -26,9 +26,12 @@ type kafkaFlags struct {
 	tlsSkipVerify      bool
 	saslMechanism      string
 	saslUser, saslPass string
+
+	fs *pflag.FlagSet // the flags, for the errors to say where a value came from
 }
 
 func (k *kafkaFlags) define(fs *pflag.FlagSet) {
+	k.fs = fs
 	fs.BoolVar(&k.tls, "tls", false, "connect to the brokers with TLS (system roots unless --tls-ca)")
 	stringVar(fs, &k.tlsCA, "tls-ca", "", nil, "PEM file of CA certificates for the brokers (implies --tls)")
 	stringVar(fs, &k.tlsCert, "tls-cert", "", nil, "PEM client certificate for the brokers (with --tls-key; implies --tls)")
@@ -40,15 +43,16 @@ func (k *kafkaFlags) define(fs *pflag.FlagSet) {
 }
 
 func (k *kafkaFlags) check() error {
+	fs := k.fs
 	switch {
 	case (k.tlsCert == "") != (k.tlsKey == ""):
-		return usagef("--tls-cert and --tls-key go together")
+		return usagef("%s and %s go together", flagArg(fs, "tls-cert"), flagArg(fs, "tls-key"))
 	case k.saslMechanism != "" && k.saslUser == "":
-		return usagef("--sasl-mechanism %s needs --sasl-user", k.saslMechanism)
+		return usagef("%s needs --sasl-user", flagArg(fs, "sasl-mechanism", k.saslMechanism))
 	case k.saslMechanism != "" && k.saslPass == "":
-		return usagef("--sasl-mechanism %s needs --sasl-password (better set as %s)", k.saslMechanism, envName("sasl-password"))
+		return usagef("%s needs --sasl-password (better set as %s)", flagArg(fs, "sasl-mechanism", k.saslMechanism), envName("sasl-password"))
 	case k.saslMechanism == "" && (k.saslUser != "" || k.saslPass != ""):
-		return usagef("--sasl-user and --sasl-password need --sasl-mechanism (PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512)")
+		return usagef("%s and %s need --sasl-mechanism (PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512)", flagArg(fs, "sasl-user"), flagArg(fs, "sasl-password"))
 	}
 	return nil
 }
