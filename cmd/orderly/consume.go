@@ -8,6 +8,7 @@ import (
 	"math"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -400,21 +401,23 @@ func (o *consumeOpts) describe() string {
 	return s
 }
 
-// explain names the flag behind an error Run ended with.
+// explain names the flag behind an error Run ended with (and its
+// variable, when the value came from it).
 func (o *consumeOpts) explain(err error) error {
+	fs, topics := o.fs, strings.Join(o.topics, ",")
 	switch {
 	case errors.Is(err, group.ErrDeadLetterTopic):
-		return fmt.Errorf("--dead-letter-topic %s: %w", o.deadLetterTopic, err)
+		return fmt.Errorf("%s: %w", flagArg(fs, "dead-letter-topic", o.deadLetterTopic), err)
 	case errors.Is(err, group.ErrUnknownTopic):
-		return fmt.Errorf("--topic %s: %w", strings.Join(o.topics, ","), err)
+		return fmt.Errorf("%s: %w", flagArg(fs, "topic", topics), err)
 	case errors.Is(err, group.ErrConnect):
 		return o.kafka.brokersError(o.brokers, err)
 	case errors.Is(err, group.ErrAuth):
-		return fmt.Errorf("--sasl-user %q (--sasl-mechanism %s): %w", o.kafka.saslUser, o.kafka.saslMechanism, err)
+		return fmt.Errorf("%s (%s): %w", flagArg(fs, "sasl-user", strconv.Quote(o.kafka.saslUser)), flagArg(fs, "sasl-mechanism", o.kafka.saslMechanism), err)
 	case errors.Is(err, group.ErrNotAuthorized):
-		return fmt.Errorf("--group %s, --topic %s: %w", o.group, strings.Join(o.topics, ","), err)
+		return fmt.Errorf("%s, %s: %w", flagArg(fs, "group", o.group), flagArg(fs, "topic", topics), err)
 	case errors.Is(err, group.ErrSessionTimeout):
-		return fmt.Errorf("--session-timeout %v: %w", o.sessionTimeout, err)
+		return fmt.Errorf("%s: %w", flagArg(fs, "session-timeout", o.sessionTimeout), err)
 	}
 	return fmt.Errorf("consume: %w", err)
 }

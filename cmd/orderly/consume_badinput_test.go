@@ -90,6 +90,14 @@ func TestConsumeBadInput(t *testing.T) {
 			"--topic absent: group: topic does not exist"},
 		{"missing dead-letter topic", nil, args("--topic", "present", "--http", ep.url(), "--dead-letter-topic", "absent-dlq"), exitError,
 			"--dead-letter-topic absent-dlq: group: dead-letter topic does not exist"},
+		// Run's errors name the variable a value came from, as usage
+		// errors do.
+		{"missing topic from env", []string{"ORDERLY_TOPIC=absent"}, args("--http", ep.url()), exitError,
+			"--topic absent (from ORDERLY_TOPIC): group: topic does not exist"},
+		{"missing dead-letter topic from env", []string{"ORDERLY_DEAD_LETTER_TOPIC=absent-dlq"}, args("--topic", "present", "--http", ep.url()), exitError,
+			"--dead-letter-topic absent-dlq (from ORDERLY_DEAD_LETTER_TOPIC): group: dead-letter topic does not exist"},
+		{"unreachable broker from env", []string{"ORDERLY_BROKERS=127.0.0.1:1"}, []string{"consume", "--group", "g", "--topic", "present", "--http", ep.url()}, exitError,
+			"--brokers 127.0.0.1:1 (from ORDERLY_BROKERS): group: cannot reach brokers"},
 		{"unreachable broker", nil, []string{"consume", "--brokers", "127.0.0.1:1", "--group", "g", "--topic", "present", "--http", ep.url()}, exitError,
 			"--brokers 127.0.0.1:1: group: cannot reach brokers"},
 	}

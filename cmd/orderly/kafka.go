@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"hash"
 	"os"
+	"strconv"
 	"strings"
 
 	"github.com/IBM/sarama"
@@ -102,11 +103,13 @@ func (k *kafkaFlags) newClient(brokers []string, cfg *sarama.Config) (sarama.Cli
 // them) close the connection on bad credentials instead of answering with
 // an authentication error.
 func (k *kafkaFlags) brokersError(brokers []string, err error) error {
+	fs := k.fs
+	at := flagArg(fs, "brokers", strings.Join(brokers, ","))
 	if k.saslMechanism != "" {
-		return fmt.Errorf("--brokers %s: %w (or they refused --sasl-user %q, --sasl-mechanism %s)",
-			strings.Join(brokers, ","), err, k.saslUser, k.saslMechanism)
+		return fmt.Errorf("%s: %w (or they refused %s, %s)",
+			at, err, flagArg(fs, "sasl-user", strconv.Quote(k.saslUser)), flagArg(fs, "sasl-mechanism", k.saslMechanism))
 	}
-	return fmt.Errorf("--brokers %s: %w", strings.Join(brokers, ","), err)
+	return fmt.Errorf("%s: %w", at, err)
 }
 
 // kgoOpts are the franz-go options for TLS and SASL as the flags say (the
