@@ -90,10 +90,10 @@ fall short, or if the run was interrupted.`,
 	floatVar(fs, &o.zipf, "zipf", 0, nonNegative, "Zipf exponent of the paying accounts (e.g. 1.1); 0: uniform")
 	intVar(fs, &o.poison, "poison", 0, 0, math.MaxInt, "undecodable records to mix in (counted as decode errors, skipped, committed past)")
 	floatVar(fs, &o.rate, "rate", defaultRate, nonNegative, "produce at most this many records per second; 0: as fast as possible (then latency includes waiting behind the backlog)")
-	intVar(fs, &o.num, "num", 64, 1, math.MaxInt, "group Num: worker goroutines calling Do")
-	intVar(fs, &o.size, "size", 64, 1, math.MaxInt, "group Size: most transfers per Do call")
+	intVar(fs, &o.num, "num", 64, 1, group.MaxNum, "group Num: worker goroutines calling Do")
+	intVar(fs, &o.size, "size", 64, 1, group.MaxSize, "group Size: most transfers per Do call")
 	durationVar(fs, &o.ticker, "ticker", 10*time.Millisecond, math.MinInt64, "group Ticker: how long a partial batch waits; negative: never")
-	intVar(fs, &o.maxInFlight, "max-in-flight", 0, 0, math.MaxInt, "group MaxInFlight; 0: the group's default")
+	intVar(fs, &o.maxInFlight, "max-in-flight", 0, 0, group.MaxMaxInFlight, "group MaxInFlight; 0: the group's default")
 	durationVar(fs, &o.io, "io", defaultIO, 0, "simulated I/O time per Do call")
 	durationVar(fs, &o.ioItem, "io-item", defaultIOItem, 0, "simulated I/O time per transfer in a Do call")
 	floatVar(fs, &o.fail, "fail", 0.01, fraction, "fraction of Do calls that fail (and are retried), in [0, 1)")
@@ -150,6 +150,10 @@ func (o *demoOpts) logger(logs io.Writer) *zap.Logger {
 // of order, if the committed offsets are not at the high watermarks, or if
 // the run was interrupted (ctx ended: a signal, or --timeout).
 func runDemo(ctx context.Context, o *demoOpts, out, logs io.Writer) (err error) {
+	if o.num*o.size > group.MaxBatchSlots { // what group.New would refuse, naming its fields
+		return usagef("%s with %s: --num times --size must be at most %d (each worker holds a batch of --size)",
+			flagArg(o.fs, "num", o.num), flagArg(o.fs, "size", o.size), group.MaxBatchSlots)
+	}
 	start := time.Now()
 	ctx, cancel := context.WithTimeoutCause(ctx, o.timeout, fmt.Errorf("timed out after %v (--timeout)", o.timeout))
 	defer cancel()
