@@ -32,7 +32,10 @@ var (
 	// option; the message names the field.
 	ErrOptions = errors.New("localqueue: invalid options")
 	// ErrLocked is returned by Open when another Queue (in this process or
-	// another) has the same Name open on the same DataPath.
+	// another) has the same Name open on the same DataPath; the message
+	// names the lock file and the holder's process ID. (A process that is
+	// exiting, killed but not yet torn down by the kernel, is waited for,
+	// up to 2 s, on Unix.)
 	ErrLocked = errors.New("localqueue: queue is open elsewhere")
 	// ErrNotSynced is returned by Put with a DataPath and SyncEvery 1 when
 	// the message went to go-diskqueue and the fsync that must follow the
