@@ -81,8 +81,8 @@ rejected.
 as JSON lines. Exit 0: done (stdout may name per-item outcomes, one JSON
 object a line); 75 (EX_TEMPFAIL): retried with backoff; 126 or 127 (not
 executable, not found): a command error, retried like an endpoint error;
-any other exit: dead-lettered, reason rejected. Past --timeout the
-command's process group is killed.
+any other exit: dead-lettered, reason rejected. Past --timeout, and if
+consume dies (even by kill -9), the command's process group is killed.
 
 Dead letters go to --dead-letter-topic, or the local store under --data
 (read them with 'orderly dlq'); with neither, a rejected record is logged,

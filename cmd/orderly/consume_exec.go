@@ -102,7 +102,6 @@ func (s *execSink) send(ctx context.Context, batch []*group.Message) error {
 		return fmt.Errorf("encode %s: %w", where(batch), err)
 	}
 	cmd := exec.CommandContext(ctx, "/bin/sh", "-c", s.cmd)
-	killGroupOnCancel(cmd)
 	cmd.WaitDelay = 2 * time.Second // a leftover child holding the pipes cannot hold the call
 	cmd.Stdin = &in
 	cmd.Env = commandEnv(os.Environ())
@@ -110,7 +109,7 @@ func (s *execSink) send(ctx context.Context, batch []*group.Message) error {
 	stderr := &tail{n: 2048}
 	cmd.Stdout, cmd.Stderr = stdout, stderr
 	s.ctr.calls.Add(1)
-	err := cmd.Run()
+	err := runCommand(cmd, s.log)
 	if errors.Is(err, exec.ErrWaitDelay) {
 		// It exited 0, but something it started still holds its stdout
 		// or stderr: the batch is done; what that child writes is lost.

@@ -2,8 +2,18 @@
 
 package main
 
-import "os/exec"
+import (
+	"os/exec"
 
-// killGroupOnCancel: without process groups, the cancellation of cmd's
-// context kills the command itself (exec's default).
-func killGroupOnCancel(*exec.Cmd) {}
+	"go.uber.org/zap"
+)
+
+// runCommand runs cmd: without process groups, the cancellation of its
+// context kills the command itself (exec's default), and what it started
+// outlives it, as it outlives consume.
+func runCommand(cmd *exec.Cmd, _ *zap.Logger) error { return cmd.Run() }
+
+const execGuardArg = "__orderly-exec-guard"
+
+// execGuardMain: there is no group guard here.
+func execGuardMain() int { return 2 }
