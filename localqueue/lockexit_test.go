@@ -3,64 +3,31 @@
 package localqueue
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
-	"os"
 	"os/exec"
-	"runtime"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/orderly-go/orderly/internal/proctest"
 )
 
-// The lock tests run this test binary again as a child (TestLockChild)
-// that opens queue "q" on $LOCALQUEUE_LOCK_DIR, prints "locked" and
-// waits to be killed.
-const lockDirEnv = "LOCALQUEUE_LOCK_DIR"
-
+// TestLockChild is the lock holder of the lock tests (proctest.HoldLock):
+// run as their child, it opens queue "q" on its directory and waits to be
+// killed.
 func TestLockChild(t *testing.T) {
-	dir := os.Getenv(lockDirEnv)
-	if dir == "" {
+	if !proctest.HoldLock(func(dir string) (any, error) { return Open(Options{Name: "q", DataPath: dir}) }) {
 		t.Skip("the child process of TestLockAfterKill")
 	}
-	q, err := Open(Options{Name: "q", DataPath: dir})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "open:", err)
-		os.Exit(2)
-	}
-	// Some memory to tear down, as a consumer has: the kernel drops the
-	// lock only after it freed the address space.
-	ballast := make([]byte, 64<<20)
-	for i := 0; i < len(ballast); i += 4096 {
-		ballast[i] = 1
-	}
-	os.Stdout.WriteString("locked\n")
-	time.Sleep(time.Hour) // until killed
-	runtime.KeepAlive(q)  // or a GC closes the lock file
 }
 
 // startLockHolder starts TestLockChild on dir and returns once it holds
 // the lock.
 func startLockHolder(t *testing.T, dir string) *exec.Cmd {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^TestLockChild$", "-test.count=1")
-	cmd.Env = append(os.Environ(), lockDirEnv+"="+dir)
-	cmd.Stderr = os.Stderr
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	line, err := bufio.NewReader(stdout).ReadString('\n')
-	if line != "locked\n" {
-		t.Fatalf("lock holder: got %q (%v), want \"locked\"", line, err)
-	}
-	return cmd
+	return proctest.StartLockHolder(t, "TestLockChild", dir)
 }
 
 // TestLockAfterKill: an Open right after the holder was SIGKILLed gets

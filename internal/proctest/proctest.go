@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"syscall"
 	"testing"
@@ -119,4 +120,56 @@ func StatFields(pid int) ([]string, error) {
 		return nil, err
 	}
 	return strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:])), nil
+}
+
+// lockDirEnv names the directory a lock-holder child locks (HoldLock).
+const lockDirEnv = "ORDERLY_TEST_LOCK_DIR"
+
+// HoldLock is the child side of a lock test: run as the child that
+// StartLockHolder starts, it calls open on the directory it was given,
+// takes some memory to tear down (the kernel drops a killed process's
+// flock only after it freed the address space, as a consumer's would
+// be), prints "locked" and sleeps until killed. It returns at once,
+// false, in any other run of the test.
+func HoldLock(open func(dir string) (any, error)) bool {
+	dir := os.Getenv(lockDirEnv)
+	if dir == "" {
+		return false
+	}
+	held, err := open(dir)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "open:", err)
+		os.Exit(2)
+	}
+	ballast := make([]byte, 64<<20)
+	for i := 0; i < len(ballast); i += 4096 {
+		ballast[i] = 1
+	}
+	os.Stdout.WriteString("locked\n")
+	time.Sleep(time.Hour)   // until killed
+	runtime.KeepAlive(held) // or a GC closes the lock file
+	return true
+}
+
+// StartLockHolder runs test, a test of this binary that calls HoldLock,
+// as a child locking dir, and returns once the child holds the lock. The
+// child is killed at the test's cleanup.
+func StartLockHolder(t testing.TB, test, dir string) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^"+test+"$", "-test.count=1")
+	cmd.Env = append(os.Environ(), lockDirEnv+"="+dir)
+	cmd.Stderr = os.Stderr
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	if line != "locked\n" {
+		t.Fatalf("lock holder: got %q (%v), want \"locked\"", line, err)
+	}
+	return cmd
 }
