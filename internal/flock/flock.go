@@ -16,6 +16,7 @@ package flock
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"strconv"
 	"strings"
@@ -54,9 +55,10 @@ func Lock(path string, perm os.FileMode) (f *os.File, holder int, err error) {
 		if err == nil {
 			// The holder may have removed the file before letting go
 			// (localqueue's Close of a deleted queue does): a lock on
-			// a file no longer at path excludes no one.
+			// a file no longer at path, replaced or gone, excludes no
+			// one.
 			if fi, serr := f.Stat(); serr == nil {
-				if pi, perr := os.Stat(path); perr == nil && !os.SameFile(fi, pi) {
+				if pi, perr := os.Stat(path); errors.Is(perr, fs.ErrNotExist) || perr == nil && !os.SameFile(fi, pi) {
 					f.Close()
 					if time.Now().After(deadline) {
 						return nil, 0, fmt.Errorf("lock %s: the file was replaced under every lock taken for %v", path, Wait)
