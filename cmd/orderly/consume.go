@@ -198,11 +198,32 @@ func (o *consumeOpts) check() error {
 // below (Kafka would evict the member), is raised in sc to twice the drain
 // when it would not: the member's share of a rebalance may take that long,
 // as Kafka's max.poll.interval.ms does for a Java consumer's processing.
+// Under an eager strategy the other members wait in JoinGroup for this
+// one's drain, and sarama waits for that answer only Net.ReadTimeout: a
+// raised rebalance timeout raises it to the rebalance timeout and 5s, as
+// the Java client waits for JoinGroup (IBM/sarama#2820).
 func (o *consumeOpts) drainTimeout(sc *sarama.Config) time.Duration {
 	r := &sc.Consumer.Group.Rebalance
 	drain := max(min(r.Timeout/2, 30*time.Second), o.timeout+time.Second)
-	r.Timeout = max(r.Timeout, 2*drain)
+	if 2*drain > r.Timeout {
+		r.Timeout = 2 * drain
+		if !cooperative(r.GroupStrategies) {
+			sc.Net.ReadTimeout = max(sc.Net.ReadTimeout, r.Timeout+5*time.Second)
+		}
+	}
 	return drain
+}
+
+// cooperative reports whether the group rebalances cooperatively with ss:
+// when every strategy supports the cooperative protocol (sarama's rule).
+func cooperative(ss []sarama.BalanceStrategy) bool {
+	for _, s := range ss {
+		p, ok := s.(sarama.RebalanceProtocolBalanceStrategy)
+		if !ok || !slices.Contains(p.SupportedProtocols(), sarama.RebalanceProtocolCooperative) {
+			return false
+		}
+	}
+	return len(ss) > 0
 }
 
 // maxSessionTimeout is the longest --session-timeout: Kafka's default
@@ -306,7 +327,7 @@ func runConsume(ctx context.Context, o *consumeOpts, e env) (err error) {
 			return err
 		}
 		if !o.noCheck {
-			if err := hs.probe(ctx, min(o.timeout, 10*time.Second)); err != nil {
+			if err := hs.probe(ctx, min(o.timeout, 10*time.Second), flagArg(o.fs, "http", hs.shown)); err != nil {
 				return err
 			}
 		}

@@ -7,6 +7,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/orderly-go/orderly/group"
 )
 
 // TestConsumeTimeoutNamesFlag: a record whose only allowed run goes past
@@ -78,5 +80,37 @@ func TestConsumeStopWaitsForTimeout(t *testing.T) {
 	}
 	if got := b.Committed("long", "long")[0]; got != 1 {
 		t.Fatalf("committed offset after the stop: got %d, want 1", got)
+	}
+}
+
+// TestConsumeDrainTimeouts: the drain covers a call's whole --timeout and
+// a second; the rebalance timeout is raised to twice the drain when it is
+// below; under an eager strategy, where the other members wait in
+// JoinGroup for this one's drain and sarama waits for that answer only
+// Net.ReadTimeout, the read timeout goes to the rebalance timeout and 5s
+// (a member joining behind a 50s drain got "i/o timeout" under range, a
+// review's reproducer). The defaults stay as they are.
+func TestConsumeDrainTimeouts(t *testing.T) {
+	for _, tt := range []struct {
+		name                     string
+		timeout                  time.Duration
+		strategies               []string
+		drain, rebalance, reader time.Duration
+	}{
+		{"defaults", 30 * time.Second, []string{"cooperative-sticky"}, 31 * time.Second, 62 * time.Second, 30 * time.Second},
+		{"short --timeout", time.Second, []string{"range"}, 30 * time.Second, 60 * time.Second, 30 * time.Second},
+		{"long --timeout, cooperative", 60 * time.Second, []string{"cooperative-sticky"}, 61 * time.Second, 122 * time.Second, 30 * time.Second},
+		{"long --timeout, range", 60 * time.Second, []string{"range"}, 61 * time.Second, 122 * time.Second, 127 * time.Second},
+		{"long --timeout, both", 60 * time.Second, []string{"cooperative-sticky", "range"}, 61 * time.Second, 122 * time.Second, 127 * time.Second},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			o := &consumeOpts{timeout: tt.timeout, strategies: tt.strategies}
+			sc := group.DefaultSarama()
+			sc.Consumer.Group.Rebalance.GroupStrategies = o.balanceStrategies()
+			drain := o.drainTimeout(sc)
+			if got := [3]time.Duration{drain, sc.Consumer.Group.Rebalance.Timeout, sc.Net.ReadTimeout}; got != [3]time.Duration{tt.drain, tt.rebalance, tt.reader} {
+				t.Errorf("drain, rebalance and read timeouts: got %v, want %v", got, [3]time.Duration{tt.drain, tt.rebalance, tt.reader})
+			}
+		})
 	}
 }
