@@ -96,6 +96,8 @@ func TestConsumeBadInput(t *testing.T) {
 			"--topic absent (from ORDERLY_TOPIC): group: topic does not exist"},
 		{"missing dead-letter topic from env", []string{"ORDERLY_DEAD_LETTER_TOPIC=absent-dlq"}, args("--topic", "present", "--http", ep.url()), exitError,
 			"--dead-letter-topic absent-dlq (from ORDERLY_DEAD_LETTER_TOPIC): group: dead-letter topic does not exist"},
+		{"unreachable endpoint from env", []string{"ORDERLY_HTTP=http://127.0.0.1:1/hook"}, args("--topic", "present"), exitError,
+			"--http http://127.0.0.1:1/hook (from ORDERLY_HTTP): endpoint unreachable (--no-check skips this check)"},
 		{"unreachable broker from env", []string{"ORDERLY_BROKERS=127.0.0.1:1"}, []string{"consume", "--group", "g", "--topic", "present", "--http", ep.url()}, exitError,
 			"--brokers 127.0.0.1:1 (from ORDERLY_BROKERS): group: cannot reach brokers"},
 		{"unreachable broker", nil, []string{"consume", "--brokers", "127.0.0.1:1", "--group", "g", "--topic", "present", "--http", ep.url()}, exitError,

@@ -87,13 +87,13 @@ func (s *httpSink) close() { s.tr.CloseIdleConnections() }
 // probe checks at start that the endpoint accepts TCP connections and,
 // for https, completes a TLS handshake with a certificate it trusts, so
 // that a wrong --http or a missing --http-ca fails at once instead of
-// retrying forever.
-func (s *httpSink) probe(ctx context.Context, timeout time.Duration) error {
+// retrying forever. Its errors begin with flag, how the user gave --http.
+func (s *httpSink) probe(ctx context.Context, timeout time.Duration, flag string) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	c, err := (&net.Dialer{}).DialContext(ctx, "tcp", s.host)
 	if err != nil {
-		return fmt.Errorf("--http %s: endpoint unreachable (--no-check skips this check): %w", s.shown, err)
+		return fmt.Errorf("%s: endpoint unreachable (--no-check skips this check): %w", flag, err)
 	}
 	defer c.Close()
 	if !s.https {
@@ -104,7 +104,7 @@ func (s *httpSink) probe(ctx context.Context, timeout time.Duration) error {
 		tc.ServerName, _, _ = net.SplitHostPort(s.host)
 	}
 	if err := tls.Client(c, tc).HandshakeContext(ctx); err != nil {
-		return fmt.Errorf("--http %s: TLS handshake failed (--http-ca names a CA to trust; --no-check skips this check): %w", s.shown, err)
+		return fmt.Errorf("%s: TLS handshake failed (--http-ca names a CA to trust; --no-check skips this check): %w", flag, err)
 	}
 	return nil
 }
