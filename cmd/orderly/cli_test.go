@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"io"
+	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -349,5 +352,39 @@ func TestFlagNamesAgree(t *testing.T) {
 	walk(root)
 	if len(spelt) < 20 {
 		t.Fatalf("got %d flag names across the commands, want the whole tree walked", len(spelt))
+	}
+}
+
+// TestRunErrorsNameVariables: errors that end a run and quote a flag's
+// value name the variable the value came from, as usage errors do: the
+// CA files of --tls-ca and --http-ca, whose errors quoted the bare flag
+// (a review of the variable naming).
+func TestRunErrorsNameVariables(t *testing.T) {
+	dir := t.TempDir()
+	missing, notPEM := filepath.Join(dir, "missing.pem"), filepath.Join(dir, "not.pem")
+	if err := os.WriteFile(notPEM, []byte("not a certificate"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	describe := []string{"group", "describe", "--brokers", "127.0.0.1:1", "--group", "g"}
+	consume := []string{"consume", "--brokers", "127.0.0.1:1", "--group", "g", "--topic", "t", "--http", "https://127.0.0.1:1/hook"}
+	for _, tt := range []struct {
+		name string
+		vars []string
+		args []string
+		want string
+	}{
+		{"--tls-ca from its variable", []string{"ORDERLY_TLS_CA=" + missing}, describe,
+			"orderly: --tls-ca " + missing + " (from ORDERLY_TLS_CA): open " + missing + ": no such file or directory\n"},
+		{"--tls-ca on the command line", nil, append(slices.Clone(describe), "--tls-ca", notPEM),
+			"orderly: --tls-ca " + notPEM + ": no PEM certificate in it\n"},
+		{"--http-ca from its variable", []string{"ORDERLY_HTTP_CA=" + notPEM}, consume,
+			"orderly: --http-ca " + notPEM + " (from ORDERLY_HTTP_CA): no PEM certificate in it\n"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			r := runBin(t, tt.vars, tt.args...)
+			if r.code != exitError || r.stderr != tt.want {
+				t.Errorf("%s orderly %q: got exit %d, stderr:\n%s\nwant exit 1, stderr:\n%s", strings.Join(tt.vars, " "), tt.args, r.code, r.stderr, tt.want)
+			}
+		})
 	}
 }

@@ -46,7 +46,7 @@ func newHTTPSink(o *consumeOpts, gt *gate, ctr *sinkCounters, log *zap.Logger) (
 	if u.Port() == "" {
 		host = net.JoinHostPort(u.Hostname(), map[string]string{"http": "80", "https": "443"}[u.Scheme])
 	}
-	tc, err := tlsConfig(o.httpCA, "--http-ca")
+	tc, err := tlsConfig(o.httpCA, flagArg(o.fs, "http-ca", o.httpCA))
 	if err != nil {
 		return nil, err
 	}

@@ -142,9 +142,9 @@ func purgeTopic(ctx context.Context, o *dlqOpts, e env) error {
 		if before {
 			if to = int64(o.before); to > stable {
 				if held != "" {
-					return fmt.Errorf("--before %d is past the end of %s/%d: its last stable offset is %d, a transaction open since then holds back offsets %d to %d", to, o.topic, p, stable, stable, high-1)
+					return fmt.Errorf("%s is past the end of %s/%d: its last stable offset is %d, a transaction open since then holds back offsets %d to %d", flagArg(o.filter.fs, "before", to), o.topic, p, stable, stable, high-1)
 				}
-				return fmt.Errorf("--before %d is past the end of %s/%d (high watermark %d)", to, o.topic, p, high)
+				return fmt.Errorf("%s is past the end of %s/%d (high watermark %d)", flagArg(o.filter.fs, "before", to), o.topic, p, high)
 			}
 			held = ""
 		}

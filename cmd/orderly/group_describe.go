@@ -147,7 +147,7 @@ func describeGroup(o *groupOpts) (*groupView, error) {
 	for _, topic := range topics {
 		ps, err := client.Partitions(topic)
 		if errors.Is(err, sarama.ErrUnknownTopicOrPartition) {
-			return nil, fmt.Errorf("--topic %s: %w", topic, errUnknownTopic)
+			return nil, fmt.Errorf("%s: %w", flagArg(o.kafka.fs, "topic", topic), errUnknownTopic)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("partitions of topic %s: %w", topic, err)

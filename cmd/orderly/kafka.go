@@ -139,14 +139,14 @@ func (k *kafkaFlags) tlsConfig() (*tls.Config, error) {
 	if !k.tls && k.tlsCA == "" && k.tlsCert == "" && !k.tlsSkipVerify {
 		return nil, nil
 	}
-	tc, err := tlsConfig(k.tlsCA, "--tls-ca")
+	tc, err := tlsConfig(k.tlsCA, flagArg(k.fs, "tls-ca", k.tlsCA))
 	if err != nil {
 		return nil, err
 	}
 	if k.tlsCert != "" {
 		cert, err := tls.LoadX509KeyPair(k.tlsCert, k.tlsKey)
 		if err != nil {
-			return nil, fmt.Errorf("--tls-cert %s, --tls-key %s: %w", k.tlsCert, k.tlsKey, err)
+			return nil, fmt.Errorf("%s, %s: %w", flagArg(k.fs, "tls-cert", k.tlsCert), flagArg(k.fs, "tls-key", k.tlsKey), err)
 		}
 		tc.Certificates = []tls.Certificate{cert}
 	}
@@ -156,6 +156,7 @@ func (k *kafkaFlags) tlsConfig() (*tls.Config, error) {
 
 // tlsConfig is a TLS config with the system roots, plus the certificates
 // in the PEM file ca (named by flag in errors) if given.
+// flag is how an error names the CA file: its flag and path (flagArg).
 func tlsConfig(ca, flag string) (*tls.Config, error) {
 	tc := &tls.Config{MinVersion: tls.VersionTLS12}
 	if ca == "" {
@@ -170,7 +171,7 @@ func tlsConfig(ca, flag string) (*tls.Config, error) {
 		pool = x509.NewCertPool()
 	}
 	if !pool.AppendCertsFromPEM(pem) {
-		return nil, fmt.Errorf("%s %s: no PEM certificate in it", flag, ca)
+		return nil, fmt.Errorf("%s: no PEM certificate in it", flag)
 	}
 	tc.RootCAs = pool
 	return tc, nil
