@@ -184,8 +184,9 @@ func TestRetriesCountedWhenHandedOver(t *testing.T) {
 			r := newRig(t, tt.topic, 1, n, 1) // one key: one lane
 			var mu sync.Mutex
 			seen := map[int64][]int{}
-			entered, release := make(chan struct{}), make(chan struct{})
+			entered := make(chan struct{})
 			var once sync.Once
+			var a *Group[*Message]
 			do := func(ctx context.Context, batch []*Message) error {
 				var failed BatchError
 				mu.Lock()
@@ -198,7 +199,7 @@ func TestRetriesCountedWhenHandedOver(t *testing.T) {
 				mu.Unlock()
 				if tt.inDrain && batch[0].Offset == 0 && batch[0].Attempt == 1 {
 					once.Do(func() { close(entered) })
-					<-release // ignores ctx: returns its failure in the drain
+					returnInDrain(a)
 				}
 				return failed.Err()
 			}
@@ -209,14 +210,12 @@ func TestRetriesCountedWhenHandedOver(t *testing.T) {
 			}
 			cfg.DrainTimeout = 5 * time.Second
 			cfg.Retry = Retry{Backoff: 2 * time.Second, MaxBackoff: 2 * time.Second, Jitter: -1}
-			a := newGroup(t, cfg, do)
+			a = newGroup(t, cfg, do)
 			stopA := run(t, a)
 			stopped := make(chan error, 1)
 			if tt.inDrain {
 				<-entered
 				go func() { stopped <- stopA() }()
-				time.Sleep(300 * time.Millisecond) // A is draining behind the call
-				close(release)
 			} else {
 				waitFor(t, time.Minute, "the failure", func() bool { return a.Stats().Retrying >= 1 })
 				go func() { stopped <- stopA() }()
@@ -269,8 +268,9 @@ func TestRetriesNotCountedPastMaxAttempts(t *testing.T) {
 			r := newRig(t, tt.topic, 1, n, 1) // one key: one lane
 			var mu sync.Mutex
 			seen := map[int64][]int{}
-			entered, release := make(chan struct{}), make(chan struct{})
+			entered := make(chan struct{})
 			var once sync.Once
+			var a *Group[*Message]
 			first := true
 			do := func(ctx context.Context, batch []*Message) error {
 				var be BatchError
@@ -294,7 +294,7 @@ func TestRetriesNotCountedPastMaxAttempts(t *testing.T) {
 				mu.Unlock()
 				if isFirst && tt.inDrain {
 					once.Do(func() { close(entered) })
-					<-release
+					returnInDrain(a)
 				}
 				return be.Err()
 			}
@@ -303,14 +303,12 @@ func TestRetriesNotCountedPastMaxAttempts(t *testing.T) {
 			cfg.DataPath = t.TempDir() // dead letters go to the local store
 			cfg.DrainTimeout = 5 * time.Second
 			cfg.Retry = Retry{Backoff: 2 * time.Second, MaxBackoff: 2 * time.Second, Jitter: -1, MaxAttempts: 1}
-			a := newGroup(t, cfg, do)
+			a = newGroup(t, cfg, do)
 			stopA := run(t, a)
 			stopped := make(chan error, 1)
 			if tt.inDrain {
 				<-entered
 				go func() { stopped <- stopA() }()
-				time.Sleep(300 * time.Millisecond)
-				close(release)
 			} else {
 				waitFor(t, time.Minute, "the deferral", func() bool { return a.Stats().Deferred >= 1 })
 				go func() { stopped <- stopA() }()
@@ -340,5 +338,14 @@ func TestRetriesNotCountedPastMaxAttempts(t *testing.T) {
 					got, a.Stats().Retries, b.Stats().Retries)
 			}
 		})
+	}
+}
+
+// returnInDrain, called by Do on a's only worker (Num 1), returns once
+// the partition of the call's items has been revoked: the call's outcome
+// then settles in a's drain.
+func returnInDrain(a *Group[*Message]) {
+	for !a.workers[0].items[0].Revoked() {
+		time.Sleep(time.Millisecond)
 	}
 }

@@ -22,7 +22,7 @@ type Stats struct {
 	Batches      int64  // Do calls that succeeded
 	Failures     int64  // Do calls that returned an error or panicked (split calls included)
 	Panics       int64  // of Failures, how many were panics
-	Retries      int64  // messages handed out again after a failed attempt (charged an attempt)
+	Retries      int64  // messages to be handed out again after a failed attempt, counted once, by the member that decides the retry (at a handover, the one that hands the message over); not a last attempt's failure, which is dead-lettered
 	Splits       int64  // Do calls on part of a batch that failed as a whole, to find its failing items
 	Cancelled    int64  // failed Do calls that returned after their ctx was cancelled (ErrRevoked, ErrShutdown)
 	Dropped      int64  // queued, never-failed messages let go on revoke (the next owner gets them)

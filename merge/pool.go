@@ -107,7 +107,7 @@ type Stats struct {
 	Charged   atomic.Int64 // items charged a failed attempt (the hold hook decides: a retry, or a dead letter past MaxAttempts)
 	Splits    atomic.Int64 // calls made on part of a batch that failed as a whole
 	Cancelled atomic.Int64 // failed calls that returned after their context was cancelled
-	TimedOut  atomic.Int64 // calls that ran past Config.Timeout, counted when the watchdog cancels one (returned or not) or when it returns past Timeout, whichever comes first
+	TimedOut  atomic.Int64 // calls that ran past Config.Timeout, hung or not: counted when the watchdog cancels one, or when one returns past Timeout first
 	Stuck     atomic.Int64 // calls that ran past Timeout plus Grace (their worker was stuck)
 	Deferred  atomic.Int64 // items deferred by their Do
 	workers   []workerCount

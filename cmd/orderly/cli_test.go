@@ -374,7 +374,7 @@ func TestRunErrorsNameVariables(t *testing.T) {
 		want string
 	}{
 		{"--tls-ca from its variable", []string{"ORDERLY_TLS_CA=" + missing}, describe,
-			"orderly: --tls-ca " + missing + " (from ORDERLY_TLS_CA): open " + missing + ": no such file or directory\n"},
+			"orderly: --tls-ca " + missing + " (from ORDERLY_TLS_CA): no such file or directory\n"},
 		{"--tls-ca on the command line", nil, append(slices.Clone(describe), "--tls-ca", notPEM),
 			"orderly: --tls-ca " + notPEM + ": no PEM certificate in it\n"},
 		{"--http-ca from its variable", []string{"ORDERLY_HTTP_CA=" + notPEM}, consume,

@@ -199,17 +199,16 @@ func (o *consumeOpts) check() error {
 // when it would not: the member's share of a rebalance may take that long,
 // as Kafka's max.poll.interval.ms does for a Java consumer's processing.
 // Under an eager strategy the other members wait in JoinGroup for this
-// one's drain, and sarama waits for that answer only Net.ReadTimeout: a
-// raised rebalance timeout raises it to the rebalance timeout and 5s, as
-// the Java client waits for JoinGroup (IBM/sarama#2820).
+// one's drain (and its final commit), and sarama waits for that answer
+// only Net.ReadTimeout: there it is raised to the rebalance timeout and
+// 5s, as long as the Java client waits for JoinGroup (IBM/sarama#2820).
+// A cooperative rebalance does not wait for the drain.
 func (o *consumeOpts) drainTimeout(sc *sarama.Config) time.Duration {
 	r := &sc.Consumer.Group.Rebalance
 	drain := max(min(r.Timeout/2, 30*time.Second), o.timeout+time.Second)
-	if 2*drain > r.Timeout {
-		r.Timeout = 2 * drain
-		if !cooperative(r.GroupStrategies) {
-			sc.Net.ReadTimeout = max(sc.Net.ReadTimeout, r.Timeout+5*time.Second)
-		}
+	r.Timeout = max(r.Timeout, 2*drain)
+	if !cooperative(r.GroupStrategies) {
+		sc.Net.ReadTimeout = max(sc.Net.ReadTimeout, r.Timeout+5*time.Second)
 	}
 	return drain
 }

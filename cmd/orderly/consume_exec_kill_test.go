@@ -96,7 +96,7 @@ func readPids(t *testing.T, path string) []int {
 	return pids
 }
 
-// guardPid is the pid of the running group guard, 0 if none.
+// guardPid is the pid of the running exec guard, 0 if none.
 func guardPid() int {
 	guard.mu.Lock()
 	defer guard.mu.Unlock()

@@ -15,5 +15,5 @@ func runCommand(cmd *exec.Cmd, _ *zap.Logger) error { return cmd.Run() }
 
 const execGuardArg = "__orderly-exec-guard"
 
-// execGuardMain: there is no group guard here.
+// execGuardMain: there is no exec guard here.
 func execGuardMain() int { return 2 }

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"sync"
 	"syscall"
+	"time"
 
 	"go.uber.org/zap"
 )
@@ -18,7 +19,7 @@ import (
 // runCommand runs cmd in a process group of its own and waits for it.
 // The cancellation of its context (a timeout, a shutdown) kills the whole
 // group, so that what the shell started dies with it; and so does the
-// death of consume, even by kill -9: the group guard (execGuard) kills
+// death of consume, even by kill -9: the exec guard (execGuard) kills
 // the groups of the commands in flight when consume is gone, and on
 // Linux the command itself also has SIGKILL as its parent-death signal.
 // That signal alone would not do: it reaches the shell only, and dash
@@ -36,6 +37,7 @@ func runCommand(cmd *exec.Cmd, log *zap.Logger) error {
 	// returns, so this one stays locked until the command has ended.
 	unlock := lockThread()
 	defer unlock()
+	guard.ready(log) // before the start: the guard is told of the group at once
 	if err := cmd.Start(); err != nil {
 		return err
 	}
@@ -46,11 +48,11 @@ func runCommand(cmd *exec.Cmd, log *zap.Logger) error {
 	return err
 }
 
-// execGuardArg, as orderly's only argument, makes it the group guard
+// execGuardArg, as orderly's only argument, makes it the exec guard
 // (execGuardMain) instead of the command line tool.
 const execGuardArg = "__orderly-exec-guard"
 
-// execGuard is consume's side of the group guard: a process (orderly
+// execGuard is consume's side of the exec guard: a process (orderly
 // itself, run with execGuardArg) that reads the process groups of the
 // commands in flight from a pipe, "+PGID" when one starts and "-PGID"
 // when it has ended, and when the pipe closes (consume is gone, however
@@ -65,19 +67,33 @@ type execGuard struct {
 	proc   *exec.Cmd
 	active map[int]bool // the groups in flight
 	warned bool
+	// retryAt is when a guard that could not start is tried again: not
+	// at every call (a fork and exec each).
+	retryAt time.Time
 }
 
 var guard = &execGuard{active: map[int]bool{}}
+
+// ready starts the guard unless it runs (or could not start a minute
+// ago), so that a command's group is told to it as soon as it starts.
+func (g *execGuard) ready(log *zap.Logger) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.w == nil && !time.Now().Before(g.retryAt) {
+		g.start(log)
+	}
+}
 
 func (g *execGuard) add(pgid int, log *zap.Logger) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.active[pgid] = true
-	if g.w == nil {
+	switch {
+	case g.w != nil:
+		g.write(fmt.Sprintf("+%d\n", pgid), log)
+	case !time.Now().Before(g.retryAt):
 		g.start(log) // writes every active group, this one too
-		return
 	}
-	g.write(fmt.Sprintf("+%d\n", pgid), log)
 }
 
 func (g *execGuard) remove(pgid int, log *zap.Logger) {
@@ -101,7 +117,8 @@ func (g *execGuard) write(line string, log *zap.Logger) {
 }
 
 // start starts a guard and tells it the active groups. If it cannot, the
-// commands run unguarded: it warns once.
+// commands run unguarded until a try a minute later succeeds: it warns
+// once.
 func (g *execGuard) start(log *zap.Logger) {
 	err := g.startGuard()
 	if err == nil {
@@ -115,6 +132,7 @@ func (g *execGuard) start(log *zap.Logger) {
 		if g.w != nil {
 			g.stopGuard()
 		}
+		g.retryAt = time.Now().Add(time.Minute)
 		if !g.warned {
 			g.warned = true
 			log.Warn("could not start the guard that kills the commands' process groups if consume dies; a kill -9 of consume leaves them running",

@@ -7,7 +7,7 @@ import (
 	"syscall"
 )
 
-// setDeathSignal: no parent-death signal here; the group guard alone
+// setDeathSignal: no parent-death signal here; the exec guard alone
 // kills the commands when consume dies.
 func setDeathSignal(*syscall.SysProcAttr) {}
 

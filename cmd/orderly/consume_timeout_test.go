@@ -89,7 +89,8 @@ func TestConsumeStopWaitsForTimeout(t *testing.T) {
 // JoinGroup for this one's drain and sarama waits for that answer only
 // Net.ReadTimeout, the read timeout goes to the rebalance timeout and 5s
 // (a member joining behind a 50s drain got "i/o timeout" under range, a
-// review's reproducer). The defaults stay as they are.
+// review's reproducer; a 30s drain beside the default 30s read timeout
+// had the same edge).
 func TestConsumeDrainTimeouts(t *testing.T) {
 	for _, tt := range []struct {
 		name                     string
@@ -98,7 +99,9 @@ func TestConsumeDrainTimeouts(t *testing.T) {
 		drain, rebalance, reader time.Duration
 	}{
 		{"defaults", 30 * time.Second, []string{"cooperative-sticky"}, 31 * time.Second, 62 * time.Second, 30 * time.Second},
-		{"short --timeout", time.Second, []string{"range"}, 30 * time.Second, 60 * time.Second, 30 * time.Second},
+		{"short --timeout, range", time.Second, []string{"range"}, 30 * time.Second, 60 * time.Second, 65 * time.Second},
+		{"--timeout 29s, range", 29 * time.Second, []string{"range"}, 30 * time.Second, 60 * time.Second, 65 * time.Second},
+		{"short --timeout, cooperative", time.Second, []string{"cooperative-sticky"}, 30 * time.Second, 60 * time.Second, 30 * time.Second},
 		{"long --timeout, cooperative", 60 * time.Second, []string{"cooperative-sticky"}, 61 * time.Second, 122 * time.Second, 30 * time.Second},
 		{"long --timeout, range", 60 * time.Second, []string{"range"}, 61 * time.Second, 122 * time.Second, 127 * time.Second},
 		{"long --timeout, both", 60 * time.Second, []string{"cooperative-sticky", "range"}, 61 * time.Second, 122 * time.Second, 127 * time.Second},

@@ -5,8 +5,10 @@ import (
 	"crypto/sha512"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"hash"
+	"io/fs"
 	"os"
 	"strconv"
 	"strings"
@@ -164,6 +166,9 @@ func tlsConfig(ca, flag string) (*tls.Config, error) {
 	}
 	pem, err := os.ReadFile(ca)
 	if err != nil {
+		if pe := (*fs.PathError)(nil); errors.As(err, &pe) {
+			err = pe.Err // flag names the path already
+		}
 		return nil, fmt.Errorf("%s: %w", flag, err)
 	}
 	pool, err := x509.SystemCertPool()

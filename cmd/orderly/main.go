@@ -24,7 +24,7 @@ import (
 
 func main() {
 	if len(os.Args) == 2 && os.Args[1] == execGuardArg {
-		os.Exit(execGuardMain()) // consume's group guard (consume_exec_unix.go)
+		os.Exit(execGuardMain()) // consume's exec guard (consume_exec_unix.go)
 	}
 	ctx, stop := interruptible()
 	err := run(ctx, os.Args[1:], env{stdout: os.Stdout, stderr: os.Stderr, lookup: os.LookupEnv})

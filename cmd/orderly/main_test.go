@@ -21,7 +21,7 @@ var binDir string
 
 func TestMain(m *testing.M) {
 	if len(os.Args) == 2 && os.Args[1] == execGuardArg {
-		// The group guard of the exec sinks the tests run in this
+		// The exec guard of the exec sinks the tests run in this
 		// process: it runs this binary again.
 		os.Exit(execGuardMain())
 	}
