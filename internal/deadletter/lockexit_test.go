@@ -19,7 +19,7 @@ import (
 // killed.
 func TestLockChild(t *testing.T) {
 	if !proctest.HoldLock(func(dir string) (any, error) { return Open(dir, Options{}) }) {
-		t.Skip("the child process of TestLockAfterKill")
+		t.Skip("the lock holder of TestLockAfterKill and TestLockLiveHolder")
 	}
 }
 

@@ -7,6 +7,7 @@ package proctest
 import (
 	"bufio"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -129,8 +130,10 @@ const lockDirEnv = "ORDERLY_TEST_LOCK_DIR"
 // StartLockHolder starts, it calls open on the directory it was given,
 // takes some memory to tear down (the kernel drops a killed process's
 // flock only after it freed the address space, as a consumer's would
-// be), prints "locked" and sleeps until killed. It returns at once,
-// false, in any other run of the test.
+// be), prints "locked" and waits until killed, or until its stdin (a
+// pipe from the parent test) closes: a parent that dies without its
+// cleanups does not leave it holding the lock and the memory. It returns
+// at once, false, in any other run of the test.
 func HoldLock(open func(dir string) (any, error)) bool {
 	dir := os.Getenv(lockDirEnv)
 	if dir == "" {
@@ -146,8 +149,8 @@ func HoldLock(open func(dir string) (any, error)) bool {
 		ballast[i] = 1
 	}
 	os.Stdout.WriteString("locked\n")
-	time.Sleep(time.Hour)   // until killed
-	runtime.KeepAlive(held) // or a GC closes the lock file
+	_, _ = io.Copy(io.Discard, os.Stdin) // until killed, or the parent is gone
+	runtime.KeepAlive(held)              // or a GC closes the lock file
 	return true
 }
 
@@ -159,6 +162,10 @@ func StartLockHolder(t testing.TB, test, dir string) *exec.Cmd {
 	cmd := exec.Command(os.Args[0], "-test.run=^"+test+"$", "-test.count=1")
 	cmd.Env = append(os.Environ(), lockDirEnv+"="+dir)
 	cmd.Stderr = os.Stderr
+	lifeline, err := cmd.StdinPipe() // closed when this process ends, however it ends
+	if err != nil {
+		t.Fatal(err)
+	}
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -166,7 +173,7 @@ func StartLockHolder(t testing.TB, test, dir string) *exec.Cmd {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait(); _ = lifeline.Close() })
 	line, err := bufio.NewReader(stdout).ReadString('\n')
 	if line != "locked\n" {
 		t.Fatalf("lock holder: got %q (%v), want \"locked\"", line, err)
