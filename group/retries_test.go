@@ -212,15 +212,12 @@ func TestRetriesCountedWhenHandedOver(t *testing.T) {
 			cfg.Retry = Retry{Backoff: 2 * time.Second, MaxBackoff: 2 * time.Second, Jitter: -1}
 			a = newGroup(t, cfg, do)
 			stopA := run(t, a)
-			stopped := make(chan error, 1)
 			if tt.inDrain {
-				<-entered
-				go func() { stopped <- stopA() }()
+				<-entered // Do returns its failure once A's stop has revoked the partition
 			} else {
 				waitFor(t, time.Minute, "the failure", func() bool { return a.Stats().Retrying >= 1 })
-				go func() { stopped <- stopA() }()
 			}
-			if err := <-stopped; err != nil {
+			if err := stopA(); err != nil {
 				t.Fatal(err)
 			}
 			cfg.Ticker = 10 * time.Millisecond
@@ -305,15 +302,12 @@ func TestRetriesNotCountedPastMaxAttempts(t *testing.T) {
 			cfg.Retry = Retry{Backoff: 2 * time.Second, MaxBackoff: 2 * time.Second, Jitter: -1, MaxAttempts: 1}
 			a = newGroup(t, cfg, do)
 			stopA := run(t, a)
-			stopped := make(chan error, 1)
 			if tt.inDrain {
-				<-entered
-				go func() { stopped <- stopA() }()
+				<-entered // Do returns its failure once A's stop has revoked the partition
 			} else {
 				waitFor(t, time.Minute, "the deferral", func() bool { return a.Stats().Deferred >= 1 })
-				go func() { stopped <- stopA() }()
 			}
-			if err := <-stopped; err != nil {
+			if err := stopA(); err != nil {
 				t.Fatal(err)
 			}
 			cfg.Ticker = 10 * time.Millisecond
