@@ -4,9 +4,9 @@ import "time"
 
 // watch is the watchdog: every tenth of Config.Timeout (between 10 ms and
 // a second) it cancels the calls that ran past Timeout (counting them in
-// Stats.TimedOut), and tells OnStuck
-// of those that ran past Timeout plus Grace, once per call. Workers cost
-// it nothing but an atomic store at each call's start and end.
+// Stats.TimedOut), and tells OnStuck of those that ran past Timeout plus
+// Grace, once per call. Workers cost it nothing but an atomic store at
+// each call's start and end.
 func (p *Pool[M, T]) watch() {
 	every := min(max(p.cfg.Timeout/10, 10*time.Millisecond), time.Second)
 	tick := time.NewTicker(every)
