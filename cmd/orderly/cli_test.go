@@ -12,6 +12,8 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+
+	"github.com/orderly-go/orderly/internal/broker"
 )
 
 // TestHelp: the help of the root and of every subcommand goes to stdout,
@@ -357,13 +359,23 @@ func TestFlagNamesAgree(t *testing.T) {
 
 // TestRunErrorsNameVariables: errors that end a run and quote a flag's
 // value name the variable the value came from, as usage errors do: the
-// CA files of --tls-ca and --http-ca, whose errors quoted the bare flag
-// (a review of the variable naming).
+// CA files of --tls-ca and --http-ca, and group describe's --brokers and
+// --topic, whose errors quoted the bare flag (two reviews of the variable
+// naming).
 func TestRunErrorsNameVariables(t *testing.T) {
 	dir := t.TempDir()
 	missing, notPEM := filepath.Join(dir, "missing.pem"), filepath.Join(dir, "not.pem")
 	if err := os.WriteFile(notPEM, []byte("not a certificate"), 0o600); err != nil {
 		t.Fatal(err)
+	}
+	b, err := broker.Start(broker.Config{Topics: []string{"orders"}, Partitions: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(b.Close)
+	addr := b.Addrs()[0]
+	if err := b.ResetCommitted(context.Background(), "old", "orders", map[int32]int64{0: 0}); err != nil {
+		t.Fatal(err) // a group that exists (Empty)
 	}
 	describe := []string{"group", "describe", "--brokers", "127.0.0.1:1", "--group", "g"}
 	consume := []string{"consume", "--brokers", "127.0.0.1:1", "--group", "g", "--topic", "t", "--http", "https://127.0.0.1:1/hook"}
@@ -377,6 +389,10 @@ func TestRunErrorsNameVariables(t *testing.T) {
 			"orderly: --tls-ca " + missing + " (from ORDERLY_TLS_CA): no such file or directory\n"},
 		{"--tls-ca on the command line", nil, append(slices.Clone(describe), "--tls-ca", notPEM),
 			"orderly: --tls-ca " + notPEM + ": no PEM certificate in it\n"},
+		{"describe's --brokers from its variable", []string{"ORDERLY_BROKERS=" + addr}, []string{"group", "describe", "--group", "nosuch"},
+			`orderly: consumer group "nosuch" on --brokers ` + addr + " (from ORDERLY_BROKERS): no such consumer group (no members, no committed offsets)\n"},
+		{"describe's --topic from its variable", []string{"ORDERLY_TOPIC=nosuch"}, []string{"group", "describe", "--brokers", addr, "--group", "old"},
+			"orderly: --topic nosuch (from ORDERLY_TOPIC): no such topic\n"},
 		{"--http-ca from its variable", []string{"ORDERLY_HTTP_CA=" + notPEM}, consume,
 			"orderly: --http-ca " + notPEM + " (from ORDERLY_HTTP_CA): no PEM certificate in it\n"},
 	} {

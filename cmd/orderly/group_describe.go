@@ -99,7 +99,7 @@ func groupSarama() *sarama.Config {
 
 // describeGroup asks the cluster about o.group.
 func describeGroup(o *groupOpts) (*groupView, error) {
-	brokers := strings.Join(o.brokers, ",")
+	brokers := flagArg(o.kafka.fs, "brokers", strings.Join(o.brokers, ","))
 	client, err := o.kafka.newClient(o.brokers, groupSarama())
 	if err != nil {
 		return nil, err
@@ -107,7 +107,7 @@ func describeGroup(o *groupOpts) (*groupView, error) {
 	admin, err := sarama.NewClusterAdminFromClient(client)
 	if err != nil {
 		client.Close()
-		return nil, fmt.Errorf("cluster admin on --brokers %s: %w", brokers, err)
+		return nil, fmt.Errorf("cluster admin on %s: %w", brokers, err)
 	}
 	defer admin.Close() // closes the client too
 
@@ -131,7 +131,7 @@ func describeGroup(o *groupOpts) (*groupView, error) {
 		return nil, fmt.Errorf("committed offsets of group %q: %w", o.group, committed.Err)
 	}
 	if len(committed.Blocks) == 0 && len(v.Members) == 0 && (v.State == "Dead" || v.State == "") {
-		return nil, fmt.Errorf("consumer group %q on --brokers %s: %w (no members, no committed offsets)", o.group, brokers, errUnknownGroup)
+		return nil, fmt.Errorf("consumer group %q on %s: %w (no members, no committed offsets)", o.group, brokers, errUnknownGroup)
 	}
 	if topics == nil {
 		set := map[string]bool{}
