@@ -110,7 +110,7 @@ var groupMetrics = []groupMetric{
 		func(s *group.Stats) float64 { return float64(s.DeadLetterSkipped) }},
 	{"orderly_dead_letter_write_errors_total", "Failed writes of dead letters (retried; the source offset waits).", counter,
 		func(s *group.Stats) float64 { return float64(s.DeadLetterErrors) }},
-	{"orderly_outages_total", "Times most calls failed across many lanes and the group backed off as a whole.", counter,
+	{"orderly_outages_total", "Times most deliveries (retries included) failed across many lanes and the group backed off as a whole.", counter,
 		func(s *group.Stats) float64 { return float64(s.Outages) }},
 	{"orderly_dropped_records_total", "Queued, never-failed records let go on revoke (the next owner handles them).", counter,
 		func(s *group.Stats) float64 { return float64(s.Dropped) }},

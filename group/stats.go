@@ -70,7 +70,7 @@ type Stats struct {
 	TimedOut              int64 // Do calls that ran past MsgTimeout: counted when the watchdog cancels one (it looks every tenth of MsgTimeout, within 10 ms to 1 s), hung or not, or when one returns past MsgTimeout before that
 	Stuck                 int64 // Do calls that ran past MsgTimeout plus its grace (their worker was stuck)
 	Redelivered           int64 // Unordered: messages of stuck calls handed to other workers
-	Outages               int64 // times most calls failed across many lanes and the group backed off as a whole
+	Outages               int64 // times most deliveries (retries included) failed across many lanes and the group backed off as a whole
 	ParkErrors            int64 // failed writes of parked messages (retried)
 
 	InFlight          int64 // fetched and not yet finished
