@@ -5,9 +5,9 @@ package localqueue
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os/exec"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -36,25 +36,7 @@ func startLockHolder(t *testing.T, dir string) *exec.Cmd {
 func TestLockAfterKill(t *testing.T) {
 	dir := t.TempDir()
 	sc := idleScanner(t)
-	const rounds = 10
-	failed := 0
-	for round := range rounds {
-		cmd := startLockHolder(t, dir)
-		if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
-			t.Fatal(err)
-		}
-		q, err := Open(Options{Name: "q", DataPath: dir, Scanner: sc})
-		if err != nil {
-			failed++
-			t.Errorf("round %d: Open right after kill -9 of the holder: got %v, want the lock", round, err)
-		} else if err := q.Close(); err != nil {
-			t.Fatalf("Close: %v", err)
-		}
-		cmd.Wait()
-	}
-	if failed > 0 {
-		t.Errorf("%d of %d Opens right after kill -9 refused, want 0", failed, rounds)
-	}
+	proctest.OpenAfterKills(t, "TestLockChild", dir, 10, func() (io.Closer, error) { return Open(Options{Name: "q", DataPath: dir, Scanner: sc}) })
 }
 
 // TestLockLiveHolder: a holder that lives on is refused at once, with

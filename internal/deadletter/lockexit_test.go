@@ -5,9 +5,9 @@ package deadletter
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os/exec"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -35,27 +35,7 @@ func startLockHolder(t *testing.T, dir string) *exec.Cmd {
 // instead of refusing), round after round.
 func TestLockAfterKill(t *testing.T) {
 	dir := t.TempDir()
-	const rounds = 10
-	failed := 0
-	for round := range rounds {
-		cmd := startLockHolder(t, dir)
-		if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
-			t.Fatal(err)
-		}
-		start := time.Now()
-		s, err := Open(dir, Options{})
-		t.Logf("round %d: Open took %v", round, time.Since(start))
-		if err != nil {
-			failed++
-			t.Errorf("round %d: Open right after kill -9 of the holder: got %v, want the lock", round, err)
-		} else {
-			s.Close()
-		}
-		cmd.Wait()
-	}
-	if failed > 0 {
-		t.Errorf("%d of %d Opens right after kill -9 refused, want 0", failed, rounds)
-	}
+	proctest.OpenAfterKills(t, "TestLockChild", dir, 10, func() (io.Closer, error) { return Open(dir, Options{}) })
 }
 
 // TestLockLiveHolder: a holder that lives on is refused at once, with

@@ -180,3 +180,30 @@ func StartLockHolder(t testing.TB, test, dir string) *exec.Cmd {
 	}
 	return cmd
 }
+
+// OpenAfterKills checks that a lock's holder killed with SIGKILL does not
+// keep the next Open out: rounds times, it starts test's lock holder on
+// dir (StartLockHolder), kills it and calls open at once, which must get
+// the lock (the holder is torn down by the kernel meanwhile). It fails t
+// for each open refused.
+func OpenAfterKills(t *testing.T, test, dir string, rounds int, open func() (io.Closer, error)) {
+	t.Helper()
+	failed := 0
+	for round := range rounds {
+		cmd := StartLockHolder(t, test, dir)
+		if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		c, err := open()
+		if err != nil {
+			failed++
+			t.Errorf("round %d: Open right after kill -9 of the holder: got %v, want the lock", round, err)
+		} else if err := c.Close(); err != nil {
+			t.Fatalf("round %d: Close: %v", round, err)
+		}
+		_ = cmd.Wait()
+	}
+	if failed > 0 {
+		t.Errorf("%d of %d Opens right after kill -9 refused, want 0", failed, rounds)
+	}
+}
