@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/orderly-go/orderly/internal/lograte"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -14,6 +13,9 @@ import (
 
 	"github.com/IBM/sarama"
 	"go.uber.org/zap"
+
+	"github.com/orderly-go/orderly/internal/endoffsets"
+	"github.com/orderly-go/orderly/internal/lograte"
 )
 
 // Read-back. sarama does not say what the coordinator acknowledged, so
@@ -199,9 +201,9 @@ func (g *Group[T]) readBack() error {
 	if len(claims) == 0 || g.client == nil {
 		return nil
 	}
-	hws, hwErr := g.listHighWatermarks(req)
+	hws, hwErr := endoffsets.List(g.client, g.cfg.Sarama.Version, req, sarama.ReadUncommitted)
 	for tp, hw := range hws {
-		claims[tp].listedHW.Store(hw) // this loop is its only writer
+		claims[topicPartition{tp.Topic, tp.Part}].listedHW.Store(hw) // this loop is its only writer
 	}
 	blocks, _, err := g.fetchCommittedMany(req) // a partition without an answer keeps its last read
 	if err != nil {
@@ -222,54 +224,6 @@ func (g *Group[T]) readBack() error {
 		}
 	}
 	return errors.Join(hwErr, g.history.save())
-}
-
-// listHighWatermarks asks each partition's leader for its high watermark
-// (ListOffsets, latest), one request per leader.
-func (g *Group[T]) listHighWatermarks(parts map[string][]int32) (map[topicPartition]int64, error) {
-	type leaderReq struct {
-		b   *sarama.Broker
-		req *sarama.OffsetRequest
-		tps []topicPartition
-	}
-	byLeader := map[int32]*leaderReq{}
-	var errs []error
-	for topic, ps := range parts {
-		for _, p := range ps {
-			b, err := g.client.Leader(topic, p)
-			if err != nil {
-				errs = append(errs, fmt.Errorf("leader of %s/%d: %w", topic, p, err))
-				continue
-			}
-			lr := byLeader[b.ID()]
-			if lr == nil {
-				lr = &leaderReq{b: b, req: sarama.NewOffsetRequest(g.cfg.Sarama.Version)}
-				byLeader[b.ID()] = lr
-			}
-			lr.req.AddBlock(topic, p, sarama.OffsetNewest, 1)
-			lr.tps = append(lr.tps, topicPartition{topic, p})
-		}
-	}
-	out := make(map[topicPartition]int64)
-	for _, lr := range byLeader {
-		resp, err := lr.b.GetAvailableOffsets(lr.req)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("list high watermarks from broker %d: %w", lr.b.ID(), err))
-			continue
-		}
-		for _, tp := range lr.tps {
-			block := resp.GetBlock(tp.topic, tp.part)
-			switch {
-			case block == nil || len(block.Offsets) == 0:
-				errs = append(errs, fmt.Errorf("list high watermark of %s/%d: no answer for it", tp.topic, tp.part))
-			case block.Err != sarama.ErrNoError:
-				errs = append(errs, fmt.Errorf("list high watermark of %s/%d: %w", tp.topic, tp.part, block.Err))
-			default:
-				out[tp] = block.Offsets[0] // every version fills Offsets
-			}
-		}
-	}
-	return out, errors.Join(errs...)
 }
 
 // fetchCommittedMany asks the group coordinator for the committed offset

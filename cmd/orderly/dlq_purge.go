@@ -133,7 +133,7 @@ func purgeTopic(ctx context.Context, o *dlqOpts, e env) error {
 		if err != nil {
 			return err
 		}
-		stable := stables[topicPart{o.topic, p}]
+		stable := stables[topicPart{Topic: o.topic, Part: p}]
 		held := ""
 		if stable < high {
 			held = fmt.Sprintf("; offsets %d to %d, of a transaction still open, are kept", stable, high-1)

@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/orderly-go/orderly/internal/deadletter"
+	"github.com/orderly-go/orderly/internal/endoffsets"
 )
 
 // entry is one dead letter as read from its source.
@@ -250,14 +251,14 @@ func watermarks(client sarama.Client, topic string, p int32) (low, high int64, e
 }
 
 // lastStable is the last stable offsets of topic's partitions parts
-// (listOffsets, read-committed). Like sarama's GetOffset, it refreshes the
-// leaders and asks once more when the first answer is an error (a leader
-// that moved).
+// (endoffsets.List, read-committed). Like sarama's GetOffset, it
+// refreshes the leaders and asks once more when the first answer is an
+// error (a leader that moved).
 func lastStable(client sarama.Client, topic string, parts []int32) (map[topicPart]int64, error) {
 	q := map[string][]int32{topic: parts}
-	offs, err := listOffsets(client, q, sarama.ReadCommitted)
+	offs, err := endoffsets.List(client, dlqSarama().Version, q, sarama.ReadCommitted)
 	if err != nil && client.RefreshMetadata(topic) == nil {
-		offs, err = listOffsets(client, q, sarama.ReadCommitted)
+		offs, err = endoffsets.List(client, dlqSarama().Version, q, sarama.ReadCommitted)
 	}
 	return offs, err
 }

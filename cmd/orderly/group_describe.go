@@ -11,6 +11,7 @@ import (
 	"github.com/IBM/sarama"
 
 	"github.com/orderly-go/orderly/commit"
+	"github.com/orderly-go/orderly/internal/endoffsets"
 )
 
 var (
@@ -139,7 +140,7 @@ func describeGroup(o *groupOpts) (*groupView, error) {
 			set[t] = true
 		}
 		for tp := range owner {
-			set[tp.topic] = true
+			set[tp.Topic] = true
 		}
 		topics = slices.Sorted(maps.Keys(set))
 	}
@@ -154,13 +155,13 @@ func describeGroup(o *groupOpts) (*groupView, error) {
 		}
 		parts[topic] = slices.Sorted(slices.Values(ps))
 	}
-	hws, err := listOffsets(client, parts, sarama.ReadUncommitted)
+	hws, err := endoffsets.List(client, groupSarama().Version, parts, sarama.ReadUncommitted)
 	if err != nil {
 		return nil, err
 	}
 	for _, topic := range topics {
 		for _, p := range parts[topic] {
-			pv, err := v.describePartition(committed, owner, hws, topicPart{topic, p})
+			pv, err := v.describePartition(committed, owner, hws, topicPart{Topic: topic, Part: p})
 			if err != nil {
 				return nil, err
 			}
@@ -170,10 +171,8 @@ func describeGroup(o *groupOpts) (*groupView, error) {
 	return v, nil
 }
 
-type topicPart struct {
-	topic string
-	part  int32
-}
+// topicPart is a topic's partition (endoffsets.List's key).
+type topicPart = endoffsets.Partition
 
 // describeMembers fills in the group's state, protocol and members, and
 // returns the owner of each assigned partition.
@@ -209,7 +208,7 @@ func (v *groupView) describeMembers(admin sarama.ClusterAdmin) (map[topicPart]st
 				parts = slices.Sorted(slices.Values(parts))
 				mv.Assigned[topic] = parts
 				for _, p := range parts {
-					owner[topicPart{topic, p}] = id
+					owner[topicPart{Topic: topic, Part: p}] = id
 				}
 			}
 		}
@@ -221,14 +220,14 @@ func (v *groupView) describeMembers(admin sarama.ClusterAdmin) (map[topicPart]st
 // describePartition is tp as the group's commit left it.
 func (v *groupView) describePartition(committed *sarama.OffsetFetchResponse, owner map[topicPart]string, hws map[topicPart]int64, tp topicPart) (partitionView, error) {
 	hw := hws[tp]
-	pv := partitionView{Topic: tp.topic, Partition: tp.part, HighWatermark: hw, Finished: []offsetRange{}, Waiting: []waitingView{},
+	pv := partitionView{Topic: tp.Topic, Partition: tp.Part, HighWatermark: hw, Finished: []offsetRange{}, Waiting: []waitingView{},
 		Member: owner[tp]}
-	b := committed.GetBlock(tp.topic, tp.part)
+	b := committed.GetBlock(tp.Topic, tp.Part)
 	switch {
 	case b == nil || b.Err == sarama.ErrNoError && b.Offset < 0:
 		return pv, nil // no commit
 	case b.Err != sarama.ErrNoError:
-		return pv, fmt.Errorf("committed offset of group %q at %s/%d: %w", v.Group, tp.topic, tp.part, b.Err)
+		return pv, fmt.Errorf("committed offset of group %q at %s/%d: %w", v.Group, tp.Topic, tp.Part, b.Err)
 	}
 	off := b.Offset
 	lag := max(hw-off, 0)
