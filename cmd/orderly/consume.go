@@ -191,8 +191,9 @@ func (o *consumeOpts) check() error {
 	return o.kafka.check()
 }
 
-// drainTimeout is how long a stop or a revoke waits for the calls in
-// flight: the group's default (half the rebalance timeout, at most 30s),
+// setDrainTimeouts returns how long a stop or a revoke waits for the
+// calls in flight, and sets sc's timeouts that must allow for it. The
+// drain is the group's default (half the rebalance timeout, at most 30s),
 // or a call's whole --timeout and a second for its killed command to go,
 // if that is longer. The rebalance timeout, which the drain must stay
 // below (Kafka would evict the member), is raised in sc to twice the drain
@@ -203,7 +204,7 @@ func (o *consumeOpts) check() error {
 // only Net.ReadTimeout: there it is raised to the rebalance timeout and
 // 5s, as long as the Java client waits for JoinGroup (IBM/sarama#2820).
 // A cooperative rebalance does not wait for the drain.
-func (o *consumeOpts) drainTimeout(sc *sarama.Config) time.Duration {
+func (o *consumeOpts) setDrainTimeouts(sc *sarama.Config) time.Duration {
 	r := &sc.Consumer.Group.Rebalance
 	drain := max(min(r.Timeout/2, 30*time.Second), o.timeout+time.Second)
 	r.Timeout = max(r.Timeout, 2*drain)
@@ -311,7 +312,7 @@ func runConsume(ctx context.Context, o *consumeOpts, e env) (err error) {
 	}
 	sc.Consumer.Group.Session.Timeout = o.sessionTimeout
 	sc.Consumer.Group.Heartbeat.Interval = min(3*time.Second, o.sessionTimeout/3)
-	drain := o.drainTimeout(sc)
+	drain := o.setDrainTimeouts(sc)
 	ctr := &sinkCounters{}
 	var (
 		gt  = &gate{}

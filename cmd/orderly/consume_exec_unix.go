@@ -84,15 +84,13 @@ func (g *execGuard) ready(log *zap.Logger) {
 	}
 }
 
+// add tells the guard of pgid, if one runs (ready started it).
 func (g *execGuard) add(pgid int, log *zap.Logger) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.active[pgid] = true
-	switch {
-	case g.w != nil:
+	if g.w != nil {
 		g.write(fmt.Sprintf("+%d\n", pgid), log)
-	case !time.Now().Before(g.retryAt):
-		g.start(log) // writes every active group, this one too
 	}
 }
 

@@ -110,7 +110,7 @@ func TestConsumeDrainTimeouts(t *testing.T) {
 			o := &consumeOpts{timeout: tt.timeout, strategies: tt.strategies}
 			sc := group.DefaultSarama()
 			sc.Consumer.Group.Rebalance.GroupStrategies = o.balanceStrategies()
-			drain := o.drainTimeout(sc)
+			drain := o.setDrainTimeouts(sc)
 			if got := [3]time.Duration{drain, sc.Consumer.Group.Rebalance.Timeout, sc.Net.ReadTimeout}; got != [3]time.Duration{tt.drain, tt.rebalance, tt.reader} {
 				t.Errorf("drain, rebalance and read timeouts: got %v, want %v", got, [3]time.Duration{tt.drain, tt.rebalance, tt.reader})
 			}
