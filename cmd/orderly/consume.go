@@ -165,8 +165,7 @@ func (o *consumeOpts) check() error {
 	case o.maxBackoff < o.backoff:
 		return usagef("%s is below %s", flagArg(fs, "max-backoff", o.maxBackoff), flagArg(fs, "backoff", o.backoff))
 	case o.num*o.size > group.MaxBatchSlots:
-		return usagef("%s with %s: --num times --size must be at most %d (each request or command holds a batch of --size)",
-			flagArg(fs, "num", o.num), flagArg(fs, "size", o.size), group.MaxBatchSlots)
+		return batchSlotsError(fs, o.num, o.size)
 	case o.deadLetterTopic != "" && slices.Contains(o.topics, o.deadLetterTopic):
 		return usagef("%s is one of %s: consume would read its own dead letters",
 			flagArg(fs, "dead-letter-topic", o.deadLetterTopic), flagArg(fs, "topic", strings.Join(o.topics, ",")))

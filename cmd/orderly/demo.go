@@ -150,9 +150,8 @@ func (o *demoOpts) logger(logs io.Writer) *zap.Logger {
 // of order, if the committed offsets are not at the high watermarks, or if
 // the run was interrupted (ctx ended: a signal, or --timeout).
 func runDemo(ctx context.Context, o *demoOpts, out, logs io.Writer) (err error) {
-	if o.num*o.size > group.MaxBatchSlots { // what group.New would refuse, naming its fields
-		return usagef("%s with %s: --num times --size must be at most %d (each worker holds a batch of --size)",
-			flagArg(o.fs, "num", o.num), flagArg(o.fs, "size", o.size), group.MaxBatchSlots)
+	if o.num*o.size > group.MaxBatchSlots {
+		return batchSlotsError(o.fs, o.num, o.size)
 	}
 	start := time.Now()
 	ctx, cancel := context.WithTimeoutCause(ctx, o.timeout, fmt.Errorf("timed out after %v (--timeout)", o.timeout))

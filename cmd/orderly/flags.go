@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+
+	"github.com/orderly-go/orderly/group"
 )
 
 // Flag values check their own range when they are set, so a bad value is
@@ -239,4 +241,12 @@ func joinInts(ns []int) string {
 		s[i] = strconv.Itoa(n)
 	}
 	return strings.Join(s, ",")
+}
+
+// batchSlotsError is the usage error of --num and --size whose product
+// group.New would refuse (Config.Num*Size above group.MaxBatchSlots),
+// naming the flags rather than the Config fields.
+func batchSlotsError(fs *pflag.FlagSet, num, size int) error {
+	return usagef("%s with %s: --num times --size must be at most %d (each worker holds a batch of --size)",
+		flagArg(fs, "num", num), flagArg(fs, "size", size), group.MaxBatchSlots)
 }
