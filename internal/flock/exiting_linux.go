@@ -24,7 +24,7 @@ func Exiting(pid int) bool {
 	}
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
-		return errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ESRCH)
+		return gone(err)
 	}
 	// The fields after the command name (which may hold spaces and
 	// parentheses): state, ppid, pgrp, session, tty_nr, tpgid, flags, ...
@@ -40,7 +40,7 @@ func Exiting(pid int) bool {
 	}
 	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
-		return errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ESRCH)
+		return gone(err)
 	}
 	for line := range strings.Lines(string(status)) {
 		name, val, ok := strings.Cut(line, ":")
@@ -53,3 +53,7 @@ func Exiting(pid int) bool {
 	}
 	return false
 }
+
+// gone reports whether a read of the process's /proc files failed because
+// the process is gone (reaped meanwhile).
+func gone(err error) bool { return errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ESRCH) }
