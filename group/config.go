@@ -97,8 +97,9 @@ type Config struct {
 	// final commit, no repeats) still happens when Run returns; the next
 	// owner just starts later. "": a dynamic member (the default), which
 	// leaves the group when Run returns. Letters, digits, '.', '_', '-',
-	// at most 249 characters; two live instances with one ID fence each
-	// other (FENCED_INSTANCE_ID).
+	// at most 249 characters. Two live instances must not share an ID:
+	// the one that joins last takes the other's place, and the other's
+	// Run ends with ErrFenced (FENCED_INSTANCE_ID).
 	InstanceID string
 	// OnOffsetReset is what happens when a partition's committed offset is
 	// out of range (records deleted by retention or DeleteRecords before

@@ -117,6 +117,7 @@ type Group[T any] struct {
 	latency     histogram.H                  // fetch-to-Do latency, first message of each call
 	joined      atomic.Bool                  // joined (Setup ran) and no join or rejoin failed since (Consume returned an error)
 	lostAt      atomic.Int64                 // unix nanos the session was found lost; 0 when healthy
+	memberID    atomic.Pointer[string]       // the member ID of the last session; nil before the first
 	history     *history                     // committed offsets last read back (readback.go)
 	lost        *lostFinals                  // final commits of claims that did not reach the coordinator (lostfinal.go)
 
@@ -356,6 +357,9 @@ func (g *Group[T]) Run(ctx context.Context) error {
 		g.joined.Store(false)
 		cls, fatal := classify(err)
 		g.errs.add(cls)
+		if errors.Is(err, sarama.ErrFencedInstancedId) {
+			fatal = g.fencedBy(client)
+		}
 		if fatal != nil { // Run returns it: its caller logs it, once
 			endRun(fmt.Errorf("%w: group %q, topics %v: %w", fatal, g.cfg.GroupID, g.cfg.Topics, err))
 			break

@@ -16,6 +16,8 @@ import (
 func (g *Group[T]) sessionStarted(sess sarama.ConsumerGroupSession) {
 	g.joined.Store(true)
 	g.lostAt.Store(0)
+	id := sess.MemberID()
+	g.memberID.Store(&id)
 	g.log.Info("session started", zap.String("member", sess.MemberID()),
 		zap.Int32("generation", sess.GenerationID()), zap.Any("claims", sess.Claims()))
 }

@@ -1,7 +1,10 @@
 package group
 
 import (
+	"context"
+	"errors"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -97,4 +100,67 @@ func TestStaticMembershipRestart(t *testing.T) {
 	}
 	t.Logf("restarted within the session timeout: partitions %v back after %v in generation %d; stopped for good: taken over after %v (session timeout %v)",
 		partsA, back.Round(time.Millisecond), gen, moved.Round(time.Millisecond), cfg.Sarama.Consumer.Group.Session.Timeout)
+}
+
+// TestFencedInstanceEndsRun: a second Group with the first's InstanceID
+// takes its place, and the coordinator fences the first
+// (FENCED_INSTANCE_ID). The first's Run ends with ErrFenced naming the
+// member that holds the ID now, as the coordinator lists it, instead of
+// joining again with its replaced member ID for good; the second keeps
+// every partition and consumes to the end: nothing lost, per-key order
+// kept (the first's unfinished work may repeat), the broker's committed
+// offsets at the high watermarks. The holder asking the same question
+// finds itself and goes on.
+func TestFencedInstanceEndsRun(t *testing.T) {
+	t.Parallel() // mostly waits on the broker: runs beside the others
+	const partitions, n, keys = 4, 4000, 100
+	r := newRig(t, "fenced", partitions, n, keys)
+	r.refusedCommits = true // the fenced member's last commits
+	cfg := r.config("fenced")
+	cfg.InstanceID = "pod-x"
+	cfg.Size, cfg.Num = 8, 2
+	wa, wb := r.work(2*time.Millisecond, 0), r.work(0, 0)
+	wa.tag, wb.tag = "a", "b"
+	a := newGroup(t, cfg, wa.Do)
+	ctxA, cancelA := context.WithCancel(context.Background())
+	defer cancelA()
+	doneA := make(chan error, 1)
+	go func() { doneA <- a.Run(ctxA) }()
+	waitFor(t, 30*time.Second, "the first member to consume", func() bool {
+		return a.Stats().Partitions == partitions && a.Stats().Handled > 0
+	})
+	b := newGroup(t, cfg, wb.Do)
+	stopB := run(t, b)
+	var holder string
+	waitFor(t, 30*time.Second, "the second member to hold the InstanceID", func() bool {
+		gi := r.b.Cluster().GroupInfo(cfg.GroupID)
+		if gi == nil {
+			return false
+		}
+		for _, m := range gi.Members {
+			if m.InstanceID != nil && *m.InstanceID == cfg.InstanceID {
+				holder = m.MemberID
+			}
+		}
+		p := b.memberID.Load()
+		return p != nil && *p == holder
+	})
+	select {
+	case err := <-doneA:
+		if !errors.Is(err, ErrFenced) || !strings.Contains(err.Error(), holder) || !strings.Contains(err.Error(), `"pod-x"`) {
+			t.Fatalf("the fenced member's Run returned %v, want ErrFenced naming %q and member %s", err, cfg.InstanceID, holder)
+		}
+		t.Logf("the fenced member's Run: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the fenced member's Run still runs 30s after member %s took its InstanceID (errors %+v)", holder, a.Stats().Errors)
+	}
+	if err := b.fencedBy(b.client); err != nil {
+		t.Errorf("the holder asking who holds its InstanceID: got %v, want nil", err)
+	}
+	r.waitAllCommitted(cfg.GroupID, time.Minute)
+	if err := stopB(); err != nil {
+		t.Fatalf("the holder's Run: %v", err)
+	}
+	r.check(true)
+	r.checkFinalCommits(cfg.GroupID)
 }

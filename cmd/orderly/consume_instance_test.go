@@ -47,6 +47,39 @@ func TestConsumeInstanceID(t *testing.T) {
 	}
 }
 
+// TestConsumeInstanceIDTwice: a second consume with the first's
+// --instance-id takes its place in the group; the first, fenced, ends
+// with exit 1 and one error naming the flag, its value and the member
+// that holds it now, where it used to join again for good. The second
+// consumes on to the end (the broker's committed offsets) and exits 0.
+func TestConsumeInstanceIDTwice(t *testing.T) {
+	t.Parallel() // waits on the broker and child processes
+	const topic, grp = "twice", "twice-group"
+	b := newTopic(t, topic, 2)
+	args := []string{"--brokers", b.Addrs()[0], "--topic", topic, "--group", grp, "--exec", "cat >/dev/null",
+		"--progress", "off", "--log-level", "info", "--instance-id", "pod-7"}
+	produceKeyed(t, b, topic, 100, 10)
+	first := startConsume(t, args...)
+	first.waitCommitted(b, grp, topic)
+	second := startConsume(t, args...)
+	second.waitFor(30*time.Second, "its session to start", func() bool { return strings.Contains(second.stderr.String(), "session started") })
+	if code := first.wait(30 * time.Second); code != exitError {
+		t.Fatalf("the fenced consume: exit %d, want %d\n%s", code, exitError, first.output())
+	}
+	ms := describeJSON(t, "--brokers", b.Addrs()[0], "--group", grp).Members
+	if len(ms) != 1 || ms[0].InstanceID != "pod-7" {
+		t.Fatalf("members after the fence: got %+v, want one, instance pod-7", ms)
+	}
+	if want := "--instance-id pod-7: group: another member holds this InstanceID: \"pod-7\" is held by member " + ms[0].ID; !strings.Contains(first.stderr.String(), want) {
+		t.Fatalf("the fenced consume's stderr does not say %q\n%s", want, first.output())
+	}
+	produceKeyed(t, b, topic, 100, 10)
+	second.waitCommitted(b, grp, topic)
+	if code := second.stop(syscall.SIGTERM); code != exitOK {
+		t.Fatalf("the holder: exit %d, want %d\n%s", code, exitOK, second.output())
+	}
+}
+
 // TestConsumeSessionTimeout: --session-timeout is the session timeout the
 // member's JoinGroup asks the coordinator for, read on the broker.
 func TestConsumeSessionTimeout(t *testing.T) {
