@@ -113,10 +113,8 @@ func (s *execSink) send(ctx context.Context, batch []*group.Message) error {
 	if errors.Is(err, exec.ErrWaitDelay) {
 		// It exited 0, but something it started still holds its stdout
 		// or stderr: the batch is done; what that child writes is lost.
-		if s.warn.allow() {
-			s.log.Warn("command exited 0 but left a process holding its output open; not waiting for it",
-				append(batchFields(batch), zap.String("exec", s.cmd))...)
-		}
+		s.warn.Warn(s.log, "command exited 0 but left a process holding its output open; not waiting for it",
+			append(batchFields(batch), zap.String("exec", s.cmd))...)
 		err = nil
 	}
 	var exit *exec.ExitError
@@ -192,9 +190,7 @@ func itemPrefixLen(batch []*group.Message) int {
 var errEmpty = errors.New("")
 
 func (s *execSink) warnf(batch []*group.Message, msg string, err error, stderr *tail) {
-	if s.warn.allow() {
-		s.log.Warn(msg, append(batchFields(batch), zap.String("exec", s.cmd), zap.Error(err), zap.String("stderr", stderr.String()))...)
-	}
+	s.warn.Warn(s.log, msg, append(batchFields(batch), zap.String("exec", s.cmd), zap.Error(err), zap.String("stderr", stderr.String()))...)
 }
 
 // outcomes reads per-item outcomes from the command's stdout: each line

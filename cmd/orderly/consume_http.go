@@ -19,6 +19,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/orderly-go/orderly/group"
+	"github.com/orderly-go/orderly/internal/lograte"
 )
 
 // httpSink POSTs batches to --http.
@@ -33,7 +34,7 @@ type httpSink struct {
 	tr      *http.Transport
 
 	sinkCore
-	pauses logEvery // the endpoint asking for pauses, at info
+	pauses lograte.Limit // the endpoint asking for pauses, at info
 }
 
 // maxResponse is the most of a response body read: outcomes of a large
@@ -71,7 +72,7 @@ func newHTTPSink(o *consumeOpts, gt *gate, ctr *sinkCounters, log *zap.Logger) (
 		client: &http.Client{Transport: tr, CheckRedirect: func(*http.Request, []*http.Request) error {
 			return http.ErrUseLastResponse // a redirect is an endpoint error: the URL is wrong
 		}},
-		sinkCore: newSinkCore(o, gt, ctr, log), pauses: logEvery{period: 10 * time.Second},
+		sinkCore: newSinkCore(o, gt, ctr, log), pauses: lograte.Limit{Every: 10 * time.Second},
 	}, nil
 }
 
@@ -188,10 +189,8 @@ func (s *httpSink) send(ctx context.Context, batch []*group.Message) error {
 	case code == http.StatusTooManyRequests || code == http.StatusServiceUnavailable:
 		s.ctr.throttled.Add(1)
 		d := s.gate.close(retryAfter(resp.Header.Get("Retry-After"), time.Now()))
-		if s.pauses.allow() {
-			s.log.Info("endpoint asked for a pause: pausing every request", append(batchFields(batch),
-				zap.String("status", status), zap.Duration("pause", d))...)
-		}
+		s.pauses.Info(s.log, "endpoint asked for a pause: pausing every request", append(batchFields(batch),
+			zap.String("status", status), zap.Duration("pause", d))...)
 		return deferAll(len(batch), d)
 	case code == http.StatusUnauthorized || code == http.StatusForbidden || code == http.StatusNotFound ||
 		code == http.StatusProxyAuthRequired || code >= 300 && code < 400:
@@ -207,9 +206,7 @@ func (s *httpSink) send(ctx context.Context, batch []*group.Message) error {
 }
 
 func (s *httpSink) warnf(batch []*group.Message, msg string, err error) {
-	if s.warn.allow() {
-		s.log.Warn(msg, append(batchFields(batch), zap.String("url", s.shown), zap.Error(err))...)
-	}
+	s.warn.Warn(s.log, msg, append(batchFields(batch), zap.String("url", s.shown), zap.Error(err))...)
 }
 
 // request builds the POST of a batch: a JSON array, or for --size 1 the

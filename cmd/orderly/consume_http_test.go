@@ -273,3 +273,32 @@ func TestConsumeHTTPPasswordHidden(t *testing.T) {
 		t.Errorf("the password is in consume's output:\n%s", out)
 	}
 }
+
+// TestConsumeEndpointErrorLogHeldBack: an endpoint that keeps answering
+// 401 is logged once per 10 s, not once per request, and the next line
+// says how many it held back ("suppressed"), where the lines in between
+// used to vanish uncounted.
+func TestConsumeEndpointErrorLogHeldBack(t *testing.T) {
+	t.Parallel() // about 11 s of waiting
+	b := newTopic(t, "held-back", 1)
+	produceKeyed(t, b, "held-back", 20, 4)
+	ep := newEndpoint(t, 0, func([]hit) (int, http.Header, string) { return http.StatusUnauthorized, nil, "who?" })
+	p := startConsume(t, "--brokers", b.Addrs()[0], "--topic", "held-back", "--group", "held-back", "--http", ep.url(),
+		"--backoff", "20ms", "--max-backoff", "50ms", "--progress", "off", "--log-level", "warn")
+	p.waitFor(30*time.Second, "two endpoint error lines", func() bool {
+		return strings.Count(p.stderr.String(), "endpoint error: check --http") >= 2
+	})
+	if code := p.stop(syscall.SIGTERM); code != 0 {
+		t.Fatalf("exit %d after SIGTERM, want 0\n%s", code, p.output())
+	}
+	var lines []string
+	for _, l := range strings.Split(p.stderr.String(), "\n") {
+		if strings.Contains(l, "endpoint error: check --http") {
+			lines = append(lines, l)
+		}
+	}
+	if strings.Contains(lines[0], `"suppressed"`) || !strings.Contains(lines[1], `"suppressed": `) {
+		t.Fatalf("endpoint error lines: got\n%s\nwant the first without a suppressed count, the second with one", strings.Join(lines[:2], "\n"))
+	}
+	t.Logf("second line: %s", lines[1])
+}

@@ -11,6 +11,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/orderly-go/orderly/group"
+	"github.com/orderly-go/orderly/internal/lograte"
 )
 
 // sink is where consume forwards batches: an HTTP endpoint or a command.
@@ -128,18 +129,6 @@ func (b *endpointBackoff) ok() {
 	b.mu.Unlock()
 }
 
-// logEvery lets a repeated warning through at most once a period.
-type logEvery struct {
-	period time.Duration
-	last   atomic.Int64
-}
-
-func (l *logEvery) allow() bool {
-	now := time.Now().UnixNano()
-	last := l.last.Load()
-	return now-last >= int64(l.period) && l.last.CompareAndSwap(last, now)
-}
-
 // batchFields are the log fields of a batch's first record.
 func batchFields(batch []*group.Message) []zap.Field {
 	m := batch[0]
@@ -156,12 +145,12 @@ type sinkCore struct {
 	defDelay time.Duration // a deferral's delay when none is named (--backoff)
 	timeout  time.Duration // --timeout
 	log      *zap.Logger
-	warn     logEvery
+	warn     lograte.Limit // one line per 10s, with the count held back
 }
 
 func newSinkCore(o *consumeOpts, gt *gate, ctr *sinkCounters, log *zap.Logger) sinkCore {
 	return sinkCore{gate: gt, ctr: ctr, defDelay: o.backoff, timeout: o.timeout, log: log,
-		warn: logEvery{period: 10 * time.Second}, endpoint: endpointBackoff{first: o.backoff, max: o.maxBackoff}}
+		warn: lograte.Limit{Every: 10 * time.Second}, endpoint: endpointBackoff{first: o.backoff, max: o.maxBackoff}}
 }
 
 // endpointFault handles an answer that is no record's fault (a wrong URL,
@@ -172,8 +161,6 @@ func newSinkCore(o *consumeOpts, gt *gate, ctr *sinkCounters, log *zap.Logger) s
 func (c *sinkCore) endpointFault(batch []*group.Message, what, msg string, fields ...zap.Field) error {
 	c.ctr.endpointError(what)
 	d := c.gate.closeIfOpen(c.endpoint.failed)
-	if c.warn.allow() {
-		c.log.Error(msg, append(append(batchFields(batch), fields...), zap.Duration("pause", d))...)
-	}
+	c.warn.Error(c.log, msg, append(append(batchFields(batch), fields...), zap.Duration("pause", d))...)
 	return deferAll(len(batch), d)
 }

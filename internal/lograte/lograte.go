@@ -11,34 +11,49 @@ import (
 	"go.uber.org/zap/zapcore"
 )
 
-// Interval is how often a Limit lets a line through.
+// Interval is how often a Limit lets a line through unless its Every
+// says otherwise.
 const Interval = time.Second
 
-// Limit lets one log line through per Interval and counts the ones it
-// held back, reported as "suppressed" with the next line that goes
-// through. The zero Limit is ready to use; it is safe for concurrent use.
+// Limit lets one log line through per Every and counts the ones it held
+// back, reported as "suppressed" with the next line that goes through.
+// The zero Limit is ready to use (one line per Interval); it is safe for
+// concurrent use.
 type Limit struct {
+	// Every is how often a line goes through; 0: Interval. Set it before
+	// the first line.
+	Every      time.Duration
 	next       atomic.Int64 // unix nanos before which lines are held back
 	suppressed atomic.Int64
 }
 
+// Info logs msg at info level unless a line went through less than
+// Every ago.
+func (r *Limit) Info(log *zap.Logger, msg string, fields ...zap.Field) {
+	r.Log(log, zapcore.InfoLevel, msg, fields...)
+}
+
 // Warn logs msg at warn level unless a line went through less than
-// Interval ago.
+// Every ago.
 func (r *Limit) Warn(log *zap.Logger, msg string, fields ...zap.Field) {
 	r.Log(log, zapcore.WarnLevel, msg, fields...)
 }
 
 // Error logs msg at error level unless a line went through less than
-// Interval ago.
+// Every ago.
 func (r *Limit) Error(log *zap.Logger, msg string, fields ...zap.Field) {
 	r.Log(log, zapcore.ErrorLevel, msg, fields...)
 }
 
-// Log logs msg at lvl unless a line went through less than Interval ago.
+// Log logs msg at lvl unless a line went through less than Every ago.
 func (r *Limit) Log(log *zap.Logger, lvl zapcore.Level, msg string, fields ...zap.Field) {
+	every := r.Every
+	if every <= 0 {
+		every = Interval
+	}
 	now := time.Now().UnixNano()
 	next := r.next.Load()
-	if now < next || !r.next.CompareAndSwap(next, now+int64(Interval)) {
+	if now < next || !r.next.CompareAndSwap(next, now+int64(every)) {
 		r.suppressed.Add(1)
 		return
 	}

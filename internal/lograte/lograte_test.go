@@ -31,3 +31,25 @@ func TestLimit(t *testing.T) {
 		t.Errorf("second line: got %q %v at %v, want \"after\" with suppressed 99 at error", got[1].Message, got[1].ContextMap(), got[1].Level)
 	}
 }
+
+// TestLimitEvery: a Limit with Every holds lines back for that long, not
+// Interval, and the next line through says how many it held back.
+func TestLimitEvery(t *testing.T) {
+	core, logs := observer.New(zapcore.DebugLevel)
+	log := zap.New(core)
+	l := Limit{Every: 3 * Interval}
+	l.Info(log, "first")
+	time.Sleep(Interval + 50*time.Millisecond)
+	for range 5 {
+		l.Info(log, "held") // past Interval, within Every
+	}
+	if got := len(logs.All()); got != 1 {
+		t.Fatalf("lines within Every: got %d, want 1", got)
+	}
+	time.Sleep(2*Interval + 50*time.Millisecond)
+	l.Warn(log, "after")
+	got := logs.All()
+	if len(got) != 2 || got[1].Message != "after" || got[1].ContextMap()["suppressed"] != int64(5) || got[0].Level != zapcore.InfoLevel {
+		t.Fatalf("lines: got %d (%v), want \"first\" at info, then \"after\" with suppressed 5", len(got), got)
+	}
+}
