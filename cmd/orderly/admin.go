@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -16,10 +17,13 @@ import (
 type adminOpts struct {
 	addr  string
 	pprof bool
+
+	fs *pflag.FlagSet // the flags, for the errors to say where a value came from
 }
 
 // flags defines --admin and --pprof on fs.
 func (a *adminOpts) flags(fs *pflag.FlagSet) {
+	a.fs = fs
 	stringVar(fs, &a.addr, "admin", "", optional(hostPort),
 		"serve the admin server on host:port (port 0: any free one): the status page at /, /metrics, /stats, /healthz, /readyz; empty: none")
 	fs.BoolVar(&a.pprof, "pprof", false, "with --admin: serve net/http/pprof under /debug/pprof/ too")
@@ -50,9 +54,13 @@ func (a *adminOpts) start(g admin.Group, out io.Writer) (*adminServer, error) {
 	if a.addr == "" {
 		return &adminServer{stop: func() error { return nil }}, nil
 	}
+	at := flagArg(a.fs, "admin", a.addr)
 	ln, err := net.Listen("tcp", a.addr)
 	if err != nil {
-		return nil, fmt.Errorf("admin server (--admin): listen on %s: %w", a.addr, err)
+		if oe := (*net.OpError)(nil); errors.As(err, &oe) {
+			err = oe.Err // at names the address already
+		}
+		return nil, fmt.Errorf("admin server: listen on %s: %w", at, err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	served := make(chan error, 1)
@@ -61,7 +69,7 @@ func (a *adminOpts) start(g admin.Group, out io.Writer) (*adminServer, error) {
 	s.stop = func() error {
 		cancel()
 		if err := <-served; err != nil {
-			return fmt.Errorf("admin server (--admin): %w", err)
+			return fmt.Errorf("admin server on %s: %w", at, err)
 		}
 		return nil
 	}

@@ -36,6 +36,8 @@ type benchOpts struct {
 	timeout     time.Duration
 	out         string
 	quiet       bool
+
+	fs *pflag.FlagSet // the flags, for the errors to say where a value came from
 }
 
 func benchCommand(e env) *cobra.Command {
@@ -58,6 +60,7 @@ partitions (scale.png). The default is the short run, 8/64/512 partitions,
 messages, about 1 GB in the broker).`,
 		func(ctx context.Context) error { return runBench(ctx, o, commandLine(c), e.stdout, e.stderr) })
 	fs := c.Flags()
+	o.fs = fs
 	known := func(names []string, what string) func(string) error {
 		return func(s string) error {
 			if slices.Contains(names, s) {
@@ -136,7 +139,7 @@ func runBench(ctx context.Context, o *benchOpts, command string, out, progress i
 	}
 	if o.out != "" {
 		if err := writableDir(o.out); err != nil {
-			return fmt.Errorf("--out %s: %w", o.out, err) // before the runs, not after them
+			return fmt.Errorf("%s: %w", flagArg(o.fs, "out", o.out), err) // before the runs, not after them
 		}
 	}
 	rep, err := bench.Run(ctx, opts)

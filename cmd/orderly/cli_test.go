@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -359,15 +360,22 @@ func TestFlagNamesAgree(t *testing.T) {
 
 // TestRunErrorsNameVariables: errors that end a run and quote a flag's
 // value name the variable the value came from, as usage errors do: the
-// CA files of --tls-ca and --http-ca, and group describe's --brokers and
+// CA files of --tls-ca and --http-ca, group describe's --brokers and
 // --topic, whose errors quoted the bare flag (two reviews of the variable
-// naming).
+// naming), and --admin, the demo's --brokers and bench's --out, which did
+// too (a third).
 func TestRunErrorsNameVariables(t *testing.T) {
 	dir := t.TempDir()
 	missing, notPEM := filepath.Join(dir, "missing.pem"), filepath.Join(dir, "not.pem")
 	if err := os.WriteFile(notPEM, []byte("not a certificate"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	busy, err := net.Listen("tcp", "127.0.0.1:0") // an address in use, for --admin
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { busy.Close() })
+	inUse := busy.Addr().String()
 	b, err := broker.Start(broker.Config{Topics: []string{"orders"}, Partitions: 1})
 	if err != nil {
 		t.Fatal(err)
@@ -379,11 +387,13 @@ func TestRunErrorsNameVariables(t *testing.T) {
 	}
 	describe := []string{"group", "describe", "--brokers", "127.0.0.1:1", "--group", "g"}
 	consume := []string{"consume", "--brokers", "127.0.0.1:1", "--group", "g", "--topic", "t", "--http", "https://127.0.0.1:1/hook"}
+	demo := []string{"demo", "--messages", "10", "--progress", "off", "--io", "0", "--io-item", "0"}
+	const refused = "kafka: client has run out of available brokers to talk to: dial tcp 127.0.0.1:1: connect: connection refused\n"
 	for _, tt := range []struct {
 		name string
 		vars []string
 		args []string
-		want string
+		want string // all of stderr
 	}{
 		{"--tls-ca from its variable", []string{"ORDERLY_TLS_CA=" + missing}, describe,
 			"orderly: --tls-ca " + missing + " (from ORDERLY_TLS_CA): no such file or directory\n"},
@@ -395,6 +405,22 @@ func TestRunErrorsNameVariables(t *testing.T) {
 			"orderly: --topic nosuch (from ORDERLY_TOPIC): no such topic\n"},
 		{"--http-ca from its variable", []string{"ORDERLY_HTTP_CA=" + notPEM}, consume,
 			"orderly: --http-ca " + notPEM + " (from ORDERLY_HTTP_CA): no PEM certificate in it\n"},
+		{"describe's unreachable --brokers from its variable", []string{"ORDERLY_BROKERS=127.0.0.1:1"}, []string{"group", "describe", "--group", "g"},
+			"orderly: connect to --brokers 127.0.0.1:1 (from ORDERLY_BROKERS): " + refused},
+		{"demo's unreachable --brokers from its variable", []string{"ORDERLY_BROKERS=127.0.0.1:1"}, demo,
+			"orderly: connect to --brokers 127.0.0.1:1 (from ORDERLY_BROKERS): " + refused},
+		{"demo's unreachable --brokers on the command line", nil, append(slices.Clone(demo), "--brokers", "127.0.0.1:1"),
+			"orderly: connect to --brokers 127.0.0.1:1: " + refused},
+		{"demo's --admin in use, from its variable", []string{"ORDERLY_ADMIN=" + inUse}, demo,
+			"orderly: admin server: listen on --admin " + inUse + " (from ORDERLY_ADMIN): bind: address already in use\n"},
+		{"consume's --admin in use, from its variable", []string{"ORDERLY_ADMIN=" + inUse},
+			[]string{"consume", "--brokers", addr, "--group", "g", "--topic", "orders", "--exec", "cat", "--log-level", ""},
+			"orderly: admin server: listen on --admin " + inUse + " (from ORDERLY_ADMIN): bind: address already in use\n"},
+		{"consume's --admin in use, on the command line", nil,
+			[]string{"consume", "--brokers", addr, "--group", "g", "--topic", "orders", "--exec", "cat", "--log-level", "", "--admin", inUse},
+			"orderly: admin server: listen on --admin " + inUse + ": bind: address already in use\n"},
+		{"bench's --out from its variable", []string{"ORDERLY_OUT=" + filepath.Join(notPEM, "sub")}, []string{"bench", "--scenario", "noop"},
+			"orderly: --out " + filepath.Join(notPEM, "sub") + " (from ORDERLY_OUT): mkdir " + notPEM + ": not a directory\n"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			r := runBin(t, tt.vars, tt.args...)

@@ -81,18 +81,20 @@ type remote struct {
 	admin   sarama.ClusterAdmin
 }
 
-func dialRemote(brokers []string) (*remote, error) {
+// dialRemote connects to brokers; at is how its errors name them: the
+// flag, the value and its variable (flagArg).
+func dialRemote(brokers []string, at string) (*remote, error) {
 	cfg := sarama.NewConfig()
 	cfg.Version = sarama.V3_0_0_0
 	cfg.ClientID = "orderly-demo-admin"
 	client, err := sarama.NewClient(brokers, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("connect to --brokers %v: %w", brokers, err)
+		return nil, fmt.Errorf("connect to %s: %w", at, err)
 	}
 	admin, err := sarama.NewClusterAdminFromClient(client)
 	if err != nil {
 		client.Close()
-		return nil, fmt.Errorf("cluster admin for %v: %w", brokers, err)
+		return nil, fmt.Errorf("cluster admin on %s: %w", at, err)
 	}
 	return &remote{brokers: brokers, client: client, admin: admin}, nil
 }

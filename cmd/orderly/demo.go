@@ -161,7 +161,7 @@ func runDemo(ctx context.Context, o *demoOpts, out, logs io.Writer) (err error) 
 	var c cluster
 	where := "embedded broker"
 	if len(o.brokers) > 0 {
-		c, err = dialRemote(o.brokers)
+		c, err = dialRemote(o.brokers, flagArg(o.fs, "brokers", strings.Join(o.brokers, ",")))
 		where = "--brokers"
 	} else {
 		c, err = startEmbedded()

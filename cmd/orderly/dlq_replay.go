@@ -168,7 +168,7 @@ func replay(ctx context.Context, o *dlqOpts, picked []*entry) (map[dest]int, err
 	}
 	producer, err := sarama.NewSyncProducerFromClient(client)
 	if err != nil {
-		return nil, fmt.Errorf("producer for %s: %w", strings.Join(o.brokers, ","), err)
+		return nil, fmt.Errorf("producer for %s: %w", flagArg(o.fs, "brokers", strings.Join(o.brokers, ",")), err)
 	}
 	defer producer.Close()
 	for start := 0; start < len(msgs); start += replayBatch {
