@@ -184,6 +184,69 @@ func TestUsageErrors(t *testing.T) {
 	}
 }
 
+// topicRule is the usage error's reason for a topic name Kafka refuses.
+const topicRule = `use at most 249 letters, digits, '.', '_' and '-' (not "." or "..")`
+
+// TestTopicNames: every flag that names a topic to create, consume or
+// produce to refuses a name Kafka would refuse (a character other than
+// [a-zA-Z0-9._-], over 249 of them, "." or ".."), from the command line
+// or from its variable: a usage error naming the flag (and the variable)
+// and the rule, before anything connects (no broker listens on
+// 127.0.0.1:1). Consume's --topic and --dead-letter-topic, the demo's
+// --topic and the dlq commands' --topic and --to took any name.
+func TestTopicNames(t *testing.T) {
+	long := strings.Repeat("t", 250)
+	consume := func(extra ...string) []string {
+		return append([]string{"consume", "--brokers", "127.0.0.1:1", "--group", "g", "--exec", "cat"}, extra...)
+	}
+	dlq := func(cmd string, extra ...string) []string {
+		return append([]string{"dlq", cmd, "--brokers", "127.0.0.1:1"}, extra...)
+	}
+	tests := []struct {
+		name string
+		vars []string
+		args []string
+		want string // the error line after `orderly: invalid value `
+		hint string // the command whose help the hint names
+	}{
+		{"consume --topic, a space", nil, consume("--topic", "a b"), `"a b" for --topic: ` + topicRule, "orderly consume"},
+		{"consume --topic, dot", nil, consume("--topic", "."), `"." for --topic: ` + topicRule, "orderly consume"},
+		{"consume --topic, dotdot in a list", nil, consume("--topic", "orders,.."), `"orders,.." for --topic: "..": ` + topicRule, "orderly consume"},
+		{"consume --topic, too long", nil, consume("--topic", long), `"` + long + `" for --topic: ` + topicRule, "orderly consume"},
+		{"consume --topic from env", []string{"ORDERLY_TOPIC=orders:eu"}, consume(), `"orders:eu" for ORDERLY_TOPIC (--topic): ` + topicRule, "orderly consume"},
+		{"consume --dead-letter-topic", nil, consume("--topic", "orders", "--dead-letter-topic", "orders dlq"),
+			`"orders dlq" for --dead-letter-topic: ` + topicRule, "orderly consume"},
+		{"consume --dead-letter-topic from env", []string{"ORDERLY_DEAD_LETTER_TOPIC=.."}, consume("--topic", "orders"),
+			`".." for ORDERLY_DEAD_LETTER_TOPIC (--dead-letter-topic): ` + topicRule, "orderly consume"},
+		{"demo --topic", nil, []string{"demo", "--brokers", "127.0.0.1:1", "--topic", "démo"}, `"démo" for --topic: ` + topicRule, "orderly demo"},
+		{"demo --topic from env", []string{"ORDERLY_TOPIC=" + long}, []string{"demo", "--brokers", "127.0.0.1:1"},
+			`"` + long + `" for ORDERLY_TOPIC (--topic): ` + topicRule, "orderly demo"},
+		{"root --topic", nil, []string{"--brokers", "127.0.0.1:1", "--topic", "a*"}, `"a*" for --topic: ` + topicRule, "orderly"},
+		{"dlq list --topic", nil, dlq("list", "--topic", "orders dlq"), `"orders dlq" for --topic: ` + topicRule, "orderly dlq list"},
+		{"dlq show --topic from env", []string{"ORDERLY_TOPIC=."}, dlq("show"), `"." for ORDERLY_TOPIC (--topic): ` + topicRule, "orderly dlq show"},
+		{"dlq purge --topic", nil, dlq("purge", "--yes", "--topic", "a/b"), `"a/b" for --topic: ` + topicRule, "orderly dlq purge"},
+		{"dlq replay --to", nil, dlq("replay", "--topic", "orders-dlq", "--to", "orders retry"), `"orders retry" for --to: ` + topicRule, "orderly dlq replay"},
+		{"dlq replay --to from env", []string{"ORDERLY_TO=.."}, dlq("replay", "--topic", "orders-dlq"), `".." for ORDERLY_TO (--to): ` + topicRule, "orderly dlq replay"},
+		{"broker --topics", nil, []string{"broker", "--topics", "a,b c"}, `"a,b c" for --topics: "b c": ` + topicRule, "orderly broker"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := runBin(t, tt.vars, tt.args...)
+			want := "orderly: invalid value " + tt.want + "\nsee '" + tt.hint + " --help'\n"
+			if r.code != exitUsage || r.stdout != "" || r.stderr != want {
+				t.Errorf("%s orderly %q: got exit %d, stdout %q, stderr:\n%s\nwant exit 2, no stdout, stderr:\n%s",
+					strings.Join(tt.vars, " "), tt.args, r.code, r.stdout, r.stderr, want)
+			}
+		})
+	}
+	// The longest legal name, and each legal kind of character, pass.
+	for _, name := range []string{strings.Repeat("t", 249), "Orders_v2.eu-1", "..."} {
+		if err := kafkaName(name); err != nil {
+			t.Errorf("kafkaName(%q): got %v, want nil", name, err)
+		}
+	}
+}
+
 // TestRuntimeErrorLine: an error that is not about the command line is one
 // line, exit 1, and names the flag's value once.
 func TestRuntimeErrorLine(t *testing.T) {

@@ -109,7 +109,7 @@ func consumeCommand(e env) *cobra.Command {
 	fs := c.Flags()
 	o.fs = fs
 	listVar(fs, &o.brokers, "brokers", nil, false, dialAddr, "comma-separated host:port of the Kafka cluster (required)")
-	listVar(fs, &o.topics, "topic", nil, false, nil, "comma-separated topics to consume (required)")
+	listVar(fs, &o.topics, "topic", nil, false, kafkaName, "comma-separated topics to consume (required)")
 	stringVar(fs, &o.group, "group", "", nil, "consumer group id (required)")
 	listVar(fs, &o.strategies, "assignment-strategy", []string{sarama.CooperativeStickyBalanceStrategyName}, true, oneOf(group.BalanceStrategyNames()...),
 		"the group's partition assignment strategies, most preferred first (Kafka's partition.assignment.strategy): cooperative-sticky, sticky, range, roundrobin. "+
@@ -136,7 +136,7 @@ func consumeCommand(e env) *cobra.Command {
 	durationVar(fs, &o.maxBackoff, "max-backoff", group.DefaultMaxBackoff, 0, "longest backoff")
 	floatVar(fs, &o.jitter, "jitter", group.DefaultJitter, fraction, "spread each backoff by up to this fraction either way, in [0, 1)")
 	intVar(fs, &o.maxAttempts, "max-attempts", 0, 0, math.MaxInt32, "dead-letter a record after this many failed attempts (reason max_attempts); 0: retry forever. Needs --dead-letter-topic or --data")
-	stringVar(fs, &o.deadLetterTopic, "dead-letter-topic", "", nil, "produce dead letters to this topic (acks=all before the offset is committed)")
+	stringVar(fs, &o.deadLetterTopic, "dead-letter-topic", "", kafkaName, "produce dead letters to this topic (acks=all before the offset is committed)")
 	stringVar(fs, &o.data, "data", "", nil, "directory for the local dead-letter store (when no --dead-letter-topic), one per instance")
 	o.kafka.define(fs)
 	o.admin.flags(fs)
@@ -230,7 +230,12 @@ func cooperative(ss []sarama.BalanceStrategy) bool {
 const maxSessionTimeout = 30 * time.Minute
 
 // kafkaName is the check of a name Kafka restricts the same way for
-// topics and group instance ids (--instance-id, broker --topics).
+// topics and group instance ids: every flag that names a topic to create,
+// consume or produce to (consume's --topic and --dead-letter-topic, the
+// demo's --topic, broker --topics, the dlq commands' --topic and replay's
+// --to), and --instance-id. A topic Kafka would refuse to create cannot
+// exist, so a bad name is a usage error before anything connects. ""
+// passes: a flag that must not be empty says so itself.
 func kafkaName(s string) error {
 	if !group.ValidInstanceID(s) {
 		return errors.New(`use at most 249 letters, digits, '.', '_' and '-' (not "." or "..")`)

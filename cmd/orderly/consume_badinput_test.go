@@ -152,6 +152,7 @@ func TestConsumeEnvBinding(t *testing.T) {
 	})
 	vals[envName("ordering")], vals[envName("progress")], vals[envName("log-level")] = "none", "off", "warn"
 	vals[envName("admin")] = "127.0.0.1:0"
+	vals[envName("topic")], vals[envName("dead-letter-topic")] = "orders", "orders-dlq" // topic names, not addresses
 	vals[envName("assignment-strategy")] = "range"
 	vals[envName("offset-reset")] = "latest"
 	if err := fs.Parse([]string{"--num", "3"}); err != nil {

@@ -82,7 +82,7 @@ fall short, or if the run was interrupted.`,
 	fs := c.Flags()
 	o.fs = fs
 	listVar(fs, &o.brokers, "brokers", nil, false, dialAddr, "comma-separated host:port of a real cluster; empty: an embedded kfake broker")
-	stringVar(fs, &o.topic, "topic", "orderly-demo", nonEmpty, "topic to produce to and consume (created if missing)")
+	stringVar(fs, &o.topic, "topic", "orderly-demo", topicName, "topic to produce to and consume (created if missing)")
 	stringVar(fs, &o.group, "group", "", nil, "consumer group id; empty: orderly-demo-<unix nanos>. Its offsets on --topic are set to the topic's end before producing")
 	intVar(fs, &o.messages, "messages", 200_000, 1, 1<<31, "transfers to produce")
 	intVar(fs, &o.keys, "keys", 10_000, 1, 1<<24, "accounts (Kafka keys, ordering lanes)")
@@ -119,6 +119,15 @@ func dialAddr(s string) error {
 		return errors.New("port must be a number in 1-65535")
 	}
 	return nil
+}
+
+// topicName is a stringVar check of a topic that must be given: not
+// empty, and a name Kafka accepts (kafkaName).
+func topicName(s string) error {
+	if err := nonEmpty(s); err != nil {
+		return err
+	}
+	return kafkaName(s)
 }
 
 // logLevel is a stringVar check: a zap level, or "" for none.

@@ -105,7 +105,7 @@ where they are: purge them once the replay has done its work.`+dlqSourceHelp+"\n
 	fs := c.Flags()
 	o.sourceFlags(fs)
 	o.filter.define(fs)
-	stringVar(fs, &o.to, "to", "", nil, "topic to publish to instead of each record's origin topic")
+	stringVar(fs, &o.to, "to", "", kafkaName, "topic to publish to instead of each record's origin topic")
 	fs.BoolVar(&o.dryRun, "dry-run", false, "say what would be published where, publish nothing")
 	return c
 }
@@ -140,7 +140,7 @@ func (o *dlqOpts) sourceFlags(fs *pflag.FlagSet) {
 	o.fs = fs
 	stringVar(fs, &o.data, "data", "", nil, "a consumer's DataPath: read its local dead-letter store, DATA/"+deadletter.DirName)
 	listVar(fs, &o.brokers, "brokers", nil, false, dialAddr, "comma-separated host:port of the Kafka cluster (the dead-letter topic's, and replay's target)")
-	stringVar(fs, &o.topic, "topic", "", nil, "the Kafka dead-letter topic to read (with --brokers)")
+	stringVar(fs, &o.topic, "topic", "", kafkaName, "the Kafka dead-letter topic to read (with --brokers)")
 	o.kafka.define(fs)
 }
 
