@@ -42,7 +42,7 @@ consumer whose dead letters go to its local store (DIR/` + deadletter.DirName + 
 its end at the start, without a consumer group, as a read-committed
 consumer reads it: aborted transactions left out, an open one holding back
 what follows it; --tls* and --sasl-* for a secured cluster, as for
-consume).`
+consume). A topic with records but no dead letter among them is refused.`
 
 const dlqFilterHelp = `
 Filters select by the __orderly.errors.* headers: --reason, --origin-topic,

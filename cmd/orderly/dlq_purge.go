@@ -120,6 +120,9 @@ func purgeTopic(ctx context.Context, o *dlqOpts, e env) error {
 		}
 		parts = []int32{int32(f.partition)}
 	}
+	if err := checkDeadLetterTopic(ctx, client, o); err != nil {
+		return interrupted(ctx, err)
+	}
 	// Up to the last stable offset: the records of a transaction still
 	// open are not readable yet (list does not show them), and a commit
 	// may still make them dead letters.

@@ -97,7 +97,51 @@ func readEntries(ctx context.Context, o *dlqOpts, warn io.Writer, fn func(*entry
 		return source, err
 	}
 	defer client.Close()
+	if err := checkDeadLetterTopic(ctx, client, o); err != nil {
+		return source, interrupted(ctx, err)
+	}
 	return source, interrupted(ctx, readTopic(ctx, client, o, warn, fn))
+}
+
+// errDeadLetterFound ends checkDeadLetterTopic's read at the first dead
+// letter.
+var errDeadLetterFound = errors.New("found a dead letter")
+
+// checkDeadLetterTopic refuses o's topic when it holds records and none of
+// them has the dead-letter headers (deadletter.ErrNotDeadLetter: none, or
+// not all of them): an ordinary topic named by mistake, whose records list
+// and show would print as records without an origin, replay --to would
+// copy and purge would delete. The error names the first such record and
+// what its headers lack. It reads the topic as list does (read-committed,
+// to its end as of the start), up to its first dead letter: on a
+// dead-letter topic that is its first record, unless strays come first.
+// A stray record on a dead-letter topic (someone produced to it) is no
+// reason to refuse the topic: the commands show it as not a dead letter.
+// A local store needs no such check: only a consumer writes to it, and
+// only dead letters.
+func checkDeadLetterTopic(ctx context.Context, client sarama.Client, o *dlqOpts) error {
+	var (
+		n     int
+		first entry
+	)
+	err := readTopic(ctx, client, o, io.Discard, func(e *entry) error {
+		if !errors.Is(e.infoErr, deadletter.ErrNotDeadLetter) {
+			return errDeadLetterFound // a damaged header value still says it is one
+		}
+		if n == 0 {
+			first = *e
+		}
+		n++
+		return nil
+	})
+	switch {
+	case errors.Is(err, errDeadLetterFound), err == nil && n == 0:
+		return nil
+	case err != nil:
+		return err
+	}
+	return fmt.Errorf("%s is not a dead-letter topic: none of its %s has the %s* headers of a dead letter (the first, partition %d offset %d: %v)",
+		flagArg(o.fs, "topic", o.topic), plural(n, "record"), deadletter.HeaderPrefix, first.partition, first.offset, first.infoErr)
 }
 
 // dlqSarama is the sarama configuration of the dlq commands: a replay is

@@ -1,0 +1,102 @@
+package main
+
+import (
+	"maps"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/IBM/sarama"
+
+	"github.com/orderly-go/orderly/internal/deadletter"
+)
+
+// TestDlqOrdinaryTopic: a topic of ordinary records (no dead-letter
+// headers, or not all of them), named by mistake as the dead-letter topic,
+// is refused by every dlq command, before it lists, shows, replays or
+// deletes anything: one line naming the topic (and its variable), the
+// first record's partition and offset and what its headers lack, exit 1.
+// list printed those records as dead letters ("3 of 3 dead letters"),
+// replay --to copied them and purge deleted them.
+func TestDlqOrdinaryTopic(t *testing.T) {
+	f := newDlqFixture(t)
+	if err := f.b.CreateTopic("payments", 1); err != nil {
+		t.Fatal(err)
+	}
+	p, err := sarama.NewSyncProducer([]string{f.addr}, dlqSarama())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// orders/0 offset 0 has every dead-letter header but the group's (a
+	// record copied by hand from a dead letter, say); the others, and
+	// every record of payments, have none.
+	info := f.cases[0].info
+	partial := slices.DeleteFunc(deadletter.Headers(nil, info), func(h deadletter.Header) bool { return string(h.Key) == deadletter.HeaderGroup })
+	at := f.now.Truncate(time.Millisecond)
+	for _, m := range []struct {
+		topic   string
+		part    int32
+		headers []deadletter.Header
+	}{
+		{"orders", 0, partial},
+		{"orders", 0, nil},
+		{"orders", 2, []deadletter.Header{{Key: []byte("trace"), Value: []byte("t1")}}},
+		{"payments", 0, nil},
+		{"payments", 0, nil},
+	} {
+		r := deadletter.Record{Key: []byte("acct-9"), Value: []byte(`{"amount":1}`), Headers: m.headers, Timestamp: at}
+		if err := p.SendMessages([]*sarama.ProducerMessage{producerMessage(m.topic, m.part, r)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p.Close()
+	hw, retry := f.b.HighWatermarks("orders"), f.b.HighWatermarks("orders-retry")
+
+	const (
+		orders = "--topic orders is not a dead-letter topic: none of its 3 records has the __orderly.errors.* headers of a dead letter " +
+			"(the first, partition 0 offset 0: deadletter: missing header __orderly.errors.group: not an Orderly dead letter)"
+		payments = "--topic payments is not a dead-letter topic: none of its 2 records has the __orderly.errors.* headers of a dead letter " +
+			"(the first, partition 0 offset 0: deadletter: no __orderly.errors.* headers: not an Orderly dead letter)"
+		fromEnv = "--topic orders (from ORDERLY_TOPIC) is not a dead-letter topic: none of its 3 records"
+	)
+	src := []string{"--brokers", f.addr, "--topic", "orders"}
+	tests := []struct {
+		name string
+		vars []string
+		args []string
+		want string // the start of the one line after "orderly: "
+	}{
+		{"list", nil, slices.Concat([]string{"dlq", "list"}, src), orders},
+		{"list --json", nil, slices.Concat([]string{"dlq", "list", "--json"}, src), orders},
+		{"list with a filter", nil, slices.Concat([]string{"dlq", "list", "--reason", "poison"}, src), orders},
+		{"list, no headers at all", nil, []string{"dlq", "list", "--brokers", f.addr, "--topic", "payments"}, payments},
+		{"list, topic from env", []string{"ORDERLY_TOPIC=orders"}, []string{"dlq", "list", "--brokers", f.addr}, fromEnv},
+		{"show", nil, slices.Concat([]string{"dlq", "show"}, src), orders},
+		{"show --json", nil, slices.Concat([]string{"dlq", "show", "--json"}, src), orders},
+		{"replay", nil, slices.Concat([]string{"dlq", "replay"}, src), orders},
+		{"replay --to", nil, slices.Concat([]string{"dlq", "replay", "--to", "orders-retry"}, src), orders},
+		{"replay --to --dry-run", nil, slices.Concat([]string{"dlq", "replay", "--to", "orders-retry", "--dry-run"}, src), orders},
+		{"purge", nil, slices.Concat([]string{"dlq", "purge", "--yes"}, src), orders},
+		{"purge a partition", nil, slices.Concat([]string{"dlq", "purge", "--yes", "--partition", "2"}, src), orders},
+		{"purge --dry-run", nil, slices.Concat([]string{"dlq", "purge", "--dry-run"}, src), orders},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := runBin(t, tt.vars, tt.args...)
+			if r.code != exitError || r.stdout != "" || strings.Count(r.stderr, "\n") != 1 || !strings.HasPrefix(r.stderr, "orderly: "+tt.want) {
+				t.Errorf("%s orderly %q: got exit %d, stdout %q, stderr:\n%s\nwant exit 1, no stdout, one line starting:\norderly: %s",
+					strings.Join(tt.vars, " "), tt.args, r.code, r.stdout, r.stderr, tt.want)
+			}
+		})
+	}
+	if got := f.b.HighWatermarks("orders"); !maps.Equal(got, hw) {
+		t.Errorf("orders' high watermarks: got %v, want %v (nothing replayed to it)", got, hw)
+	}
+	if got := f.b.HighWatermarks("orders-retry"); !maps.Equal(got, retry) {
+		t.Errorf("orders-retry's high watermarks: got %v, want %v (nothing replayed to it)", got, retry)
+	}
+	if got := f.b.LogStartOffsets("orders"); got[0] != 0 || got[2] != 0 {
+		t.Errorf("orders' log start offsets: got %v, want 0 (nothing purged)", got)
+	}
+}
