@@ -100,3 +100,23 @@ func TestDlqOrdinaryTopic(t *testing.T) {
 		t.Errorf("orders' log start offsets: got %v, want 0 (nothing purged)", got)
 	}
 }
+
+// TestDlqReplayStrayWarns: on a dead-letter topic, a stray record (not a
+// dead letter) that --to takes along is named on stderr, also by a dry
+// run; it went silently.
+func TestDlqReplayStrayWarns(t *testing.T) {
+	f := newDlqFixture(t)
+	for _, dry := range []bool{true, false} {
+		args := slices.Concat([]string{"dlq", "replay", "--to", "orders-retry"}, f.kafka())
+		if dry {
+			args = append(args, "--dry-run")
+		}
+		r := runBin(t, nil, args...)
+		// d5, the stray, is the third record of orders-dlq/1.
+		want := "orderly: warning: dead-letter partition 1 offset 2 is not a dead letter (deadletter: no __orderly.errors.* headers: not an Orderly dead letter): " +
+			"--to orders-retry gets it as it is\n"
+		if r.code != 0 || r.stderr != want || !strings.Contains(r.stdout, "replay 6 of 6 selected dead letters") && !strings.Contains(r.stdout, "replayed 6 of 6 selected dead letters") {
+			t.Errorf("orderly %q: got exit %d, stdout %q, stderr:\n%s\nwant exit 0, 6 replayed, stderr:\n%s", args, r.code, r.stdout, r.stderr, want)
+		}
+	}
+}

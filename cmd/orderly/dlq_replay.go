@@ -45,12 +45,16 @@ func runReplay(ctx context.Context, o *dlqOpts, e env) error {
 	var (
 		picked  []*entry
 		skipped []string
+		strays  []*entry // not dead letters, sent to --to as they are
 	)
 	source, err := readEntries(ctx, o, e.stderr, func(en *entry) error {
 		switch {
 		case !o.filter.match(en):
 		case en.infoErr != nil && o.to == "":
 			skipped = append(skipped, fmt.Sprintf("%s: %v", en.where(), en.infoErr))
+		case en.infoErr != nil:
+			strays = append(strays, en)
+			picked = append(picked, en)
 		default:
 			picked = append(picked, en)
 		}
@@ -58,6 +62,11 @@ func runReplay(ctx context.Context, o *dlqOpts, e env) error {
 	})
 	if err != nil {
 		return err
+	}
+	// A record that is not a dead letter has no origin; --to gets it as
+	// it is, but not without a word (nor does a dry run say nothing).
+	for _, en := range strays {
+		fmt.Fprintf(e.stderr, "orderly: warning: %s is not a dead letter (%v): %s gets it as it is\n", en.where(), en.infoErr, flagArg(o.fs, "to", o.to))
 	}
 	// In origin order, so that a key's records go back in the order
 	// they first came.
