@@ -46,7 +46,7 @@ type adminServer struct {
 	stop func() error
 }
 
-// startAdmin listens on a.addr and serves admin.Handler(g) there until
+// start listens on a.addr and serves admin.Handler(g) there until
 // stop, printing the URL on out; with no --admin it returns a server
 // whose stop does nothing. The server outlives the group's Run (so that
 // /readyz says 503 once Run has returned), until the subcommand stops it.
