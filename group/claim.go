@@ -30,6 +30,7 @@ func (b *binding[T]) Cleanup(sess sarama.ConsumerGroupSession) error {
 }
 
 func (b *binding[T]) ConsumeClaim(sess sarama.ConsumerGroupSession, claim sarama.ConsumerGroupClaim) error {
+	b.g.noteMemberID(sess) // a cooperative rejoin may change it without Setup
 	return b.g.consume(sess, claim)
 }
 

@@ -99,7 +99,9 @@ type Config struct {
 	// leaves the group when Run returns. Letters, digits, '.', '_', '-',
 	// at most 249 characters. Two live instances must not share an ID:
 	// the one that joins last takes the other's place, and the other's
-	// Run ends with ErrFenced (FENCED_INSTANCE_ID).
+	// Run ends with ErrInstanceFenced once the newer one has held the ID
+	// for twice Sarama.Consumer.Group.Session.Timeout (on brokers from
+	// 2.4); if the newer one is gone by then, the other takes the ID back.
 	InstanceID string
 	// OnOffsetReset is what happens when a partition's committed offset is
 	// out of range (records deleted by retention or DeleteRecords before

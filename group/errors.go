@@ -38,13 +38,14 @@ var (
 	// group.min.session.timeout.ms and group.max.session.timeout.ms).
 	// Run returns it, wrapping sarama's error; retrying cannot help.
 	ErrSessionTimeout = errors.New("group: the coordinator refuses the session timeout")
-	// ErrFenced: another consumer joined the group with this member's
-	// InstanceID and the coordinator fenced this one
-	// (FENCED_INSTANCE_ID). Run returns it, naming the member that holds
-	// the ID, as the Java client and librdkafka end a fenced consumer:
-	// two live processes with one InstanceID would take the partitions
-	// from each other at every join.
-	ErrFenced = errors.New("group: another member holds this InstanceID")
+	// ErrInstanceFenced: another consumer joined the group with this
+	// member's InstanceID, the coordinator fenced this one
+	// (FENCED_INSTANCE_ID), and that consumer still held the ID two
+	// session timeouts later. Run returns it, naming the member that holds the ID,
+	// as the Java client and librdkafka end a fenced consumer. Brokers
+	// before 2.4 do not say who holds an InstanceID: there Run keeps
+	// joining, refused, until the ID is free.
+	ErrInstanceFenced = errors.New("group: another member holds this InstanceID")
 
 	// ErrRevoked is the context.Cause of a Do call's ctx when a partition
 	// of its items was revoked and DrainTimeout passed: the partition's

@@ -344,6 +344,7 @@ func (g *Group[T]) Run(ctx context.Context) error {
 
 	b := &binding[T]{g: g}
 	wait := g.cfg.Retry.Backoff
+	var fence instanceFence // who fenced this member, when a join is refused for it
 	for runCtx.Err() == nil {
 		err := cg.Consume(consumeCtx, g.cfg.Topics, b) // returns at each eager rebalance
 		if err == nil || runCtx.Err() != nil {
@@ -358,7 +359,7 @@ func (g *Group[T]) Run(ctx context.Context) error {
 		cls, fatal := classify(err)
 		g.errs.add(cls)
 		if errors.Is(err, sarama.ErrFencedInstancedId) {
-			fatal = g.fencedBy(client)
+			fatal = g.checkFence(&fence, client, time.Now())
 		}
 		if fatal != nil { // Run returns it: its caller logs it, once
 			endRun(fmt.Errorf("%w: group %q, topics %v: %w", fatal, g.cfg.GroupID, g.cfg.Topics, err))

@@ -16,10 +16,18 @@ import (
 func (g *Group[T]) sessionStarted(sess sarama.ConsumerGroupSession) {
 	g.joined.Store(true)
 	g.lostAt.Store(0)
-	id := sess.MemberID()
-	g.memberID.Store(&id)
+	g.noteMemberID(sess)
 	g.log.Info("session started", zap.String("member", sess.MemberID()),
 		zap.Int32("generation", sess.GenerationID()), zap.Any("claims", sess.Claims()))
+}
+
+// noteMemberID records sess's member ID as this member's (see
+// instanceHolder), unless it is recorded already.
+func (g *Group[T]) noteMemberID(sess sarama.ConsumerGroupSession) {
+	id := sess.MemberID()
+	if p := g.memberID.Load(); p == nil || *p != id {
+		g.memberID.Store(&id)
+	}
 }
 
 // sessionLost records that the member lost its session (evicted, or its

@@ -3,6 +3,7 @@ package group
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -102,24 +103,39 @@ func TestStaticMembershipRestart(t *testing.T) {
 		partsA, back.Round(time.Millisecond), gen, moved.Round(time.Millisecond), cfg.Sarama.Consumer.Group.Session.Timeout)
 }
 
-// TestFencedInstanceEndsRun: a second Group with the first's InstanceID
-// takes its place, and the coordinator fences the first
-// (FENCED_INSTANCE_ID). The first's Run ends with ErrFenced naming the
-// member that holds the ID now, as the coordinator lists it, instead of
-// joining again with its replaced member ID for good; the second keeps
-// every partition and consumes to the end: nothing lost, per-key order
-// kept (the first's unfinished work may repeat), the broker's committed
-// offsets at the high watermarks. The holder asking the same question
-// finds itself and goes on.
-func TestFencedInstanceEndsRun(t *testing.T) {
-	t.Parallel() // mostly waits on the broker: runs beside the others
+// TestInstanceFenced: a second Group with the first's InstanceID takes
+// its place, and the coordinator fences the first (FENCED_INSTANCE_ID),
+// whose every join sarama then makes with its replaced member ID.
+//
+//   - The second stays: the first's Run ends with ErrInstanceFenced, two
+//     session timeouts after it was fenced (not sooner: a member that is
+//     gone expires within one), naming the member that holds the ID as
+//     the coordinator lists it; before, it joined again for good. The
+//     holder, asking who holds its InstanceID, finds no other member.
+//   - The second stops (a static member sends no LeaveGroup): once the
+//     coordinator expires it, the first takes the ID back at its next
+//     join and consumes on; its Run does not end.
+//
+// Either way the member left consumes to the end: nothing lost, per-key
+// order kept (the fenced member's unfinished work may repeat), the
+// broker's committed offsets at the high watermarks.
+func TestInstanceFenced(t *testing.T) {
+	for _, holderStays := range []bool{true, false} {
+		t.Run(fmt.Sprintf("holderStays=%v", holderStays), func(t *testing.T) {
+			t.Parallel() // mostly waits on the broker and the session timeout
+			testInstanceFenced(t, holderStays)
+		})
+	}
+}
+
+func testInstanceFenced(t *testing.T, holderStays bool) {
 	const partitions, n, keys = 4, 4000, 100
 	r := newRig(t, "fenced", partitions, n, keys)
 	r.refusedCommits = true // the fenced member's last commits
 	cfg := r.config("fenced")
 	cfg.InstanceID = "pod-x"
 	cfg.Size, cfg.Num = 8, 2
-	wa, wb := r.work(2*time.Millisecond, 0), r.work(0, 0)
+	wa, wb := r.work(2*time.Millisecond, 0), r.work(2*time.Millisecond, 0)
 	wa.tag, wb.tag = "a", "b"
 	a := newGroup(t, cfg, wa.Do)
 	ctxA, cancelA := context.WithCancel(context.Background())
@@ -145,17 +161,44 @@ func TestFencedInstanceEndsRun(t *testing.T) {
 		p := b.memberID.Load()
 		return p != nil && *p == holder
 	})
+	fenced := time.Now()
+	wait := fenceWait(cfg.Sarama)
+	if !holderStays {
+		if err := stopB(); err != nil {
+			t.Fatalf("the holder's Run: %v", err)
+		}
+		select {
+		case err := <-doneA:
+			t.Fatalf("the fenced member's Run returned %v after its holder stopped, want it to take the InstanceID back", err)
+		case <-time.After(wait + 5*time.Second):
+		}
+		waitFor(t, 30*time.Second, "the first member to take its partitions back", func() bool {
+			return a.Stats().Partitions == partitions && a.Ready()
+		})
+		r.waitAllCommitted(cfg.GroupID, time.Minute)
+		cancelA()
+		if err := <-doneA; err != nil {
+			t.Fatalf("the first member's Run: %v", err)
+		}
+		r.check(true)
+		r.checkFinalCommits(cfg.GroupID)
+		return
+	}
 	select {
 	case err := <-doneA:
-		if !errors.Is(err, ErrFenced) || !strings.Contains(err.Error(), holder) || !strings.Contains(err.Error(), `"pod-x"`) {
-			t.Fatalf("the fenced member's Run returned %v, want ErrFenced naming %q and member %s", err, cfg.InstanceID, holder)
+		took := time.Since(fenced)
+		if !errors.Is(err, ErrInstanceFenced) || !strings.Contains(err.Error(), holder) || !strings.Contains(err.Error(), `"pod-x"`) {
+			t.Fatalf("the fenced member's Run returned %v, want ErrInstanceFenced naming %q and member %s", err, cfg.InstanceID, holder)
 		}
-		t.Logf("the fenced member's Run: %v", err)
-	case <-time.After(30 * time.Second):
-		t.Fatalf("the fenced member's Run still runs 30s after member %s took its InstanceID (errors %+v)", holder, a.Stats().Errors)
+		if took < wait-time.Second {
+			t.Fatalf("the fenced member's Run ended %v after the fence, want no sooner than %v (twice the session timeout)", took, wait)
+		}
+		t.Logf("the fenced member's Run, %v after the fence: %v", took.Round(time.Millisecond), err)
+	case <-time.After(wait + 30*time.Second):
+		t.Fatalf("the fenced member's Run still runs %v after member %s took its InstanceID (errors %+v)", wait+30*time.Second, holder, a.Stats().Errors)
 	}
-	if err := b.fencedBy(b.client); err != nil {
-		t.Errorf("the holder asking who holds its InstanceID: got %v, want nil", err)
+	if h, err := b.instanceHolder(b.client); h != nil || err != nil {
+		t.Errorf("the holder asking who else holds its InstanceID: got %+v, %v; want none, no error", h, err)
 	}
 	r.waitAllCommitted(cfg.GroupID, time.Minute)
 	if err := stopB(); err != nil {

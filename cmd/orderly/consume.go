@@ -443,7 +443,7 @@ func (o *consumeOpts) explain(err error) error {
 		return fmt.Errorf("%s, %s: %w", flagArg(fs, "group", o.group), flagArg(fs, "topic", topics), err)
 	case errors.Is(err, group.ErrSessionTimeout):
 		return fmt.Errorf("%s: %w", flagArg(fs, "session-timeout", o.sessionTimeout), err)
-	case errors.Is(err, group.ErrFenced):
+	case errors.Is(err, group.ErrInstanceFenced):
 		return fmt.Errorf("%s: %w", flagArg(fs, "instance-id", o.instanceID), err)
 	}
 	return fmt.Errorf("consume: %w", err)

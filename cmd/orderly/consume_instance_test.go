@@ -49,21 +49,22 @@ func TestConsumeInstanceID(t *testing.T) {
 
 // TestConsumeInstanceIDTwice: a second consume with the first's
 // --instance-id takes its place in the group; the first, fenced, ends
-// with exit 1 and one error naming the flag, its value and the member
-// that holds it now, where it used to join again for good. The second
+// with exit 1 once the second has held the ID for two session timeouts,
+// with one error naming the flag, its value and the member that holds
+// the ID, where it used to join again, refused, for good. The second
 // consumes on to the end (the broker's committed offsets) and exits 0.
 func TestConsumeInstanceIDTwice(t *testing.T) {
 	t.Parallel() // waits on the broker and child processes
 	const topic, grp = "twice", "twice-group"
 	b := newTopic(t, topic, 2)
 	args := []string{"--brokers", b.Addrs()[0], "--topic", topic, "--group", grp, "--exec", "cat >/dev/null",
-		"--progress", "off", "--log-level", "info", "--instance-id", "pod-7"}
+		"--progress", "off", "--log-level", "info", "--instance-id", "pod-7", "--session-timeout", "6s"}
 	produceKeyed(t, b, topic, 100, 10)
 	first := startConsume(t, args...)
 	first.waitCommitted(b, grp, topic)
 	second := startConsume(t, args...)
 	second.waitFor(30*time.Second, "its session to start", func() bool { return strings.Contains(second.stderr.String(), "session started") })
-	if code := first.wait(30 * time.Second); code != exitError {
+	if code := first.wait(45 * time.Second); code != exitError {
 		t.Fatalf("the fenced consume: exit %d, want %d\n%s", code, exitError, first.output())
 	}
 	ms := describeJSON(t, "--brokers", b.Addrs()[0], "--group", grp).Members
