@@ -18,6 +18,7 @@ import (
 
 	"github.com/orderly-go/orderly/group"
 	"github.com/orderly-go/orderly/internal/deadletter"
+	"github.com/orderly-go/orderly/internal/lograte"
 )
 
 // Exit codes of an --exec command that mean something to consume.
@@ -30,11 +31,12 @@ const (
 // execSink runs --exec once per batch.
 type execSink struct {
 	sinkCore
-	cmd string
+	cmd         string
+	leftOpenLog lograte.Limit // commands that left a process holding their output
 }
 
 func newExecSink(o *consumeOpts, gt *gate, ctr *sinkCounters, log *zap.Logger) *execSink {
-	return &execSink{sinkCore: newSinkCore(o, gt, ctr, log), cmd: o.execCmd}
+	return &execSink{sinkCore: newSinkCore(o, gt, ctr, log), cmd: o.execCmd, leftOpenLog: lograte.Limit{Every: warnEvery}}
 }
 
 func (s *execSink) describe() string { return fmt.Sprintf("exec %q (JSON lines on stdin)", s.cmd) }
@@ -113,7 +115,7 @@ func (s *execSink) send(ctx context.Context, batch []*group.Message) error {
 	if errors.Is(err, exec.ErrWaitDelay) {
 		// It exited 0, but something it started still holds its stdout
 		// or stderr: the batch is done; what that child writes is lost.
-		s.warn.Warn(s.log, "command exited 0 but left a process holding its output open; not waiting for it",
+		s.leftOpenLog.Warn(s.log, "command exited 0 but left a process holding its output open; not waiting for it",
 			append(batchFields(batch), zap.String("exec", s.cmd))...)
 		err = nil
 	}
@@ -190,7 +192,7 @@ func itemPrefixLen(batch []*group.Message) int {
 var errEmpty = errors.New("")
 
 func (s *execSink) warnf(batch []*group.Message, msg string, err error, stderr *tail) {
-	s.warn.Warn(s.log, msg, append(batchFields(batch), zap.String("exec", s.cmd), zap.Error(err), zap.String("stderr", stderr.String()))...)
+	s.failLog.Warn(s.log, msg, append(batchFields(batch), zap.String("exec", s.cmd), zap.Error(err), zap.String("stderr", stderr.String()))...)
 }
 
 // outcomes reads per-item outcomes from the command's stdout: each line

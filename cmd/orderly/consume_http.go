@@ -72,7 +72,7 @@ func newHTTPSink(o *consumeOpts, gt *gate, ctr *sinkCounters, log *zap.Logger) (
 		client: &http.Client{Transport: tr, CheckRedirect: func(*http.Request, []*http.Request) error {
 			return http.ErrUseLastResponse // a redirect is an endpoint error: the URL is wrong
 		}},
-		sinkCore: newSinkCore(o, gt, ctr, log), pauses: lograte.Limit{Every: 10 * time.Second},
+		sinkCore: newSinkCore(o, gt, ctr, log), pauses: lograte.Limit{Every: warnEvery},
 	}, nil
 }
 
@@ -206,7 +206,7 @@ func (s *httpSink) send(ctx context.Context, batch []*group.Message) error {
 }
 
 func (s *httpSink) warnf(batch []*group.Message, msg string, err error) {
-	s.warn.Warn(s.log, msg, append(batchFields(batch), zap.String("url", s.shown), zap.Error(err))...)
+	s.failLog.Warn(s.log, msg, append(batchFields(batch), zap.String("url", s.shown), zap.Error(err))...)
 }
 
 // request builds the POST of a batch: a JSON array, or for --size 1 the

@@ -136,6 +136,9 @@ func batchFields(batch []*group.Message) []zap.Field {
 		zap.Int64("offset", m.Offset), zap.Int("attempt", m.Attempt), zap.Int("batch", len(batch))}
 }
 
+// warnEvery is how often consume's sinks log a warning of one kind.
+const warnEvery = 10 * time.Second
+
 // sinkCore is what both sinks share: the gate every call passes, the
 // counters, the endpoint backoff, the delays and the rate-limited log.
 type sinkCore struct {
@@ -145,12 +148,14 @@ type sinkCore struct {
 	defDelay time.Duration // a deferral's delay when none is named (--backoff)
 	timeout  time.Duration // --timeout
 	log      *zap.Logger
-	warn     lograte.Limit // one line per 10s, with the count held back
+	// One line per 10s of each kind, with the count held back: endpoint
+	// errors, and failed calls (warnf).
+	endpointLog, failLog lograte.Limit
 }
 
 func newSinkCore(o *consumeOpts, gt *gate, ctr *sinkCounters, log *zap.Logger) sinkCore {
 	return sinkCore{gate: gt, ctr: ctr, defDelay: o.backoff, timeout: o.timeout, log: log,
-		warn: lograte.Limit{Every: 10 * time.Second}, endpoint: endpointBackoff{first: o.backoff, max: o.maxBackoff}}
+		endpointLog: lograte.Limit{Every: warnEvery}, failLog: lograte.Limit{Every: warnEvery}, endpoint: endpointBackoff{first: o.backoff, max: o.maxBackoff}}
 }
 
 // endpointFault handles an answer that is no record's fault (a wrong URL,
@@ -161,6 +166,6 @@ func newSinkCore(o *consumeOpts, gt *gate, ctr *sinkCounters, log *zap.Logger) s
 func (c *sinkCore) endpointFault(batch []*group.Message, what, msg string, fields ...zap.Field) error {
 	c.ctr.endpointError(what)
 	d := c.gate.closeIfOpen(c.endpoint.failed)
-	c.warn.Error(c.log, msg, append(append(batchFields(batch), fields...), zap.Duration("pause", d))...)
+	c.endpointLog.Error(c.log, msg, append(append(batchFields(batch), fields...), zap.Duration("pause", d))...)
 	return deferAll(len(batch), d)
 }

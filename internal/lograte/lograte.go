@@ -47,6 +47,9 @@ func (r *Limit) Error(log *zap.Logger, msg string, fields ...zap.Field) {
 
 // Log logs msg at lvl unless a line went through less than Every ago.
 func (r *Limit) Log(log *zap.Logger, lvl zapcore.Level, msg string, fields ...zap.Field) {
+	if !log.Core().Enabled(lvl) {
+		return // a line the logger drops neither takes the turn nor counts
+	}
 	every := r.Every
 	if every <= 0 {
 		every = Interval

@@ -53,3 +53,20 @@ func TestLimitEvery(t *testing.T) {
 		t.Fatalf("lines: got %d (%v), want \"first\" at info, then \"after\" with suppressed 5", len(got), got)
 	}
 }
+
+// TestLimitLevelOff: lines below the logger's level, which it drops
+// anyway, neither take the Limit's turn nor count as suppressed: an
+// error after them goes through at once, without a count.
+func TestLimitLevelOff(t *testing.T) {
+	core, logs := observer.New(zapcore.ErrorLevel)
+	log := zap.New(core)
+	var l Limit
+	for range 5 {
+		l.Warn(log, "dropped")
+	}
+	l.Error(log, "error")
+	got := logs.All()
+	if len(got) != 1 || got[0].Message != "error" || got[0].ContextMap()["suppressed"] != nil {
+		t.Fatalf("lines: got %d (%v), want the error alone, without a suppressed count", len(got), got)
+	}
+}
