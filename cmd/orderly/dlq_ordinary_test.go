@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"maps"
 	"slices"
 	"strings"
@@ -118,5 +119,32 @@ func TestDlqReplayStrayWarns(t *testing.T) {
 		if r.code != 0 || r.stderr != want || !strings.Contains(r.stdout, "replay 6 of 6 selected dead letters") && !strings.Contains(r.stdout, "replayed 6 of 6 selected dead letters") {
 			t.Errorf("orderly %q: got exit %d, stdout %q, stderr:\n%s\nwant exit 0, 6 replayed, stderr:\n%s", args, r.code, r.stdout, r.stderr, want)
 		}
+	}
+}
+
+// TestDlqOrdinaryTopicSampled: a large ordinary topic is refused after
+// the first maxStrayCheck records without a dead letter, not read to its
+// end, and the error says how far it read.
+func TestDlqOrdinaryTopicSampled(t *testing.T) {
+	f := newDlqFixture(t)
+	if err := f.b.CreateTopic("big", 1); err != nil {
+		t.Fatal(err)
+	}
+	p, err := sarama.NewSyncProducer([]string{f.addr}, dlqSarama())
+	if err != nil {
+		t.Fatal(err)
+	}
+	msgs := make([]*sarama.ProducerMessage, maxStrayCheck+500)
+	for i := range msgs {
+		msgs[i] = producerMessage("big", 0, deadletter.Record{Key: []byte("k"), Value: []byte("v"), Timestamp: f.now})
+	}
+	if err := p.SendMessages(msgs); err != nil {
+		t.Fatal(err)
+	}
+	p.Close()
+	r := runBin(t, nil, "dlq", "list", "--brokers", f.addr, "--topic", "big")
+	want := fmt.Sprintf("orderly: --topic big is not a dead-letter topic: none of the first %d of its records has the __orderly.errors.* headers of a dead letter (the first, partition 0 offset 0:", maxStrayCheck)
+	if r.code != exitError || !strings.HasPrefix(r.stderr, want) {
+		t.Fatalf("dlq list on %d ordinary records: got exit %d, stderr:\n%s\nwant exit 1 and a line starting:\n%s", len(msgs), r.code, r.stderr, want)
 	}
 }

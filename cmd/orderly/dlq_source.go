@@ -103,22 +103,31 @@ func readEntries(ctx context.Context, o *dlqOpts, warn io.Writer, fn func(*entry
 	return source, interrupted(ctx, readTopic(ctx, client, o, warn, fn))
 }
 
-// errDeadLetterFound ends checkDeadLetterTopic's read at the first dead
-// letter.
-var errDeadLetterFound = errors.New("found a dead letter")
+// errDeadLetterFound and errNoneInSample end checkDeadLetterTopic's read:
+// at the first dead letter, or after maxStrayCheck records without one.
+var (
+	errDeadLetterFound = errors.New("found a dead letter")
+	errNoneInSample    = errors.New("no dead letter in the sample")
+)
+
+// maxStrayCheck is how many records checkDeadLetterTopic reads, at most,
+// looking for a dead letter: an ordinary topic named by mistake may be
+// large, and refusing it must not read it all.
+const maxStrayCheck = 10_000
 
 // checkDeadLetterTopic refuses o's topic when it holds records and none of
-// them has the dead-letter headers (deadletter.ErrNotDeadLetter: none, or
-// not all of them): an ordinary topic named by mistake, whose records list
-// and show would print as records without an origin, replay --to would
-// copy and purge would delete. The error names the first such record and
-// what its headers lack. It reads the topic as list does (read-committed,
-// to its end as of the start), up to its first dead letter: on a
-// dead-letter topic that is its first record, unless strays come first.
-// A stray record on a dead-letter topic (someone produced to it) is no
-// reason to refuse the topic: the commands show it as not a dead letter.
-// A local store needs no such check: only a consumer writes to it, and
-// only dead letters.
+// them, as far as it reads, has the dead-letter headers
+// (deadletter.ErrNotDeadLetter: none, or not all of them): an ordinary
+// topic named by mistake, whose records list and show would print as
+// records without an origin, replay --to would copy and purge would
+// delete. The error names the first such record and what its headers
+// lack. It reads the topic as list does (read-committed, to its end as of
+// the start) up to its first dead letter (on a dead-letter topic, its
+// first record, unless strays come first), and at most maxStrayCheck
+// records. A stray record on a dead-letter topic (someone produced to it)
+// is no reason to refuse the topic: the commands show it as not a dead
+// letter. A local store needs no such check: only a consumer writes to
+// it, and only dead letters.
 func checkDeadLetterTopic(ctx context.Context, client sarama.Client, o *dlqOpts) error {
 	var (
 		n     int
@@ -132,16 +141,24 @@ func checkDeadLetterTopic(ctx context.Context, client sarama.Client, o *dlqOpts)
 			first = *e
 		}
 		n++
+		if n == maxStrayCheck {
+			return errNoneInSample
+		}
 		return nil
 	})
+	var counted string
 	switch {
 	case errors.Is(err, errDeadLetterFound), err == nil && n == 0:
 		return nil
+	case errors.Is(err, errNoneInSample):
+		counted = fmt.Sprintf("the first %d of its records", n)
 	case err != nil:
 		return err
+	default:
+		counted = "its " + plural(n, "record")
 	}
-	return fmt.Errorf("%s is not a dead-letter topic: none of its %s has the %s* headers of a dead letter (the first, partition %d offset %d: %v)",
-		flagArg(o.fs, "topic", o.topic), plural(n, "record"), deadletter.HeaderPrefix, first.partition, first.offset, first.infoErr)
+	return fmt.Errorf("%s is not a dead-letter topic: none of %s has the %s* headers of a dead letter (the first, partition %d offset %d: %v)",
+		flagArg(o.fs, "topic", o.topic), counted, deadletter.HeaderPrefix, first.partition, first.offset, first.infoErr)
 }
 
 // dlqSarama is the sarama configuration of the dlq commands: a replay is
