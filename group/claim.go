@@ -100,10 +100,14 @@ type claimLoop[T any] struct {
 	ranges     []commit.Range
 	held       []dispatch.WaitingItem[Message, T] // scratch for waiting
 	counted    uint64                             // the partition's Released when last marked, counted in committed
-	workers    []merge.WorkerState                // scratch for observe
-	waitingBuf []commit.Waiting
-	finished   func(*dispatch.Item[Message, T]) // countFinished, made once
-	out        Outcomes                         // counted here, published to st.outcomes by advance
+	// countedBefore is how many of the messages skipped below ownLost's
+	// frontier are still ahead of the frontier: the lost claim counted
+	// them in committed when it marked them, so this claim leaves them out.
+	countedBefore uint64
+	workers       []merge.WorkerState // scratch for observe
+	waitingBuf    []commit.Waiting
+	finished      func(*dispatch.Item[Message, T]) // countFinished, made once
+	out           Outcomes                         // counted here, published to st.outcomes by advance
 }
 
 func (g *Group[T]) consume(sess sarama.ConsumerGroupSession, claim sarama.ConsumerGroupClaim) error {
@@ -368,9 +372,13 @@ func (c *claimLoop[T]) intake(m *sarama.ConsumerMessage, size int64) {
 		msg.Headers = hs
 	}
 	if c.resume.Contains(m.Offset) {
-		// Finished by the previous owner, as its commit metadata says.
+		// Finished by the previous owner, as its commit metadata says (or
+		// by this member, before it lost its final commit).
 		c.g.ctr.resumed.Add(1)
 		c.out.Resumed++
+		if c.ownLost != nil && m.Offset < c.ownLost.next {
+			c.countedBefore++
+		}
 		if err := c.p.Skip(it, m.Offset); err != nil {
 			c.badOffset(m.Offset, err)
 		}

@@ -217,7 +217,11 @@ func (c *claimLoop[T]) mark(waiting []commit.Waiting) bool {
 	c.meta = meta
 	c.st.next.Store(next)
 	if r := c.p.Released(); r > c.counted { // what the frontier passed up to next
-		c.st.committed.Add(int64(r - c.counted))
+		// The lowest offsets, those the lost claim counted, pass first.
+		n := r - c.counted
+		again := min(n, c.countedBefore)
+		c.countedBefore -= again
+		c.st.committed.Add(int64(n - again))
 		c.counted = r
 	}
 	return true
