@@ -96,7 +96,7 @@ fall short, or if the run was interrupted.`,
 	intVar(fs, &o.maxInFlight, "max-in-flight", 0, 0, group.MaxMaxInFlight, "group MaxInFlight; 0: the group's default")
 	durationVar(fs, &o.io, "io", defaultIO, 0, "simulated I/O time per Do call")
 	durationVar(fs, &o.ioItem, "io-item", defaultIOItem, 0, "simulated I/O time per transfer in a Do call")
-	floatVar(fs, &o.fail, "fail", 0.01, fraction, "fraction of Do calls that fail (and are retried), in [0, 1)")
+	floatVar(fs, &o.fail, "fail", 0.01, fraction, "fraction of Do calls that fail, in [0, 1): a failed batch is split to find its failing transfers (split calls), which are retried after a backoff (retries)")
 	uint64Var(fs, &o.seed, "seed", 1, "seed of the traffic and the failures")
 	durationVar(fs, &o.timeout, "timeout", 3*time.Minute, 1, "stop after this long, report what happened, exit 3")
 	stringVar(fs, &o.progress, "progress", "auto", oneOf("auto", "on", "off"), "live progress: auto (on a terminal), on, off")

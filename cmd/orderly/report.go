@@ -134,6 +134,7 @@ func (r *demoReport) write(w io.Writer) {
 	line("balances mismatched", "%d", r.Mismatched)
 	line("do calls", "%d", r.Stats.Batches+r.Stats.Failures)
 	line("failed calls", "%d", r.Stats.Failures)
+	line("split calls", "%d", r.Stats.Splits)
 	line("retries", "%d", r.Stats.Retries)
 	line("mean batch", "%.1f", float64(r.Stats.Handled)/float64(max(r.Stats.Batches, 1)))
 	line("throughput", "%.0f msg/s", r.throughput())
