@@ -37,6 +37,7 @@ func TestCollectorValues(t *testing.T) {
 		{"orderly_records_total", pl("orders", 0, "outcome=dead_lettered"), 3},
 		{"orderly_records_total", pl("orders", 0, "outcome=skipped"), 2},
 		{"orderly_records_total", pl("orders", 0, "outcome=resumed"), 5},
+		{"orderly_records_total", pl("orders", 0, "outcome=parked"), 4},
 		{"orderly_records_total", pl("orders", 1, "outcome=handled"), 330},
 		{"orderly_failed_attempts_total", pl("orders", 0), 9},
 		{"orderly_consumergroup_lag", pl("orders", 1), 120},
@@ -89,6 +90,29 @@ func TestCollectorValues(t *testing.T) {
 	// Committed unknown (-1): no current_offset series for partition 1.
 	if ms := sc.find("orderly_consumergroup_current_offset", pl("orders", 1)...); len(ms) != 0 {
 		t.Errorf("current_offset of a partition never read back: got %d series, want none", len(ms))
+	}
+}
+
+// TestRecordsHelpNamesEveryOutcome: the HELP text of
+// orderly_records_total names every outcome label value the collector
+// exports (what a reader of the scrape sees to know what the series are).
+func TestRecordsHelpNamesEveryOutcome(t *testing.T) {
+	sc := gatherText(t, registry(t, &fakeGroup{s: sampleStats()}))
+	f := sc["orderly_records_total"]
+	if f == nil {
+		t.Fatal("no orderly_records_total")
+	}
+	outcomes := map[string]bool{}
+	for _, m := range f.GetMetric() {
+		outcomes[labelMap(m)["outcome"]] = true
+	}
+	if len(outcomes) != 5 {
+		t.Errorf("outcomes: got %v, want handled, dead_lettered, parked, skipped and resumed", outcomes)
+	}
+	for o := range outcomes {
+		if !strings.Contains(f.GetHelp(), " "+o+" (") {
+			t.Errorf("the HELP of orderly_records_total does not name outcome %q: %s", o, f.GetHelp())
+		}
 	}
 }
 
