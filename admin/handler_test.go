@@ -102,7 +102,7 @@ func TestStatsDocument(t *testing.T) {
 	}
 	h := d.HandlerDuration
 	if h.Count != 8 || h.SumSeconds != 61 || len(h.Buckets) != 17 || h.Buckets[16].LE != "+Inf" || h.Buckets[16].Count != 1 ||
-		h.Buckets[0].LE != "0.0005" || h.P50 != "500µs" || h.P99 != "1m0s" {
+		h.Buckets[0].LE != "0.0005" || h.P50 != "500µs" || h.P50AboveLastBound || h.P99 != "1m0s" || !h.P99AboveLastBound {
 		t.Fatalf("/stats handler_duration: got %+v", h)
 	}
 	if d.DeadLetters.ByReason["poison"] != 2 || d.DeadLetters.Destination != "topic:orders.dlq" || d.ErrorsBy.Network != 2 {
@@ -129,6 +129,15 @@ func TestStatsDocument(t *testing.T) {
 		"dead_letters", "handler_duration", "end_to_end_latency", "workers", "partitions"} {
 		if _, ok := raw[k]; !ok {
 			t.Errorf("/stats has no %q", k)
+		}
+	}
+	var hist map[string]json.RawMessage
+	if err := json.Unmarshal(raw["handler_duration"], &hist); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"count", "sum_seconds", "p50", "p99", "p50_above_last_bound", "p99_above_last_bound", "buckets"} {
+		if _, ok := hist[k]; !ok {
+			t.Errorf("/stats handler_duration has no %q", k)
 		}
 	}
 	var parts []map[string]json.RawMessage

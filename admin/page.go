@@ -18,7 +18,16 @@ import (
 //go:embed status.html
 var statusPage string
 
-var pageTemplate = template.Must(template.New("status").Funcs(template.FuncMap{"num": formatNum}).Parse(statusPage))
+var pageTemplate = template.Must(template.New("status").Funcs(template.FuncMap{"num": formatNum, "quantile": quantileText}).Parse(statusPage))
+
+// quantileText is a quantile of HistogramDoc for people: the bucket's
+// upper bound, or ">" and the last bound when the quantile is above it.
+func quantileText(bound string, above bool) string {
+	if above {
+		return ">" + bound
+	}
+	return bound
+}
 
 // pageData is what the template shows: the /stats document and what the
 // page derives from it.

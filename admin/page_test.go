@@ -32,6 +32,8 @@ func TestStatusPage(t *testing.T) {
 		`<h2>Partitions not OK (1)</h2>`,
 		`<td>topic:orders.dlq</td>`,
 		`<a href="metrics">metrics</a>`,
+		`<div class="v">500µs / &gt;1m0s</div><div class="k">Do duration p50 / p99</div>`, // the p99 call is above the last bound
+		`<div class="v">250ms / 250ms</div><div class="k">end-to-end latency p50 / p99</div>`,
 	} {
 		if !strings.Contains(page, want) {
 			t.Errorf("the page has no %s", want)

@@ -114,12 +114,20 @@ type DeadLettersDoc struct {
 // HistogramDoc is a distribution of durations. Buckets are not
 // cumulative: Count observations at most LE seconds and above the bucket
 // before; the last has LE "+Inf".
+//
+// P50 and P99 are not interpolated: each is the upper bound of the bucket
+// its quantile falls in (the quantile is at most that). A quantile in the
+// +Inf bucket is above every bound: P50 or P99 is then the last bound
+// ("1m0s") and P50AboveLastBound or P99AboveLastBound is true (the status
+// page shows ">1m0s").
 type HistogramDoc struct {
-	Count      uint64      `json:"count"`
-	SumSeconds float64     `json:"sum_seconds"`
-	P50        string      `json:"p50"` // upper bound of the bucket holding the quantile
-	P99        string      `json:"p99"`
-	Buckets    []BucketDoc `json:"buckets"`
+	Count             uint64      `json:"count"`
+	SumSeconds        float64     `json:"sum_seconds"`
+	P50               string      `json:"p50"` // upper bound of the bucket holding the quantile
+	P99               string      `json:"p99"`
+	P50AboveLastBound bool        `json:"p50_above_last_bound"` // the median is above P50, the last bound
+	P99AboveLastBound bool        `json:"p99_above_last_bound"`
+	Buckets           []BucketDoc `json:"buckets"`
 }
 
 // BucketDoc is one histogram bucket.
@@ -242,9 +250,11 @@ func statusDoc(s group.PartitionStatus) StatusDoc {
 }
 
 func histogramDoc(h *group.Histogram) HistogramDoc {
+	p50, p50Above := h.QuantileBucket(0.5)
+	p99, p99Above := h.QuantileBucket(0.99)
 	d := HistogramDoc{
 		Count: h.Count, SumSeconds: h.Sum.Seconds(),
-		P50: durationString(h.Quantile(0.5)), P99: durationString(h.Quantile(0.99)),
+		P50: durationString(p50), P99: durationString(p99), P50AboveLastBound: p50Above, P99AboveLastBound: p99Above,
 		Buckets: make([]BucketDoc, len(h.Counts)),
 	}
 	for i, c := range h.Counts {

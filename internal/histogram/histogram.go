@@ -64,10 +64,21 @@ func (h *H) AddTo(s *Snapshot) {
 }
 
 // Quantile estimates the q-quantile (0 < q < 1) as the upper bound of the
-// bucket it falls in; the +Inf bucket reports the last bound. 0 when empty.
+// bucket it falls in; the +Inf bucket reports the last bound, which the
+// quantile is above (QuantileBucket tells that case apart). 0 when empty.
 func (s *Snapshot) Quantile(q float64) time.Duration {
+	le, _ := s.QuantileBucket(q)
+	return le
+}
+
+// QuantileBucket is the bucket the q-quantile (0 < q < 1) falls in: its
+// upper bound le, which the quantile is at most. When it falls in the
+// +Inf bucket (above every bound), le is the last bound and above is
+// true: the quantile is more than le, by how much the histogram cannot
+// say. 0 and false when empty.
+func (s *Snapshot) QuantileBucket(q float64) (le time.Duration, above bool) {
 	if s.Count == 0 {
-		return 0
+		return 0, false
 	}
 	rank := uint64(q * float64(s.Count))
 	var seen uint64
@@ -75,10 +86,10 @@ func (s *Snapshot) Quantile(q float64) time.Duration {
 		seen += c
 		if seen > rank {
 			if i == len(Bounds) {
-				i--
+				break
 			}
-			return time.Duration(Bounds[i] * 1e9)
+			return time.Duration(Bounds[i] * 1e9), false
 		}
 	}
-	return time.Duration(Bounds[len(Bounds)-1] * 1e9)
+	return time.Duration(Bounds[len(Bounds)-1] * 1e9), true
 }

@@ -27,6 +27,41 @@ func TestObserve(t *testing.T) {
 	}
 }
 
+// TestQuantileBucket: a quantile that falls in the +Inf bucket says so
+// (above the last bound), one in a bounded bucket gives that bucket's
+// upper bound; Quantile gives the same bound either way.
+func TestQuantileBucket(t *testing.T) {
+	var h H
+	for i := range 8 {
+		h.Observe(time.Duration(i+1) * time.Minute) // 1m (at the last bound) to 8m
+	}
+	h.Observe(time.Millisecond)
+	var s Snapshot
+	h.AddTo(&s)
+	for _, c := range []struct {
+		q     float64
+		le    time.Duration
+		above bool
+	}{
+		{0.05, time.Millisecond, false}, // the 1ms record
+		{0.15, time.Minute, false},      // the record of exactly 1m: at most the last bound
+		{0.5, time.Minute, true},        // 4m: above every bound
+		{0.99, time.Minute, true},
+	} {
+		le, above := s.QuantileBucket(c.q)
+		if le != c.le || above != c.above {
+			t.Errorf("QuantileBucket(%v): got %v, %v; want %v, %v (counts %v)", c.q, le, above, c.le, c.above, s.Counts)
+		}
+		if got := s.Quantile(c.q); got != c.le {
+			t.Errorf("Quantile(%v): got %v, want %v", c.q, got, c.le)
+		}
+	}
+	var empty Snapshot
+	if le, above := empty.QuantileBucket(0.5); le != 0 || above {
+		t.Errorf("empty: got %v, %v; want 0, false", le, above)
+	}
+}
+
 func TestConcurrent(t *testing.T) {
 	var h H
 	var wg sync.WaitGroup

@@ -1,0 +1,168 @@
+package admin
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/IBM/sarama"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest"
+	"golang.org/x/net/html"
+
+	"github.com/orderly-go/orderly/group"
+	"github.com/orderly-go/orderly/internal/broker"
+)
+
+// startServed starts a broker with topic (parts partitions), a group on
+// it whose Do returns nil (cfg may change its Config), and the admin
+// server in front of it; Run is not started (run starts it).
+func startServed(t *testing.T, topic string, parts int32, cfg func(*group.Config)) *live {
+	t.Helper()
+	b, err := broker.Start(broker.Config{Topics: []string{topic}, Partitions: parts})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(b.Close)
+	sc := group.DefaultSarama()
+	sc.Consumer.Offsets.AutoCommit.Interval = 100 * time.Millisecond
+	c := group.Config{
+		Brokers: b.Addrs(), Topics: []string{topic}, GroupID: topic, Sarama: sc, Size: 1, Num: 2,
+		Logger: zaptest.NewLogger(t, zaptest.Level(zap.ErrorLevel)),
+	}
+	if cfg != nil {
+		cfg(&c)
+	}
+	g, err := group.New(c, group.Handler[*group.Message]{Do: func(context.Context, []*group.Message) error { return nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := &live{t: t, b: b, g: g, topic: topic, base: "http://" + ln.Addr().String() + "/", release: func() {}}
+	serveCtx, stopServe := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- ServeListener(serveCtx, ln, g, Options{}) }()
+	l.stopServe = func() error { stopServe(); return <-served }
+	t.Cleanup(func() {
+		if l.stopRun != nil {
+			_ = l.stopRun()
+		}
+		stopServe()
+		<-served
+	})
+	return l
+}
+
+// produceAged writes n records to topic, record i with a timestamp age(i)
+// ago.
+func produceAged(t *testing.T, addrs []string, topic string, n int, age func(i int) time.Duration) {
+	t.Helper()
+	cfg := sarama.NewConfig()
+	cfg.Version = sarama.V3_0_0_0
+	cfg.Producer.Return.Successes = true
+	cfg.Producer.RequiredAcks = sarama.WaitForLocal
+	p, err := sarama.NewSyncProducer(addrs, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	now := time.Now()
+	for i := range n {
+		if _, _, err := p.SendMessage(&sarama.ProducerMessage{Topic: topic, Key: sarama.StringEncoder(fmt.Sprint("k", i)),
+			Value: sarama.StringEncoder(fmt.Sprint("v", i)), Timestamp: now.Add(-age(i))}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// waitFor polls cond every 20ms until it holds, or fails the test after
+// timeout.
+func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("not %s after %v", what, timeout)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestLiveQuantileAboveLastBound: a consumer catching up on records 1 to 8
+// minutes old has every end-to-end latency above the histogram's last
+// bound (60s). /stats says so in a form a program tells apart (p50 and
+// p99 stay the last bound, "1m0s", with p50_above_last_bound and
+// p99_above_last_bound true), and the status page, as Chromium builds
+// it, shows ">1m0s / >1m0s" rather than a latency of one minute. The Do
+// durations, under a second, are not marked.
+func TestLiveQuantileAboveLastBound(t *testing.T) {
+	bin := chromium(t)
+	const n = 40
+	l := startServed(t, "admin-aged", 2, nil)
+	produceAged(t, l.b.Addrs(), l.topic, n, func(i int) time.Duration { return time.Minute + time.Second + time.Duration(i)*10*time.Second })
+	l.run()
+	waitFor(t, time.Minute, "every record handled", func() bool { return l.g.Stats().Latency.Count == n })
+
+	code, body := l.get("stats")
+	if code != 200 {
+		t.Fatalf("/stats: %d %s", code, body)
+	}
+	// Decoded by name, as a program reading the JSON would.
+	type quantiles struct {
+		P50      string `json:"p50"`
+		P99      string `json:"p99"`
+		P50Above *bool  `json:"p50_above_last_bound"`
+		P99Above *bool  `json:"p99_above_last_bound"`
+	}
+	var doc struct {
+		Lat quantiles `json:"end_to_end_latency"`
+		Do  quantiles `json:"handler_duration"`
+	}
+	if err := json.Unmarshal([]byte(body), &doc); err != nil {
+		t.Fatal(err)
+	}
+	is := func(b *bool, want bool) bool { return b != nil && *b == want }
+	if lat := doc.Lat; lat.P50 != "1m0s" || lat.P99 != "1m0s" || !is(lat.P50Above, true) || !is(lat.P99Above, true) {
+		t.Errorf("/stats end_to_end_latency: got p50 %q p99 %q above %s %s; want \"1m0s\" (the last bound, still a duration) with p50_above_last_bound and p99_above_last_bound true",
+			lat.P50, lat.P99, boolPtr(lat.P50Above), boolPtr(lat.P99Above))
+	}
+	if do := doc.Do; !is(do.P50Above, false) || !is(do.P99Above, false) {
+		t.Errorf("/stats handler_duration: got p50 %q p99 %q above %s %s; want p50_above_last_bound and p99_above_last_bound false (calls under a second)",
+			do.P50, do.P99, boolPtr(do.P50Above), boolPtr(do.P99Above))
+	}
+
+	root := browserDOM(t, bin, l.base)
+	if got := cardValue(root, "end-to-end latency p50 / p99"); got != ">1m0s / >1m0s" {
+		t.Errorf("the page's end-to-end latency p50 / p99: got %q, want \">1m0s / >1m0s\"", got)
+	}
+	if got := cardValue(root, "Do duration p50 / p99"); strings.Contains(got, ">") || got == "<missing>" {
+		t.Errorf("the page's Do duration p50 / p99: got %q, want bucket bounds without \">\"", got)
+	}
+}
+
+func boolPtr(b *bool) string {
+	if b == nil {
+		return "absent"
+	}
+	return fmt.Sprint(*b)
+}
+
+// cardValue is the value the status page shows on the card labelled
+// label.
+func cardValue(root *html.Node, label string) string {
+	card := domFind(root, func(n *html.Node) bool {
+		k := domFind(n, domByClass("k"))
+		return domAttr(n, "class") == "card" && k != nil && textOf(k) == label
+	})
+	if v := domFind(card, domByClass("v")); v != nil {
+		return textOf(v)
+	}
+	return "<missing>"
+}
