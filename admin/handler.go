@@ -110,10 +110,10 @@ func (h *handler) serveHealthz(w http.ResponseWriter, _ *http.Request) {
 }
 
 // serveReadyz is readiness: joined the group (with or without
-// partitions), session not lost, Run not returned.
+// partitions), session not lost, not stopping (Run's ctx not ended).
 func (h *handler) serveReadyz(w http.ResponseWriter, _ *http.Request) {
 	if !h.g.Ready() {
-		plain(w, http.StatusServiceUnavailable, "not ready: the group has not joined, lost its session, cannot join, or Run returned")
+		plain(w, http.StatusServiceUnavailable, "not ready: the group has not joined, lost its session, cannot join, or is stopping")
 		return
 	}
 	plain(w, http.StatusOK, "ready")

@@ -280,6 +280,63 @@ func TestLive(t *testing.T) {
 	}
 }
 
+// TestLiveReadyzWhileStopping: /readyz answers 503 from the moment Run's
+// ctx ends, while the group drains (here a Do that ignores its ctx holds
+// the drain until released) and before Run returns, and never 200 again;
+// orderly_ready and /stats' ready agree. Before, /readyz stayed 200 for
+// the whole drain (consume's SIGTERM drain showed it for seconds).
+func TestLiveReadyzWhileStopping(t *testing.T) {
+	l := startLive(t, "admin-stopping", 2, 200, 20)
+	l.run()
+	l.waitCode("readyz", http.StatusOK, 30*time.Second)
+	l.waitCode("healthz", http.StatusServiceUnavailable, 30*time.Second) // the call hangs: the drain will wait on it
+
+	stopped := make(chan error, 1)
+	go func() { stopped <- l.stopRun() }()
+	// Poll as a prober would, every 2ms, until Run has returned.
+	var codes []int
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		code, body := l.get("readyz")
+		codes = append(codes, code)
+		if code == http.StatusServiceUnavailable {
+			if !strings.HasPrefix(body, "not ready") {
+				t.Errorf("/readyz while stopping: got %q, want 'not ready...'", body)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/readyz still %d 5s after Run's ctx ended, while the group drains (codes %v)", code, codes[max(0, len(codes)-5):])
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	select {
+	case err := <-stopped:
+		t.Fatalf("Run returned (%v) before the hung call was released: the test needs it still draining", err)
+	default:
+	}
+	if d := l.stats(); d.Ready == nil || *d.Ready {
+		t.Errorf("/stats ready while stopping: got %v, want false", d.Ready)
+	}
+	if got := scrapeURL(t, l.base+"metrics").value(t, "orderly_ready"); got != 0 {
+		t.Errorf("orderly_ready while stopping: got %v, want 0", got)
+	}
+	for i := 0; i < 50; i++ { // 100ms more of the drain: never ready again
+		if code, _ := l.get("readyz"); code != http.StatusServiceUnavailable {
+			t.Fatalf("/readyz during the drain, after a 503: got %d", code)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	l.release()
+	if err := <-stopped; err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	l.waitCode("readyz", http.StatusServiceUnavailable, time.Second)
+	if err := l.stopServe(); err != nil {
+		t.Fatalf("Serve: %v", err)
+	}
+}
+
 func waitCaughtUp(t *testing.T, b *broker.Broker, topic string, timeout time.Duration) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)

@@ -193,7 +193,7 @@ const (
 	latencyName         = "orderly_end_to_end_latency_seconds"
 	latencyHelp         = "End-to-end latency of each Do call's oldest record: record timestamp to done."
 	readyName           = "orderly_ready"
-	readyHelp           = "1 when the group is ready (/readyz): joined, session not lost, Run not returned."
+	readyHelp           = "1 when the group is ready (/readyz): joined, session not lost, not stopping (0 from the moment Run's ctx ends, through the drain)."
 	liveName            = "orderly_live"
 	liveHelp            = "1 when the group is live (/healthz): no worker stuck, session not lost for long."
 	destinationNone     = "none"

@@ -12,7 +12,8 @@ type Source interface {
 type Health interface {
 	// Ready reports whether the group joined (a standby member with no
 	// partitions is ready too); false before the join, after a lost
-	// session and after Run returned.
+	// session, while a join fails, and from the moment Run's ctx ends
+	// (through the drain, and after Run returned).
 	Ready() bool
 	// Live reports whether the group is alive, and why not: no worker
 	// stuck past MsgTimeout and its grace, the session not lost for

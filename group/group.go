@@ -788,11 +788,25 @@ func (g *Group[T]) Stats() Stats {
 }
 
 // Ready reports whether the group has joined and not lost its session
-// since, until Run returns: a standby member with no partitions is ready
-// too. A join or rejoin that fails (no broker reachable, say) makes it
-// false until a join succeeds; an eager rebalance that rejoins at once
-// does not.
-func (g *Group[T]) Ready() bool { return g.joined.Load() && g.lostAt.Load() == 0 }
+// since, until it starts to stop: a standby member with no partitions is
+// ready too. A join or rejoin that fails (no broker reachable, say) makes
+// it false until a join succeeds; an eager rebalance that rejoins at once
+// does not. It turns false for good once Run's ctx ends (or a fatal error
+// ends Run), while the partitions drain and before Run returns: what a
+// readiness probe wants of a member on its way out.
+func (g *Group[T]) Ready() bool {
+	return g.joined.Load() && g.lostAt.Load() == 0 && !g.isStopping()
+}
+
+// isStopping reports whether Run has begun to stop (g.stopping closed).
+func (g *Group[T]) isStopping() bool {
+	select {
+	case <-g.stopping:
+		return true
+	default:
+		return false
+	}
+}
 
 // Live reports whether the group is alive, and why not: no worker stuck
 // past MsgTimeout plus its grace, and the group session not lost for

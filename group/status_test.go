@@ -332,6 +332,39 @@ func TestHealth(t *testing.T) {
 	}
 }
 
+// TestReadyFalseWhileStopping: Ready turns false as soon as Run's ctx
+// ends, while a partition's drain still waits on a hung call and Run has
+// not returned (a readiness probe should take a member on its way out out
+// of service), not only once Run returns.
+func TestReadyFalseWhileStopping(t *testing.T) {
+	t.Parallel() // waits on timers mostly: runs beside the others
+	r := newRig(t, "readystop", 1, 200, 20)
+	w := r.work(0, 0)
+	do, stuck, release := stuckDo(func(m *Message) bool { return m.Offset == 0 }, w.Do)
+	defer release()
+	cfg := statusConfig(r, "readystop")
+	cfg.Size, cfg.Num, cfg.DrainTimeout = 1, 4, 9*time.Second
+	g := newGroup(t, cfg, do)
+	stop := run(t, g)
+	<-stuck
+	waitFor(t, 30*time.Second, "Ready", g.Ready)
+	stopped := make(chan error, 1)
+	go func() { stopped <- stop() }()
+	waitFor(t, 5*time.Second, "Ready to turn false once Run's ctx ended", func() bool { return !g.Ready() })
+	select {
+	case err := <-stopped:
+		t.Fatalf("Run returned (%v) while a call hung: the test needs it still draining", err)
+	default:
+	}
+	release()
+	if err := <-stopped; err != nil {
+		t.Fatal(err)
+	}
+	if g.Ready() {
+		t.Fatal("Ready after Run returned: got true, want false")
+	}
+}
+
 // callbackLog records OnAssigned, OnRevoked and OnLost calls.
 type callbackLog struct {
 	mu     sync.Mutex
