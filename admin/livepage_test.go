@@ -166,3 +166,60 @@ func cardValue(root *html.Node, label string) string {
 	}
 	return "<missing>"
 }
+
+// TestLivePageNotReadyAfterBrokerOutage: a real group on kfake joins and
+// claims its partitions; then the broker goes away (closed), the group
+// loses its claims and cannot rejoin: not ready, no partition claimed.
+// /stats keeps the documented status (OK with no partitions, code 1) and
+// says ready false; the status page, as Chromium builds it, must not say
+// green "OK, every claimed partition is OK" nor that the group "has not
+// joined": its banner says NOT READY, out of the group, and the
+// partitions section that the group had joined and held partitions.
+func TestLivePageNotReadyAfterBrokerOutage(t *testing.T) {
+	bin := chromium(t)
+	const parts = 3
+	l := startServed(t, "admin-outage", parts, func(c *group.Config) {
+		c.Sarama.Consumer.Group.Session.Timeout = 6 * time.Second
+		c.Sarama.Consumer.Group.Heartbeat.Interval = 200 * time.Millisecond
+		c.Sarama.Consumer.Group.Rebalance.Timeout = 4 * time.Second
+		c.Sarama.Net.DialTimeout, c.Sarama.Net.ReadTimeout = time.Second, 2*time.Second
+		c.Sarama.Metadata.Retry.Max = 1
+		c.Retry = group.Retry{Backoff: 200 * time.Millisecond, MaxBackoff: time.Second}
+		c.Logger = zap.NewNop() // the outage's warnings are expected
+	})
+	l.run()
+	waitFor(t, 30*time.Second, "ready with every partition claimed", func() bool {
+		return l.g.Ready() && l.g.Stats().Partitions == parts
+	})
+	if root := browserDOM(t, bin, l.base); !strings.Contains(domText(root, "group-status"), "every claimed partition is OK") {
+		t.Fatalf("the banner while joined: got %q, want OK over its partitions", domText(root, "group-status"))
+	}
+
+	l.b.Close() // the outage
+	waitFor(t, time.Minute, "not ready with no partition claimed", func() bool {
+		d := l.stats()
+		return d.Ready != nil && !*d.Ready && d.Now.Partitions == 0
+	})
+	d := l.stats()
+	if d.Status.Code != 1 || d.Status.Name != "OK" || d.Totals.Claims < parts {
+		t.Errorf("/stats during the outage: got status %+v, claims %d; want OK (code 1, as documented: no partition is worse) and at least %d claims", d.Status, d.Totals.Claims, parts)
+	}
+
+	root := browserDOM(t, bin, l.base)
+	banner := domFind(root, domByID("group-status"))
+	if banner == nil {
+		t.Fatal("no banner (#group-status)")
+	}
+	text := textOf(banner)
+	if strings.Contains(domAttr(banner, "class"), "st-1") || strings.Contains(text, "every claimed partition is OK") ||
+		!strings.HasPrefix(text, "NOT READY") || !strings.Contains(text, "out of the group") {
+		t.Errorf("the banner during the outage: got %q (class %q), want NOT READY, out of the group, not a green OK", text, domAttr(banner, "class"))
+	}
+	if title := domFind(root, func(n *html.Node) bool { return n.Data == "title" }); title == nil || !strings.HasPrefix(textOf(title), "NOT READY") {
+		t.Errorf("the page's title during the outage: want it to start NOT READY")
+	}
+	section := domText(root, "partitions")
+	if strings.Contains(section, "has not joined") || !strings.Contains(section, "the group joined") {
+		t.Errorf("the partitions section during the outage: got %q, want it to say the group joined and held partitions, not that it has not joined", section)
+	}
+}

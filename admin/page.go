@@ -3,9 +3,11 @@ package admin
 import (
 	"bytes"
 	_ "embed"
+	"fmt"
 	"html/template"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"go.uber.org/zap"
@@ -40,6 +42,21 @@ type pageData struct {
 	Busy                       int            // workers in Do
 	StuckWorkers               []WorkerDoc    // workers stuck now
 	Problems                   []PartitionDoc // partitions whose status is not OK
+	// Headline is the banner at the top: the group's status, or, when
+	// the group is not ready and no partition it holds is worse than OK,
+	// NOT READY (an OK over no partitions, or over partitions draining,
+	// would say nothing is wrong).
+	Headline headline
+	// NoPartitions says why no partition is claimed (the partitions
+	// section shows it when there are none).
+	NoPartitions string
+}
+
+// headline is the status page's banner.
+type headline struct {
+	Class  string // st-N for a status code, or notready
+	Name   string // OK, WARN, STOP, STALL, REWIND, NOT READY
+	Reason string
 }
 
 func newPageData(d *StatsDoc, opts *Options) *pageData {
@@ -62,6 +79,49 @@ func newPageData(d *StatsDoc, opts *Options) *pageData {
 		if pd.Status.Code != 1 {
 			p.Problems = append(p.Problems, pd)
 		}
+	}
+	p.Headline = headline{Class: "st-" + strconv.Itoa(d.Status.Code), Name: d.Status.Name, Reason: d.Status.Reason}
+	if p.Headline.Reason == "" {
+		p.Headline.Reason = "every claimed partition is OK"
+	}
+	p.NoPartitions = "No partition claimed."
+	if !p.HasHealth {
+		return p
+	}
+	// Why the group is not ready, from what it exposes: Claims counts the
+	// partition claims it started, which it does only once joined; Live's
+	// reason names a session lost for longer than Status.LostAfter (a
+	// member with no partitions that lost its session sooner than that
+	// reads as not joined yet).
+	why := "its session lost, a rejoin failing, or shutting down"
+	lost := !p.IsLive && strings.Contains(d.LiveReason, "session lost")
+	if lost {
+		why = d.LiveReason
+	}
+	joined := d.Totals.Claims > 0 || lost
+	switch {
+	case p.IsReady:
+		p.NoPartitions = "No partition claimed: the group joined and assigned this member none (more members than partitions)."
+	case !joined:
+		p.NoPartitions = "No partition claimed: the group has not joined yet."
+	default:
+		claims := ""
+		if d.Totals.Claims > 0 {
+			claims = fmt.Sprintf(" (%d partition claims since, all ended)", d.Totals.Claims)
+		}
+		p.NoPartitions = fmt.Sprintf("No partition claimed now: the group joined%s and is not ready: %s.", claims, why)
+	}
+	if p.IsReady || d.Status.Code != 1 {
+		return p // a status worse than OK stays the headline; the health line says not ready
+	}
+	p.Headline = headline{Class: "notready", Name: "NOT READY"}
+	switch {
+	case len(d.Partitions) > 0:
+		p.Headline.Reason = fmt.Sprintf("%s; the %d partitions it still holds are OK", why, len(d.Partitions))
+	case !joined:
+		p.Headline.Reason = "the group has not joined yet: no partition claimed"
+	default:
+		p.Headline.Reason = fmt.Sprintf("out of the group, no partition claimed: %s", why)
 	}
 	return p
 }

@@ -74,12 +74,67 @@ func TestStatusPageEscapes(t *testing.T) {
 	}
 }
 
-// TestStatusPageEmpty: before the join, no partitions and no workers.
+// TestStatusPageEmpty: before the join, no partitions and no workers;
+// the banner says NOT READY, not OK.
 func TestStatusPageEmpty(t *testing.T) {
 	f := &fakeGroup{s: group.Stats{GroupID: "idle", Status: group.PartitionStatus{Code: group.StatusOK}}, live: true}
 	code, page := get(t, Handler(f, Options{}), "GET", "/")
-	if code != 200 || !strings.Contains(page, "No partition claimed: the group has not joined.") ||
-		!strings.Contains(page, `<span class="bad" id="ready">not ready</span>`) {
+	if code != 200 || !strings.Contains(page, `<p class="muted" id="no-partitions">No partition claimed: the group has not joined yet.</p>`) ||
+		!strings.Contains(page, `<span class="bad" id="ready">not ready</span>`) ||
+		!strings.Contains(page, `<div class="banner notready" id="group-status">
+<span class="code">NOT READY</span><span class="reason">the group has not joined yet: no partition claimed</span>`) {
 		t.Fatalf("/ before the join: %d\n%s", code, page)
+	}
+}
+
+// TestStatusPageNotReady: the banner and the partitions section say what
+// Ready, Live and Stats tell of a group that is not ready; a ready group
+// and a status worse than OK keep the status as the banner.
+func TestStatusPageNotReady(t *testing.T) {
+	noParts := func(claims int64) group.Stats {
+		return group.Stats{GroupID: "g", Claims: claims, Revokes: claims, Status: group.PartitionStatus{Code: group.StatusOK}}
+	}
+	for _, c := range []struct {
+		name             string
+		s                group.Stats
+		ready, live      bool
+		why              string
+		banner, sections string
+	}{
+		{"standby", noParts(0), true, true, "",
+			`<div class="banner st-1" id="group-status">
+<span class="code">OK</span><span class="reason">every claimed partition is OK</span>`,
+			"No partition claimed: the group joined and assigned this member none (more members than partitions)."},
+		{"out of the group after holding partitions", noParts(4), false, true, "",
+			`<div class="banner notready" id="group-status">
+<span class="code">NOT READY</span><span class="reason">out of the group, no partition claimed: its session lost, a rejoin failing, or shutting down</span>`,
+			"No partition claimed now: the group joined (4 partition claims since, all ended) and is not ready: its session lost, a rejoin failing, or shutting down."},
+		{"session lost for long", noParts(0), false, false, "group session lost 1m0s ago",
+			`<span class="code">NOT READY</span><span class="reason">out of the group, no partition claimed: group session lost 1m0s ago</span>`,
+			"No partition claimed now: the group joined and is not ready: group session lost 1m0s ago."},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			_, page := get(t, Handler(&fakeGroup{s: c.s, ready: c.ready, live: c.live, why: c.why}, Options{}), "GET", "/")
+			if !strings.Contains(page, c.banner) || !strings.Contains(page, `id="no-partitions">`+c.sections+`</p>`) {
+				t.Fatalf("want the banner\n%s\nand the partitions section %q; got\n%s", c.banner, c.sections, page)
+			}
+		})
+	}
+	// Partitions still held (draining for shutdown, say), all OK: NOT
+	// READY; one STALLed: STALL stays the banner.
+	f := &fakeGroup{s: sampleStats(), ready: false, live: true}
+	f.set(func(s *group.Stats) {
+		s.PartitionStats[1].Status = group.PartitionStatus{Code: group.StatusOK}
+		s.Status = group.PartitionStatus{Code: group.StatusOK}
+	})
+	if _, page := get(t, Handler(f, Options{}), "GET", "/"); !strings.Contains(page,
+		`<span class="code">NOT READY</span><span class="reason">its session lost, a rejoin failing, or shutting down; the 2 partitions it still holds are OK</span>`) ||
+		!strings.Contains(page, "<title>NOT READY · ledger · orderly</title>") {
+		t.Errorf("not ready, holding OK partitions: got\n%s", page)
+	}
+	f = &fakeGroup{s: sampleStats(), ready: false, live: true}
+	if _, page := get(t, Handler(f, Options{}), "GET", "/"); !strings.Contains(page, `<div class="banner st-5" id="group-status">
+<span class="code">STALL</span>`) {
+		t.Errorf("not ready with a partition STALLed: want the STALL banner; got\n%s", page)
 	}
 }
