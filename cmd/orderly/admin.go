@@ -49,7 +49,8 @@ type adminServer struct {
 // start listens on a.addr and serves admin.Handler(g) there until
 // stop, printing the URL on out; with no --admin it returns a server
 // whose stop does nothing. The server outlives the group's Run (so that
-// /readyz says 503 once Run has returned), until the subcommand stops it.
+// /readyz says 503 from the moment the group starts to stop until the
+// report is printed), until the subcommand stops it.
 func (a *adminOpts) start(g admin.Group, out io.Writer) (*adminServer, error) {
 	if a.addr == "" {
 		return &adminServer{stop: func() error { return nil }}, nil
