@@ -19,6 +19,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"strconv"
 	"time"
 
@@ -35,7 +36,10 @@ type Config struct {
 	// a random free port on 127.0.0.1.
 	Addr string
 	// DataDir makes the broker persist its logs, offsets and groups there
-	// and reload them on start (kfake's DataDir). Default "": memory only.
+	// and reload them on start (kfake's DataDir), created if missing. The
+	// broker holds the lock file LockFile in it until Close: a second
+	// broker on the same DataDir, in this process or another, is refused
+	// with a *LockedError. Default "": memory only.
 	DataDir string
 	// SyncWrites fsyncs every produced batch (kfake's SyncWrites). Only
 	// meaningful with DataDir.
@@ -58,11 +62,36 @@ type Config struct {
 
 // Broker is a running in-process broker.
 type Broker struct {
-	c *kfake.Cluster
+	c    *kfake.Cluster
+	lock *os.File // held on Config.DataDir, nil without one
 }
 
 // ErrBadAddr reports an Addr that is not host:port.
 var ErrBadAddr = errors.New("broker: bad listen address")
+
+// LockFile is the file in Config.DataDir whose lock a broker holds.
+const LockFile = "broker.lock"
+
+// ErrLocked: another broker holds Config.DataDir's lock. Start's error
+// is then a *LockedError.
+var ErrLocked = errors.New("broker: data directory locked")
+
+// LockedError is Start's error when another broker holds the lock of
+// Config.DataDir. It matches ErrLocked.
+type LockedError struct {
+	Dir, Lock string // the data directory and its lock file
+	PID       int    // the holder's process ID, 0 if unknown
+}
+
+func (e *LockedError) Error() string {
+	holder := "another process"
+	if e.PID > 0 {
+		holder = fmt.Sprintf("process %d", e.PID)
+	}
+	return fmt.Sprintf("broker: data directory %s is in use: %s (another orderly broker?) holds its lock %s", e.Dir, holder, e.Lock)
+}
+
+func (e *LockedError) Is(target error) bool { return target == ErrLocked }
 
 // Start starts a broker.
 func Start(cfg Config) (*Broker, error) {
@@ -93,7 +122,16 @@ func Start(cfg Config) (*Broker, error) {
 			return net.Listen(network, net.JoinHostPort(host, strconv.Itoa(port)))
 		}))
 	}
+	var lock *os.File
 	if cfg.DataDir != "" {
+		// Locked before kfake reads or writes anything there.
+		if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
+			return nil, fmt.Errorf("broker: data directory: %w", err)
+		}
+		var err error
+		if lock, err = lockData(cfg.DataDir); err != nil {
+			return nil, err
+		}
 		opts = append(opts, kfake.DataDir(cfg.DataDir))
 		if cfg.SyncWrites {
 			opts = append(opts, kfake.SyncWrites())
@@ -101,26 +139,38 @@ func Start(cfg Config) (*Broker, error) {
 	}
 	c, err := kfake.NewCluster(opts...)
 	if err != nil {
+		closeLock(lock)
 		return nil, fmt.Errorf("broker: start on %q (data %q): %w", cfg.Addr, cfg.DataDir, err)
 	}
-	b := &Broker{c: c}
+	b := &Broker{c: c, lock: lock}
 	for _, t := range cfg.Topics {
 		if c.TopicInfo(t) != nil {
 			continue // reloaded from DataDir: kept as it is
 		}
 		if err := b.CreateTopic(t, cfg.Partitions); err != nil {
-			c.Close()
+			b.Close()
 			return nil, err
 		}
 	}
 	return b, nil
 }
 
+// closeLock lets go of a data directory's lock (nil: none).
+func closeLock(f *os.File) {
+	if f != nil {
+		f.Close()
+	}
+}
+
 // Addrs are the bootstrap addresses to give a client.
 func (b *Broker) Addrs() []string { return b.c.ListenAddrs() }
 
-// Close stops the broker; with a DataDir it flushes state to disk first.
-func (b *Broker) Close() { b.c.Close() }
+// Close stops the broker; with a DataDir it flushes state to disk first,
+// then lets go of the directory's lock.
+func (b *Broker) Close() {
+	b.c.Close()
+	closeLock(b.lock)
+}
 
 // CreateTopic creates topic with the given partition count. A topic that
 // already exists with at least that many partitions is not an error (a
