@@ -23,6 +23,14 @@
 //
 //	go run ./examples/ledger                      # embedded broker: produce, consume both ways, compare
 //	go run ./examples/ledger --brokers host:9092  # a real cluster (--produce to write the transfers first)
+//
+// On a cluster (--brokers) the topic must exist: the ledger creates it
+// only on its embedded broker, and refuses a missing one before it
+// produces or consumes anything. --produce writes the transfers every
+// time it is given: give it once per topic (a second time the topic holds
+// every transfer twice, and the balances no longer match the ones drawn).
+// The databases in --db, created if missing, are opened before anything
+// is produced, so one that cannot be opened leaves Kafka untouched.
 package main
 
 import (
@@ -86,7 +94,7 @@ type options struct {
 func parseFlags(args []string, stdout io.Writer) (*options, error) {
 	o := &options{}
 	fs := flag.NewFlagSet("ledger", flag.ContinueOnError)
-	fs.StringVar(&o.brokers, "brokers", "", "comma-separated host:port of a Kafka cluster; empty: an embedded broker (and --produce)")
+	fs.StringVar(&o.brokers, "brokers", "", "comma-separated host:port of a Kafka cluster, where --topic must exist; empty: an embedded broker (and --produce)")
 	fs.StringVar(&o.topic, "topic", "transfers", "topic of transfers")
 	fs.StringVar(&o.groupPrefix, "group", "ledger", "consumer group prefix: PREFIX-ordered, PREFIX-unordered")
 	fs.IntVar(&o.transfers, "transfers", 20000, "transfers to produce (and to expect)")
@@ -94,7 +102,7 @@ func parseFlags(args []string, stdout io.Writer) (*options, error) {
 	fs.IntVar(&o.partitions, "partitions", 8, "partitions of the topic the embedded broker creates")
 	fs.Uint64Var(&o.seed, "seed", 1, "seed of the transfers (the same seed draws the same transfers)")
 	fs.StringVar(&o.mode, "mode", "both", "both, ordered (by account) or unordered")
-	fs.StringVar(&o.dbDir, "db", "", "directory of the databases (MODE.db), kept; empty: a temporary one, removed at exit")
+	fs.StringVar(&o.dbDir, "db", "", "directory of the databases (MODE.db), created if missing, kept; empty: a temporary one, removed at exit")
 	fs.BoolVar(&o.produce, "produce", false, "produce the transfers before consuming (always with the embedded broker)")
 	fs.DurationVar(&o.commitInterval, "commit-interval", time.Second, "Orderly's commit interval")
 	fs.IntVar(&o.num, "num", 8, "workers (group Num)")
@@ -128,6 +136,31 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	// The databases first: one that cannot be opened must fail before
+	// anything is produced (a rerun with --produce would double the topic).
+	if o.dbDir == "" {
+		dir, err := os.MkdirTemp("", "ledger-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(dir)
+		o.dbDir = dir
+	} else if err := os.MkdirAll(o.dbDir, 0o755); err != nil {
+		return fmt.Errorf("--db %s: %w", o.dbDir, err)
+	}
+	modes := []string{"ordered", "unordered"}
+	if o.mode != "both" {
+		modes = []string{o.mode}
+	}
+	stores := make(map[string]*store, len(modes))
+	for _, mode := range modes {
+		st, err := openStore(filepath.Join(o.dbDir, mode+".db"))
+		if err != nil {
+			return err
+		}
+		defer st.close()
+		stores[mode] = st
+	}
 	brokers := strings.Split(o.brokers, ",")
 	where := o.brokers
 	if o.brokers == "" {
@@ -137,14 +170,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		defer b.Close()
 		brokers, where, o.produce = b.Addrs(), "embedded broker "+b.Addrs()[0], true
-	}
-	if o.dbDir == "" {
-		dir, err := os.MkdirTemp("", "ledger-")
-		if err != nil {
-			return err
-		}
-		defer os.RemoveAll(dir)
-		o.dbDir = dir
+	} else if err := topicExists(brokers, o.topic); err != nil {
+		return err
 	}
 	ts := plan(o.transfers, o.accounts, o.seed)
 	if o.produce {
@@ -154,13 +181,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	fmt.Fprintf(stdout, "ledger: %d transfers over %d accounts on %q (%s); databases in %s\n",
 		o.transfers, o.accounts, o.topic, where, o.dbDir)
-	modes := []string{"ordered", "unordered"}
-	if o.mode != "both" {
-		modes = []string{o.mode}
-	}
 	var failed error
 	for _, mode := range modes {
-		r, err := consume(ctx, o, brokers, mode, newLogger(o.logLevel, stderr))
+		r, err := consume(ctx, o, brokers, mode, stores[mode], newLogger(o.logLevel, stderr))
 		if err != nil {
 			return err
 		}
@@ -185,13 +208,9 @@ type result struct {
 	expected                       int
 }
 
-// consume runs one mode until the group's commit reaches the topic's end.
-func consume(ctx context.Context, o *options, brokers []string, mode string, log *zap.Logger) (*result, error) {
-	st, err := openStore(filepath.Join(o.dbDir, mode+".db"))
-	if err != nil {
-		return nil, err
-	}
-	defer st.close()
+// consume runs one mode, applying to st, until the group's commit reaches
+// the topic's end.
+func consume(ctx context.Context, o *options, brokers []string, mode string, st *store, log *zap.Logger) (*result, error) {
 	off, err := newOffsets(brokers)
 	if err != nil {
 		return nil, err

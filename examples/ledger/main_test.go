@@ -209,3 +209,81 @@ func TestLedgerBothModes(t *testing.T) {
 		t.Errorf("unordered: want some accounts negative:\n%s", out)
 	}
 }
+
+// TestLedgerDBBeforeProduce: --db is created if missing, and the
+// databases are opened before anything is produced: a missing --db
+// failed with "unable to open database file" only after the transfers
+// were produced, so a rerun with --produce doubled the topic.
+func TestLedgerDBBeforeProduce(t *testing.T) {
+	t.Parallel()
+	const n = 300
+	tests := []struct {
+		name     string
+		db       func(t *testing.T, dir string) string // --db under the test's directory
+		wantErr  string                                // "": the run succeeds
+		produced int64                                 // records in the topic after the run
+	}{
+		{"missing", func(_ *testing.T, dir string) string { return filepath.Join(dir, "new", "db") }, "", n},
+		{"unopenable", func(t *testing.T, dir string) string {
+			// ordered.db is a directory: SQLite cannot open it.
+			if err := os.MkdirAll(filepath.Join(dir, "ordered.db"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			return dir
+		}, "ordered.db", 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b, err := broker.Start(broker.Config{Topics: []string{"transfers"}, Partitions: 2})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer b.Close()
+			db := tt.db(t, t.TempDir())
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			var stdout, stderr bytes.Buffer
+			err = run(ctx, []string{"--brokers", b.Addrs()[0], "--produce", "--mode", "ordered", "--db", db,
+				"--transfers", strconv.Itoa(n), "--accounts", "10", "--commit-interval", "100ms"}, &stdout, &stderr)
+			switch {
+			case tt.wantErr == "" && err != nil:
+				t.Fatalf("run with --db %s: %v\nstdout:\n%s\nstderr:\n%s", db, err, stdout.String(), stderr.String())
+			case tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)):
+				t.Fatalf("run with --db %s: got %v, want an error naming %q", db, err, tt.wantErr)
+			}
+			var produced int64
+			for _, hw := range b.HighWatermarks("transfers") {
+				produced += hw
+			}
+			if produced != tt.produced {
+				t.Errorf("the topic holds %d records after the run, want %d", produced, tt.produced)
+			}
+			if tt.wantErr == "" {
+				if got := appliedSoFar(t, filepath.Join(db, "ordered.db")); got != n {
+					t.Errorf("ordered.db in --db %s: %d transfers applied, want %d", db, got, n)
+				}
+			}
+		})
+	}
+}
+
+// TestLedgerTopicMissing: on a cluster without the topic the ledger says
+// that the topic must exist, before it produces or consumes anything.
+func TestLedgerTopicMissing(t *testing.T) {
+	t.Parallel()
+	b, err := broker.Start(broker.Config{Topics: []string{"other"}, Partitions: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var stdout, stderr bytes.Buffer
+	err = run(ctx, []string{"--brokers", b.Addrs()[0], "--produce", "--db", t.TempDir(), "--transfers", "10"}, &stdout, &stderr)
+	if err == nil || !strings.Contains(err.Error(), `topic "transfers" does not exist on `+b.Addrs()[0]+": create it first") {
+		t.Fatalf("run on a cluster without the topic: got %v, want an error saying that it must be created first", err)
+	}
+	if stdout.Len() > 0 {
+		t.Errorf("printed before refusing:\n%s", stdout.String())
+	}
+}

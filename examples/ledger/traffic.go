@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 
 	"github.com/IBM/sarama"
 
@@ -96,6 +97,24 @@ func newOffsets(brokers []string) (*offsets, error) {
 }
 
 func (o *offsets) close() { o.admin.Close() }
+
+// topicExists fails, saying so, if topic does not exist on the cluster at
+// brokers: the ledger creates its topic only on the embedded broker.
+func topicExists(brokers []string, topic string) error {
+	off, err := newOffsets(brokers)
+	if err != nil {
+		return err
+	}
+	defer off.close()
+	err = off.client.RefreshMetadata(topic)
+	if errors.Is(err, sarama.ErrUnknownTopicOrPartition) {
+		return fmt.Errorf("topic %q does not exist on %s: create it first (the ledger creates its topic only on the embedded broker, without --brokers)", topic, strings.Join(brokers, ","))
+	}
+	if err != nil {
+		return fmt.Errorf("metadata of %s: %w", topic, err)
+	}
+	return nil
+}
 
 // highWatermarks of topic, by partition.
 func (o *offsets) highWatermarks(topic string) (map[int32]int64, error) {
