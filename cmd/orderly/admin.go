@@ -29,6 +29,15 @@ func (a *adminOpts) flags(fs *pflag.FlagSet) {
 	fs.BoolVar(&a.pprof, "pprof", false, "with --admin: serve net/http/pprof under /debug/pprof/ too")
 }
 
+// check refuses --pprof without --admin: pprof is served on the admin
+// server, and there would be none.
+func (a *adminOpts) check() error {
+	if a.pprof && a.addr == "" {
+		return usagef("%s needs --admin host:port (pprof is served on the admin server)", flagArg(a.fs, "pprof"))
+	}
+	return nil
+}
+
 // optional is a stringVar check that accepts "" and otherwise check's
 // values.
 func optional(check func(string) error) func(string) error {

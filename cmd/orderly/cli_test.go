@@ -127,6 +127,12 @@ func TestUsageErrors(t *testing.T) {
 			"--num 65536 with --size 1024: --num times --size must be at most 16777216 (each worker holds a batch of --size)", "orderly demo"},
 		{"demo argument", nil, []string{"demo", "extra"}, `unexpected argument "extra" (orderly demo takes only flags)`, "orderly demo"},
 		{"demo bad env", []string{"ORDERLY_FAIL=2"}, []string{"demo"}, `invalid value "2" for ORDERLY_FAIL (--fail): must be at least 0 and below 1`, "orderly demo"},
+		// --pprof is served on the admin server: without --admin it did
+		// nothing, silently (no broker listens on 127.0.0.1:1).
+		{"demo pprof without admin", nil, []string{"demo", "--brokers", "127.0.0.1:1", "--pprof"},
+			"--pprof needs --admin host:port (pprof is served on the admin server)", "orderly demo"},
+		{"root pprof from env without admin", []string{"ORDERLY_PPROF=true"}, []string{"--brokers", "127.0.0.1:1"},
+			"--pprof (from ORDERLY_PPROF) needs --admin host:port (pprof is served on the admin server)", "orderly"},
 
 		{"broker unknown flag", nil, []string{"broker", "--nosuchflag"}, "unknown flag --nosuchflag", "orderly broker"},
 		{"broker bad value", nil, []string{"broker", "--partitions", "abc"}, `invalid value "abc" for --partitions: not an integer`, "orderly broker"},
@@ -159,6 +165,10 @@ func TestUsageErrors(t *testing.T) {
 			"--sasl-user and --sasl-password (from ORDERLY_SASL_PASSWORD) need --sasl-mechanism (PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512)", "orderly consume"},
 		{"consume mechanism from env without password", []string{"ORDERLY_SASL_MECHANISM=PLAIN"}, consumeArgs("--exec", "cat", "--sasl-user", "alice"),
 			"--sasl-mechanism PLAIN (from ORDERLY_SASL_MECHANISM) needs --sasl-password (better set as ORDERLY_SASL_PASSWORD)", "orderly consume"},
+		{"consume pprof without admin", nil, consumeArgs("--exec", "cat", "--pprof"),
+			"--pprof needs --admin host:port (pprof is served on the admin server)", "orderly consume"},
+		{"consume pprof from env without admin", []string{"ORDERLY_PPROF=1"}, consumeArgs("--exec", "cat"),
+			"--pprof (from ORDERLY_PPROF) needs --admin host:port (pprof is served on the admin server)", "orderly consume"},
 		{"consume flag given wins over env", []string{"ORDERLY_MAX_ATTEMPTS=5"}, consumeArgs("--exec", "cat", "--max-attempts", "3"),
 			"--max-attempts 3 needs a dead-letter destination: --dead-letter-topic or --data", "orderly consume"},
 

@@ -187,6 +187,9 @@ func (o *consumeOpts) check() error {
 	if strings.TrimSpace(o.execCmd) == "" && o.execCmd != "" {
 		return badValue(flagSource(fs, "exec"), o.execCmd, errors.New("must not be blank"))
 	}
+	if err := o.admin.check(); err != nil {
+		return err
+	}
 	return o.kafka.check()
 }
 

@@ -162,6 +162,9 @@ func runDemo(ctx context.Context, o *demoOpts, out, logs io.Writer) (err error) 
 	if o.num*o.size > group.MaxBatchSlots {
 		return batchSlotsError(o.fs, o.num, o.size)
 	}
+	if err := o.admin.check(); err != nil {
+		return err
+	}
 	start := time.Now()
 	ctx, cancel := context.WithTimeoutCause(ctx, o.timeout, fmt.Errorf("timed out after %v (--timeout)", o.timeout))
 	defer cancel()
