@@ -46,7 +46,8 @@ type Handler[T any] struct {
 	New func(m *Message) (T, error)
 	// Split names the message's ordering lane: messages of one partition
 	// with equal Split reach Do in offset order and never concurrently.
-	// nil: a hash of Key, or one lane per partition when Key is empty.
+	// nil: a hash of Key, so that the messages of a partition whose Key is
+	// null or empty all share one lane.
 	Split func(m *Message, v T) uint64
 	// Do handles a batch of at most Config.Size values. nil error: every
 	// value is done. A BatchError names the items that failed; the others

@@ -126,7 +126,7 @@ func consumeCommand(e env) *cobra.Command {
 	stringVar(fs, &o.execCmd, "exec", "", nil, "run this command (/bin/sh -c) once per batch, the records on stdin as JSON lines")
 	fs.BoolVar(&o.noCheck, "no-check", false, "do not check at start that the --http endpoint accepts connections")
 	durationVar(fs, &o.timeout, "timeout", 30*time.Second, 1, "deadline of one request or command run; past it the call is cancelled (the command's process group killed) and retried. A stop or a revoke lets a call in flight run this long (and the rebalance timeout consume asks for is at least twice that)")
-	stringVar(fs, &o.ordering, "ordering", "key", oneOf("key", "partition", "none"), "what stays in order: key (records with equal keys), partition, none")
+	stringVar(fs, &o.ordering, "ordering", "key", oneOf("key", "partition", "none"), "what stays in order: key (records with equal keys; a null or empty key is one key), partition, none")
 	intVar(fs, &o.size, "size", 1, 1, group.MaxSize, "most records per request or command run; 1 with --http: the raw value as the body")
 	intVar(fs, &o.num, "num", 32, 1, group.MaxNum, "requests or commands running at once (and HTTP connections kept alive)")
 	durationVar(fs, &o.ticker, "ticker", 100*time.Millisecond, math.MinInt64, "how long a partial batch waits for more records; negative: never")
