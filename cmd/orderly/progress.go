@@ -83,6 +83,15 @@ func (p *progress) line(now time.Time, s group.Stats, rate float64) string {
 	if n := p.produced(); n < p.total {
 		fmt.Fprintf(&b, " of %s produced", bench.FormatCount(float64(n)))
 	}
+	if s.Partitions == 0 {
+		// Lag is summed over the claimed partitions, and records in flight
+		// are let go with their claims: with none claimed (before the join,
+		// and once Run has returned) both read 0 whatever the topic holds,
+		// which an interrupted run's last line showed above a report of
+		// records not handled. Say what is known instead.
+		fmt.Fprintf(&b, "  committed %s  retries %d  no partition claimed", bench.FormatCount(float64(s.Committed)), s.Retries)
+		return b.String()
+	}
 	fmt.Fprintf(&b, "  committed %s  lag %s  retries %d  in flight %s",
 		bench.FormatCount(float64(s.Committed)), bench.FormatCount(float64(s.Lag)), s.Retries, bench.FormatCount(float64(s.InFlight)))
 	return b.String()
@@ -141,6 +150,8 @@ func (p *progress) close() {
 	p.wg.Wait()
 	if p.redraw {
 		// Leave the final state on screen, with the mean rate of the run.
+		// Run has returned: the line shows no lag or records in flight
+		// (none claimed), the report below has them from the broker.
 		now := time.Now()
 		s := p.stats()
 		p.show(p.line(now, s, float64(s.Handled)/now.Sub(p.start).Seconds()))
