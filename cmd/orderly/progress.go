@@ -86,9 +86,8 @@ func (p *progress) line(now time.Time, s group.Stats, rate float64) string {
 	if s.Partitions == 0 {
 		// Lag is summed over the claimed partitions, and records in flight
 		// are let go with their claims: with none claimed (before the join,
-		// and once Run has returned) both read 0 whatever the topic holds,
-		// which an interrupted run's last line showed above a report of
-		// records not handled. Say what is known instead.
+		// and once Run has returned) both would read 0 whatever the topic
+		// holds.
 		fmt.Fprintf(&b, "  committed %s  retries %d  no partition claimed", bench.FormatCount(float64(s.Committed)), s.Retries)
 		return b.String()
 	}
