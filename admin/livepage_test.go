@@ -16,6 +16,7 @@ import (
 
 	"github.com/orderly-go/orderly/group"
 	"github.com/orderly-go/orderly/internal/broker"
+	"github.com/orderly-go/orderly/internal/browsertest"
 )
 
 // startServed starts a broker with topic (parts partitions), a group on
@@ -103,7 +104,7 @@ func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool)
 // it, shows ">1m0s / >1m0s" rather than a latency of one minute. The Do
 // durations, under a second, are not marked.
 func TestLiveQuantileAboveLastBound(t *testing.T) {
-	bin := chromium(t)
+	bin := browsertest.Chromium(t)
 	const n = 40
 	l := startServed(t, "admin-aged", 2, nil)
 	produceAged(t, l.b.Addrs(), l.topic, n, func(i int) time.Duration { return time.Minute + time.Second + time.Duration(i)*10*time.Second })
@@ -138,7 +139,7 @@ func TestLiveQuantileAboveLastBound(t *testing.T) {
 			do.P50, do.P99, boolPtr(do.P50Above), boolPtr(do.P99Above))
 	}
 
-	root := browserDOM(t, bin, l.base)
+	root := browsertest.DOM(t, bin, l.base)
 	if got := cardValue(root, "end-to-end latency p50 / p99"); got != ">1m0s / >1m0s" {
 		t.Errorf("the page's end-to-end latency p50 / p99: got %q, want \">1m0s / >1m0s\"", got)
 	}
@@ -157,12 +158,12 @@ func boolPtr(b *bool) string {
 // cardValue is the value the status page shows on the card labelled
 // label.
 func cardValue(root *html.Node, label string) string {
-	card := domFind(root, func(n *html.Node) bool {
-		k := domFind(n, domByClass("k"))
-		return domAttr(n, "class") == "card" && k != nil && textOf(k) == label
+	card := browsertest.Find(root, func(n *html.Node) bool {
+		k := browsertest.Find(n, browsertest.ByClass("k"))
+		return browsertest.Attr(n, "class") == "card" && k != nil && browsertest.Text(k) == label
 	})
-	if v := domFind(card, domByClass("v")); v != nil {
-		return textOf(v)
+	if v := browsertest.Find(card, browsertest.ByClass("v")); v != nil {
+		return browsertest.Text(v)
 	}
 	return "<missing>"
 }
@@ -176,7 +177,7 @@ func cardValue(root *html.Node, label string) string {
 // joined": its banner says NOT READY, out of the group, and the
 // partitions section that the group had joined and held partitions.
 func TestLivePageNotReadyAfterBrokerOutage(t *testing.T) {
-	bin := chromium(t)
+	bin := browsertest.Chromium(t)
 	const parts = 3
 	l := startServed(t, "admin-outage", parts, func(c *group.Config) {
 		c.Sarama.Consumer.Group.Session.Timeout = 6 * time.Second
@@ -191,8 +192,9 @@ func TestLivePageNotReadyAfterBrokerOutage(t *testing.T) {
 	waitFor(t, 30*time.Second, "ready with every partition claimed", func() bool {
 		return l.g.Ready() && l.g.Stats().Partitions == parts
 	})
-	if root := browserDOM(t, bin, l.base); !strings.Contains(domText(root, "group-status"), "every claimed partition is OK") {
-		t.Fatalf("the banner while joined: got %q, want OK over its partitions", domText(root, "group-status"))
+	joined := browsertest.DOM(t, bin, l.base)
+	if banner := browsertest.Text(browsertest.Find(joined, browsertest.ByID("group-status"))); !strings.Contains(banner, "every claimed partition is OK") {
+		t.Fatalf("the banner while joined: got %q, want OK over its partitions", banner)
 	}
 
 	l.b.Close() // the outage
@@ -205,20 +207,20 @@ func TestLivePageNotReadyAfterBrokerOutage(t *testing.T) {
 		t.Errorf("/stats during the outage: got status %+v, claims %d; want OK (code 1, as documented: no partition is worse) and at least %d claims", d.Status, d.Totals.Claims, parts)
 	}
 
-	root := browserDOM(t, bin, l.base)
-	banner := domFind(root, domByID("group-status"))
+	root := browsertest.DOM(t, bin, l.base)
+	banner := browsertest.Find(root, browsertest.ByID("group-status"))
 	if banner == nil {
 		t.Fatal("no banner (#group-status)")
 	}
-	text := textOf(banner)
-	if strings.Contains(domAttr(banner, "class"), "st-1") || strings.Contains(text, "every claimed partition is OK") ||
+	text := browsertest.Text(banner)
+	if strings.Contains(browsertest.Attr(banner, "class"), "st-1") || strings.Contains(text, "every claimed partition is OK") ||
 		!strings.HasPrefix(text, "NOT READY") || !strings.Contains(text, "out of the group") {
-		t.Errorf("the banner during the outage: got %q (class %q), want NOT READY, out of the group, not a green OK", text, domAttr(banner, "class"))
+		t.Errorf("the banner during the outage: got %q (class %q), want NOT READY, out of the group, not a green OK", text, browsertest.Attr(banner, "class"))
 	}
-	if title := domFind(root, func(n *html.Node) bool { return n.Data == "title" }); title == nil || !strings.HasPrefix(textOf(title), "NOT READY") {
+	if title := browsertest.Find(root, func(n *html.Node) bool { return n.Data == "title" }); title == nil || !strings.HasPrefix(browsertest.Text(title), "NOT READY") {
 		t.Errorf("the page's title during the outage: want it to start NOT READY")
 	}
-	section := domText(root, "partitions")
+	section := browsertest.Text(browsertest.Find(root, browsertest.ByID("partitions")))
 	if strings.Contains(section, "has not joined") || !strings.Contains(section, "the group joined") {
 		t.Errorf("the partitions section during the outage: got %q, want it to say the group joined and held partitions, not that it has not joined", section)
 	}

@@ -20,51 +20,8 @@ import (
 	"golang.org/x/net/html"
 
 	"github.com/orderly-go/orderly/admin"
+	"github.com/orderly-go/orderly/internal/browsertest"
 )
-
-// requireBrowser names the variable that turns a missing Chromium from a
-// skip into a failure (.ci/run sets it).
-const requireBrowser = "ORDERLY_REQUIRE_BROWSER"
-
-// chromium returns the path of a Chromium (or Chrome) binary: $ORDERLY_CHROMIUM,
-// else the first of the usual names on $PATH. Without one the test is
-// skipped, or fails when ORDERLY_REQUIRE_BROWSER is set.
-func chromium(t *testing.T) string {
-	t.Helper()
-	if p := os.Getenv("ORDERLY_CHROMIUM"); p != "" {
-		return p
-	}
-	for _, name := range []string{"chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "headless_shell"} {
-		if p, err := exec.LookPath(name); err == nil {
-			return p
-		}
-	}
-	msg := "no Chromium on $PATH (chromium, chromium-browser, google-chrome; or set ORDERLY_CHROMIUM): install the Debian package chromium to run the browser test"
-	if os.Getenv(requireBrowser) != "" {
-		t.Fatalf("%s, and %s is set", msg, requireBrowser)
-	}
-	t.Skip(msg)
-	return ""
-}
-
-// headless runs Chromium headless on url with args and returns its
-// stdout. Each run has a profile of its own, so that runs in parallel
-// (other tests, other engineers) do not share one.
-func headless(t *testing.T, bin, url string, args ...string) []byte {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-	defer cancel()
-	args = append([]string{"--headless", "--disable-gpu", "--no-sandbox", "--disable-dev-shm-usage",
-		"--no-first-run", "--disable-extensions", "--disable-breakpad", "--user-data-dir=" + t.TempDir()}, args...)
-	cmd := exec.CommandContext(ctx, bin, append(args, url)...)
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("%s %q: %v\nstderr:\n%s", bin, args, err, stderr.String())
-	}
-	return out
-}
 
 // demoProc is a running `orderly demo --admin` process.
 type demoProc struct {
@@ -169,7 +126,7 @@ func (d *demoProc) interrupt(t *testing.T) int {
 // checks /healthz fails meanwhile, and that after SIGINT the demo exits 3
 // with its progress line having shown "STALL orderly-demo/3".
 func TestDemoAdminBrowser(t *testing.T) {
-	bin := chromium(t)
+	bin := browsertest.Chromium(t)
 	const parts, stuck = 8, 3
 	d := startDemo(t, "demo", "--admin", "127.0.0.1:0", "--progress", "on", "--timeout", "2m",
 		"--partitions", fmt.Sprint(parts), "--messages", "40000", "--rate", "2000", "--keys", "800", "--size", "1",
@@ -200,11 +157,11 @@ func TestDemoAdminBrowser(t *testing.T) {
 		t.Errorf("/healthz with a stuck worker: got %d %q, want 503 naming the stuck worker", code, body)
 	}
 
-	dom := headless(t, bin, d.url, "--dump-dom")
+	dom := browsertest.Run(t, bin, d.url, "--dump-dom")
 	checkStatusPage(t, dom, parts, stuck)
 
 	shot := t.TempDir() + "/status-page.png"
-	headless(t, bin, d.url, "--hide-scrollbars", "--window-size=1280,900", "--screenshot="+shot)
+	browsertest.Run(t, bin, d.url, "--hide-scrollbars", "--window-size=1280,900", "--screenshot="+shot)
 	checkScreenshot(t, shot)
 
 	if code := d.interrupt(t); code != exitInterrupted {
@@ -228,50 +185,47 @@ func partitionDoc(doc admin.StatsDoc, p int32) *admin.PartitionDoc {
 // checkStatusPage checks the DOM Chromium built from the status page.
 func checkStatusPage(t *testing.T, dom []byte, parts int, stuck int32) {
 	t.Helper()
-	root, err := html.Parse(strings.NewReader(string(dom)))
-	if err != nil {
-		t.Fatalf("parse the DOM: %v", err)
-	}
+	root := browsertest.Parse(t, dom)
 	defer func() {
 		if t.Failed() {
 			t.Logf("DOM:\n%s", dom)
 		}
 	}()
-	if banner := domFind(root, domByID("group-status")); banner == nil || !strings.Contains(domText(banner), "STALL") {
-		t.Errorf("the group's banner: got %q, want it to say STALL", domTextOf(banner))
+	if banner := browsertest.Find(root, browsertest.ByID("group-status")); banner == nil || !strings.Contains(browsertest.Text(banner), "STALL") {
+		t.Errorf("the group's banner: got %q, want it to say STALL", browsertest.Text(banner))
 	}
-	table := domFind(root, domByID("partitions-table"))
+	table := browsertest.Find(root, browsertest.ByID("partitions-table"))
 	if table == nil {
 		t.Fatal("no partitions table (#partitions-table)")
 	}
-	rows := domFindAll(table, func(n *html.Node) bool { return n.Data == "tr" && domAttr(n, "data-partition") != "" })
+	rows := browsertest.FindAll(table, func(n *html.Node) bool { return n.Data == "tr" && browsertest.Attr(n, "data-partition") != "" })
 	if len(rows) != parts {
 		t.Errorf("partitions table: %d rows, want %d", len(rows), parts)
 	}
 	var row *html.Node
 	for _, r := range rows {
-		if domAttr(r, "data-partition") == fmt.Sprint(stuck) {
+		if browsertest.Attr(r, "data-partition") == fmt.Sprint(stuck) {
 			row = r
 		}
 	}
 	if row == nil {
 		t.Fatalf("no row for partition %d", stuck)
 	}
-	if got := domAttr(row, "data-status"); got != "STALL" {
+	if got := browsertest.Attr(row, "data-status"); got != "STALL" {
 		t.Errorf("partition %d: data-status %q, want STALL", stuck, got)
 	}
-	badge := domFind(row, domByClass("badge"))
-	if badge == nil || domText(badge) != "STALL" || !strings.Contains(domAttr(badge, "class"), "st-5") {
-		t.Errorf("partition %d: status badge %q (class %q), want STALL with class st-5", stuck, domTextOf(badge), domAttrOf(badge, "class"))
+	badge := browsertest.Find(row, browsertest.ByClass("badge"))
+	if badge == nil || browsertest.Text(badge) != "STALL" || !strings.Contains(browsertest.Attr(badge, "class"), "st-5") {
+		t.Errorf("partition %d: status badge %q (class %q), want STALL with class st-5", stuck, browsertest.Text(badge), browsertest.Attr(badge, "class"))
 	}
-	if reason := domFind(row, domByClass("reason")); reason == nil || !strings.Contains(domText(reason), "stuck head") {
-		t.Errorf("partition %d: reason %q, want it to name the stuck head", stuck, domTextOf(reason))
+	if reason := browsertest.Find(row, browsertest.ByClass("reason")); reason == nil || !strings.Contains(browsertest.Text(reason), "stuck head") {
+		t.Errorf("partition %d: reason %q, want it to name the stuck head", stuck, browsertest.Text(reason))
 	}
-	workers := domFind(root, domByID("workers"))
+	workers := browsertest.Find(root, browsertest.ByID("workers"))
 	if workers == nil {
 		t.Fatal("no workers section (#workers)")
 	}
-	if n := len(domFindAll(workers, domByClass("stuck"))); n < 1 {
+	if n := len(browsertest.FindAll(workers, browsertest.ByClass("stuck"))); n < 1 {
 		t.Errorf("workers: no worker shown stuck")
 	}
 }
@@ -297,81 +251,6 @@ func checkScreenshot(t *testing.T, path string) {
 		}
 		t.Logf("screenshot (%d bytes) written to %s", len(b), dst)
 	}
-}
-
-// DOM helpers.
-
-func domFind(n *html.Node, match func(*html.Node) bool) *html.Node {
-	if n == nil {
-		return nil
-	}
-	if n.Type == html.ElementNode && match(n) {
-		return n
-	}
-	for c := n.FirstChild; c != nil; c = c.NextSibling {
-		if f := domFind(c, match); f != nil {
-			return f
-		}
-	}
-	return nil
-}
-
-func domFindAll(n *html.Node, match func(*html.Node) bool) []*html.Node {
-	var out []*html.Node
-	if n.Type == html.ElementNode && match(n) {
-		out = append(out, n)
-	}
-	for c := n.FirstChild; c != nil; c = c.NextSibling {
-		out = append(out, domFindAll(c, match)...)
-	}
-	return out
-}
-
-func domAttr(n *html.Node, key string) string {
-	for _, a := range n.Attr {
-		if a.Key == key {
-			return a.Val
-		}
-	}
-	return ""
-}
-
-func domAttrOf(n *html.Node, key string) string {
-	if n == nil {
-		return ""
-	}
-	return domAttr(n, key)
-}
-
-func domByID(id string) func(*html.Node) bool {
-	return func(n *html.Node) bool { return domAttr(n, "id") == id }
-}
-
-func domByClass(class string) func(*html.Node) bool {
-	return func(n *html.Node) bool { return strings.Contains(" "+domAttr(n, "class")+" ", " "+class+" ") }
-}
-
-// text is n's text content, spaces collapsed.
-func domText(n *html.Node) string {
-	var b strings.Builder
-	var walk func(*html.Node)
-	walk = func(n *html.Node) {
-		if n.Type == html.TextNode {
-			b.WriteString(n.Data)
-		}
-		for c := n.FirstChild; c != nil; c = c.NextSibling {
-			walk(c)
-		}
-	}
-	walk(n)
-	return strings.Join(strings.Fields(b.String()), " ")
-}
-
-func domTextOf(n *html.Node) string {
-	if n == nil {
-		return "<missing>"
-	}
-	return domText(n)
 }
 
 // TestDemoAdminFlags: bad --admin and --stuck-partition values are usage
