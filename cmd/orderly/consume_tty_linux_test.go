@@ -38,6 +38,47 @@ func openPTY(t *testing.T) (master, slave *os.File) {
 	return m, s
 }
 
+// onTerminal is a process started with its stdout on a pseudo-terminal:
+// screen is what the terminal showed, copied until the process and its
+// terminal close (copied).
+type onTerminal struct {
+	screen, stderr lockedBuffer
+	copied         chan struct{}
+}
+
+// startOnTerminal starts cmd with its stdout on a new pseudo-terminal and
+// its stderr in a buffer.
+func startOnTerminal(t *testing.T, cmd *exec.Cmd) *onTerminal {
+	t.Helper()
+	master, slave := openPTY(t)
+	t.Cleanup(func() { master.Close() })
+	o := &onTerminal{copied: make(chan struct{})}
+	cmd.Stdout, cmd.Stderr = slave, &o.stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	slave.Close()
+	go func() {
+		defer close(o.copied)
+		buf := make([]byte, 4096)
+		for {
+			n, err := master.Read(buf)
+			o.screen.Write(buf[:n])
+			if err != nil {
+				return
+			}
+		}
+	}()
+	return o
+}
+
+// shown is what the terminal showed once the process has ended, with the
+// terminal's newline translation undone.
+func (o *onTerminal) shown() string {
+	<-o.copied
+	return strings.ReplaceAll(o.screen.String(), "\r\n", "\n")
+}
+
 // TestConsumeTerminalProgress runs consume with its stdout on a
 // pseudo-terminal: the progress line is redrawn in place (\r, no newline
 // between redraws), and after SIGTERM the final line follows on a line of
@@ -47,31 +88,11 @@ func TestConsumeTerminalProgress(t *testing.T) {
 	b := newTopic(t, "tty", 2)
 	produceKeyed(t, b, "tty", 200, 10)
 	ep := newEndpoint(t, 0, func([]hit) (int, http.Header, string) { return http.StatusOK, nil, "" })
-	master, slave := openPTY(t)
-	defer master.Close()
 	cmd := exec.Command(orderlyBin(t), "consume", "--brokers", b.Addrs()[0], "--topic", "tty", "--group", "tty",
 		"--http", ep.url(), "--log-level", "error")
 	cmd.Env = procEnv()
-	cmd.Stdout = slave
-	var stderr lockedBuffer
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	slave.Close()
-	var screen lockedBuffer
-	copied := make(chan struct{})
-	go func() {
-		defer close(copied)
-		buf := make([]byte, 4096)
-		for {
-			n, err := master.Read(buf)
-			screen.Write(buf[:n])
-			if err != nil {
-				return
-			}
-		}
-	}()
+	term := startOnTerminal(t, cmd)
+	screen, stderr := &term.screen, &term.stderr
 	deadline := time.Now().Add(60 * time.Second)
 	for strings.Count(screen.String(), "\r") < 4 || !b.CaughtUp("tty", "tty") {
 		if time.Now().After(deadline) {
@@ -87,8 +108,7 @@ func TestConsumeTerminalProgress(t *testing.T) {
 	if err := cmd.Wait(); err != nil {
 		t.Fatalf("exit: %v\nstderr:\n%s", err, stderr.String())
 	}
-	<-copied
-	out := strings.ReplaceAll(screen.String(), "\r\n", "\n") // the terminal's newline translation
+	out := term.shown()
 	_, after, ok := strings.Cut(out, "\r")
 	if !ok {
 		t.Fatalf("no redraw in %q", out)

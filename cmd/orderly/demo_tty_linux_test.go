@@ -19,36 +19,14 @@ import (
 // Run returned, from a Stats with no partition claimed.
 func TestDemoTerminalInterrupted(t *testing.T) {
 	t.Parallel()
-	master, slave := openPTY(t)
-	defer master.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, orderlyBin(t), "demo", "--messages", "20000", "--keys", "100", "--rate", "2000",
 		"--io", "0", "--io-item", "0", "--timeout", "3s", "--stuck-partition", "0")
 	cmd.Env = procEnv()
-	cmd.Stdout = slave
-	var stderr lockedBuffer
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	slave.Close()
-	var screen lockedBuffer
-	copied := make(chan struct{})
-	go func() {
-		defer close(copied)
-		buf := make([]byte, 4096)
-		for {
-			n, err := master.Read(buf)
-			screen.Write(buf[:n])
-			if err != nil {
-				return
-			}
-		}
-	}()
+	term := startOnTerminal(t, cmd)
 	cmd.Wait()
-	<-copied
-	out := strings.ReplaceAll(screen.String(), "\r\n", "\n") // the terminal's newline translation
+	out, stderr := term.shown(), &term.stderr
 	if code := cmd.ProcessState.ExitCode(); code != exitInterrupted {
 		t.Fatalf("exit %d, want %d (interrupted)\nscreen:\n%q\nstderr:\n%s", code, exitInterrupted, out, stderr.String())
 	}
