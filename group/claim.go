@@ -100,10 +100,11 @@ type claimLoop[T any] struct {
 	ranges     []commit.Range
 	held       []dispatch.WaitingItem[Message, T] // scratch for waiting
 	counted    uint64                             // the partition's Released when last marked, counted in committed
-	// countedBefore is how many of the messages skipped below ownLost's
-	// frontier are still ahead of the frontier: the lost claim counted
-	// them in committed when it marked them, so this claim leaves them out.
-	countedBefore uint64
+	// countedByLost is how many of the messages skipped below
+	// ownLost.counted are still ahead of the frontier: the lost claims
+	// counted them in committed when they marked them, so this claim
+	// leaves them out.
+	countedByLost uint64
 	workers       []merge.WorkerState // scratch for observe
 	waitingBuf    []commit.Waiting
 	finished      func(*dispatch.Item[Message, T]) // countFinished, made once
@@ -376,8 +377,8 @@ func (c *claimLoop[T]) intake(m *sarama.ConsumerMessage, size int64) {
 		// by this member, before it lost its final commit).
 		c.g.ctr.resumed.Add(1)
 		c.out.Resumed++
-		if c.ownLost != nil && m.Offset < c.ownLost.next {
-			c.countedBefore++
+		if c.ownLost != nil && m.Offset < c.ownLost.counted {
+			c.countedByLost++
 		}
 		if err := c.p.Skip(it, m.Offset); err != nil {
 			c.badOffset(m.Offset, err)

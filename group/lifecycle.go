@@ -83,7 +83,7 @@ func (c *claimLoop[T]) released(next int64, releaseBy time.Time) error {
 				refused = true
 				err = fmt.Errorf("the coordinator holds offset %d, below the final frontier %d", committed, next)
 				if f, ok := newLostFinal(c.start, committed, meta, next, c.meta, time.Now()); ok {
-					c.g.lost.keep(tp, f)
+					c.g.lost.keep(tp, f.after(c.ownLost))
 				}
 			}
 		}

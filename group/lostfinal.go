@@ -41,6 +41,10 @@ type lostFinal struct {
 	next      int64     // the claim's final frontier (above committed)
 	final     string    // the metadata the claim marked with next ("" none)
 	at        time.Time // when the loss was found
+	// counted: every message below it was counted in Stats.Committed by
+	// this member's claims (the lost one, and those before it whose loss
+	// it resumed from): next, or an earlier lost frontier above it.
+	counted int64
 }
 
 // newLostFinal is the lost final commit of a claim that started at start
@@ -55,7 +59,18 @@ func newLostFinal(start, committed int64, meta string, next int64, final string,
 	if start < 0 || committed < start || committed >= next { // committed < 0 (none) is below any start
 		return lostFinal{}, false
 	}
-	return lostFinal{start: start, committed: committed, meta: meta, next: next, final: final, at: at}, true
+	return lostFinal{start: start, committed: committed, meta: meta, next: next, final: final, at: at, counted: next}, true
+}
+
+// after is f, the loss of a claim that resumed from prev (this member's
+// earlier lost final commit of the partition; nil: none): what prev's
+// claims counted stays counted, even where f's frontier stopped below
+// prev's.
+func (f lostFinal) after(prev *lostFinal) lostFinal {
+	if prev != nil {
+		f.counted = max(f.counted, prev.counted)
+	}
+	return f
 }
 
 // lostFinals holds the lost final commits of the member's claims, at most

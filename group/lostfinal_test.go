@@ -152,3 +152,34 @@ func TestNewLostFinal(t *testing.T) {
 		}
 	}
 }
+
+// A loss that follows a claim resumed from an earlier loss keeps what the
+// earlier claims counted in Stats.Committed: a second claim that stopped
+// below the first's frontier must not make the third count the rest of
+// the first's messages again.
+func TestLostFinalAfterKeepsCounted(t *testing.T) {
+	at := time.Unix(1000, 0)
+	first, ok := newLostFinal(0, 10, "", 50, "", at)
+	if !ok || first.counted != 50 {
+		t.Fatalf("first loss: got %+v (ok %v), want counted 50", first, ok)
+	}
+	tests := []struct {
+		name string
+		next int64 // the second claim's frontier
+		prev *lostFinal
+		want int64
+	}{
+		{"stopped below the first's frontier", 30, &first, 50},
+		{"went past it", 70, &first, 70},
+		{"no earlier loss", 30, nil, 30},
+	}
+	for _, tt := range tests {
+		second, ok := newLostFinal(10, 10, "", tt.next, "", at)
+		if !ok {
+			t.Fatalf("%s: no loss kept", tt.name)
+		}
+		if got := second.after(tt.prev).counted; got != tt.want {
+			t.Errorf("%s: counted %d, want %d", tt.name, got, tt.want)
+		}
+	}
+}

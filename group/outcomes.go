@@ -8,13 +8,15 @@ import (
 
 // Outcomes count what became of a partition's messages: each message
 // finished counts once, as Handled, DeadLettered, Parked, Skipped or
-// Resumed.
+// Resumed; a message this member finished and then skipped, after its
+// final commit of the partition was lost, counts twice (Handled, then
+// Resumed).
 type Outcomes struct {
 	Handled      int64 // Do returned nil for it
 	DeadLettered int64 // its dead letter was written (then it counted as finished)
 	Parked       int64 // parked on disk (Unordered with a DataPath): Do sees it again from the parked queue
 	Skipped      int64 // skipped past: undecodable, or to dead-letter with no destination
-	Resumed      int64 // finished by a previous owner (commit metadata), not handled again
+	Resumed      int64 // finished by a previous owner (commit metadata), or by this member before its final commit was lost; not handled again
 	// FailedAttempts counts the failed attempts charged to the messages
 	// above, when each finishes (Message.Attempt minus 1: one handled at
 	// its third attempt adds 2; one dead-lettered after Retry.MaxAttempts
