@@ -90,9 +90,9 @@ func newPageData(d *StatsDoc, opts *Options) *pageData {
 	}
 	// Why the group is not ready, from what it exposes: Claims counts the
 	// partition claims it started, which it does only once joined; Live's
-	// reason names a session lost for longer than Status.LostAfter (a
-	// member with no partitions that lost its session sooner than that
-	// reads as not joined yet).
+	// reason names a session lost for longer than Status.LostAfter. A
+	// member that never held a partition cannot tell "not joined yet" from
+	// "joined and since left or stopping": the page names both.
 	why := "its session lost, a rejoin failing, or shutting down"
 	lost := !p.IsLive && strings.Contains(d.LiveReason, "session lost")
 	if lost {
@@ -103,7 +103,7 @@ func newPageData(d *StatsDoc, opts *Options) *pageData {
 	case p.IsReady:
 		p.NoPartitions = "No partition claimed: the group joined and assigned this member none (more members than partitions)."
 	case !joined:
-		p.NoPartitions = "No partition claimed: the group has not joined yet."
+		p.NoPartitions = "No partition claimed: not in the group (not joined yet, or joined with no partitions and since left or stopping)."
 	default:
 		claims := ""
 		if d.Totals.Claims > 0 {
@@ -117,9 +117,13 @@ func newPageData(d *StatsDoc, opts *Options) *pageData {
 	p.Headline = headline{Class: "notready", Name: "NOT READY"}
 	switch {
 	case len(d.Partitions) > 0:
-		p.Headline.Reason = fmt.Sprintf("%s; the %d partitions it still holds are OK", why, len(d.Partitions))
+		held := fmt.Sprintf("the %d partitions it still holds are OK", len(d.Partitions))
+		if len(d.Partitions) == 1 {
+			held = "the partition it still holds is OK"
+		}
+		p.Headline.Reason = why + "; " + held
 	case !joined:
-		p.Headline.Reason = "the group has not joined yet: no partition claimed"
+		p.Headline.Reason = "not in the group (not joined yet, or since left or stopping): no partition claimed"
 	default:
 		p.Headline.Reason = fmt.Sprintf("out of the group, no partition claimed: %s", why)
 	}

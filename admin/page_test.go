@@ -79,10 +79,10 @@ func TestStatusPageEscapes(t *testing.T) {
 func TestStatusPageEmpty(t *testing.T) {
 	f := &fakeGroup{s: group.Stats{GroupID: "idle", Status: group.PartitionStatus{Code: group.StatusOK}}, live: true}
 	code, page := get(t, Handler(f, Options{}), "GET", "/")
-	if code != 200 || !strings.Contains(page, `<p class="muted" id="no-partitions">No partition claimed: the group has not joined yet.</p>`) ||
+	if code != 200 || !strings.Contains(page, `<p class="muted" id="no-partitions">No partition claimed: not in the group (not joined yet, or joined with no partitions and since left or stopping).</p>`) ||
 		!strings.Contains(page, `<span class="bad" id="ready">not ready</span>`) ||
 		!strings.Contains(page, `<div class="banner notready" id="group-status">
-<span class="code">NOT READY</span><span class="reason">the group has not joined yet: no partition claimed</span>`) {
+<span class="code">NOT READY</span><span class="reason">not in the group (not joined yet, or since left or stopping): no partition claimed</span>`) {
 		t.Fatalf("/ before the join: %d\n%s", code, page)
 	}
 }

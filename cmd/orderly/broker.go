@@ -26,8 +26,9 @@ type brokerOpts struct {
 // signal is how it stops.
 const brokerExitStatus = `Exit status: 0 stopped by SIGINT or SIGTERM (kfake persists to --data as it
 closes, and does not report a failure to); 1 error (it could not listen,
-or load --data, or another broker holds --data's lock); 2 usage error. A second SIGINT or SIGTERM kills the
-process at once (a shell shows 130 or 143).
+or load --data, or another broker holds --data's lock); 2 usage error.
+A second SIGINT or SIGTERM kills the process at once (a shell shows 130
+or 143).
 `
 
 func brokerCommand(e env) *cobra.Command {
@@ -42,7 +43,7 @@ serves until SIGINT or SIGTERM, then closes (persisting to --data), prints
 	fs := c.Flags()
 	o.fs = fs
 	stringVar(fs, &o.addr, "addr", "127.0.0.1:9092", hostPort, "host:port to listen on (port 0: a free port, printed at start)")
-	stringVar(fs, &o.data, "data", "", nil, "directory to persist logs, offsets and groups in, reloaded at start, locked while the broker runs; empty: memory only")
+	stringVar(fs, &o.data, "data", "", nil, "directory to persist logs, offsets and groups in, reloaded at start, locked while the broker runs (on unix); empty: memory only")
 	intVar(fs, &o.partitions, "partitions", 8, 1, 1<<16, "partitions of each topic created at start (a topic reloaded from --data keeps its own count)")
 	listVar(fs, &o.topics, "topics", []string{"orderly-demo"}, false, kafkaName, "comma-separated topics to create at start (existing ones are kept)")
 	fs.BoolVar(&o.sync, "sync", false, "fsync every produced batch (needs --data)")

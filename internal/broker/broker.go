@@ -37,9 +37,9 @@ type Config struct {
 	Addr string
 	// DataDir makes the broker persist its logs, offsets and groups there
 	// and reload them on start (kfake's DataDir), created if missing. The
-	// broker holds the lock file LockFile in it until Close: a second
-	// broker on the same DataDir, in this process or another, is refused
-	// with a *LockedError. Default "": memory only.
+	// broker holds the lock file LockFile in it until Close (on unix): a
+	// second broker on the same DataDir, in this process or another, is
+	// refused with a *LockedError. Default "": memory only.
 	DataDir string
 	// SyncWrites fsyncs every produced batch (kfake's SyncWrites). Only
 	// meaningful with DataDir.
