@@ -118,7 +118,7 @@ type Group[T any] struct {
 	latency     histogram.H                  // fetch-to-Do latency, first message of each call
 	joined      atomic.Bool                  // joined (Setup ran) and no join or rejoin failed since (Consume returned an error)
 	lostAt      atomic.Int64                 // unix nanos the session was found lost; 0 when healthy
-	memberID    atomic.Pointer[string]       // the member ID of the last session; nil before the first
+	memberID    atomic.Pointer[string]       // this member's ID as its last session or claim saw it; nil before the first
 	history     *history                     // committed offsets last read back (readback.go)
 	lost        *lostFinals                  // final commits of claims that did not reach the coordinator (lostfinal.go)
 
