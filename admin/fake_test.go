@@ -77,3 +77,12 @@ func sampleStats() group.Stats {
 		DoDuration: do, Latency: lat,
 	}
 }
+
+// reasonedGroup is a fakeGroup that says why it is not ready, as
+// *group.Group's Readiness does.
+type reasonedGroup struct {
+	*fakeGroup
+	readyWhy string
+}
+
+func (r reasonedGroup) Readiness() (bool, string) { return r.Ready(), r.readyWhy }

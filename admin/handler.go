@@ -112,8 +112,11 @@ func (h *handler) serveHealthz(w http.ResponseWriter, _ *http.Request) {
 // serveReadyz is readiness: joined the group (with or without
 // partitions), session not lost, not stopping (Run's ctx not ended).
 func (h *handler) serveReadyz(w http.ResponseWriter, _ *http.Request) {
-	if !h.g.Ready() {
-		plain(w, http.StatusServiceUnavailable, "not ready: the group has not joined, lost its session, cannot join, or is stopping")
+	if ready, why := readiness(h.g); !ready {
+		if why == "" {
+			why = "the group has not joined, lost its session, cannot join, or is stopping"
+		}
+		plain(w, http.StatusServiceUnavailable, "not ready: "+why)
 		return
 	}
 	plain(w, http.StatusOK, "ready")

@@ -88,46 +88,44 @@ func newPageData(d *StatsDoc, opts *Options) *pageData {
 	if !p.HasHealth {
 		return p
 	}
-	// Why the group is not ready, from what it exposes: Claims counts the
-	// partition claims it started, which it does only once joined; Live's
-	// reason names a session lost for longer than Status.LostAfter. A
-	// member that never held a partition cannot tell "not joined yet" from
-	// "joined and since left or stopping": the page names both.
-	why := "its session lost, a rejoin failing, or shutting down"
-	lost := !p.IsLive && strings.Contains(d.LiveReason, "session lost")
-	if lost {
-		why = d.LiveReason
-	}
-	joined := d.Totals.Claims > 0 || lost
-	switch {
-	case p.IsReady:
+	if p.IsReady {
 		p.NoPartitions = "No partition claimed: the group joined and assigned this member none (more members than partitions)."
-	case !joined:
-		p.NoPartitions = "No partition claimed: not in the group (not joined yet, or joined with no partitions and since left or stopping)."
-	default:
-		claims := ""
-		if d.Totals.Claims > 0 {
-			claims = fmt.Sprintf(" (%d partition claims since, all ended)", d.Totals.Claims)
-		}
-		p.NoPartitions = fmt.Sprintf("No partition claimed now: the group joined%s and is not ready: %s.", claims, why)
+		return p
 	}
-	if p.IsReady || d.Status.Code != 1 {
+	why := notReadyReason(d)
+	p.NoPartitions = "No partition claimed: not ready: " + why + "."
+	if d.Status.Code != 1 {
 		return p // a status worse than OK stays the headline; the health line says not ready
 	}
 	p.Headline = headline{Class: "notready", Name: "NOT READY"}
-	switch {
-	case len(d.Partitions) > 0:
-		held := fmt.Sprintf("the %d partitions it still holds are OK", len(d.Partitions))
-		if len(d.Partitions) == 1 {
-			held = "the partition it still holds is OK"
-		}
-		p.Headline.Reason = why + "; " + held
-	case !joined:
-		p.Headline.Reason = "not in the group (not joined yet, or since left or stopping): no partition claimed"
+	switch n := len(d.Partitions); n {
+	case 0:
+		p.Headline.Reason = why + "; no partition claimed"
+	case 1:
+		p.Headline.Reason = why + "; the partition it still holds is OK"
 	default:
-		p.Headline.Reason = fmt.Sprintf("out of the group, no partition claimed: %s", why)
+		p.Headline.Reason = fmt.Sprintf("%s; the %d partitions it still holds are OK", why, n)
 	}
 	return p
+}
+
+// notReadyReason is why the group is not ready: its own reason
+// (ReadyReason, from a Health with Readiness), or else what Live's reason,
+// the partitions it holds and Claims tell (Claims counts the partition claims it started, which
+// it does only once joined; a member that never held a partition cannot
+// tell "not joined yet" from "joined and since left or stopping").
+func notReadyReason(d *StatsDoc) string {
+	switch {
+	case d.ReadyReason != "":
+		return d.ReadyReason
+	case d.Live != nil && !*d.Live && strings.Contains(d.LiveReason, "session lost"):
+		return d.LiveReason
+	case len(d.Partitions) > 0:
+		return "its session lost, a rejoin failing, or stopping"
+	case d.Totals.Claims > 0:
+		return fmt.Sprintf("out of the group after %d partition claims: its session lost, a rejoin failing, or stopping", d.Totals.Claims)
+	}
+	return "not in the group: not joined yet, or joined with no partitions and since left or stopping"
 }
 
 // servePage renders the status page into a buffer first, so that a

@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"html"
 	"strings"
 	"testing"
 
@@ -79,10 +80,10 @@ func TestStatusPageEscapes(t *testing.T) {
 func TestStatusPageEmpty(t *testing.T) {
 	f := &fakeGroup{s: group.Stats{GroupID: "idle", Status: group.PartitionStatus{Code: group.StatusOK}}, live: true}
 	code, page := get(t, Handler(f, Options{}), "GET", "/")
-	if code != 200 || !strings.Contains(page, `<p class="muted" id="no-partitions">No partition claimed: not in the group (not joined yet, or joined with no partitions and since left or stopping).</p>`) ||
+	if code != 200 || !strings.Contains(page, `<p class="muted" id="no-partitions">No partition claimed: not ready: not in the group: not joined yet, or joined with no partitions and since left or stopping.</p>`) ||
 		!strings.Contains(page, `<span class="bad" id="ready">not ready</span>`) ||
 		!strings.Contains(page, `<div class="banner notready" id="group-status">
-<span class="code">NOT READY</span><span class="reason">not in the group (not joined yet, or since left or stopping): no partition claimed</span>`) {
+<span class="code">NOT READY</span><span class="reason">not in the group: not joined yet, or joined with no partitions and since left or stopping; no partition claimed</span>`) {
 		t.Fatalf("/ before the join: %d\n%s", code, page)
 	}
 }
@@ -107,11 +108,11 @@ func TestStatusPageNotReady(t *testing.T) {
 			"No partition claimed: the group joined and assigned this member none (more members than partitions)."},
 		{"out of the group after holding partitions", noParts(4), false, true, "",
 			`<div class="banner notready" id="group-status">
-<span class="code">NOT READY</span><span class="reason">out of the group, no partition claimed: its session lost, a rejoin failing, or shutting down</span>`,
-			"No partition claimed now: the group joined (4 partition claims since, all ended) and is not ready: its session lost, a rejoin failing, or shutting down."},
+<span class="code">NOT READY</span><span class="reason">out of the group after 4 partition claims: its session lost, a rejoin failing, or stopping; no partition claimed</span>`,
+			"No partition claimed: not ready: out of the group after 4 partition claims: its session lost, a rejoin failing, or stopping."},
 		{"session lost for long", noParts(0), false, false, "group session lost 1m0s ago",
-			`<span class="code">NOT READY</span><span class="reason">out of the group, no partition claimed: group session lost 1m0s ago</span>`,
-			"No partition claimed now: the group joined and is not ready: group session lost 1m0s ago."},
+			`<span class="code">NOT READY</span><span class="reason">group session lost 1m0s ago; no partition claimed</span>`,
+			"No partition claimed: not ready: group session lost 1m0s ago."},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			_, page := get(t, Handler(&fakeGroup{s: c.s, ready: c.ready, live: c.live, why: c.why}, Options{}), "GET", "/")
@@ -128,9 +129,26 @@ func TestStatusPageNotReady(t *testing.T) {
 		s.Status = group.PartitionStatus{Code: group.StatusOK}
 	})
 	if _, page := get(t, Handler(f, Options{}), "GET", "/"); !strings.Contains(page,
-		`<span class="code">NOT READY</span><span class="reason">its session lost, a rejoin failing, or shutting down; the 2 partitions it still holds are OK</span>`) ||
+		`<span class="code">NOT READY</span><span class="reason">its session lost, a rejoin failing, or stopping; the 2 partitions it still holds are OK</span>`) ||
 		!strings.Contains(page, "<title>NOT READY · ledger · orderly</title>") {
 		t.Errorf("not ready, holding OK partitions: got\n%s", page)
+	}
+	// A group that says why (Readiness): its reason is the banner's, on
+	// the page, in /stats and in /readyz's answer.
+	stopping := "stopping: Run's ctx ended (or an error it cannot get past); its partitions drain"
+	rf := &fakeGroup{s: noParts(0), ready: false, live: true}
+	rf.s.PartitionStats = sampleStats().PartitionStats[:1]
+	rf.s.PartitionStats[0].Status = group.PartitionStatus{Code: group.StatusOK}
+	rg := reasonedGroup{rf, stopping}
+	if _, page := get(t, Handler(rg, Options{}), "GET", "/"); !strings.Contains(page,
+		`<span class="code">NOT READY</span><span class="reason">`+html.EscapeString(stopping)+`; the partition it still holds is OK</span>`) {
+		t.Errorf("not ready, with the group's reason: got\n%s", page)
+	}
+	if code, body := get(t, Handler(rg, Options{}), "GET", "/readyz"); code != 503 || !strings.Contains(body, "not ready: "+stopping) {
+		t.Errorf("/readyz: got %d %q, want 503 with the group's reason", code, body)
+	}
+	if _, body := get(t, Handler(rg, Options{}), "GET", "/stats"); !strings.Contains(body, `"ready_reason": "`+stopping+`"`) && !strings.Contains(body, `"ready_reason":"`+stopping+`"`) {
+		t.Errorf("/stats: no ready_reason %q in\n%s", stopping, body)
 	}
 	f = &fakeGroup{s: sampleStats(), ready: false, live: true}
 	if _, page := get(t, Handler(f, Options{}), "GET", "/"); !strings.Contains(page, `<div class="banner st-5" id="group-status">

@@ -21,6 +21,20 @@ type Health interface {
 	Live() (bool, string)
 }
 
+// reasoner is a Health that also says why it is not ready
+// (*group.Group's Readiness).
+type reasoner interface {
+	Readiness() (bool, string)
+}
+
+// readiness is h's Ready, with its reason when h says why.
+func readiness(h Health) (bool, string) {
+	if r, ok := h.(reasoner); ok {
+		return r.Readiness()
+	}
+	return h.Ready(), ""
+}
+
 // Group is a Source with its Health: what Handler and Serve need.
 type Group interface {
 	Source

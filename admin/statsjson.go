@@ -17,12 +17,14 @@ import (
 type StatsDoc struct {
 	ConsumerGroup string    `json:"consumergroup"`
 	Time          time.Time `json:"time"` // when the snapshot was taken
-	// Ready, Live and LiveReason are the health checks (absent when the
-	// source does not report them).
-	Ready      *bool     `json:"ready,omitempty"`
-	Live       *bool     `json:"live,omitempty"`
-	LiveReason string    `json:"live_reason,omitempty"`
-	Status     StatusDoc `json:"status"` // the group's: its worst partition's
+	// Ready, ReadyReason, Live and LiveReason are the health checks
+	// (absent when the source does not report them; ReadyReason when it
+	// is ready, or does not say why not).
+	Ready       *bool     `json:"ready,omitempty"`
+	ReadyReason string    `json:"ready_reason,omitempty"`
+	Live        *bool     `json:"live,omitempty"`
+	LiveReason  string    `json:"live_reason,omitempty"`
+	Status      StatusDoc `json:"status"` // the group's: its worst partition's
 
 	Totals      TotalsDoc      `json:"totals"`
 	Now         NowDoc         `json:"now"`
@@ -215,7 +217,8 @@ func newStatsDoc(s *group.Stats, h Health, t time.Time) *StatsDoc {
 		Partitions:      make([]PartitionDoc, len(s.PartitionStats)),
 	}
 	if h != nil {
-		ready, live := h.Ready(), false
+		var ready, live bool
+		ready, d.ReadyReason = readiness(h)
 		live, d.LiveReason = h.Live()
 		d.Ready, d.Live = &ready, &live
 	}

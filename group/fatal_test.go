@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -140,6 +141,9 @@ func TestRunSurvivesBrokerRestart(t *testing.T) {
 	}
 	b.Close()
 	waitFor(t, time.Minute, "Ready to turn false with the broker gone", func() bool { return !g.Ready() })
+	if ready, why := g.Readiness(); ready || !strings.HasPrefix(why, "out of the group") && !strings.HasPrefix(why, "group session lost") {
+		t.Fatalf("Readiness with the broker gone: got %v %q, want false, out of the group or its session lost", ready, why)
+	}
 	if ok, why := g.Live(); !ok {
 		t.Fatalf("Live with the broker gone: got false (%s), want true", why)
 	}

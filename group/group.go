@@ -796,7 +796,26 @@ func (g *Group[T]) Stats() Stats {
 // ends Run), while the partitions drain and before Run returns: what a
 // readiness probe wants of a member on its way out.
 func (g *Group[T]) Ready() bool {
-	return g.joined.Load() && g.lostAt.Load() == 0 && !g.isStopping()
+	ready, _ := g.Readiness()
+	return ready
+}
+
+// Readiness is Ready with the reason when it is false: stopping (Run's
+// ctx ended, or a fatal error ends Run), the session lost, not joined
+// yet, or out of the group since a join or rejoin failed.
+func (g *Group[T]) Readiness() (ready bool, reason string) {
+	lost := g.lostAt.Load()
+	switch {
+	case g.isStopping():
+		return false, "stopping: Run's ctx ended (or an error it cannot get past); its partitions drain"
+	case lost != 0:
+		return false, fmt.Sprintf("group session lost %v ago (evicted, or its final commits refused); joining again", time.Since(time.Unix(0, lost)).Round(time.Second))
+	case g.joined.Load():
+		return true, ""
+	case g.memberID.Load() == nil:
+		return false, "not joined yet"
+	}
+	return false, "out of the group: a join or rejoin failed (no broker reachable, say); retrying"
 }
 
 // isStopping reports whether Run has begun to stop (g.stopping closed).

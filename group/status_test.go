@@ -299,11 +299,14 @@ func TestHealth(t *testing.T) {
 		}
 		return w.Do(ctx, batch)
 	})
-	if g.Ready() {
-		t.Fatal("Ready before Run: got true, want false")
+	if ready, why := g.Readiness(); ready || why != "not joined yet" {
+		t.Fatalf("Readiness before Run: got %v %q, want false, not joined yet", ready, why)
 	}
 	stop := run(t, g)
 	waitFor(t, 30*time.Second, "Ready", g.Ready)
+	if ready, why := g.Readiness(); !ready || why != "" {
+		t.Fatalf("Readiness once joined: got %v %q, want true, no reason", ready, why)
+	}
 	waitFor(t, 30*time.Second, "Live to fail on the stuck worker", func() bool { ok, _ := g.Live(); return !ok })
 	ok, why := g.Live()
 	if ok || !strings.Contains(why, "1 workers stuck in Do") {
@@ -327,8 +330,8 @@ func TestHealth(t *testing.T) {
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
-	if g.Ready() {
-		t.Fatal("Ready after Run returned: got true, want false")
+	if ready, why := g.Readiness(); ready || !strings.HasPrefix(why, "stopping") {
+		t.Fatalf("Readiness after Run returned: got %v %q, want false, stopping", ready, why)
 	}
 }
 
@@ -351,6 +354,9 @@ func TestReadyFalseWhileStopping(t *testing.T) {
 	stopped := make(chan error, 1)
 	go func() { stopped <- stop() }()
 	waitFor(t, 5*time.Second, "Ready to turn false once Run's ctx ended", func() bool { return !g.Ready() })
+	if _, why := g.Readiness(); !strings.HasPrefix(why, "stopping") {
+		t.Errorf("Readiness while draining: got %q, want it to say stopping", why)
+	}
 	select {
 	case err := <-stopped:
 		t.Fatalf("Run returned (%v) while a call hung: the test needs it still draining", err)
@@ -506,7 +512,7 @@ func TestCallbacksLost(t *testing.T) {
 	var log callbackLog
 	type lostState struct {
 		ready, live         bool
-		why                 string
+		why, readyWhy       string
 		committed, frontier int64
 	}
 	var inLost atomic.Pointer[lostState]
@@ -518,7 +524,8 @@ func TestCallbacksLost(t *testing.T) {
 		if kind != "lost" {
 			return
 		}
-		st := &lostState{ready: g.Ready()}
+		st := &lostState{}
+		st.ready, st.readyWhy = g.Readiness()
 		st.live, st.why = g.Live()
 		st.committed, st.frontier = r.b.Committed("lost", r.topic)[ps[0]], r.frontier(ps[0])
 		inLost.CompareAndSwap(nil, st)
@@ -535,8 +542,8 @@ func TestCallbacksLost(t *testing.T) {
 	time.AfterFunc(cfg.Sarama.Consumer.Group.Session.Timeout+2*time.Second, func() { close(stall) })
 	waitFor(t, time.Minute, "OnLost", func() bool { return log.count("lost") > 0 })
 	st := inLost.Load()
-	if st.ready || st.live || !strings.HasPrefix(st.why, "group session lost") {
-		t.Fatalf("in OnLost: got ready %v live %v (%q), want both false, the session lost", st.ready, st.live, st.why)
+	if st.ready || st.live || !strings.HasPrefix(st.why, "group session lost") || !strings.HasPrefix(st.readyWhy, "group session lost") {
+		t.Fatalf("in OnLost: got ready %v (%q) live %v (%q), want both false, the session lost", st.ready, st.readyWhy, st.live, st.why)
 	}
 	if st.committed >= st.frontier {
 		t.Fatalf("in OnLost: the broker holds %d, the handled frontier is %d: want less (the final commit was refused)", st.committed, st.frontier)
