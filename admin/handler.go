@@ -47,7 +47,7 @@ type handler struct {
 //	/metrics        Prometheus text format (promhttp) of opts.Gatherer
 //	/stats          the Stats snapshot as JSON (StatsDoc)
 //	/healthz        200 "ok" while g.Live(), else 503 with the reason
-//	/readyz         200 "ready" while g.Ready(), else 503
+//	/readyz         200 "ready" while g.Ready(), else 503 "not ready: <why>"
 //	/debug/pprof/   net/http/pprof, only with opts.Pprof
 //	/               the status page
 func Handler(g Group, opts Options) http.Handler {

@@ -201,8 +201,8 @@ func (l *live) waitQuiet(timeout time.Duration) {
 func TestLive(t *testing.T) {
 	const parts, n = 4, 2000
 	l := startLive(t, "admin-live", parts, n, 40)
-	if body := l.waitCode("readyz", http.StatusServiceUnavailable, time.Second); !strings.HasPrefix(body, "not ready") {
-		t.Fatalf("/readyz before Run: got %q, want 'not ready...'", body)
+	if body := l.waitCode("readyz", http.StatusServiceUnavailable, time.Second); !strings.HasPrefix(body, "not ready: not joined yet") {
+		t.Fatalf("/readyz before Run: got %q, want 'not ready: not joined yet'", body)
 	}
 	l.waitCode("healthz", http.StatusOK, time.Second) // nothing stuck yet
 
@@ -272,8 +272,8 @@ func TestLive(t *testing.T) {
 	if err := l.stopRun(); err != nil {
 		t.Fatalf("Run: %v", err)
 	}
-	if body := l.waitCode("readyz", http.StatusServiceUnavailable, time.Second); !strings.HasPrefix(body, "not ready") {
-		t.Fatalf("/readyz after Run: got %q", body)
+	if body := l.waitCode("readyz", http.StatusServiceUnavailable, time.Second); !strings.HasPrefix(body, "not ready: stopped: Run returned") {
+		t.Fatalf("/readyz after Run: got %q, want 'not ready: stopped: Run returned'", body)
 	}
 	if err := l.stopServe(); err != nil {
 		t.Fatalf("Serve: %v", err)
@@ -300,8 +300,8 @@ func TestLiveReadyzWhileStopping(t *testing.T) {
 		code, body := l.get("readyz")
 		codes = append(codes, code)
 		if code == http.StatusServiceUnavailable {
-			if !strings.HasPrefix(body, "not ready") {
-				t.Errorf("/readyz while stopping: got %q, want 'not ready...'", body)
+			if !strings.HasPrefix(body, "not ready: stopping") {
+				t.Errorf("/readyz while stopping: got %q, want 'not ready: stopping...'", body)
 			}
 			break
 		}

@@ -50,6 +50,8 @@ type pageData struct {
 	// NoPartitions says why no partition is claimed (the partitions
 	// section shows it when there are none).
 	NoPartitions string
+	// NotReady says why the group is not ready (the health line).
+	NotReady string
 }
 
 // headline is the status page's banner.
@@ -93,9 +95,10 @@ func newPageData(d *StatsDoc, opts *Options) *pageData {
 		return p
 	}
 	why := notReadyReason(d)
+	p.NotReady = why
 	p.NoPartitions = "No partition claimed: not ready: " + why + "."
 	if d.Status.Code != 1 {
-		return p // a status worse than OK stays the headline; the health line says not ready
+		return p // a status worse than OK stays the headline; the health line says why not ready
 	}
 	p.Headline = headline{Class: "notready", Name: "NOT READY"}
 	switch n := len(d.Partitions); n {

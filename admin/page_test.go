@@ -141,7 +141,8 @@ func TestStatusPageNotReady(t *testing.T) {
 	rf.s.PartitionStats[0].Status = group.PartitionStatus{Code: group.StatusOK}
 	rg := reasonedGroup{rf, stopping}
 	if _, page := get(t, Handler(rg, Options{}), "GET", "/"); !strings.Contains(page,
-		`<span class="code">NOT READY</span><span class="reason">`+html.EscapeString(stopping)+`; the partition it still holds is OK</span>`) {
+		`<span class="code">NOT READY</span><span class="reason">`+html.EscapeString(stopping)+`; the partition it still holds is OK</span>`) ||
+		!strings.Contains(page, `<span class="bad" id="ready">not ready</span>: `+html.EscapeString(stopping)) {
 		t.Errorf("not ready, with the group's reason: got\n%s", page)
 	}
 	if code, body := get(t, Handler(rg, Options{}), "GET", "/readyz"); code != 503 || !strings.Contains(body, "not ready: "+stopping) {

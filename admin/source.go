@@ -9,6 +9,9 @@ type Source interface {
 }
 
 // Health is what /healthz and /readyz ask: a *group.Group[T] of any T.
+// A Health that also has Readiness() (bool, string), as the group does,
+// says why it is not ready: /readyz, /stats (ready_reason) and the status
+// page show the reason.
 type Health interface {
 	// Ready reports whether the group joined (a standby member with no
 	// partitions is ready too); false before the join, after a lost

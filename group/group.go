@@ -119,6 +119,8 @@ type Group[T any] struct {
 	joined      atomic.Bool                  // joined (Setup ran) and no join or rejoin failed since (Consume returned an error)
 	lostAt      atomic.Int64                 // unix nanos the session was found lost; 0 when healthy
 	memberID    atomic.Pointer[string]       // this member's ID as its last session or claim saw it; nil before the first
+	joinFailure atomic.Pointer[string]       // the error of the last join or rejoin that failed, until a session starts
+	runDone     atomic.Bool                  // Run has returned
 	history     *history                     // committed offsets last read back (readback.go)
 	lost        *lostFinals                  // final commits of claims that did not reach the coordinator (lostfinal.go)
 
@@ -262,6 +264,7 @@ func (g *Group[T]) Run(ctx context.Context) error {
 	if !g.started.CompareAndSwap(false, true) {
 		return ErrRunTwice
 	}
+	defer g.runDone.Store(true)
 	// Connecting takes no ctx in sarama: the start dialer ends it when ctx
 	// does (a start cut short that way is a clean stop: nil).
 	dialer := useStartDialer(g.cfg.Sarama)
@@ -357,6 +360,8 @@ func (g *Group[T]) Run(ctx context.Context) error {
 		}
 		// Out of the group until a join succeeds (Setup): not Ready.
 		g.joined.Store(false)
+		failure := err.Error()
+		g.joinFailure.Store(&failure)
 		cls, fatal := classify(err)
 		g.errs.add(cls)
 		if errors.Is(err, sarama.ErrFencedInstancedId) {
@@ -800,22 +805,35 @@ func (g *Group[T]) Ready() bool {
 	return ready
 }
 
-// Readiness is Ready with the reason when it is false: stopping (Run's
-// ctx ended, or a fatal error ends Run), the session lost, not joined
-// yet, or out of the group since a join or rejoin failed.
+// Readiness is Ready with the reason when it is false: stopped (Run
+// returned), stopping (Run's ctx ended, or an error it cannot get past),
+// the session lost, not joined yet (and the first join's error, if it
+// failed), or out of the group since a rejoin failed (and its error).
 func (g *Group[T]) Readiness() (ready bool, reason string) {
-	lost := g.lostAt.Load()
+	// The member ID before joined: a session stores joined, then the ID,
+	// so an ID seen with joined false is a later failure's.
+	member, lost := g.memberID.Load(), g.lostAt.Load()
 	switch {
+	case g.runDone.Load():
+		return false, "stopped: Run returned"
 	case g.isStopping():
-		return false, "stopping: Run's ctx ended (or an error it cannot get past); its partitions drain"
+		return false, "stopping: Run's ctx ended (or an error it cannot get past); draining"
 	case lost != 0:
 		return false, fmt.Sprintf("group session lost %v ago (evicted, or its final commits refused); joining again", time.Since(time.Unix(0, lost)).Round(time.Second))
 	case g.joined.Load():
 		return true, ""
-	case g.memberID.Load() == nil:
-		return false, "not joined yet"
 	}
-	return false, "out of the group: a join or rejoin failed (no broker reachable, say); retrying"
+	failed := ""
+	if p := g.joinFailure.Load(); p != nil {
+		failed = ": " + *p
+	}
+	switch {
+	case member == nil && failed == "":
+		return false, "not joined yet"
+	case member == nil:
+		return false, "not joined yet: the join failed" + failed + "; retrying"
+	}
+	return false, "out of the group: a rejoin failed" + failed + "; retrying"
 }
 
 // isStopping reports whether Run has begun to stop (g.stopping closed).

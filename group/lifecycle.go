@@ -16,6 +16,7 @@ import (
 func (g *Group[T]) sessionStarted(sess sarama.ConsumerGroupSession) {
 	g.joined.Store(true)
 	g.lostAt.Store(0)
+	g.joinFailure.Store(nil)
 	g.noteMemberID(sess)
 	g.log.Info("session started", zap.String("member", sess.MemberID()),
 		zap.Int32("generation", sess.GenerationID()), zap.Any("claims", sess.Claims()))

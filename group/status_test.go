@@ -330,8 +330,8 @@ func TestHealth(t *testing.T) {
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
-	if ready, why := g.Readiness(); ready || !strings.HasPrefix(why, "stopping") {
-		t.Fatalf("Readiness after Run returned: got %v %q, want false, stopping", ready, why)
+	if ready, why := g.Readiness(); ready || why != "stopped: Run returned" {
+		t.Fatalf("Readiness after Run returned: got %v %q, want false, stopped", ready, why)
 	}
 }
 
@@ -728,5 +728,43 @@ func TestStatusDuringDrain(t *testing.T) {
 	release()
 	if err := <-stopped; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestReadinessReasons: Readiness's answer for each state it tells apart,
+// set by hand on a group that never runs; Ready agrees with it.
+func TestReadinessReasons(t *testing.T) {
+	id, failure := "m-1", "kafka: client has run out of available brokers to talk to"
+	tests := []struct {
+		name   string
+		set    func(g *Group[*Message])
+		ready  bool
+		reason string // its start
+	}{
+		{"new", func(g *Group[*Message]) {}, false, "not joined yet"},
+		{"first join failed", func(g *Group[*Message]) { g.joinFailure.Store(&failure) }, false, "not joined yet: the join failed: " + failure + "; retrying"},
+		{"joined", func(g *Group[*Message]) { g.joined.Store(true); g.memberID.Store(&id) }, true, ""},
+		{"rejoin failed", func(g *Group[*Message]) { g.memberID.Store(&id); g.joinFailure.Store(&failure) }, false, "out of the group: a rejoin failed: " + failure + "; retrying"},
+		{"session lost", func(g *Group[*Message]) {
+			g.joined.Store(true)
+			g.memberID.Store(&id)
+			g.lostAt.Store(time.Now().Add(-2 * time.Second).UnixNano())
+		}, false, "group session lost 2s ago"},
+		{"stopping", func(g *Group[*Message]) { g.joined.Store(true); g.memberID.Store(&id); close(g.stopping) }, false, "stopping: "},
+		{"stopped", func(g *Group[*Message]) { close(g.stopping); g.runDone.Store(true) }, false, "stopped: Run returned"},
+		{"stopped before it joined", func(g *Group[*Message]) { g.runDone.Store(true) }, false, "stopped: Run returned"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g := offlineGroup(t, func(*Config) {})
+			tt.set(g)
+			ready, why := g.Readiness()
+			if ready != tt.ready || !strings.HasPrefix(why, tt.reason) || tt.reason == "" && why != "" {
+				t.Fatalf("got %v %q, want %v %q", ready, why, tt.ready, tt.reason)
+			}
+			if g.Ready() != ready {
+				t.Fatalf("Ready: got %v, want %v as Readiness says", g.Ready(), ready)
+			}
+		})
 	}
 }
