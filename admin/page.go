@@ -113,10 +113,11 @@ func newPageData(d *StatsDoc, opts *Options) *pageData {
 }
 
 // notReadyReason is why the group is not ready: its own reason
-// (ReadyReason, from a Health with Readiness), or else what Live's reason,
-// the partitions it holds and Claims tell (Claims counts the partition claims it started, which
-// it does only once joined; a member that never held a partition cannot
-// tell "not joined yet" from "joined and since left or stopping").
+// (ReadyReason, from a Health with Readiness), or else what Live's
+// reason, the partitions it holds and Claims tell (Claims counts the
+// partition claims it started, which it does only once joined; a member
+// that never held a partition cannot tell "not joined yet" from "joined
+// and since left or stopping").
 func notReadyReason(d *StatsDoc) string {
 	switch {
 	case d.ReadyReason != "":
