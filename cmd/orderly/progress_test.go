@@ -40,10 +40,16 @@ func TestWorstPartition(t *testing.T) {
 // "failed calls 0" and nothing explained an idle consumer.
 func TestConsumeProgressLine(t *testing.T) {
 	c := &consumeProgress{start: time.Unix(0, 0), ctr: &sinkCounters{}, gate: &gate{}}
-	line := c.line(time.Unix(5, 0), group.Stats{InFlight: 15, Retrying: 3, Deferred: 12, Parked: 4, TimedOut: 2}, 0)
-	for _, want := range []string{"in flight 15  waiting 15  retries 0", "  parked 4", "failed calls 0  timed out 2  endpoint errors 0"} {
+	line := c.line(time.Unix(5, 0), group.Stats{Partitions: 2, Lag: 7, InFlight: 15, Retrying: 3, Deferred: 12, Parked: 4, TimedOut: 2}, 0)
+	for _, want := range []string{"lag 7  in flight 15  waiting 15  retries 0", "  parked 4", "failed calls 0  timed out 2  endpoint errors 0"} {
 		if !strings.Contains(line, want) {
 			t.Errorf("progress line %q: want %q in it", line, want)
 		}
+	}
+	// No partition claimed: lag and in flight would read 0 whatever the
+	// topics hold (a line drawn after Run returned, a standby member).
+	line = c.line(time.Unix(5, 0), group.Stats{Handled: 3, Committed: 3}, 0)
+	if !strings.Contains(line, "committed 3  no partition claimed  waiting 0") || strings.Contains(line, "lag") || strings.Contains(line, "in flight") {
+		t.Errorf("progress line with no partition claimed %q: want \"no partition claimed\" in place of lag and in flight", line)
 	}
 }
