@@ -4,12 +4,9 @@ package broker
 
 import (
 	"errors"
-	"fmt"
 	"io"
 	"path/filepath"
-	"strings"
 	"testing"
-	"time"
 
 	"github.com/orderly-go/orderly/internal/proctest"
 )
@@ -49,21 +46,11 @@ func TestLockAfterKill(t *testing.T) {
 // Close is not.
 func TestLockLiveHolder(t *testing.T) {
 	dir := t.TempDir()
-	cmd := proctest.StartLockHolder(t, "TestLockChild", dir)
-	start := time.Now()
-	_, err := Start(Config{DataDir: dir})
-	took := time.Since(start)
+	pid, err := proctest.RefusedBesideHolder(t, "TestLockChild", dir, func() error { _, err := Start(Config{DataDir: dir}); return err },
+		dir, filepath.Join(dir, LockFile))
 	var locked *LockedError
-	if !errors.As(err, &locked) || !errors.Is(err, ErrLocked) || locked.PID != cmd.Process.Pid {
-		t.Fatalf("Start beside a live holder: got %v, want a *LockedError naming process %d", err, cmd.Process.Pid)
-	}
-	for _, want := range []string{dir, filepath.Join(dir, LockFile), fmt.Sprintf("process %d", cmd.Process.Pid)} {
-		if !strings.Contains(err.Error(), want) {
-			t.Errorf("error %q does not name %q", err, want)
-		}
-	}
-	if took > 500*time.Millisecond {
-		t.Errorf("refused after %v, want at once (a live holder is not waited for)", took)
+	if !errors.As(err, &locked) || !errors.Is(err, ErrLocked) || locked.PID != pid {
+		t.Fatalf("Start beside a live holder: got %v, want a *LockedError naming process %d", err, pid)
 	}
 
 	// In this process: a second broker is refused until the first closes.

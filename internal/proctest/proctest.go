@@ -207,3 +207,30 @@ func OpenAfterKills(t *testing.T, test, dir string, rounds int, open func() (io.
 		t.Errorf("%d of %d Opens right after kill -9 refused, want 0", failed, rounds)
 	}
 }
+
+// RefusedBesideHolder checks that a lock's live holder is refused at
+// once: it starts test's lock holder on dir (StartLockHolder), calls open
+// beside it, and fails t unless open returned an error within 500 ms (a
+// live holder is not waited for) naming each of names and the holder's
+// "process <pid>". It returns the error and the holder's process ID for
+// the caller's own checks of the error's type.
+func RefusedBesideHolder(t *testing.T, test, dir string, open func() error, names ...string) (pid int, err error) {
+	t.Helper()
+	cmd := StartLockHolder(t, test, dir)
+	pid = cmd.Process.Pid
+	start := time.Now()
+	err = open()
+	took := time.Since(start)
+	if err == nil {
+		t.Fatalf("Open beside a live holder (process %d): got the lock, want a refusal", pid)
+	}
+	for _, want := range append(names, fmt.Sprintf("process %d", pid)) {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not name %q", err, want)
+		}
+	}
+	if took > 500*time.Millisecond {
+		t.Errorf("refused after %v, want at once (a live holder is not waited for)", took)
+	}
+	return pid, err
+}
