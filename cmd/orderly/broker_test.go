@@ -21,6 +21,7 @@ import (
 	"github.com/IBM/sarama"
 
 	"github.com/orderly-go/orderly/group"
+	"github.com/orderly-go/orderly/internal/broker"
 )
 
 func TestBrokerAddrInUse(t *testing.T) {
@@ -336,7 +337,7 @@ func TestBrokerDataLocked(t *testing.T) {
 	if code := cmd.ProcessState.ExitCode(); code != exitError {
 		t.Errorf("second broker: exit status %d, want %d", code, exitError)
 	}
-	lock := filepath.Join(data, "broker.lock")
+	lock := filepath.Join(data, broker.LockFile)
 	for _, want := range []string{lock, fmt.Sprintf("process %d", first.cmd.Process.Pid)} {
 		if !strings.Contains(stderr.String(), want) {
 			t.Errorf("second broker's error %q does not name %q", stderr.String(), want)

@@ -21,6 +21,10 @@ import (
 	"github.com/orderly-go/orderly/internal/lograte"
 )
 
+// execGuardArg, as orderly's only argument, makes it the exec guard
+// (execGuardMain) instead of the command line tool.
+const execGuardArg = "__orderly-exec-guard"
+
 // Exit codes of an --exec command that mean something to consume.
 const (
 	exitTempFail      = 75  // EX_TEMPFAIL: retry with backoff

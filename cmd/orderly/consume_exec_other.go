@@ -13,7 +13,5 @@ import (
 // outlives it, as it outlives consume.
 func runCommand(cmd *exec.Cmd, _ *zap.Logger) error { return cmd.Run() }
 
-const execGuardArg = "__orderly-exec-guard"
-
 // execGuardMain: there is no exec guard here.
 func execGuardMain() int { return 2 }

@@ -48,10 +48,6 @@ func runCommand(cmd *exec.Cmd, log *zap.Logger) error {
 	return err
 }
 
-// execGuardArg, as orderly's only argument, makes it the exec guard
-// (execGuardMain) instead of the command line tool.
-const execGuardArg = "__orderly-exec-guard"
-
 // execGuard is consume's side of the exec guard: a process (orderly
 // itself, run with execGuardArg) that reads the process groups of the
 // commands in flight from a pipe, "+PGID" when one starts and "-PGID"

@@ -71,16 +71,8 @@ func (c *consumeProgress) line(now time.Time, s group.Stats, rate float64) strin
 	// commit metadata and waits out): why nothing is sent. Parked records
 	// (Unordered with --data) are shown apart: Stats.Parked counts them
 	// until they finish, in Do or waiting.
-	// Lag is summed over the claimed partitions, and records in flight
-	// are let go with their claims: with none claimed (before the join, a
-	// standby member, a line drawn once Run has returned) both would read
-	// 0 whatever the topics hold.
-	claimed := "no partition claimed"
-	if s.Partitions > 0 {
-		claimed = fmt.Sprintf("lag %s  in flight %s", bench.FormatCount(float64(s.Lag)), bench.FormatCount(float64(s.InFlight)))
-	}
 	fmt.Fprintf(&b, "%s/s  handled %s  committed %s  %s  waiting %s  retries %d  dead-lettered %d",
-		bench.FormatCount(rate), bench.FormatCount(float64(s.Handled)), bench.FormatCount(float64(s.Committed)), claimed,
+		bench.FormatCount(rate), bench.FormatCount(float64(s.Handled)), bench.FormatCount(float64(s.Committed)), claimedText(s),
 		bench.FormatCount(float64(s.Retrying+s.Deferred)), s.Retries, deadLettered(s))
 	fmt.Fprintf(&b, "  throttled %d  failed calls %d  timed out %d  endpoint errors %d", c.ctr.throttled.Load(), c.ctr.failed.Load(), s.TimedOut, c.ctr.endpoint.Load())
 	if last := c.ctr.lastEndpointError(); last != "" {

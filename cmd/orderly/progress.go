@@ -84,16 +84,25 @@ func (p *progress) line(now time.Time, s group.Stats, rate float64) string {
 		fmt.Fprintf(&b, " of %s produced", bench.FormatCount(float64(n)))
 	}
 	if s.Partitions == 0 {
-		// Lag is summed over the claimed partitions, and records in flight
-		// are let go with their claims: with none claimed (before the join,
-		// and once Run has returned) both would read 0 whatever the topic
-		// holds.
-		fmt.Fprintf(&b, "  committed %s  retries %d  no partition claimed", bench.FormatCount(float64(s.Committed)), s.Retries)
+		fmt.Fprintf(&b, "  committed %s  retries %d  %s", bench.FormatCount(float64(s.Committed)), s.Retries, claimedText(s))
 		return b.String()
 	}
 	fmt.Fprintf(&b, "  committed %s  lag %s  retries %d  in flight %s",
 		bench.FormatCount(float64(s.Committed)), bench.FormatCount(float64(s.Lag)), s.Retries, bench.FormatCount(float64(s.InFlight)))
 	return b.String()
+}
+
+// claimedText is what a progress line says of the claimed partitions:
+// their lag and records in flight, or "no partition claimed". Lag is
+// summed over the claimed partitions and records in flight are let go
+// with their claims, so with none claimed (before the join, a standby
+// member, a line drawn once Run has returned) both would read 0 whatever
+// the topics hold.
+func claimedText(s group.Stats) string {
+	if s.Partitions == 0 {
+		return "no partition claimed"
+	}
+	return fmt.Sprintf("lag %s  in flight %s", bench.FormatCount(float64(s.Lag)), bench.FormatCount(float64(s.InFlight)))
 }
 
 // worstPartition is the group's status when it is not OK: its worst
