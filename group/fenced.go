@@ -1,6 +1,7 @@
 package group
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"time"
@@ -30,11 +31,30 @@ type instanceFence struct {
 // asks the coordinator (instanceHolder), updates f, and returns the error
 // Run ends with once another member has held the InstanceID for twice
 // Session.Timeout; until then, or when the coordinator cannot say, nil,
-// and Run joins again after its backoff.
-func (g *Group[T]) checkFence(f *instanceFence, client sarama.Client, now time.Time) error {
+// and Run joins again after its backoff. The question runs beside the Run
+// loop (sarama's requests take no ctx: one the coordinator does not
+// answer waits up to Net.ReadTimeout), so that ctx ending lets Run stop
+// at once; the question is waited for with the other side fetches, after
+// the client closes.
+func (g *Group[T]) checkFence(ctx context.Context, f *instanceFence, client sarama.Client, now time.Time) error {
 	id := g.cfg.Sarama.Consumer.Group.InstanceId
 	log := g.log.With(zap.String("instance", id))
-	h, err := g.instanceHolder(client)
+	type answer struct {
+		h   *sarama.GroupMemberDescription
+		err error
+	}
+	asked := make(chan answer, 1)
+	g.probes.Go(func() {
+		h, err := g.instanceHolder(client)
+		asked <- answer{h, err}
+	})
+	var a answer
+	select {
+	case a = <-asked:
+	case <-ctx.Done():
+		return nil
+	}
+	h, err := a.h, a.err
 	switch {
 	case err != nil:
 		log.Warn("fenced: cannot tell which member holds this InstanceID; joining again", zap.Error(err))
@@ -69,6 +89,9 @@ var errNoInstanceIDs = errors.New("the coordinator's DescribeGroups (below v4, b
 // member other than this one that holds this member's InstanceID: nil
 // when none does, an error when the coordinator cannot say.
 func (g *Group[T]) instanceHolder(client sarama.Client) (*sarama.GroupMemberDescription, error) {
+	if !g.cfg.Sarama.Version.IsAtLeast(sarama.V2_4_0_0) {
+		return nil, errNoInstanceIDs // a v4 request could close the group's connection to an older broker
+	}
 	coord, err := client.Coordinator(g.cfg.GroupID)
 	if err != nil {
 		return nil, fmt.Errorf("finding the coordinator: %w", err)

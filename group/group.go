@@ -353,6 +353,7 @@ func (g *Group[T]) Run(ctx context.Context) error {
 		err := cg.Consume(consumeCtx, g.cfg.Topics, b) // returns at each eager rebalance
 		if err == nil || runCtx.Err() != nil {
 			wait = g.cfg.Retry.Backoff
+			fence = instanceFence{}
 			continue
 		}
 		if errors.Is(err, sarama.ErrClosedConsumerGroup) {
@@ -365,7 +366,7 @@ func (g *Group[T]) Run(ctx context.Context) error {
 		cls, fatal := classify(err)
 		g.errs.add(cls)
 		if errors.Is(err, sarama.ErrFencedInstancedId) {
-			fatal = g.checkFence(&fence, client, time.Now())
+			fatal = g.checkFence(runCtx, &fence, client, time.Now())
 		}
 		if fatal != nil { // Run returns it: its caller logs it, once
 			endRun(fmt.Errorf("%w: group %q, topics %v: %w", fatal, g.cfg.GroupID, g.cfg.Topics, err))
