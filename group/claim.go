@@ -99,16 +99,11 @@ type claimLoop[T any] struct {
 	metaFull   bool               // the finished set does not fit CommitMetadata: take nothing new
 	ranges     []commit.Range
 	held       []dispatch.WaitingItem[Message, T] // scratch for waiting
-	counted    uint64                             // the partition's Released when last marked, counted in committed
-	// countedByLost is how many of the messages skipped below
-	// ownLost.counted are still ahead of the frontier: the lost claims
-	// counted them in committed when they marked them, so this claim
-	// leaves them out.
-	countedByLost uint64
-	workers       []merge.WorkerState // scratch for observe
-	waitingBuf    []commit.Waiting
-	finished      func(*dispatch.Item[Message, T]) // countFinished, made once
-	out           Outcomes                         // counted here, published to st.outcomes by advance
+	counted    uint64                             // the partition's Released when last marked, counted in committed (and the skipped messages counted before: markers.go, ownLost)
+	workers    []merge.WorkerState                // scratch for observe
+	waitingBuf []commit.Waiting
+	finished   func(*dispatch.Item[Message, T]) // countFinished, made once
+	out        Outcomes                         // counted here, published to st.outcomes by advance
 }
 
 func (g *Group[T]) consume(sess sarama.ConsumerGroupSession, claim sarama.ConsumerGroupClaim) error {
@@ -378,7 +373,7 @@ func (c *claimLoop[T]) intake(m *sarama.ConsumerMessage, size int64) {
 		c.g.ctr.resumed.Add(1)
 		c.out.Resumed++
 		if c.ownLost != nil && m.Offset < c.ownLost.counted {
-			c.countedByLost++
+			c.counted++ // the lost claims counted it in committed when they marked it
 		}
 		if err := c.p.Skip(it, m.Offset); err != nil {
 			c.badOffset(m.Offset, err)

@@ -217,14 +217,7 @@ func (c *claimLoop[T]) mark(waiting []commit.Waiting) bool {
 	c.meta = meta
 	c.st.next.Store(next)
 	if r := c.p.Released(); r > c.counted { // what the frontier passed up to next
-		// The lowest offsets, those the lost claims counted, pass first:
-		// skipped from the claim's start on. (A claim whose read of the
-		// committed offset came late, readAgain, handles the messages it
-		// took before that again, and counts them again.)
-		n := r - c.counted
-		again := min(n, c.countedByLost)
-		c.countedByLost -= again
-		c.st.committed.Add(int64(n - again))
+		c.st.committed.Add(int64(r - c.counted))
 		c.counted = r
 	}
 	return true
