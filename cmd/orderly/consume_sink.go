@@ -65,11 +65,12 @@ func where(batch []*group.Message) string {
 
 // callCause is why a call's ctx ended: a revoke or shutdown, or the
 // call's deadline, which consume's user knows as --timeout (the group's
-// ErrTimeout names its MsgTimeout).
-func callCause(ctx context.Context, timeout time.Duration) error {
+// ErrTimeout names its MsgTimeout); timeout is that flag as flagArg names
+// it, with its variable when the value came from there.
+func callCause(ctx context.Context, timeout string) error {
 	cause := context.Cause(ctx)
 	if errors.Is(cause, group.ErrTimeout) {
-		return fmt.Errorf("ran past --timeout %v: %w", timeout, cause)
+		return fmt.Errorf("ran past %s: %w", timeout, cause)
 	}
 	return cause
 }
@@ -146,7 +147,7 @@ type sinkCore struct {
 	ctr      *sinkCounters
 	endpoint endpointBackoff
 	defDelay time.Duration // a deferral's delay when none is named (--backoff)
-	timeout  time.Duration // --timeout
+	timeout  string        // --timeout and its value, as flagArg names them
 	log      *zap.Logger
 	// One line per 10s of each kind, with the count held back: endpoint
 	// errors, and failed calls (warnf).
@@ -154,7 +155,7 @@ type sinkCore struct {
 }
 
 func newSinkCore(o *consumeOpts, gt *gate, ctr *sinkCounters, log *zap.Logger) sinkCore {
-	return sinkCore{gate: gt, ctr: ctr, defDelay: o.backoff, timeout: o.timeout, log: log,
+	return sinkCore{gate: gt, ctr: ctr, defDelay: o.backoff, timeout: flagArg(o.fs, "timeout", o.timeout), log: log,
 		endpointLog: lograte.Limit{Every: warnEvery}, failLog: lograte.Limit{Every: warnEvery}, endpoint: endpointBackoff{first: o.backoff, max: o.maxBackoff}}
 }
 

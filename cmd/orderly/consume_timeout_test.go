@@ -14,33 +14,42 @@ import (
 // TestConsumeTimeoutNamesFlag: a record whose only allowed run goes past
 // --timeout is dead-lettered with reason timeout and an error that names
 // --timeout and its value, the flag consume's user set (the group's own
-// error names its MsgTimeout). So does one whose --exec command is long:
-// the error quotes only the command's start, and a 1.5 KB command used to
-// fill the dead letter's 1 KiB message before the cause.
+// error names its MsgTimeout), and ORDERLY_TIMEOUT when the value came
+// from there, since nothing on the command line then says --timeout. So
+// does one whose --exec command is long: the error quotes only the
+// command's start, and a 1.5 KB command used to fill the dead letter's
+// 1 KiB message before the cause.
 func TestConsumeTimeoutNamesFlag(t *testing.T) {
 	t.Parallel()
 	script := filepath.Join(t.TempDir(), "slow.sh")
 	if err := os.WriteFile(script, []byte("#!/bin/sh\ncat >/dev/null\nsleep 10\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	for _, tt := range []struct{ name, cmd string }{
-		{"script", script},
-		{"long command", script + " # " + strings.Repeat("x", 1500)},
+	flag := []string{"--timeout", "300ms"}
+	for _, tt := range []struct {
+		name, cmd string
+		vars      []string // ORDERLY_* variables
+		args      []string
+		want      string // in the dead letter's error
+	}{
+		{"script", script, nil, flag, "ran past --timeout 300ms: "},
+		{"long command", script + " # " + strings.Repeat("x", 1500), nil, flag, "ran past --timeout 300ms: "},
+		{"variable", script, []string{"ORDERLY_TIMEOUT=300ms"}, nil, "ran past --timeout 300ms (from ORDERLY_TIMEOUT): "},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			b := newTopic(t, "slow", 1)
 			produceKeyed(t, b, "slow", 1, 1)
 			data := t.TempDir()
-			p := startConsume(t, "--brokers", b.Addrs()[0], "--topic", "slow", "--group", "slow",
-				"--exec", tt.cmd, "--timeout", "300ms", "--max-attempts", "1", "--data", data, "--progress", "off", "--log-level", "error")
+			p := startConsumeWith(t, tt.vars, append([]string{"--brokers", b.Addrs()[0], "--topic", "slow", "--group", "slow",
+				"--exec", tt.cmd, "--max-attempts", "1", "--data", data, "--progress", "off", "--log-level", "error"}, tt.args...)...)
 			p.waitCommitted(b, "slow", "slow")
 			if code := p.stop(syscall.SIGTERM); code != 0 {
 				t.Fatalf("exit %d after SIGTERM, want 0\n%s", code, p.output())
 			}
 			letters := jsonLines[entryJSON](t, dlqRun(t, "list", "--data", data, "--json"))
-			if len(letters) != 1 || letters[0].Reason != "timeout" || !strings.Contains(letters[0].Error, "ran past --timeout 300ms") {
-				t.Fatalf("dead letters: got %+v, want one, reason timeout, its error naming --timeout 300ms", letters)
+			if len(letters) != 1 || letters[0].Reason != "timeout" || !strings.Contains(letters[0].Error, tt.want) {
+				t.Fatalf("dead letters: got %+v, want one, reason timeout, its error saying %q", letters, tt.want)
 			}
 		})
 	}

@@ -166,7 +166,7 @@ func runDemo(ctx context.Context, o *demoOpts, out, logs io.Writer) (err error) 
 		return err
 	}
 	start := time.Now()
-	ctx, cancel := context.WithTimeoutCause(ctx, o.timeout, fmt.Errorf("timed out after %v (--timeout)", o.timeout))
+	ctx, cancel := context.WithTimeoutCause(ctx, o.timeout, fmt.Errorf("timed out after %s", flagArg(o.fs, "timeout", o.timeout)))
 	defer cancel()
 
 	p := newPlan(o.messages, o.keys, o.poison, o.zipf, o.seed)
@@ -233,7 +233,8 @@ func runDemo(ctx context.Context, o *demoOpts, out, logs io.Writer) (err error) 
 		fmt.Fprintf(out, "producing %.0f transfers/s, like live traffic: throughput follows the producer (--rate 0: as fast as possible)\n", o.rate)
 	}
 	if o.stuckPartition >= 0 {
-		fmt.Fprintf(out, "--stuck-partition %d: the first Do call on it hangs until the run ends (SIGINT, SIGTERM or --timeout %v)\n", o.stuckPartition, o.timeout)
+		fmt.Fprintf(out, "%s: the first Do call on it hangs until the run ends: SIGINT, SIGTERM or %s\n",
+			flagArg(o.fs, "stuck-partition", o.stuckPartition), flagArg(o.fs, "timeout", o.timeout))
 	}
 	srv, err := o.admin.start(g, out)
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
 	"strings"
 	"testing"
 	"time"
@@ -90,20 +91,41 @@ func TestDemoSkewed(t *testing.T) {
 }
 
 // TestDemoTimeout: a run cut short by --timeout returns soon after, with
-// an interruptedError, and its report is consistent.
+// an interruptedError naming --timeout and its value, and
+// ORDERLY_TIMEOUT when the value came from there (nothing on the command
+// line then says --timeout), as the --stuck-partition line does; its
+// report is consistent.
 func TestDemoTimeout(t *testing.T) {
-	start := time.Now()
-	out, err := runCmd(context.Background(), "demo",
-		"--messages", "2000", "--keys", "20", "--io-item", "20ms", "--timeout", "1s", "--progress", "off")
-	var interrupted *interruptedError
-	if !errors.As(err, &interrupted) || !strings.HasPrefix(err.Error(), "timed out after 1s (--timeout): ") {
-		t.Fatalf("demo: got %v, want an interruptedError saying it timed out\n%s", err, out)
+	for _, tt := range []struct {
+		name string
+		vars map[string]string // ORDERLY_* variables
+		args []string
+		flag string // how the error and the stuck line name --timeout
+	}{
+		{"flag", nil, []string{"--timeout", "1s"}, "--timeout 1s"},
+		{"variable", map[string]string{"ORDERLY_TIMEOUT": "1s"}, nil, "--timeout 1s (from ORDERLY_TIMEOUT)"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			start := time.Now()
+			var stdout bytes.Buffer
+			lookup := func(k string) (string, bool) { v, ok := tt.vars[k]; return v, ok }
+			err := run(context.Background(), append([]string{"demo", "--messages", "2000", "--keys", "20", "--io-item", "20ms",
+				"--progress", "off", "--stuck-partition", "0"}, tt.args...), env{stdout: &stdout, stderr: io.Discard, lookup: lookup})
+			out := stdout.String()
+			var interrupted *interruptedError
+			if want := "timed out after " + tt.flag + ": "; !errors.As(err, &interrupted) || !strings.HasPrefix(err.Error(), want) {
+				t.Fatalf("demo: got %v, want an interruptedError starting %q\n%s", err, want, out)
+			}
+			if d := time.Since(start); d > 20*time.Second {
+				t.Errorf("timed-out run took %v to return", d)
+			}
+			if want := "--stuck-partition 0: the first Do call on it hangs until the run ends: SIGINT, SIGTERM or " + tt.flag + "\n"; !strings.Contains(out, want) {
+				t.Errorf("stdout has no line %q:\n%s", want, out)
+			}
+			// The report is still printed, and what was booked is consistent.
+			wantLines(t, out, map[string]string{"lost": "0", "duplicates": "0", "order violations": "0", "balances mismatched": "0"})
+		})
 	}
-	if d := time.Since(start); d > 20*time.Second {
-		t.Errorf("timed-out run took %v to return", d)
-	}
-	// The report is still printed, and what was booked is consistent.
-	wantLines(t, out, map[string]string{"lost": "0", "duplicates": "0", "order violations": "0", "balances mismatched": "0"})
 }
 
 func TestDemoUnreachable(t *testing.T) {

@@ -28,7 +28,7 @@ func TestDemoInterrupted(t *testing.T) {
 		signal bool   // send SIGINT 1.5s after the producer starts
 		cause  string // what the report and the error say stopped the run
 	}{
-		{"timeout", []string{"--timeout", "3s"}, false, "timed out after 3s (--timeout)"},
+		{"timeout", []string{"--timeout", "3s"}, false, "timed out after --timeout 3s"},
 		{"SIGINT", nil, true, "interrupted by SIGINT"},
 	}
 	for _, tt := range tests {
