@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -59,7 +60,9 @@ func runBroker(ctx context.Context, o *brokerOpts, out io.Writer) error {
 		return usagef("%s needs --data (there is nothing to fsync in memory)", flagArg(o.fs, "sync"))
 	}
 	// broker.Start's errors name the address and the data directory; a
-	// --data another broker runs on is refused, naming its process.
+	// --data another broker runs on is refused, naming its process. An
+	// address it cannot listen on is named with --addr, and its variable
+	// when the value came from there.
 	b, err := broker.Start(broker.Config{
 		Addr:       o.addr,
 		DataDir:    o.data,
@@ -67,6 +70,9 @@ func runBroker(ctx context.Context, o *brokerOpts, out io.Writer) error {
 		Topics:     o.topics,
 		Partitions: int32(o.partitions),
 	})
+	if errors.Is(err, broker.ErrListen) {
+		return fmt.Errorf("%s: %w", flagArg(o.fs, "addr", o.addr), err)
+	}
 	if err != nil {
 		return err
 	}

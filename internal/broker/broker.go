@@ -69,6 +69,11 @@ type Broker struct {
 // ErrBadAddr reports an Addr that is not host:port.
 var ErrBadAddr = errors.New("broker: bad listen address")
 
+// ErrListen: Start could not listen on Config.Addr (its port is taken,
+// its host is not one of this machine's addresses or does not resolve).
+// The error names the address.
+var ErrListen = errors.New("broker: cannot listen")
+
 // LockFile is the file in Config.DataDir whose lock a broker holds.
 const LockFile = "broker.lock"
 
@@ -119,7 +124,11 @@ func Start(cfg Config) (*Broker, error) {
 			return nil, fmt.Errorf("%w %q: give a host, e.g. 127.0.0.1%s", ErrBadAddr, cfg.Addr, cfg.Addr)
 		}
 		opts = append(opts, kfake.Ports(port), kfake.ListenFn(func(network, _ string) (net.Listener, error) {
-			return net.Listen(network, net.JoinHostPort(host, strconv.Itoa(port)))
+			ln, err := net.Listen(network, net.JoinHostPort(host, strconv.Itoa(port)))
+			if err != nil {
+				return nil, fmt.Errorf("%w: %w", ErrListen, err)
+			}
+			return ln, nil
 		}))
 	}
 	var lock *os.File
@@ -140,6 +149,9 @@ func Start(cfg Config) (*Broker, error) {
 	c, err := kfake.NewCluster(opts...)
 	if err != nil {
 		closeLock(lock)
+		if errors.Is(err, ErrListen) { // it names the address, and the data is not the cause
+			return nil, err
+		}
 		return nil, fmt.Errorf("broker: start on %q (data %q): %w", cfg.Addr, cfg.DataDir, err)
 	}
 	b := &Broker{c: c, lock: lock}

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"maps"
+	"net"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -150,6 +152,27 @@ func TestStartBadAddr(t *testing.T) {
 		}
 		if !errors.Is(err, ErrBadAddr) {
 			t.Errorf("Start(Addr %q): got %v, want ErrBadAddr", addr, err)
+		}
+	}
+}
+
+// TestStartCannotListen: an Addr that parses but cannot be listened on (a
+// port another listener holds, an address of no interface here) is
+// ErrListen, naming the address once, without the data directory that is
+// not the cause.
+func TestStartCannotListen(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	for _, addr := range []string{ln.Addr().String(), "192.0.2.1:0"} { // 192.0.2.0/24: TEST-NET-1, no host's
+		b, err := Start(Config{Addr: addr})
+		if err == nil {
+			b.Close()
+		}
+		if !errors.Is(err, ErrListen) || strings.Count(err.Error(), addr) != 1 || strings.Contains(err.Error(), "data") {
+			t.Errorf("Start(Addr %q): got %v, want ErrListen naming the address once", addr, err)
 		}
 	}
 }
