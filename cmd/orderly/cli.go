@@ -22,7 +22,9 @@ import (
 //     exit 2. A value that came from a variable is named with it
 //     (flagArg, flagSource): nothing on the command line says the flag.
 //   - Any other error is one line on stderr, exit 1; an interrupted run
-//     (SIGINT, SIGTERM, --timeout) exits 3 after its report.
+//     (SIGINT, SIGTERM, --timeout) exits 3 after its report; a consume
+//     whose --instance-id another process holds (group.ErrInstanceFenced)
+//     exits 4, so that a supervisor can be told not to restart it.
 //   - Every flag can also be set as ORDERLY_<FLAG> (bindEnv); a flag on the
 //     command line wins.
 //
@@ -35,6 +37,7 @@ const (
 	exitError       = 1
 	exitUsage       = 2
 	exitInterrupted = 3
+	exitFenced      = 4 // consume's static member fenced: restarting it would fence the holder in turn
 )
 
 const envPrefix = "ORDERLY_"

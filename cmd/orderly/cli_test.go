@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"os"
@@ -61,7 +62,7 @@ func endsWithFooter(help, status string) bool {
 
 // TestHelpExitStatus: every command's help states its exit status, naming
 // --timeout only when the command has such a flag; the broker and consume,
-// which run until a signal, exit 0 on one.
+// which run until a signal, exit 0 on one; consume's names exitFenced.
 func TestHelpExitStatus(t *testing.T) {
 	var walk func(c *cobra.Command)
 	walk = func(c *cobra.Command) {
@@ -84,6 +85,12 @@ func TestHelpExitStatus(t *testing.T) {
 		}
 		if untilSignal != strings.HasPrefix(status, "Exit status: 0 stopped by SIGINT or SIGTERM") {
 			t.Errorf("%s: exit status %q; a signal is its normal end: %v", c.CommandPath(), status, untilSignal)
+		}
+		// Only consume can be fenced (--instance-id): its help names the
+		// status report gives then, no other's does.
+		fenced := c.Name() == "consume"
+		if want := fmt.Sprintf("; %d fenced: ", exitFenced); strings.Contains(status, want) != fenced {
+			t.Errorf("%s: exit status %q; names %q: want %v", c.CommandPath(), status, want, fenced)
 		}
 		for _, sub := range c.Commands() {
 			if sub.IsAvailableCommand() {

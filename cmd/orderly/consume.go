@@ -97,7 +97,10 @@ finish, commit, print the final line, exit 0.`
 // planned end, so a signal is how it stops, and that is a success.
 const consumeExitStatus = `Exit status: 0 stopped by SIGINT or SIGTERM, after draining and committing;
 1 error (the run could not start or go on, or the coordinator did not
-confirm a final commit at the stop); 2 usage error.
+confirm a final commit at the stop); 2 usage error; 4 fenced: another
+process joined with this --instance-id and held it for two session
+timeouts (restarted, this one would take the ID back and fence the other
+in turn; systemd: RestartPreventExitStatus=4).
 `
 
 // consumeCommand is `orderly consume`.

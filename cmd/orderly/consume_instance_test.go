@@ -49,10 +49,12 @@ func TestConsumeInstanceID(t *testing.T) {
 
 // TestConsumeInstanceIDTwice: a second consume with the first's
 // --instance-id takes its place in the group; the first, fenced, ends
-// with exit 1 once the second has held the ID for two session timeouts,
-// with one error naming the flag, its value and the member that holds
-// the ID, where it used to join again, refused, for good. The second
-// consumes on to the end (the broker's committed offsets) and exits 0.
+// with exit 4 (exitFenced, which a supervisor can be told not to restart
+// on, where exit 1 had it restarted to fence the holder in turn) once the
+// second has held the ID for two session timeouts, with one error naming
+// the flag, its value and the member that holds the ID, where it used to
+// join again, refused, for good. The second consumes on to the end (the
+// broker's committed offsets) and exits 0.
 func TestConsumeInstanceIDTwice(t *testing.T) {
 	t.Parallel() // waits on the broker and child processes
 	const topic, grp = "twice", "twice-group"
@@ -64,8 +66,8 @@ func TestConsumeInstanceIDTwice(t *testing.T) {
 	first.waitCommitted(b, grp, topic)
 	second := startConsume(t, args...)
 	second.waitFor(30*time.Second, "its session to start", func() bool { return strings.Contains(second.stderr.String(), "session started") })
-	if code := first.wait(45 * time.Second); code != exitError {
-		t.Fatalf("the fenced consume: exit %d, want %d\n%s", code, exitError, first.output())
+	if code := first.wait(45 * time.Second); code != exitFenced {
+		t.Fatalf("the fenced consume: exit %d, want %d\n%s", code, exitFenced, first.output())
 	}
 	ms := describeJSON(t, "--brokers", b.Addrs()[0], "--group", grp).Members
 	if len(ms) != 1 || ms[0].InstanceID != "pod-7" {

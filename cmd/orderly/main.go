@@ -20,6 +20,8 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+
+	"github.com/orderly-go/orderly/group"
 )
 
 func main() {
@@ -50,6 +52,8 @@ func report(w io.Writer, err error) int {
 		return exitUsage
 	case errors.As(err, &interrupted):
 		return exitInterrupted
+	case errors.Is(err, group.ErrInstanceFenced):
+		return exitFenced
 	}
 	return exitError
 }
