@@ -119,7 +119,8 @@ func dlqPurgeCommand(e env) *cobra.Command {
 On a Kafka topic, purge deletes a prefix of the log with DeleteRecords:
 with --partition P (here the dead-letter topic's own partition) the records
 of P before --before OFFSET, or all of P; with neither, every partition up
-to its end. Filters cannot select records there.
+to its end. Filters cannot select records there. With --partition P, the
+records of P alone decide whether the topic holds dead letters.
 
 On a local store (--data), purge removes all dead letters, or only those the
 filters select, by rewriting the store; it needs the store's lock, so it

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"cmp"
+	"context"
 	"fmt"
 	"maps"
 	"slices"
@@ -9,6 +11,7 @@ import (
 	"time"
 
 	"github.com/IBM/sarama"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/orderly-go/orderly/internal/deadletter"
 )
@@ -60,6 +63,9 @@ func TestDlqOrdinaryTopic(t *testing.T) {
 		payments = "--topic payments is not a dead-letter topic: none of its 2 records has the __orderly.errors.* headers of a dead letter " +
 			"(the first, partition 0 offset 0: deadletter: no __orderly.errors.* headers: not an Orderly dead letter)"
 		fromEnv = "--topic orders (from ORDERLY_TOPIC) is not a dead-letter topic: none of its 3 records"
+		// purge --partition 2 reads orders/2 alone.
+		orders2 = "--topic orders is not a dead-letter topic: none of its 1 record in partition 2 has the __orderly.errors.* headers of a dead letter " +
+			"(the first, partition 2 offset 0: deadletter: no __orderly.errors.* headers: not an Orderly dead letter)"
 	)
 	src := []string{"--brokers", f.addr, "--topic", "orders"}
 	tests := []struct {
@@ -79,7 +85,7 @@ func TestDlqOrdinaryTopic(t *testing.T) {
 		{"replay --to", nil, slices.Concat([]string{"dlq", "replay", "--to", "orders-retry"}, src), orders},
 		{"replay --to --dry-run", nil, slices.Concat([]string{"dlq", "replay", "--to", "orders-retry", "--dry-run"}, src), orders},
 		{"purge", nil, slices.Concat([]string{"dlq", "purge", "--yes"}, src), orders},
-		{"purge a partition", nil, slices.Concat([]string{"dlq", "purge", "--yes", "--partition", "2"}, src), orders},
+		{"purge a partition", nil, slices.Concat([]string{"dlq", "purge", "--yes", "--partition", "2"}, src), orders2},
 		{"purge --dry-run", nil, slices.Concat([]string{"dlq", "purge", "--dry-run"}, src), orders},
 	}
 	for _, tt := range tests {
@@ -146,5 +152,62 @@ func TestDlqOrdinaryTopicSampled(t *testing.T) {
 	want := fmt.Sprintf("orderly: --topic big is not a dead-letter topic: none of the first %d of its records has the __orderly.errors.* headers of a dead letter (the first, partition 0 offset 0:", maxStrayCheck)
 	if r.code != exitError || !strings.HasPrefix(r.stderr, want) {
 		t.Fatalf("dlq list on %d ordinary records: got exit %d, stderr:\n%s\nwant exit 1 and a line starting:\n%s", len(msgs), r.code, r.stderr, want)
+	}
+}
+
+// TestDlqStraysFirst: on a dead-letter topic whose first records are
+// strays, what the check holds back until the first dead letter comes
+// out then, in the order it was read: the stray, and the warning of a
+// transaction still open read before the dead letter. On a topic it
+// refuses, neither comes out.
+func TestDlqStraysFirst(t *testing.T) {
+	f := newDlqFixture(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	p, err := sarama.NewSyncProducer([]string{f.addr}, dlqSarama())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	stray := f.cases[5] // no dead-letter headers
+	// Each topic's partition 0: the stray at offset 0, then a dead
+	// letter in a transaction left open at 1. Partition 1: dead
+	// letters, or another stray.
+	write := func(topic string, p1 ...dlqCase) {
+		t.Helper()
+		if err := f.b.CreateTopic(topic, 2); err != nil {
+			t.Fatal(err)
+		}
+		msgs := []*sarama.ProducerMessage{producerMessage(topic, 0, stray.dead())}
+		for _, c := range p1 {
+			msgs = append(msgs, producerMessage(topic, 1, c.dead()))
+		}
+		if err := p.SendMessages(msgs); err != nil {
+			t.Fatal(err)
+		}
+		newTxProducer(ctx, t, f.addr, topic, topic+"-tx", kgo.RecordPartitioner(kgo.ManualPartitioner())).begin(f.cases[2])
+	}
+	write("strays-first", f.cases[0], f.cases[1])
+	write("strays-only", stray)
+
+	out, stderr, err := runCmd2(ctx, "dlq", "list", "--json", "--brokers", f.addr, "--topic", "strays-first")
+	if err != nil {
+		t.Fatalf("dlq list --json of strays-first: %v\nstderr:\n%s", err, stderr)
+	}
+	var got []string
+	for _, e := range jsonLines[entryJSON](t, out) {
+		got = append(got, fmt.Sprintf("%d/%d %s", *e.DLQPartition, *e.DLQOffset, cmp.Or(e.Reason, "stray")))
+	}
+	if want := []string{"0/0 stray", "1/0 " + f.cases[0].info.Reason, "1/1 " + f.cases[1].info.Reason}; !slices.Equal(got, want) {
+		t.Errorf("dlq list --json of strays-first: got %q, want %q (partition/offset reason)", got, want)
+	}
+	if want := "orderly: warning: strays-first/0: offsets 1 to 1 not read: a transaction open since offset 1 holds them back (0 committed records among them) until it ends\n"; stderr != want {
+		t.Errorf("dlq list --json of strays-first: got stderr:\n%s\nwant:\n%s", stderr, want)
+	}
+
+	out, stderr, err = runCmd2(ctx, "dlq", "list", "--json", "--brokers", f.addr, "--topic", "strays-only")
+	want := "--topic strays-only is not a dead-letter topic: none of its 2 records has the __orderly.errors.* headers of a dead letter (the first, partition 0 offset 0:"
+	if err == nil || !strings.HasPrefix(err.Error(), want) || out != "" || stderr != "" {
+		t.Errorf("dlq list --json of strays-only: got error %v, stdout %q, stderr %q; want an error starting %q and no output", err, out, stderr, want)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"slices"
 
@@ -120,9 +121,6 @@ func purgeTopic(ctx context.Context, o *dlqOpts, e env) error {
 		}
 		parts = []int32{int32(f.partition)}
 	}
-	if err := checkDeadLetterTopic(ctx, client, o); err != nil {
-		return interrupted(ctx, err)
-	}
 	// Up to the last stable offset: the records of a transaction still
 	// open are not readable yet (list does not show them), and a commit
 	// may still make them dead letters.
@@ -130,12 +128,28 @@ func purgeTopic(ctx context.Context, o *dlqOpts, e env) error {
 	if err != nil {
 		return err
 	}
-	cut := map[int32]int64{}
-	for _, p := range parts {
-		low, high, err := watermarks(client, o.topic, p)
-		if err != nil {
+	lows, highs := make([]int64, len(parts)), make([]int64, len(parts))
+	var spans []span
+	for i, p := range parts {
+		if lows[i], highs[i], err = watermarks(client, o.topic, p); err != nil {
 			return err
 		}
+		if lows[i] < highs[i] {
+			spans = append(spans, span{p, lows[i], highs[i]})
+		}
+	}
+	// The partitions it would delete from decide whether the topic is
+	// one of dead letters, before anything is deleted.
+	c := &topicCheck{o: o, part: -1, warn: io.Discard}
+	if f.set["partition"] {
+		c.part = int32(f.partition)
+	}
+	if err := c.end(readSpans(ctx, o, spans, c, c.record)); err != nil {
+		return interrupted(ctx, err)
+	}
+	cut := map[int32]int64{}
+	for i, p := range parts {
+		low, high := lows[i], highs[i]
 		stable := stables[topicPart{Topic: o.topic, Part: p}]
 		held := ""
 		if stable < high {
@@ -172,9 +186,9 @@ func purgeTopic(ctx context.Context, o *dlqOpts, e env) error {
 		return interrupted(ctx, fmt.Errorf("delete records of %s: %w", o.topic, err))
 	}
 	for _, p := range slices.Sorted(maps.Keys(cut)) {
-		low, _, err := watermarks(client, o.topic, p)
+		low, err := client.GetOffset(o.topic, p, sarama.OffsetOldest)
 		if err != nil {
-			return err
+			return fmt.Errorf("log start offset of %s/%d: %w", o.topic, p, err)
 		}
 		fmt.Fprintf(e.stdout, "%s/%d: log start offset now %d\n", o.topic, p, low)
 	}

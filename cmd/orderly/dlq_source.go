@@ -97,68 +97,7 @@ func readEntries(ctx context.Context, o *dlqOpts, warn io.Writer, fn func(*entry
 		return source, err
 	}
 	defer client.Close()
-	if err := checkDeadLetterTopic(ctx, client, o); err != nil {
-		return source, interrupted(ctx, err)
-	}
 	return source, interrupted(ctx, readTopic(ctx, client, o, warn, fn))
-}
-
-// errDeadLetterFound and errNoneInSample end checkDeadLetterTopic's read:
-// at the first dead letter, or after maxStrayCheck records without one.
-var (
-	errDeadLetterFound = errors.New("found a dead letter")
-	errNoneInSample    = errors.New("no dead letter in the sample")
-)
-
-// maxStrayCheck is how many records checkDeadLetterTopic reads, at most,
-// looking for a dead letter: an ordinary topic named by mistake may be
-// large, and refusing it must not read it all.
-const maxStrayCheck = 10_000
-
-// checkDeadLetterTopic refuses o's topic when it holds records and none of
-// them, as far as it reads, has the dead-letter headers
-// (deadletter.ErrNotDeadLetter: none, or not all of them): an ordinary
-// topic named by mistake, whose records list and show would print as
-// records without an origin, replay --to would copy and purge would
-// delete. The error names the first such record and what its headers
-// lack. It reads the topic as list does (read-committed, to its end as of
-// the start) up to its first dead letter (on a dead-letter topic, its
-// first record, unless strays come first), and at most maxStrayCheck
-// records. A stray record on a dead-letter topic (someone produced to it)
-// is no reason to refuse the topic: the commands show it as not a dead
-// letter. A local store needs no such check: only a consumer writes to
-// it, and only dead letters.
-func checkDeadLetterTopic(ctx context.Context, client sarama.Client, o *dlqOpts) error {
-	var (
-		n     int
-		first entry
-	)
-	err := readTopic(ctx, client, o, io.Discard, func(e *entry) error {
-		if !errors.Is(e.infoErr, deadletter.ErrNotDeadLetter) {
-			return errDeadLetterFound // a damaged header value still says it is one
-		}
-		if n == 0 {
-			first = *e
-		}
-		n++
-		if n == maxStrayCheck {
-			return errNoneInSample
-		}
-		return nil
-	})
-	var counted string
-	switch {
-	case errors.Is(err, errDeadLetterFound), err == nil && n == 0:
-		return nil
-	case errors.Is(err, errNoneInSample):
-		counted = fmt.Sprintf("the first %d of its records", n)
-	case err != nil:
-		return err
-	default:
-		counted = "its " + plural(n, "record")
-	}
-	return fmt.Errorf("%s is not a dead-letter topic: none of %s has the %s* headers of a dead letter (the first, partition %d offset %d: %v)",
-		flagArg(o.fs, "topic", o.topic), counted, deadletter.HeaderPrefix, first.partition, first.offset, first.infoErr)
 }
 
 // dlqSarama is the sarama configuration of the dlq commands: a replay is
@@ -189,7 +128,9 @@ func dialKafka(ctx context.Context, o *dlqOpts) (sarama.Client, error) {
 // partition's oldest offset to its end as of the start, without a consumer
 // group, and calls fn for each record, partition by partition: records of
 // aborted transactions are left out, and the records a transaction still
-// open holds back are warned of on warn.
+// open holds back are warned of on warn. It reads through a topicCheck:
+// fn sees nothing, and warn gets nothing, of a topic that holds no dead
+// letters, which it refuses.
 func readTopic(ctx context.Context, client sarama.Client, o *dlqOpts, warn io.Writer, fn func(*entry) error) error {
 	parts, err := client.Partitions(o.topic)
 	if err != nil {
@@ -205,7 +146,8 @@ func readTopic(ctx context.Context, client sarama.Client, o *dlqOpts, warn io.Wr
 			spans = append(spans, span{p, low, high})
 		}
 	}
-	return readSpans(ctx, o, spans, warn, fn)
+	c := &topicCheck{o: o, part: -1, pass: fn, warn: warn}
+	return c.end(readSpans(ctx, o, spans, c, c.record))
 }
 
 // span is the offsets [low, high) of a partition to read.

@@ -188,16 +188,17 @@ func TestDlqPurgeKeepsOpenTransaction(t *testing.T) {
 }
 
 // txProducer writes dead letters to a topic, in transactions unless its
-// transactional ID is "".
+// transactional ID is "", partitioned by key unless more options say
+// otherwise.
 type txProducer struct {
 	t   *testing.T
 	ctx context.Context
 	cl  *kgo.Client
 }
 
-func newTxProducer(ctx context.Context, t *testing.T, addr, topic, id string) *txProducer {
+func newTxProducer(ctx context.Context, t *testing.T, addr, topic, id string, more ...kgo.Opt) *txProducer {
 	t.Helper()
-	opts := []kgo.Opt{kgo.SeedBrokers(addr), kgo.DefaultProduceTopic(topic)}
+	opts := append([]kgo.Opt{kgo.SeedBrokers(addr), kgo.DefaultProduceTopic(topic)}, more...)
 	if id != "" {
 		opts = append(opts, kgo.TransactionalID(id))
 	}

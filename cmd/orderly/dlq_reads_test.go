@@ -1,0 +1,227 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/IBM/sarama"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/orderly-go/orderly/internal/broker"
+	"github.com/orderly-go/orderly/internal/deadletter"
+)
+
+// topicReads counts, at a broker, what the dlq commands ask of a topic:
+// each partition's ListOffsets asks by what they ask for (log start, high
+// watermark, last stable offset), and each partition's fetches from
+// offset 0, its first record (the fixtures' topics start there).
+type topicReads struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+// countReads counts what is asked of topic at b until the test ends.
+// Fetches are counted whatever topic they name (a fetch may name it by
+// its ID): the commands fetch no other topic.
+func countReads(t *testing.T, b *broker.Broker, topic string) *topicReads {
+	t.Helper()
+	r := &topicReads{n: map[string]int{}}
+	c := b.Cluster()
+	c.ControlKey(kmsg.ListOffsets.Int16(), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		lo := req.(*kmsg.ListOffsetsRequest)
+		for _, rt := range lo.Topics {
+			for _, p := range rt.Partitions {
+				what := fmt.Sprintf("timestamp %d", p.Timestamp)
+				switch {
+				case rt.Topic != topic:
+					continue
+				case p.Timestamp == sarama.OffsetOldest:
+					what = "log start"
+				case p.Timestamp == sarama.OffsetNewest && lo.IsolationLevel == 1:
+					what = "last stable"
+				case p.Timestamp == sarama.OffsetNewest:
+					what = "high watermark"
+				}
+				r.add(fmt.Sprintf("p%d %s", p.Partition, what))
+			}
+		}
+		return nil, nil, false
+	})
+	c.ControlKey(kmsg.Fetch.Int16(), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		for _, rt := range req.(*kmsg.FetchRequest).Topics {
+			for _, p := range rt.Partitions {
+				if p.FetchOffset == 0 {
+					r.add(fmt.Sprintf("p%d fetch from 0", p.Partition))
+				}
+			}
+		}
+		return nil, nil, false
+	})
+	return r
+}
+
+func (r *topicReads) add(key string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.n[key]++
+}
+
+// take returns the counts so far and starts again from none.
+func (r *topicReads) take() map[string]int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := r.n
+	r.n = map[string]int{}
+	return n
+}
+
+// check takes the counts and fails t for each that is not want's.
+func (r *topicReads) check(t *testing.T, topic string, args []string, want map[string]int) {
+	t.Helper()
+	got := r.take()
+	all := maps.Clone(got)
+	maps.Copy(all, want)
+	for _, k := range slices.Sorted(maps.Keys(all)) {
+		if got[k] != want[k] {
+			t.Errorf("orderly %q: %s of %s: got %d, want %d", args, k, topic, got[k], want[k])
+		}
+	}
+}
+
+// asks is the counts of keys in partitions parts, n each.
+func asks(n int, parts []int32, keys ...string) map[string]int {
+	m := map[string]int{}
+	for _, p := range parts {
+		for _, k := range keys {
+			m[fmt.Sprintf("p%d %s", p, k)] = n
+		}
+	}
+	return m
+}
+
+// TestDlqReadsOnce: each dlq command on a dead-letter topic reads it
+// once: one lookup of each partition's log start and high watermark, one
+// fetch of its first record; the check that refuses an ordinary topic is
+// that read's first records, not a read of its own. purge looks its
+// partitions' offsets up once for the check and the deletion, and after a
+// deletion only the log start it prints. The check read the topic before
+// each command's read: every lookup and first fetch twice ("p0 log
+// start": got 2, want 1).
+func TestDlqReadsOnce(t *testing.T) {
+	f := newDlqFixture(t)
+	reads := countReads(t, f.b, "orders-dlq")
+	both := []int32{0, 1}
+	oneRead := asks(1, both, "log start", "high watermark", "fetch from 0")
+	// purge's check ends at orders-dlq/0's first record, a dead letter.
+	purgeDry := asks(1, both, "log start", "high watermark", "last stable")
+	purgeDry["p0 fetch from 0"] = 1
+	purge := maps.Clone(purgeDry)
+	maps.Copy(purge, asks(2, both, "log start"))
+	tests := []struct {
+		name string
+		args []string
+		want map[string]int
+	}{
+		{"list", []string{"list"}, oneRead},
+		{"list --json", []string{"list", "--json"}, oneRead},
+		{"show", []string{"show"}, oneRead},
+		{"replay --to --dry-run", []string{"replay", "--to", "orders-retry", "--dry-run"}, oneRead},
+		{"replay --to", []string{"replay", "--to", "orders-retry"}, oneRead},
+		{"purge --dry-run", []string{"purge", "--dry-run"}, purgeDry},
+		{"purge --yes", []string{"purge", "--yes"}, purge}, // last: it empties the topic
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			reads.take()
+			args := append(append([]string{"dlq"}, tt.args...), f.kafka()...)
+			if out, stderr, err := runCmd2(context.Background(), args...); err != nil {
+				t.Fatalf("orderly %q: %v\nstdout:\n%s\nstderr:\n%s", args, err, out, stderr)
+			}
+			reads.check(t, "orders-dlq", args, tt.want)
+		})
+	}
+}
+
+// TestDlqPurgePartitionChecked: purge --partition P decides from P's
+// records alone whether the topic holds dead letters, and asks nothing of
+// its other partitions. Here partition 0 holds maxStrayCheck ordinary
+// records, 1 dead letters, 2 one ordinary record. The check read every
+// partition from the first: purge --partition 1 was refused ("none of the
+// first 10000 of its records", partition 0's).
+func TestDlqPurgePartitionChecked(t *testing.T) {
+	f := newDlqFixture(t)
+	if err := f.b.CreateTopic("mixed", 3); err != nil {
+		t.Fatal(err)
+	}
+	p, err := sarama.NewSyncProducer([]string{f.addr}, dlqSarama())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ordinary := deadletter.Record{Key: []byte("k"), Value: []byte("v"), Timestamp: f.now}
+	msgs := []*sarama.ProducerMessage{
+		producerMessage("mixed", 1, f.cases[0].dead()),
+		producerMessage("mixed", 1, f.cases[1].dead()),
+		producerMessage("mixed", 2, ordinary),
+	}
+	for range maxStrayCheck {
+		msgs = append(msgs, producerMessage("mixed", 0, ordinary))
+	}
+	if err := p.SendMessages(msgs); err != nil {
+		t.Fatal(err)
+	}
+	p.Close()
+	reads := countReads(t, f.b, "mixed")
+	// What a purge of partition p alone asks: its offsets once, its
+	// first record.
+	checked := func(p int32) map[string]int {
+		return asks(1, []int32{p}, "log start", "high watermark", "last stable", "fetch from 0")
+	}
+	deleted := checked(1)
+	deleted["p1 log start"] = 2 // and after the deletion
+	const notDead = "deadletter: no __orderly.errors.* headers: not an Orderly dead letter"
+	tests := []struct {
+		name      string
+		args      []string
+		stdout    string // all of it
+		err       string // the start of it; "": none
+		reads     map[string]int
+		logStarts map[int32]int64 // after the run
+	}{
+		{"dead letters, --dry-run", []string{"--partition", "1", "--dry-run"},
+			"mixed/1: would delete 2 records (offsets 0 to 1)\n", "", checked(1), map[int32]int64{0: 0, 1: 0, 2: 0}},
+		{"dead letters", []string{"--partition", "1", "--yes"},
+			"mixed/1: deleting 2 records (offsets 0 to 1)\nmixed/1: log start offset now 2\n", "", deleted, map[int32]int64{0: 0, 1: 2, 2: 0}},
+		{"one ordinary record", []string{"--partition", "2", "--yes"}, "",
+			"--topic mixed is not a dead-letter topic: none of its 1 record in partition 2 has the __orderly.errors.* headers of a dead letter (the first, partition 2 offset 0: " + notDead + ")",
+			checked(2), map[int32]int64{0: 0, 1: 2, 2: 0}},
+		{"ordinary records", []string{"--partition", "0", "--yes"}, "",
+			fmt.Sprintf("--topic mixed is not a dead-letter topic: none of the first %d of its records in partition 0 has the __orderly.errors.* headers of a dead letter (the first, partition 0 offset 0: %s)", maxStrayCheck, notDead),
+			checked(0), map[int32]int64{0: 0, 1: 2, 2: 0}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			reads.take()
+			args := append([]string{"dlq", "purge", "--brokers", f.addr, "--topic", "mixed"}, tt.args...)
+			out, stderr, err := runCmd2(context.Background(), args...)
+			switch {
+			case tt.err == "" && err != nil:
+				t.Fatalf("orderly %q: %v\nstdout:\n%s\nstderr:\n%s", args, err, out, stderr)
+			case tt.err != "" && (err == nil || !strings.HasPrefix(err.Error(), tt.err)):
+				t.Fatalf("orderly %q: got error %v, want one starting:\n%s", args, err, tt.err)
+			case out != tt.stdout:
+				t.Errorf("orderly %q: got stdout:\n%s\nwant:\n%s", args, out, tt.stdout)
+			}
+			reads.check(t, "mixed", args, tt.reads)
+			if got := f.b.LogStartOffsets("mixed"); !maps.Equal(got, tt.logStarts) {
+				t.Errorf("orderly %q: mixed's log start offsets: got %v, want %v", args, got, tt.logStarts)
+			}
+		})
+	}
+}
