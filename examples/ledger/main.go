@@ -26,7 +26,8 @@
 //
 // On a cluster (--brokers) the topic must exist: the ledger creates it
 // only on its embedded broker, and refuses a missing one before it
-// produces or consumes anything. --produce writes the transfers every
+// produces or consumes anything; without --produce it refuses one that
+// holds no records, before it consumes. --produce writes the transfers every
 // time it is given: give it once per topic (a second time the topic holds
 // every transfer twice, and the balances no longer match the ones drawn).
 // The databases in --db, created if missing, are opened before anything
@@ -178,6 +179,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if err := produce(ctx, brokers, o.topic, ts); err != nil {
 			return fmt.Errorf("produce to %s: %w", o.topic, err)
 		}
+	} else if err := holdsRecords(brokers, o.topic, o.transfers); err != nil {
+		return err
 	}
 	fmt.Fprintf(stdout, "ledger: %d transfers over %d accounts on %q (%s); databases in %s\n",
 		o.transfers, o.accounts, o.topic, where, o.dbDir)

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +15,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/IBM/sarama"
+
+	"github.com/orderly-go/orderly/group"
 	"github.com/orderly-go/orderly/internal/broker"
 )
 
@@ -285,5 +289,64 @@ func TestLedgerTopicMissing(t *testing.T) {
 	}
 	if stdout.Len() > 0 {
 		t.Errorf("printed before refusing:\n%s", stdout.String())
+	}
+}
+
+// TestLedgerTopicEmpty: without --produce, a topic that holds no records
+// (never written, or every record deleted) is refused before anything is
+// consumed, with an error that says so and names --produce. The ledger
+// consumed nothing and failed "ordered mode: balances do not match their
+// transfers, or went negative", both ways.
+func TestLedgerTopicEmpty(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name    string
+		written int // transfers produced, then deleted
+	}{
+		{"never written", 0},
+		{"every record deleted", 20},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			b, err := broker.Start(broker.Config{Topics: []string{"transfers"}, Partitions: 2})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer b.Close()
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			if tt.written > 0 {
+				if err := produce(ctx, b.Addrs(), "transfers", plan(tt.written, 5, 1)); err != nil {
+					t.Fatal(err)
+				}
+				deleteAll(t, b, "transfers")
+			}
+			var stdout, stderr bytes.Buffer
+			err = run(ctx, []string{"--brokers", b.Addrs()[0], "--db", t.TempDir(), "--transfers", "10"}, &stdout, &stderr)
+			want := `topic "transfers" on ` + b.Addrs()[0] + ` holds no records: give --produce to write the 10 transfers to it first`
+			if err == nil || err.Error() != want {
+				t.Fatalf("run without --produce on an empty topic: got %v, want %q", err, want)
+			}
+			if stdout.Len() > 0 {
+				t.Errorf("printed before refusing:\n%s", stdout.String())
+			}
+		})
+	}
+}
+
+// deleteAll deletes every record of topic with DeleteRecords.
+func deleteAll(t *testing.T, b *broker.Broker, topic string) {
+	t.Helper()
+	admin, err := sarama.NewClusterAdmin(b.Addrs(), group.DefaultSarama())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	hw := b.HighWatermarks(topic)
+	if err := admin.DeleteRecords(topic, hw); err != nil {
+		t.Fatal(err)
+	}
+	if got := b.LogStartOffsets(topic); !maps.Equal(got, hw) {
+		t.Fatalf("%s's log start offsets after DeleteRecords: got %v, want %v", topic, got, hw)
 	}
 }

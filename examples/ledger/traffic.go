@@ -116,6 +116,32 @@ func topicExists(brokers []string, topic string) error {
 	return nil
 }
 
+// holdsRecords fails, saying so, if topic on the cluster at brokers holds
+// no records (each partition's log start is its high watermark): without
+// --produce the ledger would consume nothing, and find no balance to
+// match the transfers it drew.
+func holdsRecords(brokers []string, topic string, transfers int) error {
+	off, err := newOffsets(brokers)
+	if err != nil {
+		return err
+	}
+	defer off.close()
+	hw, err := off.highWatermarks(topic)
+	if err != nil {
+		return err
+	}
+	for p, high := range hw {
+		low, err := off.client.GetOffset(topic, p, sarama.OffsetOldest)
+		if err != nil {
+			return fmt.Errorf("log start offset of %s/%d: %w", topic, p, err)
+		}
+		if low < high {
+			return nil
+		}
+	}
+	return fmt.Errorf("topic %q on %s holds no records: give --produce to write the %d transfers to it first", topic, strings.Join(brokers, ","), transfers)
+}
+
 // highWatermarks of topic, by partition.
 func (o *offsets) highWatermarks(topic string) (map[int32]int64, error) {
 	if err := o.client.RefreshMetadata(topic); err != nil {
