@@ -211,3 +211,36 @@ func TestDlqStraysFirst(t *testing.T) {
 		t.Errorf("dlq list --json of strays-only: got error %v, stdout %q, stderr %q; want an error starting %q and no output", err, out, stderr, want)
 	}
 }
+
+// TestDlqOrdinaryTopicHeldBytes: on an ordinary topic of large records
+// the check stops holding records back at maxStrayHeld bytes, before
+// maxStrayCheck records, and refuses the topic there.
+func TestDlqOrdinaryTopicHeldBytes(t *testing.T) {
+	f := newDlqFixture(t)
+	if err := f.b.CreateTopic("wide", 1); err != nil {
+		t.Fatal(err)
+	}
+	p, err := sarama.NewSyncProducer([]string{f.addr}, dlqSarama())
+	if err != nil {
+		t.Fatal(err)
+	}
+	const size = 64 << 10
+	value := make([]byte, size-1) // with the 1-byte key, size bytes a record
+	msgs := make([]*sarama.ProducerMessage, maxStrayHeld/size+100)
+	for i := range msgs {
+		msgs[i] = producerMessage("wide", 0, deadletter.Record{Key: []byte("k"), Value: value, Timestamp: f.now})
+	}
+	for len(msgs) > 0 { // in sends under the producer's request limit
+		n := min(len(msgs), 64)
+		if err := p.SendMessages(msgs[:n]); err != nil {
+			t.Fatal(err)
+		}
+		msgs = msgs[n:]
+	}
+	p.Close()
+	r := runBin(t, nil, "dlq", "list", "--brokers", f.addr, "--topic", "wide")
+	want := fmt.Sprintf("orderly: --topic wide is not a dead-letter topic: none of the first %d of its records has", maxStrayHeld/size)
+	if r.code != exitError || !strings.HasPrefix(r.stderr, want) {
+		t.Fatalf("dlq list on %d ordinary records of %d bytes: got exit %d, stderr:\n%s\nwant exit 1 and a line starting:\n%s", maxStrayHeld/size+100, size, r.code, r.stderr, want)
+	}
+}
