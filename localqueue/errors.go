@@ -33,9 +33,13 @@ var (
 	ErrOptions = errors.New("localqueue: invalid options")
 	// ErrLocked is returned by Open when another Queue (in this process or
 	// another) has the same Name open on the same DataPath; the message
-	// names the lock file and the holder's process ID. (A process that is
-	// exiting, killed but not yet torn down by the kernel, is waited for,
-	// up to 2 s, on Unix.)
+	// names the lock file (<Name>.lock) and the holder: "process <pid>",
+	// or "another process" where the ID is unknown (on Windows). A process
+	// that is exiting, killed but not yet torn down by the kernel, is
+	// waited for, up to 2 s, on Unix. On systems with neither flock nor
+	// LockFileEx (js, wasip1) Open takes no lock and never returns
+	// ErrLocked: two Queues on the same files must be prevented by the
+	// caller.
 	ErrLocked = errors.New("localqueue: queue is open elsewhere")
 	// ErrNotSynced is returned by Put with a DataPath and SyncEvery 1 when
 	// the message went to go-diskqueue and the fsync that must follow the

@@ -33,7 +33,7 @@ func TestLockAfterKill(t *testing.T) {
 func TestLockLiveHolder(t *testing.T) {
 	dir := t.TempDir()
 	sc := idleScanner(t)
-	_, err := proctest.RefusedBesideHolder(t, "TestLockChild", dir, func() error {
+	err := proctest.RefusedBesideHolder(t, "TestLockChild", dir, func() error {
 		_, err := Open(Options{Name: "q", DataPath: dir, Scanner: sc})
 		return err
 	}, dir+"/q.lock")

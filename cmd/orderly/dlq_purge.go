@@ -11,6 +11,7 @@ import (
 	"github.com/IBM/sarama"
 
 	"github.com/orderly-go/orderly/internal/deadletter"
+	"github.com/orderly-go/orderly/internal/flock"
 )
 
 // runPurge is `orderly dlq purge`.
@@ -68,7 +69,7 @@ func purgeStore(o *dlqOpts, e env) error {
 		return fmt.Errorf("%s has %d damaged stretches (the warnings above), which a purge with filters would drop with any dead letters they hold: add --drop-damaged to purge anyway", dir, damaged)
 	}
 	s, err := deadletter.Open(dir, deadletter.Options{OnDamage: warn})
-	if errors.Is(err, deadletter.ErrLocked) {
+	if errors.Is(err, flock.ErrHeld) {
 		return fmt.Errorf("%w; stop that consumer before purging", err)
 	}
 	if err != nil {

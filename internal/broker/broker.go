@@ -37,9 +37,11 @@ type Config struct {
 	Addr string
 	// DataDir makes the broker persist its logs, offsets and groups there
 	// and reload them on start (kfake's DataDir), created if missing. The
-	// broker holds the lock file LockFile in it until Close (on unix): a
-	// second broker on the same DataDir, in this process or another, is
-	// refused with a *LockedError. Default "": memory only.
+	// broker holds the lock of the file LockFile in it until Close (on
+	// unix and Windows, see internal/flock): a second broker on the same
+	// DataDir, in this process or another, is refused with an error that
+	// names DataDir and wraps a *flock.HeldError (matching flock.ErrHeld)
+	// naming the lock file and its holder. Default "": memory only.
 	DataDir string
 	// SyncWrites fsyncs every produced batch (kfake's SyncWrites). Only
 	// meaningful with DataDir.
@@ -76,27 +78,6 @@ var ErrListen = errors.New("broker: cannot listen")
 
 // LockFile is the file in Config.DataDir whose lock a broker holds.
 const LockFile = "broker.lock"
-
-// ErrLocked: another broker holds Config.DataDir's lock. Start's error
-// is then a *LockedError.
-var ErrLocked = errors.New("broker: data directory locked")
-
-// LockedError is Start's error when another broker holds the lock of
-// Config.DataDir. It matches ErrLocked.
-type LockedError struct {
-	Dir, Lock string // the data directory and its lock file
-	PID       int    // the holder's process ID, 0 if unknown
-}
-
-func (e *LockedError) Error() string {
-	holder := "another process"
-	if e.PID > 0 {
-		holder = fmt.Sprintf("process %d", e.PID)
-	}
-	return fmt.Sprintf("broker: data directory %s is in use: %s (another orderly broker?) holds its lock %s", e.Dir, holder, e.Lock)
-}
-
-func (e *LockedError) Is(target error) bool { return target == ErrLocked }
 
 // Start starts a broker.
 func Start(cfg Config) (*Broker, error) {

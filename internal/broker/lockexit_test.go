@@ -5,9 +5,11 @@ package broker
 import (
 	"errors"
 	"io"
+	"os"
 	"path/filepath"
 	"testing"
 
+	"github.com/orderly-go/orderly/internal/flock"
 	"github.com/orderly-go/orderly/internal/proctest"
 )
 
@@ -46,12 +48,8 @@ func TestLockAfterKill(t *testing.T) {
 // Close is not.
 func TestLockLiveHolder(t *testing.T) {
 	dir := t.TempDir()
-	pid, err := proctest.RefusedBesideHolder(t, "TestLockChild", dir, func() error { _, err := Start(Config{DataDir: dir}); return err },
+	proctest.RefusedBesideHolder(t, "TestLockChild", dir, func() error { _, err := Start(Config{DataDir: dir}); return err },
 		dir, filepath.Join(dir, LockFile))
-	var locked *LockedError
-	if !errors.As(err, &locked) || !errors.Is(err, ErrLocked) || locked.PID != pid {
-		t.Fatalf("Start beside a live holder: got %v, want a *LockedError naming process %d", err, pid)
-	}
 
 	// In this process: a second broker is refused until the first closes.
 	other := filepath.Join(t.TempDir(), "new") // created by Start
@@ -59,8 +57,9 @@ func TestLockLiveHolder(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Start(Config{DataDir: other}); !errors.Is(err, ErrLocked) {
-		t.Errorf("a second Start in the same process: got %v, want ErrLocked", err)
+	var held *flock.HeldError
+	if _, err := Start(Config{DataDir: other}); !errors.As(err, &held) || held.PID != os.Getpid() {
+		t.Errorf("a second Start in the same process: got %v, want a *flock.HeldError with PID %d", err, os.Getpid())
 	}
 	b.Close()
 	b, err = Start(Config{DataDir: other})

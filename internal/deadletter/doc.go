@@ -81,12 +81,12 @@
 //
 // The consumer process opens its store writable and holds an exclusive
 // flock on deadletters.lock (with its process ID inside) while it runs.
-// A second writable Open anywhere fails with a *LockedError (matching
-// ErrLocked) that names the directory and the holder: `orderly dlq purge`
-// refuses to run beside a consumer. A holder that is exiting (killed,
-// the kernel not yet done tearing it down) is waited for, up to 2 s, so
-// that a consumer restarted at once after kill -9 gets the lock; a live
-// holder is refused at once. ReadOnly opens take no lock and read
-// what is complete. (Windows locks with LockFileEx; this is built there,
-// not tested.)
+// A second writable Open anywhere fails with an error that names the
+// directory and wraps a *flock.HeldError (matching flock.ErrHeld) naming
+// the lock file and the holder: `orderly dlq purge` refuses to run beside
+// a consumer. A holder that is exiting (killed, the kernel not yet done
+// tearing it down) is waited for, up to 2 s, so that a consumer restarted
+// at once after kill -9 gets the lock; a live holder is refused at once.
+// ReadOnly opens take no lock and read what is complete. (Windows locks
+// with LockFileEx; this is built there, not tested. See internal/flock.)
 package deadletter

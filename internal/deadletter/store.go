@@ -23,32 +23,11 @@ const (
 )
 
 var (
-	// ErrLocked: another Store (in this process or another, usually a
-	// running consumer) holds the directory's lock; the error is a
-	// *LockedError.
-	ErrLocked = errors.New("dead-letter store locked")
 	// ErrReadOnly: the store was opened with Options.ReadOnly.
 	ErrReadOnly = errors.New("dead-letter store opened read-only")
 	// ErrClosed: the store was closed.
 	ErrClosed = errors.New("dead-letter store closed")
 )
-
-// LockedError is Open's error when another Store holds the directory's
-// lock. It matches ErrLocked.
-type LockedError struct {
-	Dir, Lock string // the store's directory and its lock file
-	PID       int    // the holder's process ID, 0 if unknown
-}
-
-func (e *LockedError) Error() string {
-	holder := "another process"
-	if e.PID > 0 {
-		holder = fmt.Sprintf("process %d", e.PID)
-	}
-	return fmt.Sprintf("deadletter: %s is in use: %s (a running consumer?) holds its lock %s", e.Dir, holder, e.Lock)
-}
-
-func (e *LockedError) Is(target error) bool { return target == ErrLocked }
 
 // Options configure Open.
 type Options struct {
@@ -114,8 +93,9 @@ type Store struct {
 
 // Open opens the store in dir. Unless opts.ReadOnly, it creates dir and
 // the file if missing, takes an exclusive lock on <dir>/deadletters.lock
-// (if another Store holds it, the error is a *LockedError naming the
-// holder's process ID) and cuts off an incomplete last record. It reads the whole
+// (if another Store holds it, the error names dir and wraps a
+// *flock.HeldError, matching flock.ErrHeld, that names the lock file and
+// the holder) and cuts off an incomplete last record. It reads the whole
 // file once, counting its records and reporting damage (opts.OnDamage).
 func Open(dir string, opts Options) (*Store, error) {
 	s := &Store{dir: dir, path: filepath.Join(dir, DataFile), opts: opts}

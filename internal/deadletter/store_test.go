@@ -12,6 +12,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/orderly-go/orderly/internal/flock"
 )
 
 // rec is the i-th test record: a dead letter of orders/i%4 at offset i,
@@ -290,9 +292,10 @@ func TestStoreLock(t *testing.T) {
 	s := open(t, dir, Options{})
 	mustAppend(t, s, rec(1))
 	_, err := Open(dir, Options{})
-	if !errors.Is(err, ErrLocked) || !strings.Contains(err.Error(), dir) ||
+	var held *flock.HeldError
+	if !errors.As(err, &held) || held.PID != os.Getpid() || !strings.Contains(err.Error(), dir) ||
 		!strings.Contains(err.Error(), fmt.Sprintf("process %d", os.Getpid())) {
-		t.Fatalf("second Open: %v; want ErrLocked naming %s and process %d", err, dir, os.Getpid())
+		t.Fatalf("second Open: %v; want a *flock.HeldError naming %s and process %d", err, dir, os.Getpid())
 	}
 	ro := open(t, dir, Options{ReadOnly: true})
 	if _, got := scanAll(t, ro); len(got) != 1 {

@@ -1,106 +1,49 @@
-//go:build unix
-
-// Package flock takes the exclusive advisory locks (flock) with which
+// Package flock takes the exclusive file locks with which the broker,
 // localqueue and the dead-letter store hold their files, one writer at a
-// time, and writes the holder's process ID into the lock file so that a
-// refused lock can name it.
+// time, and names the holder of a lock it is refused.
 //
-// The kernel drops a flock when its holder dies, but only once it has
-// torn the process down: right after a kill -9 the lock is still held,
-// for a few milliseconds or more (a large address space takes longer to
-// free). So that a consumer restarted at once after kill -9 does not
-// find its own dead predecessor in the way, Lock waits, for up to Wait,
-// for a holder that is exiting or gone; a live holder is refused at once.
+// On unix the lock is an advisory flock, and Lock writes the holder's
+// process ID into the lock file so that a refused Lock can name it. The
+// kernel drops a flock when its holder dies, but only once it has torn
+// the process down: right after a kill -9 the lock is still held, for a
+// few milliseconds or more (a large address space takes longer to free).
+// So that a process restarted at once after kill -9 does not find its
+// own dead predecessor in the way, Lock waits, for up to Wait, for a
+// holder that is exiting or gone; a live holder is refused at once.
+//
+// On Windows the lock is LockFileEx's, refused at once, without the
+// holder's ID (a range Windows locks cannot be read by others); this is
+// built there, not tested. Elsewhere Lock only opens the file: it
+// excludes no one.
 package flock
 
 import (
 	"errors"
 	"fmt"
-	"io/fs"
-	"os"
-	"strconv"
-	"strings"
-	"syscall"
 	"time"
 )
 
-// ErrHeld is Lock's error when another open file holds the lock.
+// ErrHeld matches Lock's error when another open file holds the lock (a
+// *HeldError).
 var ErrHeld = errors.New("lock held")
+
+// HeldError is Lock's error when another open file holds the lock, in
+// this process or another. It matches ErrHeld.
+type HeldError struct {
+	Path string // the lock file
+	PID  int    // the holder's process ID, 0 if unknown
+}
+
+func (e *HeldError) Error() string {
+	holder := "another process"
+	if e.PID > 0 {
+		holder = fmt.Sprintf("process %d", e.PID)
+	}
+	return fmt.Sprintf("%s holds the lock %s", holder, e.Path)
+}
+
+func (e *HeldError) Is(target error) bool { return target == ErrHeld }
 
 // Wait bounds how long Lock waits for a holder that is exiting or gone
 // to let go.
 const Wait = 2 * time.Second
-
-// poll is how often Lock tries again meanwhile.
-const poll = 10 * time.Millisecond
-
-// Lock opens (creating it with perm) the file at path, takes an
-// exclusive flock on it without blocking and writes this process's ID
-// into it. flock locks belong to the open file, so a second Lock in the
-// same process is refused too.
-//
-// If another open file holds the lock, Lock reads the holder's ID from
-// the file. A holder that is exiting or gone (see Exiting) is waited for,
-// trying again every 10 ms for up to Wait; any other holder (alive, or
-// unknown: no ID in the file) is refused at once. A refusal returns
-// ErrHeld and the holder's ID (0 if unknown). Other errors name path.
-func Lock(path string, perm os.FileMode) (f *os.File, holder int, err error) {
-	deadline := time.Now().Add(Wait)
-	for {
-		f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, perm)
-		if err != nil {
-			return nil, 0, fmt.Errorf("lock %s: %w", path, err)
-		}
-		err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
-		if err == nil {
-			// The holder may have removed the file before letting go
-			// (localqueue's Close of a deleted queue does): a lock on
-			// a file no longer at path, replaced or gone, excludes no
-			// one.
-			if fi, serr := f.Stat(); serr == nil {
-				if pi, perr := os.Stat(path); errors.Is(perr, fs.ErrNotExist) || perr == nil && !os.SameFile(fi, pi) {
-					f.Close()
-					if time.Now().After(deadline) {
-						return nil, 0, fmt.Errorf("lock %s: the file was replaced under every lock taken for %v", path, Wait)
-					}
-					continue
-				}
-			}
-			writePID(f)
-			return f, 0, nil
-		}
-		if !errors.Is(err, syscall.EWOULDBLOCK) {
-			f.Close()
-			return nil, 0, fmt.Errorf("lock %s: %w", path, err)
-		}
-		holder = readPID(f)
-		f.Close()
-		if holder <= 0 || !Exiting(holder) || time.Now().After(deadline) {
-			return nil, holder, ErrHeld
-		}
-		time.Sleep(poll)
-	}
-}
-
-// writePID writes this process's ID into f, in place of what was there.
-// Best effort: the lock is what counts, the ID only informs. The ID is
-// written over the old one before the rest is cut off, so a reader never
-// finds the file empty.
-func writePID(f *os.File) {
-	id := strconv.Itoa(os.Getpid()) + "\n"
-	if _, err := f.WriteAt([]byte(id), 0); err == nil {
-		f.Truncate(int64(len(id)))
-	}
-}
-
-// readPID reads the holder's ID from f's first line, 0 if there is none.
-func readPID(f *os.File) int {
-	b := make([]byte, 32)
-	n, _ := f.ReadAt(b, 0)
-	line, _, _ := strings.Cut(string(b[:n]), "\n")
-	pid, err := strconv.Atoi(strings.TrimSpace(line))
-	if err != nil {
-		return 0
-	}
-	return pid
-}

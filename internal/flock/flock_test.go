@@ -4,6 +4,7 @@ package flock
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -43,23 +44,28 @@ func TestExiting(t *testing.T) {
 }
 
 // TestLockHeldHere: a second Lock in the same process is refused at
-// once and names this process; the file names the holder; Close lets go.
+// once with a *HeldError (matching ErrHeld) that names the lock file and
+// this process, read from the file; Close lets go.
 func TestLockHeldHere(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "x.lock")
-	f, _, err := Lock(path, 0o600)
+	f, err := Lock(path, 0o600)
 	if err != nil {
 		t.Fatalf("Lock: %v", err)
 	}
 	start := time.Now()
-	_, holder, err := Lock(path, 0o600)
-	if !errors.Is(err, ErrHeld) || holder != os.Getpid() {
-		t.Fatalf("second Lock: got %d, %v; want %d, ErrHeld", holder, err, os.Getpid())
+	_, err = Lock(path, 0o600)
+	var held *HeldError
+	if !errors.As(err, &held) || !errors.Is(err, ErrHeld) || held.PID != os.Getpid() || held.Path != path {
+		t.Fatalf("second Lock: got %v, want a *HeldError matching ErrHeld with PID %d and Path %s", err, os.Getpid(), path)
+	}
+	if want := fmt.Sprintf("process %d holds the lock %s", os.Getpid(), path); err.Error() != want {
+		t.Errorf("second Lock: got %q, want %q", err, want)
 	}
 	if took := time.Since(start); took > 500*time.Millisecond {
 		t.Errorf("refused after %v, want at once", took)
 	}
 	f.Close()
-	f, _, err = Lock(path, 0o600)
+	f, err = Lock(path, 0o600)
 	if err != nil {
 		t.Fatalf("Lock after Close: %v", err)
 	}

@@ -44,7 +44,7 @@ func TestLockOnRemovedFile(t *testing.T) {
 		for range 64 {
 			wg.Go(func() {
 				<-start
-				if f, _, err := Lock(path, 0o600); err == nil {
+				if f, err := Lock(path, 0o600); err == nil {
 					mu.Lock()
 					held = append(held, f)
 					mu.Unlock()

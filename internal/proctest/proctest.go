@@ -6,6 +6,7 @@ package proctest
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -16,6 +17,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/orderly-go/orderly/internal/flock"
 )
 
 // Proc is a process a test started.
@@ -210,19 +213,23 @@ func OpenAfterKills(t *testing.T, test, dir string, rounds int, open func() (io.
 
 // RefusedBesideHolder checks that a lock's live holder is refused at
 // once: it starts test's lock holder on dir (StartLockHolder), calls open
-// beside it, and fails t unless open returned an error within 500 ms (a
-// live holder is not waited for) naming each of names and the holder's
-// "process <pid>". It returns the error and the holder's process ID for
-// the caller's own checks of the error's type.
-func RefusedBesideHolder(t *testing.T, test, dir string, open func() error, names ...string) (pid int, err error) {
+// beside it, and fails t unless open returned, within 500 ms (a live
+// holder is not waited for), an error that wraps a *flock.HeldError with
+// the holder's process ID and names each of names and the holder's
+// "process <pid>". It returns the error for the caller's own checks.
+func RefusedBesideHolder(t *testing.T, test, dir string, open func() error, names ...string) error {
 	t.Helper()
 	cmd := StartLockHolder(t, test, dir)
-	pid = cmd.Process.Pid
+	pid := cmd.Process.Pid
 	start := time.Now()
-	err = open()
+	err := open()
 	took := time.Since(start)
 	if err == nil {
 		t.Fatalf("Open beside a live holder (process %d): got the lock, want a refusal", pid)
+	}
+	var held *flock.HeldError
+	if !errors.As(err, &held) || held.PID != pid {
+		t.Errorf("Open beside a live holder: got %v, want a *flock.HeldError with PID %d", err, pid)
 	}
 	for _, want := range append(names, fmt.Sprintf("process %d", pid)) {
 		if !strings.Contains(err.Error(), want) {
@@ -232,5 +239,5 @@ func RefusedBesideHolder(t *testing.T, test, dir string, open func() error, name
 	if took > 500*time.Millisecond {
 		t.Errorf("refused after %v, want at once (a live holder is not waited for)", took)
 	}
-	return pid, err
+	return err
 }
