@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/orderly-go/orderly/internal/proctest"
+	"github.com/orderly-go/orderly/internal/flock"
 )
 
 // execScript is the --exec command of TestConsumeExec. Each run takes the
@@ -240,7 +240,7 @@ func processEnded(pid int, wait time.Duration) bool {
 }
 
 func processGoneOrZombie(pid int) bool {
-	fields, err := proctest.StatFields(pid)
+	fields, err := flock.StatFields(pid)
 	if err != nil {
 		return syscall.Kill(pid, 0) != nil // no /proc (not Linux), or gone
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/IBM/sarama"
 
 	"github.com/orderly-go/orderly/group"
+	"github.com/orderly-go/orderly/internal/flock"
 	"github.com/orderly-go/orderly/internal/loadgen"
 	"github.com/orderly-go/orderly/internal/proctest"
 )
@@ -241,7 +242,7 @@ func startMember(t *testing.T, cmd *exec.Cmd, out string) *memberProc {
 // (utime and stime, in USER_HZ ticks: 100 per second on Linux).
 func (p *memberProc) cpu(t *testing.T) time.Duration {
 	t.Helper()
-	f, err := proctest.StatFields(p.Cmd.Process.Pid)
+	f, err := flock.StatFields(p.Cmd.Process.Pid)
 	if err != nil || len(f) < 13 {
 		t.Fatalf("CPU of pid %d: %v (stat fields %q)", p.Cmd.Process.Pid, err, f)
 	}

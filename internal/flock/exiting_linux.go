@@ -22,13 +22,10 @@ func Exiting(pid int) bool {
 	if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
 		return true
 	}
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	fields, err := StatFields(pid)
 	if err != nil {
 		return gone(err)
 	}
-	// The fields after the command name (which may hold spaces and
-	// parentheses): state, ppid, pgrp, session, tty_nr, tpgid, flags, ...
-	fields := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
 	if len(fields) > 6 {
 		switch fields[0] {
 		case "Z", "X", "x":

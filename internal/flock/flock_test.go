@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"testing"
 	"time"
 )
@@ -70,4 +71,33 @@ func TestLockHeldHere(t *testing.T) {
 		t.Fatalf("Lock after Close: %v", err)
 	}
 	f.Close()
+}
+
+// TestStatFields: the fields of a process whose command name holds
+// spaces and parentheses start with its state and its parent's ID.
+func TestStatFields(t *testing.T) {
+	sleep, err := exec.LookPath("sleep")
+	if err != nil {
+		t.Skip("no sleep")
+	}
+	b, err := os.ReadFile(sleep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(t.TempDir(), "a) (b c")
+	if err := os.WriteFile(bin, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "30")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	fields, err := StatFields(cmd.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(fields) < 13 || (fields[0] != "S" && fields[0] != "R") || fields[1] != strconv.Itoa(os.Getpid()) {
+		t.Fatalf("StatFields of %q: got %q, want state S or R, then ppid %d, and at least 13 fields", bin, fields, os.Getpid())
+	}
 }

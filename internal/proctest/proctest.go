@@ -114,18 +114,6 @@ func StartBroker(t testing.TB, bin string, args ...string) (*Proc, string) {
 	return p, addr
 }
 
-// StatFields reads /proc/PID/stat (Linux) and returns its fields from the
-// third on (state, ppid, ...: fields[0] is the state, fields[11] and
-// [12] utime and stime). The command name, field 2, may hold spaces and
-// parentheses, so the fields are those after its last ')'.
-func StatFields(pid int) ([]string, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return nil, err
-	}
-	return strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:])), nil
-}
-
 // lockDirEnv names the directory a lock-holder child locks (HoldLock).
 const lockDirEnv = "ORDERLY_TEST_LOCK_DIR"
 
