@@ -69,6 +69,9 @@ type diskBackend struct {
 	reading   string // guarded by readingMu
 }
 
+// newDiskBackend opens go-diskqueue on o.DataPath, its metadata repaired
+// (prepareMetadata) and its writes moved to a data file of their own
+// (ownWriteFile).
 func newDiskBackend(o *Options, log *zap.Logger) (*diskBackend, error) {
 	b := &diskBackend{
 		name:     o.Name,
@@ -83,6 +86,9 @@ func newDiskBackend(o *Options, log *zap.Logger) (*diskBackend, error) {
 	}
 	if damaged {
 		b.metaBad = 1
+	}
+	if err := ownWriteFile(o.DataPath, o.Name); err != nil {
+		return nil, fmt.Errorf("localqueue %s: %w", o.Name, err)
 	}
 	b.removeMetaTemps() // an earlier run's
 	b.dq = diskqueue.New(o.Name, o.DataPath, o.MaxBytesPerFile,

@@ -122,6 +122,33 @@ func prepareMetadata(dir, name string, minRecord int64, log *zap.Logger) (damage
 	return true, fs.rebuild(meta, readNum, readPos)
 }
 
+// ownWriteFile makes go-diskqueue write what this run writes to a data
+// file of its own, after prepareMetadata made the metadata fit the data
+// files. go-diskqueue appends to the file it last wrote to, and when its
+// reader meets damage in the file it is writing to, it renames that file
+// to .bad and moves on, with every record written there since: the
+// records of this run would go with the damage of an earlier one. So
+// unless the write file is empty, the metadata moves the write position to
+// the start of the next file number; the reader reads the old write file
+// to its end as a whole file (go-diskqueue removes it when it moves on,
+// and a file read whole before Open is removed as diskroll.go describes).
+func ownWriteFile(dir, name string) error {
+	meta := filepath.Join(dir, name+".diskqueue.meta.dat")
+	b, err := os.ReadFile(meta)
+	if err != nil {
+		return fmt.Errorf("read %s: %w", meta, err)
+	}
+	m, _, err := parseMetadata(b)
+	if err != nil {
+		return fmt.Errorf("%s: %w", meta, err)
+	}
+	if m.writePos == 0 {
+		return nil
+	}
+	m.writeNum, m.writePos = m.writeNum+1, 0
+	return writeMetadata(meta, m)
+}
+
 // parseMetadata parses go-diskqueue's metadata as go-diskqueue does
 // (fmt's "%d\n%d,%d\n%d,%d\n"). parsed is how many of the five numbers it
 // read, in file order, before an error.

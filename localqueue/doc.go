@@ -261,6 +261,14 @@
 //     it as a backend error (diskroll.go, TestFileRollLeavesNothingBehind);
 //     a file go-diskqueue sets aside for real damage stays, and counts.
 //
+//   - Damaged data files: go-diskqueue sets a file aside whole when its
+//     reader meets damage in it, and if that is the file it writes to, it
+//     sets aside with the damage every record written there since. So Open
+//     has go-diskqueue write to a new data file, unless the one it wrote
+//     to last is empty: what a run writes never shares a file with an
+//     earlier run's data, and damage in that data loses only what was
+//     there (TestRestoredIntoDamagedDataFile).
+//
 // So MemQueueSize 0 is the setting for "a message whose Put returned
 // survives kill -9 until it is finished", and SyncEvery 1 adds power loss.
 package localqueue
