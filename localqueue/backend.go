@@ -46,6 +46,10 @@ type backend interface {
 	metadataCorrupt() uint64
 	// afterRead is called after each record received from ReadChan.
 	afterRead()
+	// markerKept is the nonce of the dedup marker that Open found alone
+	// in the write file and kept as the write file (see ownWriteFile),
+	// or 0.
+	markerKept() uint64
 }
 
 var _ backend = (*diskBackend)(nil)
@@ -61,6 +65,8 @@ type diskBackend struct {
 	syncEach  bool
 	dataPath  string
 	metaBad   uint64 // 1: prepareMetadata rebuilt damaged metadata; set before use
+	kept      uint64 // ownWriteFile's marker nonce; set before use
+	onError   func() // called (on go-diskqueue's goroutine) after each error counted in errs
 	errs      atomic.Uint64
 	syncFails atomic.Uint64 // go-diskqueue's "failed to sync" errors
 	syncLog   lograte.Limit // their log lines
@@ -71,14 +77,16 @@ type diskBackend struct {
 
 // newDiskBackend opens go-diskqueue on o.DataPath, its metadata repaired
 // (prepareMetadata) and its writes moved to a data file of their own
-// (ownWriteFile).
-func newDiskBackend(o *Options, log *zap.Logger) (*diskBackend, error) {
+// (ownWriteFile). onError is called on go-diskqueue's goroutine after
+// each error it reports (see errorCount); nil for none.
+func newDiskBackend(o *Options, log *zap.Logger, onError func()) (*diskBackend, error) {
 	b := &diskBackend{
 		name:     o.Name,
 		log:      log,
 		pattern:  filepath.Join(o.DataPath, o.Name+".diskqueue.*.dat"),
 		syncEach: o.SyncEvery == 1,
 		dataPath: o.DataPath,
+		onError:  onError,
 	}
 	damaged, err := prepareMetadata(o.DataPath, o.Name, 4+envelopeOverhead, log)
 	if err != nil {
@@ -87,7 +95,7 @@ func newDiskBackend(o *Options, log *zap.Logger) (*diskBackend, error) {
 	if damaged {
 		b.metaBad = 1
 	}
-	if err := ownWriteFile(o.DataPath, o.Name); err != nil {
+	if b.kept, err = ownWriteFile(o.DataPath, o.Name); err != nil {
 		return nil, fmt.Errorf("localqueue %s: %w", o.Name, err)
 	}
 	b.removeMetaTemps() // an earlier run's
@@ -118,7 +126,7 @@ func (b *diskBackend) logf(lvl diskqueue.LogLevel, f string, args ...any) {
 		// leaves behind the temporary file of metadata it failed to write,
 		// named in the error.
 		b.syncFails.Add(1)
-		b.errs.Add(1)
+		b.counted()
 		b.syncLog.Error(b.log, msg)
 		if len(args) == 2 {
 			err, _ := args[1].(error)
@@ -132,8 +140,16 @@ func (b *diskBackend) logf(lvl diskqueue.LogLevel, f string, args ...any) {
 	case diskqueue.WARN:
 		b.log.Warn(msg)
 	default:
-		b.errs.Add(1)
+		b.counted()
 		b.log.Error(msg)
+	}
+}
+
+// counted counts an error go-diskqueue reported, and tells onError.
+func (b *diskBackend) counted() {
+	b.errs.Add(1)
+	if b.onError != nil {
+		b.onError()
 	}
 }
 
@@ -206,6 +222,7 @@ func (b *diskBackend) Delete() error {
 }
 func (b *diskBackend) errorCount() uint64      { return b.errs.Load() }
 func (b *diskBackend) metadataCorrupt() uint64 { return b.metaBad }
+func (b *diskBackend) markerKept() uint64      { return b.kept }
 
 func (b *diskBackend) where() string {
 	b.readingMu.Lock()

@@ -21,7 +21,7 @@ func TestBackends(t *testing.T) {
 		{"disk", func(t *testing.T) backend {
 			o := Options{Name: "b", DataPath: t.TempDir(), MaxBytesPerFile: 4096}.withDefaults()
 			o.MaxMsgSize = 100
-			b, err := newDiskBackend(&o, zap.NewNop())
+			b, err := newDiskBackend(&o, zap.NewNop(), nil)
 			if err != nil {
 				t.Fatalf("newDiskBackend: %v", err)
 			}

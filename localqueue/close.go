@@ -35,8 +35,11 @@ drain:
 	q.deferredMu.Unlock()
 	if q.mem != nil {
 		q.mem.empty(false)
-	} else if err := q.emptyBackend(); err != nil {
-		return fmt.Errorf("localqueue %s: empty backend: %w", q.opts.Name, err)
+	} else {
+		q.restored.empty(false)
+		if err := q.emptyBackend(); err != nil {
+			return fmt.Errorf("localqueue %s: empty backend: %w", q.opts.Name, err)
+		}
 	}
 	q.onBackend.Store(0)
 	q.marker.Store(false)
@@ -138,8 +141,10 @@ func (q *Queue) shutdown(deleting bool) error {
 // Options.MaxAttempts). The memory chan, the deferred messages the journal
 // does not hold, and in-flight ones it could not take go to the backend,
 // ready (the in-flight ones from now, Attempts kept). Journaled ones stay in
-// the journal, which Open replays. Only Close calls it, after closed is
-// set, so nothing else touches the queue's state.
+// the journal, which Open replays; so do the ones Open restored that Get
+// has not taken (any whose journal write at Open failed go to the
+// backend). Only Close calls it, after closed is set, so nothing else
+// touches the queue's state.
 func (q *Queue) flush() error {
 	now := q.now()
 	var failed, mem, inFlight, deferred, kept int
@@ -154,6 +159,9 @@ func (q *Queue) flush() error {
 			return
 		}
 		*n++
+	}
+	for r := q.restored.pop(); r != nil; r = q.restored.pop() {
+		write(r, &r.m, &mem)
 	}
 	for len(q.memChan) > 0 {
 		r := <-q.memChan

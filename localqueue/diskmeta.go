@@ -132,21 +132,39 @@ func prepareMetadata(dir, name string, minRecord int64, log *zap.Logger) (damage
 // the start of the next file number; the reader reads the old write file
 // to its end as a whole file (go-diskqueue removes it when it moves on,
 // and a file read whole before Open is removed as diskroll.go describes).
-func ownWriteFile(dir, name string) error {
+//
+// One write file is kept: one that holds nothing but a dedup marker (an
+// earlier Open's, followed by nothing). ownWriteFile returns that marker's
+// nonce, for Open to take it as its own rather than write another, so
+// that a queue restarted again and again with nothing written in between
+// does not grow by a marker each time; 0 if there is none.
+func ownWriteFile(dir, name string) (markerNonce uint64, err error) {
 	meta := filepath.Join(dir, name+".diskqueue.meta.dat")
 	b, err := os.ReadFile(meta)
 	if err != nil {
-		return fmt.Errorf("read %s: %w", meta, err)
+		return 0, fmt.Errorf("read %s: %w", meta, err)
 	}
 	m, _, err := parseMetadata(b)
 	if err != nil {
-		return fmt.Errorf("%s: %w", meta, err)
+		return 0, fmt.Errorf("%s: %w", meta, err)
 	}
 	if m.writePos == 0 {
-		return nil
+		return 0, nil
+	}
+	fs := &dataFileSet{dir: dir, name: name}
+	if m.writePos == 4+markerSize {
+		rec, err := os.ReadFile(fs.path(m.writeNum))
+		if err != nil {
+			return 0, fmt.Errorf("read %s: %w", fs.path(m.writeNum), err)
+		}
+		if len(rec) == 4+markerSize && binary.BigEndian.Uint32(rec) == markerSize {
+			if nonce, ok := decodeMarker(rec[4:]); ok {
+				return nonce, nil
+			}
+		}
 	}
 	m.writeNum, m.writePos = m.writeNum+1, 0
-	return writeMetadata(meta, m)
+	return 0, writeMetadata(meta, m)
 }
 
 // parseMetadata parses go-diskqueue's metadata as go-diskqueue does

@@ -48,7 +48,9 @@
 //
 //   - The memory chan and the backend are FIFOs owned by their channels and
 //     by go-diskqueue's ioLoop (the memory FIFO by its mutex); Put, Requeue
-//     and the scanner add to them, Get takes from them.
+//     and the scanner add to them, Get takes from them. The ready messages
+//     Open restored from the journal wait in a FIFO of their own (guarded
+//     by its mutex) that only Open adds to (see The journal).
 //   - The in-flight table and deadline heap are guarded by inFlightMu, the
 //     deferred heap by deferredMu: Get, Finish, Requeue and Touch come from
 //     any number of goroutines, so a mutex is simpler than a goroutine.
@@ -121,15 +123,25 @@
 // chan) as in flight, so this is the one rule for every delivery cut short
 // by Close or a crash, whatever MemQueueSize (see Options.MaxAttempts).
 // Open then rewrites the journal (and keeps a damaged one as
-// <journal>.bad). Because go-diskqueue persists its read position only when
-// it syncs, after a crash it hands out again records that were read before;
-// and a journaled message may also have a copy in the backend from a
-// requeue. Open therefore writes a marker to the backend, and until Get
+// <journal>.bad). The ready messages it restored stay in memory, where Get
+// takes them after the backend's records from before this Open; they are
+// not written to the backend again, so restarting a queue again and again,
+// with messages it does not get to, does not grow its data files
+// (TestRestartsKeepDataFilesBounded). Because go-diskqueue persists its
+// read position only when it syncs, after a crash it hands out again
+// records that were read before; and a journaled message may also have a
+// copy in the backend from a requeue. So when the backend holds records
+// from before this Open, Open writes a marker to the backend (or takes as
+// its own an earlier Open's marker that is the backend's last record, so
+// that restarts with nothing written in between add none), and until Get
 // reads it, a backend record whose ID the journal knew (restored or
-// finished) is a stale copy and is dropped (Stats.Duplicates). Records
-// after the marker were written since Open and are never dropped. If the
-// backend skips damaged data before the marker, the check stops: a stale
-// copy may then be delivered twice rather than a live one dropped.
+// finished) is a stale copy and is dropped (Stats.Duplicates); the
+// restored messages go once Get has read it. Records after the marker
+// were written since Open and are never dropped. If the backend skips
+// damaged data before the marker, the check stops: a stale copy may then
+// be delivered twice rather than a live one dropped; and as damage may
+// take the marker with it, the restored messages go as soon as the backend
+// reports damage (TestStaleCheckStopsAfterDamage).
 //
 // Damage in the journal (a torn tail, a bad checksum, garbage) is logged
 // at error level with the journal's path, counted in Stats.JournalCorrupt,
@@ -265,9 +277,12 @@
 //     reader meets damage in it, and if that is the file it writes to, it
 //     sets aside with the damage every record written there since. So Open
 //     has go-diskqueue write to a new data file, unless the one it wrote
-//     to last is empty: what a run writes never shares a file with an
-//     earlier run's data, and damage in that data loses only what was
-//     there (TestRestoredIntoDamagedDataFile).
+//     to last is empty or holds only an earlier Open's marker, which it
+//     keeps (see The journal): what a run writes never shares a file with
+//     an earlier run's data, and damage in that data loses only what was
+//     there (TestRestoredIntoDamagedDataFile). A write file that an
+//     earlier run read whole is removed when the reader moves on from it,
+//     as the next Open starts.
 //
 // So MemQueueSize 0 is the setting for "a message whose Put returned
 // survives kill -9 until it is finished", and SyncEvery 1 adds power loss.

@@ -151,9 +151,20 @@ func timedOut(r *record, now time.Time) error {
 // new state (a deferred one from the memory chan gets a COPY). The caller
 // holds putMu (or is Open, restoring the journal).
 func (q *Queue) retire(r *record, due, now time.Time) (dead bool) {
+	n, dead := q.retired(r, due, now)
+	if n != nil {
+		q.putReady(n)
+	}
+	return dead
+}
+
+// retired is retire without the last step: a message ready now is
+// returned (journaled as ready) for the caller to hand on, nil if it is
+// deferred or dead.
+func (q *Queue) retired(r *record, due, now time.Time) (ready *record, dead bool) {
 	if q.opts.MaxAttempts > 0 && r.m.Attempts >= q.opts.MaxAttempts {
 		if q.dead(r) {
-			return true
+			return nil, true
 		}
 		due = now // the dead-letter queue refused it: redeliver it now
 	}
@@ -162,13 +173,12 @@ func (q *Queue) retire(r *record, due, now time.Time) (dead bool) {
 	n.m.Due, n.m.Deadline = due, time.Time{}
 	if due.After(now) {
 		q.deferRecord(n)
-		return false
+		return nil, false
 	}
 	if n.journaled {
 		q.journalWrite(n, stateReady)
 	}
-	q.putReady(n)
-	return false
+	return n, false
 }
 
 // dead hands a message that used up its attempts to DeadLetter, and then,

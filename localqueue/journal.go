@@ -285,6 +285,14 @@ func (j *journal) endDedup(nonce uint64) bool {
 	return true
 }
 
+// setGen makes nonce the generation whose backend marker ends the stale
+// check (Open, taking a marker an earlier Open wrote; see writeMarker).
+func (j *journal) setGen(nonce uint64) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.gen = nonce
+}
+
 // writeLocked appends rec. After a failure the next record goes where rec
 // was to go, over any part of it that was written.
 func (j *journal) writeLocked(rec []byte) error {

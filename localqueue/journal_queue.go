@@ -7,10 +7,16 @@ import (
 	"go.uber.org/zap"
 )
 
-// writeMarker appends the dedup marker of the journal's generation to the
-// backend: backend records before it were written before this Open.
+// writeMarker puts the dedup marker of the journal's generation at the
+// end of the backend: backend records before it were written before this
+// Open. A marker that Open found alone in the write file (see
+// ownWriteFile) is at the end already, with nothing written after it, and
+// is taken as this generation's, so that restarts with nothing written in
+// between add no marker each.
 func (q *Queue) writeMarker() error {
-	if err := q.putBackend(appendMarker(nil, q.journal.gen)); err != nil && !errors.Is(err, ErrNotSynced) {
+	if nonce := q.backend.markerKept(); nonce != 0 {
+		q.journal.setGen(nonce)
+	} else if err := q.putBackend(appendMarker(nil, q.journal.gen)); err != nil && !errors.Is(err, ErrNotSynced) {
 		return fmt.Errorf("localqueue %s: write the dedup marker: %w", q.opts.Name, err)
 	}
 	// ErrNotSynced: the marker is written (go-diskqueue logged the fsync);
@@ -27,14 +33,25 @@ func (q *Queue) writeMarker() error {
 // crash counts): ready again now with their attempts, or dead-lettered if
 // they had used up MaxAttempts; the rest (requeued, or deferred and due)
 // ready again with their due time. They stay journaled in the journal until
-// they are finished. The dedup marker goes to the backend first, so that
-// the copies written here are not taken for stale ones.
+// they are finished. The ready ones stay in memory (restored), not written
+// to the backend again: the journal holds them, and a copy in the backend
+// per Open would pile up in the data files of a queue restarted with
+// messages it does not get to. Get takes them after the backend records
+// from before this Open: at once if there are none (and then no stale
+// copy can come, so the stale-copy check ends here), else once it has
+// read the dedup marker written after them.
 func (q *Queue) recover(restore []restoreEntry) error {
 	j := q.journal
 	if j.dedupOn.Load() {
-		if err := q.writeMarker(); err != nil {
+		if q.onBackend.Load() == 0 {
+			j.endDedup(0)
+			q.log.Debug("the backend holds nothing from before this Open: no stale copies to drop")
+		} else if err := q.writeMarker(); err != nil {
 			return err
 		}
+	}
+	if !j.dedupOn.Load() {
+		q.releaseRestored()
 	}
 	if len(restore) == 0 {
 		return nil
@@ -57,14 +74,16 @@ func (q *Queue) recover(restore []restoreEntry) error {
 			q.pushDeferred(r)
 			deferred++
 		case re.e.state == stateInFlight:
-			if q.retire(r, now, now) {
+			// Ready now (due now), or dead: retired defers nothing here.
+			if n, isDead := q.retired(r, now, now); isDead {
 				q.afterDead(r)
 				dead++
 			} else {
+				_ = q.restored.push(n) // it fails only once closed, which restored never is
 				inFlight++
 			}
 		default:
-			q.putReady(r)
+			_ = q.restored.push(r)
 			ready++
 		}
 	}

@@ -57,6 +57,17 @@ type Queue struct {
 	// (see backendWriter); Depth leaves them out. It starts at 0 at Open:
 	// an earlier run's unread filler counts in Depth until Get passes it.
 	fillers atomic.Int64
+	// restored holds the ready messages Open restored from the journal
+	// (nil in memory mode): they stay in memory, where the journal
+	// already has them, rather than go to the backend again at each
+	// Open. They come after the backend's records from before this Open,
+	// so Get takes them once restoredOpen is set (restoredGate is then
+	// closed): at Open when the backend holds nothing from before it,
+	// else when Get has read this Open's dedup marker, or when the
+	// backend reports damage, which may have taken the marker with it.
+	restored     *memFIFO
+	restoredOpen atomic.Bool
+	restoredGate chan struct{}
 
 	// putMu is held shared by everything that adds to the memory chan or
 	// the backend (Put, Requeue, the scanner), getMu by Get, which takes
@@ -126,6 +137,7 @@ func Open(opts Options) (*Queue, error) {
 	}
 	var restore []restoreEntry
 	if o.DataPath != "" {
+		q.restored, q.restoredGate = newMemFIFO(), make(chan struct{})
 		if err := os.MkdirAll(o.DataPath, 0o755); err != nil {
 			return nil, fmt.Errorf("localqueue %s: create DataPath: %w", o.Name, err)
 		}
@@ -140,7 +152,7 @@ func Open(opts Options) (*Queue, error) {
 				return nil, err
 			}
 		}
-		if q.backend, err = newDiskBackend(&o, log); err != nil {
+		if q.backend, err = newDiskBackend(&o, log, q.releaseRestored); err != nil {
 			if q.journal != nil {
 				q.journal.close()
 			}
@@ -411,6 +423,16 @@ func (q *Queue) next(ctx context.Context) (*record, error) {
 			return nil, ErrClosed
 		}
 	}
+	// The messages Open restored come first once they may (see restored);
+	// until then a Get that waits also waits for that.
+	var gate chan struct{}
+	if q.restored.len() > 0 {
+		if !q.restoredOpen.Load() {
+			gate = q.restoredGate
+		} else if r := q.restored.pop(); r != nil {
+			return r, nil
+		}
+	}
 	// First try the one place a message can be without a full select: the
 	// memory chan while nothing of ours is in the backend, or the backend
 	// when there is no memory chan.
@@ -433,10 +455,20 @@ func (q *Queue) next(ctx context.Context) (*record, error) {
 		return r, nil
 	case b := <-q.readChan:
 		return q.fromBackend(b, q.readBackend()), nil
+	case <-gate:
+		return nil, nil // the restored messages may go: look again
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	case <-q.exitChan:
 		return nil, ErrClosed
+	}
+}
+
+// releaseRestored lets Get take the messages Open restored (see
+// restored). It is called from go-diskqueue's goroutine too.
+func (q *Queue) releaseRestored() {
+	if q.restoredOpen.CompareAndSwap(false, true) {
+		close(q.restoredGate)
 	}
 }
 
@@ -448,11 +480,12 @@ func (q *Queue) next(ctx context.Context) (*record, error) {
 func (q *Queue) fromBackend(b []byte, op uint64) *record {
 	j := q.journal
 	if nonce, ok := decodeMarker(b); ok {
-		if nonce == q.markerNonce {
-			q.marker.Store(false)
-		}
 		if j != nil && j.endDedup(nonce) {
 			q.log.Debug("dedup marker read: backend records from before the last Open are behind us")
+		}
+		if nonce == q.markerNonce {
+			q.marker.Store(false)
+			q.releaseRestored() // after endDedup: their copies written from now on are not stale
 		}
 		return nil // a marker of an earlier Open: nothing to do
 	}
@@ -495,6 +528,7 @@ func (q *Queue) stopDedup(why string) {
 	if q.journal != nil && q.journal.dedupOn.Load() && q.journal.endDedup(0) {
 		q.log.Warn("stale-copy check stopped; backend copies of journaled messages may be delivered twice", zap.String("reason", why))
 	}
+	q.releaseRestored() // the marker may never come
 }
 
 // startInFlight records r as in flight. A journaled record is journaled
@@ -578,17 +612,30 @@ func (q *Queue) putReady(r *record) {
 // retryDelay is how long a message waits after a failed backend write.
 const retryDelay = time.Second
 
-// Depth is the number of ready messages: in the memory chan plus in the
-// backend. In-flight and deferred messages are not counted (see Stats).
-// With a DataPath it counts the backend's records, some of which Get drops
+// Depth is the number of ready messages: in memory (the memory chan, and
+// the ready messages Open restored from the journal) plus in the backend.
+// In-flight and deferred messages are not counted (see Stats). With a
+// DataPath it counts the backend's records, some of which Get drops
 // rather than hands out: copies of a message the queue has elsewhere
-// (Stats.Duplicates; after a crash go-diskqueue may hand records out
-// again, and each Open puts a new copy of every ready message the journal
-// holds, requeued or restored from flight, while earlier copies remain),
-// and the dedup marker that each Open of a queue with a journal writes.
-// So after a crash or a reopen Depth can be high until Get reaches them.
+// (Stats.Duplicates: after a crash go-diskqueue may hand records out
+// again, and a message requeued while the journal held it leaves its copy
+// in the backend when the queue stops before Get reads it, while Open
+// restores the message from the journal), and the dedup marker of an
+// earlier Open. So after a crash or a reopen Depth can be high until Get
+// reaches them. Open itself adds no copies, so restarts do not make it
+// grow.
 func (q *Queue) Depth() int64 {
-	return int64(len(q.memChan)) + q.backendDepth()
+	return q.memDepth() + q.backendDepth()
+}
+
+// memDepth is the number of ready messages in the memory chan and among
+// those Open restored.
+func (q *Queue) memDepth() int64 {
+	n := int64(len(q.memChan))
+	if q.restored != nil {
+		n += q.restored.len()
+	}
+	return n
 }
 
 // backendDepth is the number of ready messages beyond the memory chan: in

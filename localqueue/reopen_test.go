@@ -9,6 +9,98 @@ import (
 	"time"
 )
 
+// dataFileBytes is the size on disk of q's data files in dir, those
+// go-diskqueue set aside as .bad included.
+func dataFileBytes(t *testing.T, dir string) int64 {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(dir, "q.diskqueue.[0-9]*"))
+	if err != nil {
+		t.Fatalf("glob: %v", err)
+	}
+	var n int64
+	for _, f := range files {
+		fi, err := os.Stat(f)
+		if err != nil {
+			t.Fatalf("stat: %v", err)
+		}
+		n += fi.Size()
+	}
+	return n
+}
+
+// TestRestartsKeepDataFilesBounded restarts a queue whose journal holds
+// messages (in flight at Close, or requeued) again and again: the data
+// files must not grow with the restarts, whether or not each run takes
+// the messages again, and the last run gets each message exactly once.
+func TestRestartsKeepDataFilesBounded(t *testing.T) {
+	const restarts, n = 6, 20
+	tests := []struct {
+		name    string
+		backlog int  // ready messages never taken, besides the n journaled ones
+		requeue bool // the n messages are requeued before the first Close, not left in flight
+		take    bool // each run takes the n messages again and leaves them in flight
+	}{
+		{name: "in flight, not taken again"},
+		{name: "in flight, taken again by every run", take: true},
+		{name: "requeued, not taken again", requeue: true},
+		{name: "in flight behind a backlog", backlog: 5},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			clock := newFakeClock()
+			dir := t.TempDir()
+			o := Options{DataPath: dir, now: clock.Now}
+			q := openQueue(t, o)
+			wants := map[ID]want{}
+			for i := range n {
+				body := fmt.Sprintf("journaled-%02d", i)
+				wants[mustPut(t, q, body)] = want{body: body, attempts: 2}
+			}
+			for range n {
+				m := mustGet(t, q)
+				if tt.requeue {
+					if err := q.Requeue(m.ID, 0); err != nil {
+						t.Fatalf("Requeue: %v", err)
+					}
+				}
+			}
+			for i := range tt.backlog {
+				body := fmt.Sprintf("backlog-%02d", i)
+				wants[mustPut(t, q, body)] = want{body: body, attempts: 1}
+			}
+			if err := q.Close(); err != nil {
+				t.Fatalf("Close: %v", err)
+			}
+
+			var sizes []int64
+			for r := range restarts {
+				q = openQueue(t, o)
+				if tt.take {
+					for range n {
+						mustGet(t, q)
+					}
+					for id, w := range wants {
+						wants[id] = want{body: w.body, attempts: r + 3}
+					}
+				}
+				if err := q.Close(); err != nil {
+					t.Fatalf("Close: %v", err)
+				}
+				sizes = append(sizes, dataFileBytes(t, dir))
+			}
+			for r, size := range sizes {
+				if size > sizes[0] {
+					t.Fatalf("data files after each of %d restarts: got %v bytes, want none above the first restart's (%d after restart %d)", restarts, sizes, size, r+1)
+				}
+			}
+
+			q = openQueue(t, o)
+			expectExactly(t, q, clock, wants, 0)
+			t.Logf("data files after each restart: %v bytes", sizes)
+		})
+	}
+}
+
 // TestRestoredIntoDamagedDataFile: a clean Close leaves go-diskqueue
 // writing to a data file whose unread part is then damaged. Open restores
 // the messages that were in flight, and new messages are put; go-diskqueue

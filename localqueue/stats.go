@@ -5,7 +5,9 @@ import "sync/atomic"
 // Stats is a snapshot of a queue's state and counters.
 type Stats struct {
 	Name string
-	// Depth is the number of ready messages (MemDepth + BackendDepth).
+	// Depth is the number of ready messages (MemDepth + BackendDepth):
+	// MemDepth those in memory (the memory chan, the ready messages Open
+	// restored from the journal), BackendDepth those in the backend.
 	Depth        int64
 	MemDepth     int64
 	BackendDepth int64
@@ -74,7 +76,7 @@ type counters struct {
 // Stats returns a snapshot; the fields are read one at a time, not
 // atomically together.
 func (q *Queue) Stats() Stats {
-	mem, be := int64(len(q.memChan)), q.backendDepth()
+	mem, be := q.memDepth(), q.backendDepth()
 	st := Stats{
 		Name:         q.opts.Name,
 		Depth:        mem + be,
