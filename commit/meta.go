@@ -11,13 +11,14 @@ import (
 )
 
 // Commit metadata carries what a frontier alone cannot: which messages
-// above the committed offset are already finished, and (version 2, see
-// meta2.go) which are waiting for a retry or a deferred redelivery, with
-// their attempt count and not-before time. Workers finish messages of
-// different lanes out of offset order, so when a partition changes owner
-// the frontier stops at the oldest unfinished message while later ones are
-// done; the next owner reads the metadata and skips those, so a graceful
-// handoff repeats nothing.
+// above the committed offset are already finished, and (versions 2 and 3,
+// see meta2.go) which are waiting for a retry or a deferred redelivery,
+// with their attempt count, not-before time and (version 3) first
+// failure. Workers finish messages of different lanes out of offset
+// order, so when a partition changes owner the frontier stops at the
+// oldest unfinished message while later ones are done; the next owner
+// reads the metadata and skips those, so a graceful handoff repeats
+// nothing.
 //
 // Version 1: "orderly:" + base64url (no padding) of
 //
@@ -34,7 +35,8 @@ import (
 // and ErrBadMetadata for any other version byte, so version 2 has its own
 // prefix: members still on version 1 take it for someone else's metadata
 // and ignore it without error (they redo the finished messages and start
-// the attempt counts again: at-least-once). DecodeMeta reads both.
+// the attempt counts again: at-least-once). Version 3 has a prefix of its
+// own for the same reason (meta2.go). DecodeMeta reads all three.
 //
 // Kafka rejects a commit whose metadata exceeds offset.metadata.max.bytes
 // (4096 by default), so encoders stop at a size limit: finished messages
@@ -45,7 +47,7 @@ const MetaPrefix = "orderly:"
 
 const (
 	metaVersion    = 1
-	encodingNone   = 0 // version 2 only: no finished section body
+	encodingNone   = 0 // versions 2 and 3 only: no finished section body
 	encodingRuns   = 1
 	encodingBitset = 2
 	// maxMetaRanges and maxMetaBits bound what a decoder accepts, whatever
@@ -69,10 +71,10 @@ var (
 type Range struct{ Start, End int64 }
 
 // Done is the decoded metadata: offsets at or above Base that are already
-// finished (Ranges) and, from version 2 metadata, the messages at or above
-// Base that are waiting for a redelivery (Waiting, sorted by offset, none
-// of them within Ranges). Contains and WaitingAt must each be called with
-// increasing offsets.
+// finished (Ranges) and, from version 2 or 3 metadata, the messages at or
+// above Base that are waiting for a redelivery (Waiting, sorted by offset,
+// none of them within Ranges). Contains and WaitingAt must each be called
+// with increasing offsets.
 type Done struct {
 	Base    int64
 	Ranges  []Range
@@ -143,7 +145,7 @@ func (d *Done) Count() int64 {
 // version 1 metadata of at most maxLen bytes, choosing the smaller of the
 // two encodings. It returns the metadata ("" when there is nothing to say)
 // and how many offsets of the ranges it had to leave out to fit. Version 1
-// cannot carry waiting messages; EncodeMeta2 writes version 2.
+// cannot carry waiting messages; EncodeMeta2 writes versions 2 and 3.
 func EncodeMeta(base int64, ranges []Range, maxLen int) (meta string, left int64) {
 	if len(ranges) == 0 || maxLen <= len(MetaPrefix)+8 {
 		return "", countRanges(ranges)
@@ -250,12 +252,12 @@ func encodeBitset(b []byte, base int64, ranges []Range, budget int) ([]byte, int
 }
 
 // DecodeMeta parses metadata written by EncodeMeta (version 1) or
-// EncodeMeta2 (version 2; only it fills Done.Waiting). Metadata written by
-// anything else, later versions included, gives ErrNotOrderlyMetadata;
-// corrupt orderly metadata gives an error wrapping ErrBadMetadata. It never
-// panics, whatever the input, and allocates at most a small multiple of
-// the input's size, bounded by maxMetaRanges, maxMetaBits and
-// maxMetaWaiting.
+// EncodeMeta2 (versions 2 and 3; only they fill Done.Waiting, and only
+// version 3 its FirstFailure). Metadata written by anything else, later
+// versions included, gives ErrNotOrderlyMetadata; corrupt orderly
+// metadata gives an error wrapping ErrBadMetadata. It never panics,
+// whatever the input, and allocates at most a small multiple of the
+// input's size, bounded by maxMetaRanges, maxMetaBits and maxMetaWaiting.
 func DecodeMeta(meta string) (Done, error) {
 	var prefix string
 	switch {
@@ -263,6 +265,8 @@ func DecodeMeta(meta string) (Done, error) {
 		prefix = MetaPrefix
 	case strings.HasPrefix(meta, MetaPrefix2):
 		prefix = MetaPrefix2
+	case strings.HasPrefix(meta, MetaPrefix3):
+		prefix = MetaPrefix3
 	default:
 		return Done{}, ErrNotOrderlyMetadata
 	}
@@ -274,7 +278,7 @@ func DecodeMeta(meta string) (Done, error) {
 	if prefix == MetaPrefix {
 		err = d.decode1(raw)
 	} else {
-		err = d.decode2(raw)
+		err = d.decode2(raw, prefix == MetaPrefix3)
 	}
 	if err != nil {
 		return Done{}, fmt.Errorf("%w: %w", ErrBadMetadata, err)

@@ -15,14 +15,20 @@ import (
 // partition (after a rebalance or a crash) goes on with the count and the
 // backoff instead of starting again at attempt 1. An entry whose
 // not-before has passed is still waiting: its attempt count matters.
+// Version 3 adds to each entry when the message first failed, so that the
+// next owner's dead letter for it reports the first failure under the
+// previous owner, not its own.
 //
-// Format: "orderly2:" + base64url (no padding) of
+// Format: "orderly2:" (version 2) or "orderly3:" (version 3) + base64url
+// (no padding) of
 //
 //	uvarint base       the committed offset, at most 2^62; offsets below
 //	                   are relative to it
 //	varint  timeBase   Unix milliseconds (zigzag, as binary.AppendVarint)
 //	                   that not-before times are relative to: the earliest
 //	                   of the entries' not-before times, 0 when none has one
+//	varint  failBase   version 3 only: Unix milliseconds that first-failure
+//	                   times are relative to, the earliest of them (0: none)
 //	uvarint n          the number of waiting entries (at most 2^16), then
 //	                   n entries in increasing offset order:
 //	  uvarint gap        offset - base for the first entry,
@@ -31,6 +37,9 @@ import (
 //	                     1 to 2^31-1
 //	  uvarint notBefore  0: none (redeliver at once); otherwise
 //	                     1 + (not-before in Unix milliseconds - timeBase)
+//	  uvarint first      version 3 only: 0: none (it never failed, as a
+//	                     deferral); otherwise 1 + (first failure in Unix
+//	                     milliseconds - failBase)
 //	byte    encoding   of the finished offsets: 0 = none (nothing follows),
 //	                   1 = runs, 2 = bitset, then the body as in version 1
 //	                   (meta.go), relative to base:
@@ -40,13 +49,26 @@ import (
 //	        (LSB first) set means offset base+i is finished
 //
 // Every offset, and every range's end, is below 2^62 (ends at most 2^62),
-// so no sum overflows. Not-before times are kept to the millisecond,
-// rounded up (a message is never redelivered before its not-before), and
-// clamped to ±2^62 ms from 1970 (about 146 million years). The gap
-// encoding cannot express unsorted or repeated entries; the decoder
-// rejects as corrupt an entry whose offset would reach 2^62, an attempt
-// out of range, a not-before beyond the clamp, a waiting entry that lies
-// within a finished range, and trailing bytes.
+// so no sum overflows. Times are kept to the millisecond and clamped to
+// ±2^62 ms from 1970 (about 146 million years); a not-before is rounded
+// up (a message is never redelivered before it), a first failure down (as
+// a dead letter's header shows it). The gap encoding cannot express
+// unsorted or repeated entries; the decoder rejects as corrupt an entry
+// whose offset would reach 2^62, an attempt out of range, a time beyond
+// the clamp, a waiting entry that lies within a finished range, and
+// trailing bytes.
+//
+// The encoder writes version 3 only when some waiting entry has a first
+// failure, and version 2 otherwise (no waiting entries, or only deferrals
+// that never failed), so that members still on version 2 keep reading the
+// metadata of every partition without a failed message during a rolling
+// upgrade. A member on version 2 reads version 3 as someone else's
+// metadata (its DecodeMeta answers ErrNotOrderlyMetadata, which group
+// ignores without a warning): taking such a partition over, it handles
+// again the messages the metadata lists as finished and starts the
+// waiting ones again at attempt 1, at once (at-least-once, as with no
+// metadata at all); a member on version 1 does the same with versions 2
+// and 3.
 //
 // Within the size limit the waiting entries come first: the encoder keeps
 // as many of them as fit, lowest offsets first, and gives the finished
@@ -56,14 +78,20 @@ import (
 // next owner, a finished one left out is handled again.
 //
 // There is no version byte: the prefix is the version. This decoder, too,
-// rejects as corrupt what it cannot parse after "orderly2:", so a later
-// version that members on this one must ignore needs a prefix of its own
-// that does not start with "orderly2:" (nor "orderly:"); any other prefix
-// gives ErrNotOrderlyMetadata.
+// rejects as corrupt what it cannot parse after "orderly2:" or
+// "orderly3:", so a later version that members on this one must ignore
+// needs a prefix of its own that starts with none of "orderly:",
+// "orderly2:" and "orderly3:"; any other prefix gives
+// ErrNotOrderlyMetadata.
 
 // MetaPrefix2 starts every version 2 metadata string. It does not start
 // with MetaPrefix, so the version 1 decoder ignores it.
 const MetaPrefix2 = "orderly2:"
+
+// MetaPrefix3 starts every version 3 metadata string. It starts with
+// neither MetaPrefix nor MetaPrefix2, so the version 1 and 2 decoders
+// ignore it.
+const MetaPrefix3 = "orderly3:"
 
 const (
 	// maxMetaWaiting bounds the waiting entries a decoder accepts; the
@@ -72,18 +100,20 @@ const (
 	// maxMetaAttempt is the largest attempt count written or accepted
 	// (an int on every platform).
 	maxMetaAttempt = 1<<31 - 1
-	// maxNotBeforeMillis bounds not-before times, as Unix milliseconds,
-	// in both directions.
-	maxNotBeforeMillis = 1 << 62
-	// minWaitingBytes is the least an entry takes: three one-byte uvarints.
+	// maxMetaMillis bounds not-before and first-failure times, as Unix
+	// milliseconds, in both directions.
+	maxMetaMillis = 1 << 62
+	// minWaitingBytes is the least an entry takes: a one-byte uvarint
+	// per field (three in version 2, four in version 3).
 	minWaitingBytes = 3
 )
 
 // Waiting is a message that waits for a retry or a deferred redelivery.
 type Waiting struct {
-	Offset    int64
-	Attempt   int       // the Attempt of the message's next delivery (>= 2 after one failure)
-	NotBefore time.Time // not redelivered before this (zero: at once)
+	Offset       int64
+	Attempt      int       // the Attempt of the message's next delivery (>= 2 after one failure)
+	NotBefore    time.Time // not redelivered before this (zero: at once)
+	FirstFailure time.Time // when it first failed (zero: never, or not known); version 3 only
 }
 
 // WaitingAt returns the waiting entry at off, if there is one. Offsets must
@@ -118,10 +148,12 @@ func (d *Done) WaitingAfter(dst []Waiting, after int64) []Waiting {
 	return append(dst, d.Waiting[i:]...)
 }
 
-// EncodeMeta2 encodes waiting entries and finished ranges as version 2
-// metadata of at most maxLen bytes. It returns the metadata ("" when
-// there is nothing to say or not even the header fits), how many waiting
-// entries it left out and how many finished offsets.
+// EncodeMeta2 encodes waiting entries and finished ranges as metadata of
+// at most maxLen bytes: version 3 when some waiting entry has a
+// FirstFailure, version 2 otherwise (see the format above). It returns
+// the metadata ("" when there is nothing to say or not even the header
+// fits), how many waiting entries it left out and how many finished
+// offsets.
 //
 // Waiting entries go first: as many as fit, lowest offsets first; the
 // finished ranges get the room that is left, in the smaller of runs and
@@ -141,17 +173,21 @@ func EncodeMeta2(base int64, waiting []Waiting, ranges []Range, maxLen int) (met
 	if len(waiting) == 0 && len(ranges) == 0 {
 		return "", 0, 0
 	}
+	v3 := slices.ContainsFunc(waiting, func(w Waiting) bool { return !w.FirstFailure.IsZero() })
+	prefix := MetaPrefix2
+	if v3 {
+		prefix = MetaPrefix3
+	}
 	budget := 0
-	if maxLen > len(MetaPrefix2) {
-		budget = base64.RawURLEncoding.DecodedLen(maxLen - len(MetaPrefix2))
+	if maxLen > len(prefix) {
+		budget = base64.RawURLEncoding.DecodedLen(maxLen - len(prefix))
 	}
-	timeBase, found := int64(0), false
-	for _, w := range waiting {
-		if ms, ok := notBeforeMillis(w.NotBefore); ok && (!found || ms < timeBase) {
-			timeBase, found = ms, true
-		}
-	}
+	timeBase := earliest(waiting, func(w Waiting) time.Time { return w.NotBefore }, true)
+	failBase := earliest(waiting, func(w Waiting) time.Time { return w.FirstFailure }, false)
 	head := uvarintLen(uint64(base)) + uvarintLen(zigzag(timeBase))
+	if v3 {
+		head += uvarintLen(zigzag(failBase))
+	}
 	// The count's room is that of all the entries' count, and one byte
 	// stays for the finished encoding.
 	room := budget - head - uvarintLen(uint64(len(waiting))) - 1
@@ -162,7 +198,10 @@ func EncodeMeta2(base int64, waiting []Waiting, ranges []Range, maxLen int) (met
 	for prev := base; kept < len(waiting) && kept < maxMetaWaiting; kept++ {
 		w := waiting[kept]
 		n := uvarintLen(uint64(w.Offset-prev)) + uvarintLen(uint64(attempt(w.Attempt))) +
-			uvarintLen(notBeforeDelta(w.NotBefore, timeBase))
+			uvarintLen(timeDelta(w.NotBefore, true, timeBase))
+		if v3 {
+			n += uvarintLen(timeDelta(w.FirstFailure, false, failBase))
+		}
 		if size+n > room {
 			break
 		}
@@ -172,12 +211,18 @@ func EncodeMeta2(base int64, waiting []Waiting, ranges []Range, maxLen int) (met
 	b := make([]byte, 0, min(budget, head+uvarintLen(uint64(kept))+size+1))
 	b = binary.AppendUvarint(b, uint64(base))
 	b = binary.AppendVarint(b, timeBase)
+	if v3 {
+		b = binary.AppendVarint(b, failBase)
+	}
 	b = binary.AppendUvarint(b, uint64(kept))
 	prev := base
 	for _, w := range waiting[:kept] {
 		b = binary.AppendUvarint(b, uint64(w.Offset-prev))
 		b = binary.AppendUvarint(b, uint64(attempt(w.Attempt)))
-		b = binary.AppendUvarint(b, notBeforeDelta(w.NotBefore, timeBase))
+		b = binary.AppendUvarint(b, timeDelta(w.NotBefore, true, timeBase))
+		if v3 {
+			b = binary.AppendUvarint(b, timeDelta(w.FirstFailure, false, failBase))
+		}
 		prev = w.Offset + 1
 	}
 	leftWaiting = len(waiting) - kept
@@ -204,38 +249,50 @@ func EncodeMeta2(base int64, waiting []Waiting, ranges []Range, maxLen int) (met
 		}
 		finished = append(b, encodingNone)
 	}
-	return metaString(MetaPrefix2, finished), leftWaiting, leftFinished
+	return metaString(prefix, finished), leftWaiting, leftFinished
 }
 
 // attempt is a as written: within 1 and maxMetaAttempt.
 func attempt(a int) int64 { return min(max(int64(a), 1), maxMetaAttempt) }
 
-// notBeforeMillis is t in Unix milliseconds, rounded up and clamped to
-// ±maxNotBeforeMillis; ok is false for the zero time (no not-before).
-func notBeforeMillis(t time.Time) (ms int64, ok bool) {
+// metaMillis is t in Unix milliseconds, rounded up (roundUp, as for a
+// not-before) or down, and clamped to ±maxMetaMillis; ok is false for the
+// zero time (none).
+func metaMillis(t time.Time, roundUp bool) (ms int64, ok bool) {
 	if t.IsZero() {
 		return 0, false
 	}
 	// Compare seconds first, with a second to spare: UnixMilli is
 	// undefined for times whose milliseconds do not fit an int64.
 	switch sec := t.Unix(); {
-	case sec > maxNotBeforeMillis/1000+1:
-		return maxNotBeforeMillis, true
-	case sec < -maxNotBeforeMillis/1000-1:
-		return -maxNotBeforeMillis, true
+	case sec > maxMetaMillis/1000+1:
+		return maxMetaMillis, true
+	case sec < -maxMetaMillis/1000-1:
+		return -maxMetaMillis, true
 	}
 	ms = t.UnixMilli() // rounded down: the nanoseconds are never negative
-	if t.Nanosecond()%1e6 != 0 {
+	if roundUp && t.Nanosecond()%1e6 != 0 {
 		ms++
 	}
-	return min(max(ms, -maxNotBeforeMillis), maxNotBeforeMillis), true
+	return min(max(ms, -maxMetaMillis), maxMetaMillis), true
 }
 
-// notBeforeDelta is the notBefore field of an entry: 0 for none, else 1 +
-// the milliseconds since timeBase (never negative: timeBase is the
-// earliest).
-func notBeforeDelta(t time.Time, timeBase int64) uint64 {
-	ms, ok := notBeforeMillis(t)
+// earliest is the earliest of the entries' times (of), as written
+// (metaMillis), 0 when none has one.
+func earliest(waiting []Waiting, of func(Waiting) time.Time, roundUp bool) int64 {
+	base, found := int64(0), false
+	for _, w := range waiting {
+		if ms, ok := metaMillis(of(w), roundUp); ok && (!found || ms < base) {
+			base, found = ms, true
+		}
+	}
+	return base
+}
+
+// timeDelta is an entry's time field: 0 for none, else 1 + the
+// milliseconds since timeBase (never negative: timeBase is the earliest).
+func timeDelta(t time.Time, roundUp bool, timeBase int64) uint64 {
+	ms, ok := metaMillis(t, roundUp)
 	if !ok {
 		return 0
 	}
@@ -244,20 +301,28 @@ func notBeforeDelta(t time.Time, timeBase int64) uint64 {
 
 func zigzag(v int64) uint64 { return uint64(v<<1) ^ uint64(v>>63) }
 
-// decode2 parses a version 2 payload into d.
-func (d *Done) decode2(raw []byte) error {
+// decode2 parses a version 2 payload, or a version 3 one (v3), into d.
+func (d *Done) decode2(raw []byte, v3 bool) error {
 	r := metaReader{raw}
 	ubase, ok := r.uvarint()
 	if !ok || ubase > maxMetaOffset {
 		return errors.New("base offset")
 	}
 	d.Base = int64(ubase)
-	timeBase, ok := r.varint()
-	if !ok || timeBase > maxNotBeforeMillis || timeBase < -maxNotBeforeMillis {
+	timeBase, ok := r.millis()
+	if !ok {
 		return errors.New("time base")
 	}
+	var failBase int64
+	minBytes := minWaitingBytes
+	if v3 {
+		if failBase, ok = r.millis(); !ok {
+			return errors.New("first-failure base")
+		}
+		minBytes++
+	}
 	n, ok := r.uvarint()
-	if !ok || n > maxMetaWaiting || n > uint64(len(r.p))/minWaitingBytes {
+	if !ok || n > maxMetaWaiting || n > uint64(len(r.p)/minBytes) {
 		return errors.New("waiting count")
 	}
 	if n > 0 {
@@ -268,7 +333,11 @@ func (d *Done) decode2(raw []byte) error {
 		gap, ok1 := r.uvarint()
 		att, ok2 := r.uvarint()
 		nb, ok3 := r.uvarint()
-		if !ok1 || !ok2 || !ok3 {
+		ff, ok4 := uint64(0), true
+		if v3 {
+			ff, ok4 = r.uvarint()
+		}
+		if !ok1 || !ok2 || !ok3 || !ok4 {
 			return errors.New("waiting entry")
 		}
 		if gap >= uint64(maxMetaOffset-next) {
@@ -279,13 +348,11 @@ func (d *Done) decode2(raw []byte) error {
 			return fmt.Errorf("attempt %d at offset %d", att, w.Offset)
 		}
 		w.Attempt = int(att)
-		if nb != 0 {
-			// timeBase is within ±2^62, so the room up to the bound fits
-			// a uint64 and the sum below an int64.
-			if nb-1 > uint64(maxNotBeforeMillis)-uint64(timeBase) {
-				return fmt.Errorf("not-before at offset %d", w.Offset)
-			}
-			w.NotBefore = time.UnixMilli(int64(uint64(timeBase) + (nb - 1)))
+		if w.NotBefore, ok = metaTime(timeBase, nb); !ok {
+			return fmt.Errorf("not-before at offset %d", w.Offset)
+		}
+		if w.FirstFailure, ok = metaTime(failBase, ff); !ok {
+			return fmt.Errorf("first failure at offset %d", w.Offset)
 		}
 		d.Waiting = append(d.Waiting, w)
 		next = w.Offset + 1
@@ -313,4 +380,25 @@ func (d *Done) decode2(raw []byte) error {
 		}
 	}
 	return nil
+}
+
+// metaTime is an entry's time field delta relative to base (within
+// ±maxMetaMillis): the zero time for 0; ok is false for a time beyond
+// maxMetaMillis.
+func metaTime(base int64, delta uint64) (t time.Time, ok bool) {
+	if delta == 0 {
+		return time.Time{}, true
+	}
+	// base is within ±2^62, so the room up to the bound fits a uint64
+	// and the sum below an int64.
+	if delta-1 > uint64(maxMetaMillis)-uint64(base) {
+		return time.Time{}, false
+	}
+	return time.UnixMilli(int64(uint64(base) + (delta - 1))), true
+}
+
+// millis reads a varint of Unix milliseconds within ±maxMetaMillis.
+func (r *metaReader) millis() (int64, bool) {
+	v, ok := r.varint()
+	return v, ok && v <= maxMetaMillis && v >= -maxMetaMillis
 }

@@ -186,11 +186,13 @@ func TestTrackerFinishedRanges(t *testing.T) {
 	}
 }
 
-// FuzzDecodeMeta covers both versions: DecodeMeta never panics, reads
-// version 1 as the landed decoder does, returns only well-formed sets, and
-// what it returns re-encodes to the same sets; the landed decoder ignores
-// version 2 without error. The seeds in testdata/fuzz/FuzzDecodeMeta add
-// version 2 strings (v2-*) of each shape.
+// FuzzDecodeMeta covers all three versions: DecodeMeta never panics,
+// reads version 1 as the landed version 1 decoder does and version 2 as
+// the landed version 2 decoder does, returns only well-formed sets, and
+// what it returns re-encodes to the same sets; the landed decoders ignore
+// the later versions without error. The seeds in
+// testdata/fuzz/FuzzDecodeMeta add version 2 and 3 strings (v2-*, v3-*)
+// of each shape.
 func FuzzDecodeMeta(f *testing.F) {
 	m1, _ := EncodeMeta(3, []Range{{4, 9}, {12, 13}}, 4000)
 	var frag []Range
@@ -201,9 +203,13 @@ func FuzzDecodeMeta(f *testing.F) {
 	ws, rs := waitingAndFragments(1<<40, 30)
 	for _, seed := range []string{"", "x", MetaPrefix, m1, m2, MetaPrefix + enc([]byte{1, 1, 0, 1, 1, 1}),
 		MetaPrefix2,
-		must2(EncodeMeta2(3, []Waiting{{3, 2, now}, {9, 1e6, time.Time{}}}, []Range{{4, 9}, {12, 13}}, 4000)),
+		must2(EncodeMeta2(3, []Waiting{{3, 2, now, time.Time{}}, {9, 1e6, time.Time{}, time.Time{}}}, []Range{{4, 9}, {12, 13}}, 4000)),
 		must2(EncodeMeta2(1<<40, ws, rs, 4000)),
 		must2(EncodeMeta2(1<<40, ws, rs, 100)),
+		MetaPrefix3,
+		must2(EncodeMeta2(3, []Waiting{{3, 2, now, now.Add(-time.Hour)}, {9, 1, now, time.Time{}}}, []Range{{4, 9}, {12, 13}}, 4000)),
+		must2(EncodeMeta2(1<<40, failed(ws), rs, 4000)),
+		must2(EncodeMeta2(1<<40, failed(ws), rs, 100)),
 	} {
 		f.Add(seed)
 	}
@@ -219,6 +225,17 @@ func FuzzDecodeMeta(f *testing.F) {
 		case strings.HasPrefix(meta, MetaPrefix2):
 			if errKind(lerr) != "ErrNotOrderlyMetadata" {
 				t.Fatalf("landed decoder on %q: got %v, want ErrNotOrderlyMetadata", meta, lerr)
+			}
+			// Version 2 decodes exactly as the landed version 2 decoder
+			// decodes it.
+			landed2, lerr2 := decodeMetaV2Landed(meta)
+			if errKind(err) != errKind(lerr2) || landed2.Base != d.Base || !slices.Equal(landed2.Ranges, d.Ranges) || !sameWaiting(landed2.Waiting, d.Waiting) {
+				t.Fatalf("DecodeMeta(%q): got %+v, %v, want the landed version 2 decoder's %+v, %v", meta, d, err, landed2, lerr2)
+			}
+		case strings.HasPrefix(meta, MetaPrefix3):
+			_, lerr2 := decodeMetaV2Landed(meta)
+			if errKind(lerr) != "ErrNotOrderlyMetadata" || errKind(lerr2) != "ErrNotOrderlyMetadata" {
+				t.Fatalf("landed decoders on %q: got %v (version 1), %v (version 2), want ErrNotOrderlyMetadata", meta, lerr, lerr2)
 			}
 		}
 		if err != nil {
@@ -240,6 +257,9 @@ func FuzzDecodeMeta(f *testing.F) {
 			if w.Offset < next || w.Offset >= maxMetaOffset || w.Attempt < 1 || w.Attempt > maxMetaAttempt || probe.Contains(w.Offset) {
 				t.Fatalf("decoded waiting entry %v: want sorted, distinct, at or above base %d, below 2^62, attempt 1 to 2^31-1, not finished", w, d.Base)
 			}
+			if ff := w.FirstFailure; !ff.IsZero() && (!strings.HasPrefix(meta, MetaPrefix3) || ff.UnixMilli() > maxMetaMillis || ff.UnixMilli() < -maxMetaMillis) {
+				t.Fatalf("decoded first failure %v at offset %d: want none outside version 3, within ±2^62 ms", ff, w.Offset)
+			}
 			if got, ok := probe.WaitingAt(w.Offset); !ok || got != w {
 				t.Fatalf("WaitingAt(%d): got %v %v, want %v", w.Offset, got, ok, w)
 			}
@@ -248,8 +268,8 @@ func FuzzDecodeMeta(f *testing.F) {
 		if len(d.Ranges) == 0 && len(d.Waiting) == 0 {
 			return // nothing to say re-encodes to ""
 		}
-		// What decodes must re-encode to the same sets, in version 2 and,
-		// without waiting entries, in version 1.
+		// What decodes must re-encode to the same sets, in version 2 or 3
+		// and, without waiting entries, in version 1.
 		again, leftW, leftF := EncodeMeta2(d.Base, d.Waiting, d.Ranges, 1<<22)
 		if leftW == 0 && leftF == 0 {
 			d2, err := DecodeMeta(again)
@@ -458,7 +478,8 @@ var now = time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
 func sameWaiting(a, b []Waiting) bool {
 	return slices.EqualFunc(a, b, func(x, y Waiting) bool {
 		return x.Offset == y.Offset && x.Attempt == y.Attempt &&
-			x.NotBefore.Equal(y.NotBefore) && x.NotBefore.IsZero() == y.NotBefore.IsZero()
+			x.NotBefore.Equal(y.NotBefore) && x.NotBefore.IsZero() == y.NotBefore.IsZero() &&
+			x.FirstFailure.Equal(y.FirstFailure) && x.FirstFailure.IsZero() == y.FirstFailure.IsZero()
 	})
 }
 
@@ -467,7 +488,7 @@ func TestMeta2RoundTrip(t *testing.T) {
 	var frag []Range // every other offset above 1000 finished, the rest waiting
 	var fragWaiting []Waiting
 	for i := int64(0); i < 300; i++ {
-		fragWaiting = append(fragWaiting, Waiting{1000 + 2*i, 2 + int(i%5), now.Add(time.Duration(i) * time.Second)})
+		fragWaiting = append(fragWaiting, Waiting{1000 + 2*i, 2 + int(i%5), now.Add(time.Duration(i) * time.Second), time.Time{}})
 		frag = append(frag, Range{1001 + 2*i, 1002 + 2*i})
 	}
 	tests := []struct {
@@ -477,24 +498,24 @@ func TestMeta2RoundTrip(t *testing.T) {
 		ranges  []Range
 	}{
 		{"no waiting", 100, nil, []Range{{105, 110}, {200, 201}}},
-		{"only waiting", 100, []Waiting{{100, 2, now}, {104, 3, now.Add(time.Minute)}}, nil},
-		{"both", 100, []Waiting{{100, 2, now}, {150, 4, now.Add(-time.Hour)}}, []Range{{101, 150}, {151, 160}}},
+		{"only waiting", 100, []Waiting{{100, 2, now, time.Time{}}, {104, 3, now.Add(time.Minute), time.Time{}}}, nil},
+		{"both", 100, []Waiting{{100, 2, now, time.Time{}}, {150, 4, now.Add(-time.Hour), time.Time{}}}, []Range{{101, 150}, {151, 160}}},
 		{"both, fragmented (bitset)", 1000, fragWaiting, frag},
 		{"huge offsets near 2^62", top - 100,
-			[]Waiting{{top - 100, 2, now}, {top - 1, 9, now}}, []Range{{top - 99, top - 1}}},
-		{"finished up to 2^62", top - 100, []Waiting{{top - 100, 2, now}}, []Range{{top - 50, top}}},
+			[]Waiting{{top - 100, 2, now, time.Time{}}, {top - 1, 9, now, time.Time{}}}, []Range{{top - 99, top - 1}}},
+		{"finished up to 2^62", top - 100, []Waiting{{top - 100, 2, now, time.Time{}}}, []Range{{top - 50, top}}},
 		{"attempts up to 1e6", 0,
-			[]Waiting{{0, 1, now}, {1, 2, now}, {2, 127, now}, {3, 128, now}, {4, 1e6, now}, {5, maxMetaAttempt, now}}, nil},
+			[]Waiting{{0, 1, now, time.Time{}}, {1, 2, now, time.Time{}}, {2, 127, now, time.Time{}}, {3, 128, now, time.Time{}}, {4, 1e6, now, time.Time{}}, {5, maxMetaAttempt, now, time.Time{}}}, nil},
 		{"not-before in the past", 7,
-			[]Waiting{{7, 2, now.Add(-72 * time.Hour)}, {8, 2, time.UnixMilli(0)}, {9, 3, time.Date(1900, 1, 1, 0, 0, 0, 0, time.UTC)}}, nil},
+			[]Waiting{{7, 2, now.Add(-72 * time.Hour), time.Time{}}, {8, 2, time.UnixMilli(0), time.Time{}}, {9, 3, time.Date(1900, 1, 1, 0, 0, 0, 0, time.UTC), time.Time{}}}, nil},
 		{"not-before far in the future", 7,
-			[]Waiting{{7, 2, time.Date(9999, 12, 31, 23, 59, 59, 999e6, time.UTC)}, {8, 2, time.UnixMilli(maxNotBeforeMillis)}}, nil},
+			[]Waiting{{7, 2, time.Date(9999, 12, 31, 23, 59, 59, 999e6, time.UTC), time.Time{}}, {8, 2, time.UnixMilli(maxMetaMillis), time.Time{}}}, nil},
 		{"not-before far apart", 7,
-			[]Waiting{{7, 2, time.UnixMilli(-maxNotBeforeMillis)}, {8, 2, time.UnixMilli(maxNotBeforeMillis)}}, nil},
+			[]Waiting{{7, 2, time.UnixMilli(-maxMetaMillis), time.Time{}}, {8, 2, time.UnixMilli(maxMetaMillis), time.Time{}}}, nil},
 		{"not-before just inside the bounds", 7, // within a second of them (found by fuzzing)
-			[]Waiting{{7, 2, time.UnixMilli(-maxNotBeforeMillis + 137)}, {8, 2, time.UnixMilli(maxNotBeforeMillis - 137)}}, nil},
-		{"zero not-before", 7, []Waiting{{7, 2, time.Time{}}, {9, 5, time.Time{}}}, []Range{{8, 9}}},
-		{"zero and set not-before", 7, []Waiting{{7, 2, time.Time{}}, {8, 5, now}, {10, 3, time.Time{}}}, []Range{{9, 10}}},
+			[]Waiting{{7, 2, time.UnixMilli(-maxMetaMillis + 137), time.Time{}}, {8, 2, time.UnixMilli(maxMetaMillis - 137), time.Time{}}}, nil},
+		{"zero not-before", 7, []Waiting{{7, 2, time.Time{}, time.Time{}}, {9, 5, time.Time{}, time.Time{}}}, []Range{{8, 9}}},
+		{"zero and set not-before", 7, []Waiting{{7, 2, time.Time{}, time.Time{}}, {8, 5, now, time.Time{}}, {10, 3, time.Time{}, time.Time{}}}, []Range{{9, 10}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -524,16 +545,16 @@ func TestMeta2Normalizes(t *testing.T) {
 		in   Waiting
 		want Waiting
 	}{
-		{"sub-millisecond not-before rounds up", Waiting{0, 2, now.Add(1)}, Waiting{0, 2, now.Add(time.Millisecond)}},
-		{"just below a millisecond rounds up", Waiting{0, 2, now.Add(time.Millisecond - 1)}, Waiting{0, 2, now.Add(time.Millisecond)}},
-		{"before 1970 rounds up too", Waiting{0, 2, time.UnixMilli(-5).Add(-1)}, Waiting{0, 2, time.UnixMilli(-5)}},
-		{"beyond 2^62 ms is clamped", Waiting{0, 2, time.Unix(1<<60, 0)}, Waiting{0, 2, time.UnixMilli(maxNotBeforeMillis)}},
-		{"just beyond 2^62 ms is clamped", Waiting{0, 2, time.UnixMilli(maxNotBeforeMillis).Add(1)}, Waiting{0, 2, time.UnixMilli(maxNotBeforeMillis)}},
-		{"just before -2^62 ms is clamped", Waiting{0, 2, time.UnixMilli(-maxNotBeforeMillis).Add(-1)}, Waiting{0, 2, time.UnixMilli(-maxNotBeforeMillis)}},
-		{"before -2^62 ms is clamped", Waiting{0, 2, time.Unix(-1<<60, 0)}, Waiting{0, 2, time.UnixMilli(-maxNotBeforeMillis)}},
-		{"attempt 0 is written as 1", Waiting{0, 0, now}, Waiting{0, 1, now}},
-		{"negative attempt is written as 1", Waiting{0, -3, now}, Waiting{0, 1, now}},
-		{"attempt beyond 2^31-1 is clamped", Waiting{0, int(min(int64(maxMetaAttempt)+5, int64(^uint(0)>>1))), now}, Waiting{0, maxMetaAttempt, now}},
+		{"sub-millisecond not-before rounds up", Waiting{0, 2, now.Add(1), time.Time{}}, Waiting{0, 2, now.Add(time.Millisecond), time.Time{}}},
+		{"just below a millisecond rounds up", Waiting{0, 2, now.Add(time.Millisecond - 1), time.Time{}}, Waiting{0, 2, now.Add(time.Millisecond), time.Time{}}},
+		{"before 1970 rounds up too", Waiting{0, 2, time.UnixMilli(-5).Add(-1), time.Time{}}, Waiting{0, 2, time.UnixMilli(-5), time.Time{}}},
+		{"beyond 2^62 ms is clamped", Waiting{0, 2, time.Unix(1<<60, 0), time.Time{}}, Waiting{0, 2, time.UnixMilli(maxMetaMillis), time.Time{}}},
+		{"just beyond 2^62 ms is clamped", Waiting{0, 2, time.UnixMilli(maxMetaMillis).Add(1), time.Time{}}, Waiting{0, 2, time.UnixMilli(maxMetaMillis), time.Time{}}},
+		{"just before -2^62 ms is clamped", Waiting{0, 2, time.UnixMilli(-maxMetaMillis).Add(-1), time.Time{}}, Waiting{0, 2, time.UnixMilli(-maxMetaMillis), time.Time{}}},
+		{"before -2^62 ms is clamped", Waiting{0, 2, time.Unix(-1<<60, 0), time.Time{}}, Waiting{0, 2, time.UnixMilli(-maxMetaMillis), time.Time{}}},
+		{"attempt 0 is written as 1", Waiting{0, 0, now, time.Time{}}, Waiting{0, 1, now, time.Time{}}},
+		{"negative attempt is written as 1", Waiting{0, -3, now, time.Time{}}, Waiting{0, 1, now, time.Time{}}},
+		{"attempt beyond 2^31-1 is clamped", Waiting{0, int(min(int64(maxMetaAttempt)+5, int64(^uint(0)>>1))), now, time.Time{}}, Waiting{0, maxMetaAttempt, now, time.Time{}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -553,7 +574,7 @@ func waitingAndFragments(base int64, n int) ([]Waiting, []Range) {
 	var rs []Range
 	for i := range int64(n) {
 		off := base + 3*i
-		ws = append(ws, Waiting{off, 2 + int(i%7), now.Add(time.Duration(i) * time.Second)})
+		ws = append(ws, Waiting{off, 2 + int(i%7), now.Add(time.Duration(i) * time.Second), time.Time{}})
 		rs = append(rs, Range{off + 1, off + 2})
 	}
 	return ws, rs
@@ -666,7 +687,7 @@ func TestLandedDecoderIgnoresV2(t *testing.T) {
 		name string
 		meta string
 	}{
-		{"only waiting", must2(EncodeMeta2(5, []Waiting{{5, 2, now}}, nil, 4000))},
+		{"only waiting", must2(EncodeMeta2(5, []Waiting{{5, 2, now, time.Time{}}}, nil, 4000))},
 		{"only finished", must2(EncodeMeta2(5, nil, []Range{{6, 9}}, 4000))},
 		{"both, bitset", must2(EncodeMeta2(1000, ws[:50], rs[:50], 4000))},
 		{"filled to the limit", full},
@@ -694,7 +715,7 @@ func must2(meta string, _ int, _ int64) string { return meta }
 func TestMeta2ReadsV1(t *testing.T) {
 	rs := []Range{{12, 14}, {20, 21}}
 	m1, _ := EncodeMeta(10, rs, 4000)
-	m2, _, _ := EncodeMeta2(10, []Waiting{{10, 3, now}}, rs, 4000)
+	m2, _, _ := EncodeMeta2(10, []Waiting{{10, 3, now, time.Time{}}}, rs, 4000)
 	for _, meta := range []string{m1, m2} {
 		d, err := DecodeMeta(meta)
 		if err != nil || d.Base != 10 || !slices.Equal(d.Ranges, rs) {
@@ -779,12 +800,12 @@ func TestEncodeMeta2BadInputs(t *testing.T) {
 		waiting []Waiting
 		ranges  []Range
 	}{
-		{"waiting unsorted", 10, []Waiting{{12, 2, now}, {11, 2, now}}, nil},
-		{"waiting repeated", 10, []Waiting{{12, 2, now}, {12, 3, now}}, nil},
-		{"waiting below base", 10, []Waiting{{5, 2, now}}, nil},
-		{"waiting at 2^62", 10, []Waiting{{1 << 62, 2, now}}, nil},
-		{"waiting within a range", 10, []Waiting{{12, 2, now}}, []Range{{11, 14}}},
-		{"waiting within a bitset", 0, []Waiting{{4, 2, now}}, []Range{{1, 2}, {3, 5}, {7, 8}, {9, 10}, {11, 12}}},
+		{"waiting unsorted", 10, []Waiting{{12, 2, now, time.Time{}}, {11, 2, now, time.Time{}}}, nil},
+		{"waiting repeated", 10, []Waiting{{12, 2, now, time.Time{}}, {12, 3, now, time.Time{}}}, nil},
+		{"waiting below base", 10, []Waiting{{5, 2, now, time.Time{}}}, nil},
+		{"waiting at 2^62", 10, []Waiting{{1 << 62, 2, now, time.Time{}}}, nil},
+		{"waiting within a range", 10, []Waiting{{12, 2, now, time.Time{}}}, []Range{{11, 14}}},
+		{"waiting within a bitset", 0, []Waiting{{4, 2, now, time.Time{}}}, []Range{{1, 2}, {3, 5}, {7, 8}, {9, 10}, {11, 12}}},
 		{"ranges unsorted", 10, nil, []Range{{20, 21}, {12, 13}}},
 		{"ranges below base", 10, nil, []Range{{2, 4}, {12, 13}}},
 		{"range ending at its start", 10, nil, []Range{{12, 12}}},
@@ -818,7 +839,7 @@ func TestEncodeMeta2BadInputs(t *testing.T) {
 }
 
 func TestDoneWaitingAt(t *testing.T) {
-	d := Done{Base: 10, Ranges: []Range{{11, 12}}, Waiting: []Waiting{{10, 2, now}, {12, 3, time.Time{}}, {20, 4, now}}}
+	d := Done{Base: 10, Ranges: []Range{{11, 12}}, Waiting: []Waiting{{10, 2, now, time.Time{}}, {12, 3, time.Time{}, time.Time{}}, {20, 4, now, time.Time{}}}}
 	want := map[int64]int{10: 2, 12: 3, 20: 4} // offset: attempt
 	for off := int64(9); off < 30; off++ {
 		w, ok := d.WaitingAt(off)
@@ -833,7 +854,7 @@ func TestDoneWaitingAt(t *testing.T) {
 }
 
 func TestDoneWaitingAfter(t *testing.T) {
-	d := Done{Base: 0, Waiting: []Waiting{{2, 2, now}, {6, 3, now}, {12, 4, now}}}
+	d := Done{Base: 0, Waiting: []Waiting{{2, 2, now, time.Time{}}, {6, 3, now, time.Time{}}, {12, 4, now, time.Time{}}}}
 	tests := []struct {
 		name  string
 		dst   []Waiting
@@ -841,10 +862,10 @@ func TestDoneWaitingAfter(t *testing.T) {
 		want  []Waiting
 	}{
 		{"before all", nil, 0, d.Waiting},
-		{"at an entry", nil, 6, []Waiting{{12, 4, now}}},
-		{"between entries", []Waiting{{1, 5, now}}, 3, []Waiting{{1, 5, now}, {6, 3, now}, {12, 4, now}}},
-		{"dst's own entry wins", []Waiting{{6, 9, now}}, 4, []Waiting{{6, 9, now}, {12, 4, now}}},
-		{"after all", []Waiting{{1, 2, now}}, 20, []Waiting{{1, 2, now}}},
+		{"at an entry", nil, 6, []Waiting{{12, 4, now, time.Time{}}}},
+		{"between entries", []Waiting{{1, 5, now, time.Time{}}}, 3, []Waiting{{1, 5, now, time.Time{}}, {6, 3, now, time.Time{}}, {12, 4, now, time.Time{}}}},
+		{"dst's own entry wins", []Waiting{{6, 9, now, time.Time{}}}, 4, []Waiting{{6, 9, now, time.Time{}}, {12, 4, now, time.Time{}}}},
+		{"after all", []Waiting{{1, 2, now, time.Time{}}}, 20, []Waiting{{1, 2, now, time.Time{}}}},
 		{"after the largest offset", nil, 1<<63 - 1, nil},
 	}
 	for _, tt := range tests {
