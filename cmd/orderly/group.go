@@ -36,9 +36,9 @@ its topics (or of --topic) the committed offset, the high watermark, the lag
 report), and Orderly's commit metadata decoded: the offsets above the
 committed one that are already finished (they count as lag to those tools,
 but will not be handled again), and the messages waiting for a retry with
-their attempt and not-before time. METADATA is orderly2 or orderly (decoded),
-- (none), foreign (not Orderly's), corrupt, or stale (written for another
-offset: a consumer ignores it). A partition's MEMBER is the member it is
+their attempt, not-before time and first failure. METADATA is orderly3,
+orderly2 or orderly (decoded), - (none), foreign (not Orderly's), corrupt,
+or stale (written for another offset: a consumer ignores it). A partition's MEMBER is the member it is
 assigned to while the group is Stable. --json writes one JSON object, with
 the finished ranges inclusive and every one of them.
 

@@ -54,8 +54,8 @@ type partitionView struct {
 	// Lag is HighWatermark - Committed, as kafka_exporter, Burrow and
 	// KEDA compute it; nil without a committed offset.
 	Lag *int64 `json:"lag"`
-	// Metadata says what the commit metadata is: "orderly2" or "orderly"
-	// (decoded below), "" (none), "foreign" (not Orderly's), "corrupt"
+	// Metadata says what the commit metadata is: "orderly3", "orderly2"
+	// or "orderly" (decoded below), "" (none), "foreign" (not Orderly's), "corrupt"
 	// or "stale" (Orderly's, for another offset: a consumer ignores it).
 	Metadata      string `json:"metadata"`
 	MetadataError string `json:"metadata_error,omitempty"`
@@ -85,6 +85,10 @@ type waitingView struct {
 	// NotBefore is when it may run again; nil: as soon as it can (it may
 	// be running).
 	NotBefore *time.Time `json:"not_before"`
+	// FirstFailure is when it first failed, as its dead letter will say;
+	// nil: it never failed (a deferral), or the metadata does not say
+	// (orderly2).
+	FirstFailure *time.Time `json:"first_failure"`
 }
 
 // groupSarama is the sarama configuration of `orderly group`: it only
@@ -259,9 +263,13 @@ func (pv *partitionView) decodeMeta(meta string, hw int64) {
 		pv.MetadataError = fmt.Sprintf("written for offset %d, not the committed %d: a consumer ignores it", done.Base, *pv.Committed)
 		return
 	}
-	pv.Metadata = "orderly"
-	if strings.HasPrefix(meta, commit.MetaPrefix2) {
+	switch {
+	case strings.HasPrefix(meta, commit.MetaPrefix3):
+		pv.Metadata = "orderly3"
+	case strings.HasPrefix(meta, commit.MetaPrefix2):
 		pv.Metadata = "orderly2"
+	default:
+		pv.Metadata = "orderly"
 	}
 	if finished, waiting := done.DropFrom(hw); finished > 0 || waiting > 0 {
 		pv.MetadataError = fmt.Sprintf("lists %d finished offsets and %d waiting messages at or above the high watermark %d: a consumer ignores them", finished, waiting, hw)
@@ -275,6 +283,10 @@ func (pv *partitionView) decodeMeta(meta string, hw int64) {
 		if !w.NotBefore.IsZero() {
 			t := w.NotBefore.UTC()
 			wv.NotBefore = &t
+		}
+		if !w.FirstFailure.IsZero() {
+			t := w.FirstFailure.UTC()
+			wv.FirstFailure = &t
 		}
 		pv.Waiting = append(pv.Waiting, wv)
 	}

@@ -92,6 +92,9 @@ func writeGroupTextAt(w io.Writer, v *groupView, now time.Time) error {
 					when += " (due: its retry may be running)"
 				}
 			}
+			if wt.FirstFailure != nil {
+				when += ", first failed " + wt.FirstFailure.Format(time.RFC3339Nano)
+			}
 			waiting = append(waiting, fmt.Sprintf("  %s offset %d: attempt %d, %s", tp, wt.Offset, wt.Attempt, when))
 		}
 	}

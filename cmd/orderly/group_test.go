@@ -258,6 +258,8 @@ func TestDecodeMetaView(t *testing.T) {
 	nb := time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
 	v2, _, _ := commit.EncodeMeta2(100, []commit.Waiting{{Offset: 100, Attempt: 3, NotBefore: nb}, {Offset: 104, Attempt: 2}},
 		[]commit.Range{{Start: 101, End: 104}, {Start: 107, End: 108}}, 4000)
+	v3, _, _ := commit.EncodeMeta2(100, []commit.Waiting{{Offset: 100, Attempt: 3, NotBefore: nb, FirstFailure: nb.Add(-time.Hour)}, {Offset: 104, Attempt: 1, NotBefore: nb}},
+		[]commit.Range{{Start: 101, End: 104}}, 4000)
 	v1, _ := commit.EncodeMeta(100, []commit.Range{{Start: 102, End: 103}}, 4000)
 	other, _ := commit.EncodeMeta(90, []commit.Range{{Start: 95, End: 96}}, 4000)
 	past, _, _ := commit.EncodeMeta2(100, []commit.Waiting{{Offset: 1 << 41, Attempt: 2}}, []commit.Range{{Start: 101, End: 1 << 40}}, 4000)
@@ -269,7 +271,8 @@ func TestDecodeMetaView(t *testing.T) {
 		hasErr     bool
 	}{
 		{"none", "", "", nil, "[]", false},
-		{"version 2", v2, "orderly2", []offsetRange{{101, 103}, {107, 107}}, "[100/3/2026-05-01T12:00:00Z 104/2/-]", false},
+		{"version 3", v3, "orderly3", []offsetRange{{101, 103}}, "[100/3/2026-05-01T12:00:00Z/2026-05-01T11:00:00Z 104/1/2026-05-01T12:00:00Z/-]", false},
+		{"version 2", v2, "orderly2", []offsetRange{{101, 103}, {107, 107}}, "[100/3/2026-05-01T12:00:00Z/- 104/2/-/-]", false},
 		{"version 1", v1, "orderly", []offsetRange{{102, 102}}, "[]", false},
 		{"someone else's", "checkpoint 7", "foreign", nil, "[]", false},
 		{"corrupt", commit.MetaPrefix2 + "!!", "corrupt", nil, "[]", true},
@@ -283,11 +286,14 @@ func TestDecodeMetaView(t *testing.T) {
 			pv.decodeMeta(tt.meta, 110)
 			var w []string
 			for _, x := range pv.Waiting {
-				nb := "-"
+				nb, ff := "-", "-"
 				if x.NotBefore != nil {
 					nb = x.NotBefore.Format(time.RFC3339)
 				}
-				w = append(w, fmt.Sprintf("%d/%d/%s", x.Offset, x.Attempt, nb))
+				if x.FirstFailure != nil {
+					ff = x.FirstFailure.Format(time.RFC3339)
+				}
+				w = append(w, fmt.Sprintf("%d/%d/%s/%s", x.Offset, x.Attempt, nb, ff))
 			}
 			var count int64
 			for _, r := range tt.finished {
@@ -422,12 +428,13 @@ func TestGroupDescribeMembers(t *testing.T) {
 // TestDescribeWaitingWhen: describe's text says when each waiting message
 // may run again: not before a time to come (and in how long), or due, when
 // its retry may be running already (the metadata lists it until it is
-// done). A due retry read "at once", though it was running.
+// done), and when it first failed if the metadata says. A due retry read
+// "at once", though it was running.
 func TestDescribeWaitingWhen(t *testing.T) {
 	now := time.Date(2026, 12, 4, 12, 0, 0, 0, time.UTC)
 	later, earlier := now.Add(time.Hour), now.Add(-time.Minute)
 	v := &groupView{Group: "g", State: "Stable", Parts: []partitionView{{Topic: "t", Partition: 0, HighWatermark: 10,
-		Waiting: []waitingView{{Offset: 1, Attempt: 2}, {Offset: 2, Attempt: 3, NotBefore: &earlier}, {Offset: 3, Attempt: 2, NotBefore: &later}}}}}
+		Waiting: []waitingView{{Offset: 1, Attempt: 2}, {Offset: 2, Attempt: 3, NotBefore: &earlier}, {Offset: 3, Attempt: 2, NotBefore: &later, FirstFailure: &earlier}}}}}
 	var b strings.Builder
 	if err := writeGroupTextAt(&b, v, now); err != nil {
 		t.Fatal(err)
@@ -435,7 +442,7 @@ func TestDescribeWaitingWhen(t *testing.T) {
 	for _, want := range []string{
 		"t/0 offset 1: attempt 2, due: its retry may be running",
 		"t/0 offset 2: attempt 3, not before 2026-12-04T11:59:00Z (due: its retry may be running)",
-		"t/0 offset 3: attempt 2, not before 2026-12-04T13:00:00Z (in 1h0m0s)",
+		"t/0 offset 3: attempt 2, not before 2026-12-04T13:00:00Z (in 1h0m0s), first failed 2026-12-04T11:59:00Z",
 	} {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("describe text does not say %q:\n%s", want, b.String())
