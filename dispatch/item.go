@@ -38,10 +38,12 @@ type Item[M, T any] struct {
 	waitAttempt int32
 	// firstFailure is when the item first failed, in Unix nanoseconds
 	// (0 until it does), for its dead letter; written by whoever holds
-	// its lane. Not a time.Time: 8 bytes rather than 24 keep group's item
-	// (T a pointer) at 256 bytes, a size class of whole cache lines, so
-	// that no two items share a line (TestItemSize).
-	firstFailure int64
+	// its lane, and read under the scheduler's lock by WaitingItems too,
+	// which a worker charging it does not take: hence atomic. Not a
+	// time.Time: 8 bytes rather than 24 keep group's item (T a pointer)
+	// at 256 bytes, a size class of whole cache lines, so that no two
+	// items share a line (TestItemSize).
+	firstFailure atomic.Int64
 	// arrival: AddHeld's outcome (Verdict Hold), held when it reaches its
 	// lane (push takes it); or, with Verdict Done, the error LastError
 	// reports: of its failure when it went back behind an earlier item of
@@ -93,24 +95,36 @@ func (it *Item[M, T]) Revoked() bool { return it.part.gone.Load() }
 
 // FirstFailure is when the item first failed; zero until it does.
 func (it *Item[M, T]) FirstFailure() time.Time {
-	if it.firstFailure == 0 {
+	ns := it.firstFailure.Load()
+	if ns == 0 {
 		return time.Time{}
 	}
-	return time.Unix(0, it.firstFailure)
+	return time.Unix(0, ns)
 }
 
 // SetFirstFailure records t as when the item first failed (zero: never).
 func (it *Item[M, T]) SetFirstFailure(t time.Time) {
-	it.firstFailure = 0
+	var ns int64
 	if !t.IsZero() {
-		it.firstFailure = t.UnixNano()
+		ns = t.UnixNano()
+	}
+	it.firstFailure.Store(ns)
+}
+
+// clearFirstFailure forgets the first failure of the item's previous
+// message (Add and Track start it over). The owner's, before anyone else
+// sees the item; a load costs less than a store, and most items never
+// failed.
+func (it *Item[M, T]) clearFirstFailure() {
+	if it.firstFailure.Load() != 0 {
+		it.firstFailure.Store(0)
 	}
 }
 
 // NoteFailure records now as when the item first failed, unless a first
 // failure is recorded already.
 func (it *Item[M, T]) NoteFailure(now time.Time) {
-	if it.firstFailure == 0 {
-		it.firstFailure = now.UnixNano()
+	if it.firstFailure.Load() == 0 {
+		it.firstFailure.Store(now.UnixNano())
 	}
 }

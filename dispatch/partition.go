@@ -137,7 +137,8 @@ func (p *Partition[M, T]) Add(it *Item[M, T], offset, size int64) error {
 		p.recycle(it)
 		return err
 	}
-	it.Attempt, it.size, it.firstFailure = 1, int32(size), 0
+	it.Attempt, it.size = 1, int32(size)
+	it.clearFirstFailure()
 	p.inflight++
 	p.bytes += size
 	p.peak = max(p.peak, p.inflight)
@@ -170,7 +171,8 @@ func (p *Partition[M, T]) Track(it *Item[M, T], offset, size int64) error {
 		p.recycle(it)
 		return err
 	}
-	it.Attempt, it.size, it.firstFailure = 1, int32(size), 0
+	it.Attempt, it.size = 1, int32(size)
+	it.clearFirstFailure()
 	p.inflight++
 	p.bytes += size
 	p.peak = max(p.peak, p.inflight)
@@ -292,7 +294,8 @@ func (p *Partition[M, T]) replaceOrphans() {
 		if p.s.copied != nil {
 			p.s.copied(&c.Msg, &c.Val)
 		}
-		c.Attempt, c.firstFailure = old.Attempt+1, old.firstFailure
+		c.Attempt = old.Attempt + 1
+		c.firstFailure.Store(old.firstFailure.Load())
 		c.NoteFailure(time.Now())
 		if p.s.copyErr != nil {
 			c.arrival = &Outcome{Err: p.s.copyErr} // for LastError

@@ -1,17 +1,27 @@
 package dispatch
 
-import "math"
+import (
+	"math"
+	"time"
+)
 
 // WaitingItem is an item WaitingItems found, as it saw it under the
 // scheduler's lock: the item (a key for the caller's own maps), its offset,
-// the attempt a new owner goes on at, and whether its lane is held for it
-// now (a retry's backoff or a deferral still to run out, a dead letter
-// being written) rather than let go.
+// the attempt a new owner goes on at, whether its lane is held for it now
+// (a retry's backoff or a deferral still to run out, a dead letter being
+// written) rather than let go, and when it first failed (zero: it never
+// did, as a deferral), which a new owner's dead letter for it reports.
 type WaitingItem[M, T any] struct {
-	Item    *Item[M, T]
-	Offset  int64
-	Attempt int
-	Held    bool
+	Item         *Item[M, T]
+	Offset       int64
+	Attempt      int
+	Held         bool
+	FirstFailure time.Time
+}
+
+// waitingItem is it as WaitingItems lists it, at attempt. Under the lock.
+func waitingItem[M, T any](it *Item[M, T], attempt int, held bool) WaitingItem[M, T] {
+	return WaitingItem[M, T]{it, it.offset, attempt, held, it.FirstFailure()}
 }
 
 // noteWaitLocked records it as an item the commit metadata must list until
@@ -31,9 +41,10 @@ func noteWaitLocked[M, T any](it *Item[M, T]) {
 // busy). The owner writes them into its commit metadata, so that a new owner
 // goes on at their attempts whether or not their backoff had run out. It
 // costs nothing while p has none, and otherwise O(p's lanes) plus the items
-// of the lanes and batches that hold one. Offset and Attempt are copied
-// under the lock: the moment it is released, a retry that comes due can
-// hand the item to a worker that charges it another attempt.
+// of the lanes and batches that hold one. Offset, Attempt and the first
+// failure are copied under the lock: the moment it is released, a retry
+// that comes due can hand the item to a worker that charges it another
+// attempt.
 func (s *Scheduler[M, T]) WaitingItems(p *Partition[M, T], dst []WaitingItem[M, T]) []WaitingItem[M, T] {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -46,7 +57,7 @@ func (s *Scheduler[M, T]) WaitingItems(p *Partition[M, T], dst []WaitingItem[M, 
 		}
 		for it := l.head; it != nil; it = it.next {
 			if it.waitAttempt != 0 {
-				dst = append(dst, WaitingItem[M, T]{it, it.offset, int(it.waitAttempt), l.blocked && it == l.head})
+				dst = append(dst, waitingItem(it, int(it.waitAttempt), l.blocked && it == l.head))
 			}
 		}
 	})
@@ -65,7 +76,7 @@ func appendWaitingIn[M, T any](dst []WaitingItem[M, T], b *Batch[M, T], p *Parti
 	}
 	for i, it := range b.Items {
 		if it.part == p && it.waitAttempt != 0 && (i >= len(b.early) || !b.early[i]) {
-			dst = append(dst, WaitingItem[M, T]{it, it.offset, int(it.waitAttempt), false})
+			dst = append(dst, waitingItem(it, int(it.waitAttempt), false))
 		}
 	}
 	return dst
@@ -75,7 +86,7 @@ func appendWaitingIn[M, T any](dst []WaitingItem[M, T], b *Batch[M, T], p *Parti
 // final commit at attempt (DrainedWaiting). Under the lock.
 func noteDrainedLocked[M, T any](it *Item[M, T], attempt int) {
 	p := it.part
-	p.drained = append(p.drained, WaitingItem[M, T]{it, it.offset, attempt, false})
+	p.drained = append(p.drained, waitingItem(it, attempt, false))
 }
 
 // DrainedWaiting appends to dst the items of p, revoked, noted for its

@@ -182,3 +182,57 @@ func TestWaitingCountAfterOrphan(t *testing.T) {
 		t.Fatalf("items counted as waiting once the copy finished (the hung call still out): got %d, want 0", n)
 	}
 }
+
+// TestWaitingItemsFirstFailure: WaitingItems, and DrainedWaiting after a
+// revoke, list a failed item with its first failure, for the commit
+// metadata, and a deferral that never failed with none; an item recycled
+// and used again starts with none.
+func TestWaitingItemsFirstFailure(t *testing.T) {
+	s := New[msg, int](Options[msg, int]{Size: 2, MaxInFlight: 100, Hold: func(*Item[msg, int], Outcome) {}})
+	p := s.NewPartition(16)
+	var off int64
+	feed(t, p, &off, 1, 2) // offset 0 on lane 1, offset 1 on lane 2
+	w := s.NewWorker()
+	b := s.NewBatch(w)
+	if st := s.Next(b, true, nil); st != Run || len(b.Items) != 2 {
+		t.Fatalf("Next: got %v with %v, want Run with offsets 0 and 1", st, seqsOf(b))
+	}
+	first := time.Date(2026, 5, 1, 12, 0, 0, 123456789, time.UTC)
+	for _, it := range b.Items {
+		if it.Offset() == 0 { // fails; offset 1 is deferred
+			it.Attempt++
+			it.NoteFailure(first)
+			it.NoteFailure(first.Add(time.Hour)) // a later failure does not move it
+		}
+	}
+	s.Settle(b, []Outcome{{Verdict: Hold}, {Verdict: Hold}})
+	firstOf := func(ws []WaitingItem[msg, int]) map[int64]time.Time {
+		m := map[int64]time.Time{}
+		for _, w := range ws {
+			m[w.Offset] = w.FirstFailure
+		}
+		return m
+	}
+	if got := firstOf(s.WaitingItems(p, nil)); len(got) != 2 || !got[0].Equal(first) || !got[1].IsZero() {
+		t.Fatalf("WaitingItems first failures: got %v, want offset 0 at %v, offset 1 none", got, first)
+	}
+	p.Revoke()
+	if got := firstOf(s.DrainedWaiting(p, nil)); len(got) != 2 || !got[0].Equal(first) || !got[1].IsZero() {
+		t.Fatalf("DrainedWaiting first failures: got %v, want offset 0 at %v, offset 1 none", got, first)
+	}
+
+	// Recycled with its first failure, then used again.
+	q := s.NewPartition(16)
+	off = 0
+	it := feed(t, q, &off, 1)[0]
+	it.NoteFailure(first)
+	b = s.NewBatch(w)
+	if st := s.Next(b, true, nil); st != Run || b.Items[0] != it {
+		t.Fatalf("Next: got %v with %v, want Run with offset 0", st, seqsOf(b))
+	}
+	s.Release(b)
+	q.Advance()
+	if again := feed(t, q, &off, 1)[0]; again != it || !again.FirstFailure().IsZero() {
+		t.Fatalf("item added after the first finished: got %p first failure %v, want the recycled %p with none", again, again.FirstFailure(), it)
+	}
+}

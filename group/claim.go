@@ -381,7 +381,7 @@ func (c *claimLoop[T]) intake(m *sarama.ConsumerMessage, size int64) {
 		return
 	}
 	// A message the previous owner left waiting for a retry goes on at
-	// its attempt: New sees that attempt too.
+	// its attempt (New sees that attempt too), with its first failure.
 	w, waiting := c.resume.WaitingAt(m.Offset)
 	if waiting {
 		msg.Attempt = max(w.Attempt, 1)
@@ -414,6 +414,7 @@ func (c *claimLoop[T]) intake(m *sarama.ConsumerMessage, size int64) {
 		// It runs after its backoff, at its attempt.
 		err = c.p.AddHeld(it, m.Offset, size, dispatch.Outcome{Kind: kindResumed, Delay: time.Until(w.NotBefore)})
 		it.Attempt = msg.Attempt
+		it.SetFirstFailure(w.FirstFailure) // for its dead letter (zero from version 2 metadata: the next failure here)
 		c.g.ctr.resumedWaiting.Add(1)
 	} else {
 		err = c.p.Add(it, m.Offset, size)

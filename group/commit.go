@@ -225,9 +225,10 @@ func (c *claimLoop[T]) mark(waiting []commit.Waiting) bool {
 
 // waiting lists the partition's messages held first in their lanes (a
 // retry's backoff, a deferral, a dead letter being written) with their
-// attempt count and due time, and those let go since and not finished yet
-// (due now), sorted by offset, for the commit metadata: a new owner
-// continues the count and the backoff. held is how many of them wait
+// attempt count, due time and first failure, and those let go since and
+// not finished yet (due now), sorted by offset, for the commit metadata: a
+// new owner continues the count and the backoff, and its dead letter
+// reports the first failure. held is how many of them wait
 // first in their lanes now (PartitionStats.Held).
 func (c *claimLoop[T]) waiting() (w []commit.Waiting, held int) {
 	c.held = c.g.sched.WaitingItems(c.p, c.held[:0]) // Attempt read under the scheduler's lock
@@ -241,7 +242,7 @@ func (c *claimLoop[T]) waiting() (w []commit.Waiting, held int) {
 			due, _ = c.g.fail.dueOf(h.Item)
 			held++
 		}
-		w = append(w, commit.Waiting{Offset: h.Offset, Attempt: h.Attempt, NotBefore: due})
+		w = append(w, commit.Waiting{Offset: h.Offset, Attempt: h.Attempt, NotBefore: due, FirstFailure: h.FirstFailure})
 	}
 	clear(c.held)
 	slices.SortFunc(w, func(a, b commit.Waiting) int { return cmp.Compare(a.Offset, b.Offset) })
@@ -264,10 +265,10 @@ func (c *claimLoop[T]) addDrained(waiting []commit.Waiting) []commit.Waiting {
 		switch {
 		case found:
 			if h.Attempt > waiting[i].Attempt {
-				waiting[i] = commit.Waiting{Offset: h.Offset, Attempt: h.Attempt}
+				waiting[i] = commit.Waiting{Offset: h.Offset, Attempt: h.Attempt, FirstFailure: h.FirstFailure}
 			}
 		default:
-			waiting = slices.Insert(waiting, i, commit.Waiting{Offset: h.Offset, Attempt: h.Attempt})
+			waiting = slices.Insert(waiting, i, commit.Waiting{Offset: h.Offset, Attempt: h.Attempt, FirstFailure: h.FirstFailure})
 		}
 	}
 	clear(c.held)

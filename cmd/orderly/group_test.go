@@ -135,8 +135,8 @@ func TestGroupDescribe(t *testing.T) {
 		t.Errorf("members: got %+v, partitions owned by %q and %q; want the one member owning both", v.Members, v.Parts[0].Member, v.Parts[1].Member)
 	}
 	p0, p1 := v.Parts[0], v.Parts[1]
-	if p0.Topic != topic || p0.Partition != 0 || *p0.Committed != 5 || p0.HighWatermark != n || *p0.Lag != n-5 || p0.Metadata != "orderly2" {
-		t.Errorf("partition 0: got %s/%d committed %d hw %d lag %d metadata %q; want %s/0 committed 5 hw %d lag %d orderly2",
+	if p0.Topic != topic || p0.Partition != 0 || *p0.Committed != 5 || p0.HighWatermark != n || *p0.Lag != n-5 || p0.Metadata != "orderly3" {
+		t.Errorf("partition 0: got %s/%d committed %d hw %d lag %d metadata %q; want %s/0 committed 5 hw %d lag %d orderly3",
 			p0.Topic, p0.Partition, *p0.Committed, p0.HighWatermark, *p0.Lag, p0.Metadata, topic, n, n-5)
 	}
 	wantRanges := []offsetRange{{6, 19}, {21, n - 1}}
@@ -144,8 +144,9 @@ func TestGroupDescribe(t *testing.T) {
 		t.Errorf("partition 0 finished above: got %d in %v, want %d in %v", p0.FinishedAbove, p0.Finished, wantFinished, wantRanges)
 	}
 	if len(p0.Waiting) != 1 || p0.Waiting[0].Offset != 20 || p0.Waiting[0].Attempt != 2 || p0.Waiting[0].NotBefore == nil ||
-		p0.Waiting[0].NotBefore.Before(started.Add(time.Hour)) || p0.Waiting[0].NotBefore.After(time.Now().Add(time.Hour+time.Second)) {
-		t.Errorf("partition 0 waiting: got %+v, want offset 20, attempt 2, not before about an hour from now", p0.Waiting)
+		p0.Waiting[0].NotBefore.Before(started.Add(time.Hour)) || p0.Waiting[0].NotBefore.After(time.Now().Add(time.Hour+time.Second)) ||
+		p0.Waiting[0].FirstFailure == nil || p0.Waiting[0].FirstFailure.Before(started.Truncate(time.Millisecond)) || p0.Waiting[0].FirstFailure.After(time.Now()) {
+		t.Errorf("partition 0 waiting: got %+v, want offset 20, attempt 2, not before about an hour from now, first failed since the member started", p0.Waiting)
 	}
 	if *p1.Committed != 10 || *p1.Lag != 0 || p1.FinishedAbove != 0 || len(p1.Waiting) != 0 {
 		t.Errorf("partition 1: got %+v, want committed 10, no lag, nothing above", p1)
@@ -165,13 +166,14 @@ func TestGroupDescribe(t *testing.T) {
 		fmt.Sprintf("lag %d, of which %d finished above the committed offsets", n-5, wantFinished),
 		fmt.Sprintf("%s/0: %d in 2 ranges: 6-19, 21-%d", topic, wantFinished, n-1),
 		fmt.Sprintf("%s/0 offset 20: attempt 2, not before ", topic),
+		"), first failed " + p0.Waiting[0].FirstFailure.Format(time.RFC3339Nano),
 		"(client describe-test, host ",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("describe: no %q in\n%s", want, out)
 		}
 	}
-	if row := tableRow(out, topic, "0"); strings.Join(row, " ") != fmt.Sprintf("%s 0 5 %d %d %d 1 orderly2 %s", topic, n, n-5, wantFinished, v.Members[0].ID) {
+	if row := tableRow(out, topic, "0"); strings.Join(row, " ") != fmt.Sprintf("%s 0 5 %d %d %d 1 orderly3 %s", topic, n, n-5, wantFinished, v.Members[0].ID) {
 		t.Errorf("describe: partition 0's row is %q", row)
 	}
 
