@@ -145,7 +145,7 @@ func (d *Done) Count() int64 {
 // version 1 metadata of at most maxLen bytes, choosing the smaller of the
 // two encodings. It returns the metadata ("" when there is nothing to say)
 // and how many offsets of the ranges it had to leave out to fit. Version 1
-// cannot carry waiting messages; EncodeMeta2 writes versions 2 and 3.
+// cannot carry waiting messages; EncodeWaitingMeta writes versions 2 and 3.
 func EncodeMeta(base int64, ranges []Range, maxLen int) (meta string, left int64) {
 	if len(ranges) == 0 || maxLen <= len(MetaPrefix)+8 {
 		return "", countRanges(ranges)
@@ -252,7 +252,7 @@ func encodeBitset(b []byte, base int64, ranges []Range, budget int) ([]byte, int
 }
 
 // DecodeMeta parses metadata written by EncodeMeta (version 1) or
-// EncodeMeta2 (versions 2 and 3; only they fill Done.Waiting, and only
+// EncodeWaitingMeta (versions 2 and 3; only they fill Done.Waiting, and only
 // version 3 its FirstFailure). Metadata written by anything else, later
 // versions included, gives ErrNotOrderlyMetadata; corrupt orderly
 // metadata gives an error wrapping ErrBadMetadata. It never panics,

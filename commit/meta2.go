@@ -148,7 +148,7 @@ func (d *Done) WaitingAfter(dst []Waiting, after int64) []Waiting {
 	return append(dst, d.Waiting[i:]...)
 }
 
-// EncodeMeta2 encodes waiting entries and finished ranges as metadata of
+// EncodeWaitingMeta encodes waiting entries and finished ranges as metadata of
 // at most maxLen bytes: version 3 when some waiting entry has a
 // FirstFailure, version 2 otherwise (see the format above). It returns
 // the metadata ("" when there is nothing to say or not even the header
@@ -169,7 +169,7 @@ func (d *Done) WaitingAfter(dst []Waiting, after int64) []Waiting {
 // corrupt (the next owner starts from the committed offset alone) or, for
 // ranges out of order or below base written as a bitset, lists only
 // offsets it was given as finished: nothing is skipped that was not.
-func EncodeMeta2(base int64, waiting []Waiting, ranges []Range, maxLen int) (meta string, leftWaiting int, leftFinished int64) {
+func EncodeWaitingMeta(base int64, waiting []Waiting, ranges []Range, maxLen int) (meta string, leftWaiting int, leftFinished int64) {
 	if len(waiting) == 0 && len(ranges) == 0 {
 		return "", 0, 0
 	}

@@ -196,7 +196,7 @@ func TestMeta3RoundTrip(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			meta, leftW, leftF := EncodeMeta2(tt.base, tt.waiting, tt.ranges, 4000)
+			meta, leftW, leftF := EncodeWaitingMeta(tt.base, tt.waiting, tt.ranges, 4000)
 			if leftW != 0 || leftF != 0 {
 				t.Fatalf("left out %d waiting, %d finished, want 0, 0", leftW, leftF)
 			}
@@ -228,7 +228,7 @@ func TestMeta3Normalizes(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			meta, leftW, _ := EncodeMeta2(0, []Waiting{{0, 2, now, tt.in}}, nil, 4000)
+			meta, leftW, _ := EncodeWaitingMeta(0, []Waiting{{0, 2, now, tt.in}}, nil, 4000)
 			d, err := DecodeMeta(meta)
 			if err != nil || leftW != 0 || len(d.Waiting) != 1 || !d.Waiting[0].FirstFailure.Equal(tt.want) {
 				t.Fatalf("got %v (left %d, %v), want first failure %v", d.Waiting, leftW, err, tt.want)
@@ -253,9 +253,9 @@ func TestMetaVersionChoice(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			meta, _, _ := EncodeMeta2(10, tt.waiting, tt.ranges, 4000)
+			meta, _, _ := EncodeWaitingMeta(10, tt.waiting, tt.ranges, 4000)
 			if !strings.HasPrefix(meta, tt.want) {
-				t.Fatalf("EncodeMeta2: got %q, want the prefix %q", meta, tt.want)
+				t.Fatalf("EncodeWaitingMeta: got %q, want the prefix %q", meta, tt.want)
 			}
 			if _, err := decodeMetaV2Landed(meta); (err == nil) != (tt.want == MetaPrefix2) {
 				t.Fatalf("landed version 2 decoder on %q: got %v, want it read only version 2", meta, err)
@@ -270,7 +270,7 @@ func TestMetaVersionChoice(t *testing.T) {
 // which it logs and counts); version 2 still reads as it did.
 func TestLandedDecodersIgnoreV3(t *testing.T) {
 	ws, rs := waitingAndFragments(0, 1000)
-	full, leftW, _ := EncodeMeta2(0, failed(ws), rs, 4000)
+	full, leftW, _ := EncodeWaitingMeta(0, failed(ws), rs, 4000)
 	some, frag := waitingAndFragments(1000, 50)
 	if leftW == 0 {
 		t.Fatalf("full: got every waiting entry in 4000 bytes, want some left out")
@@ -279,9 +279,9 @@ func TestLandedDecodersIgnoreV3(t *testing.T) {
 		name string
 		meta string
 	}{
-		{"only waiting", must2(EncodeMeta2(5, []Waiting{{5, 2, now, now}}, nil, 4000))},
-		{"both, runs", must2(EncodeMeta2(5, []Waiting{{5, 2, now, now}}, []Range{{6, 9}}, 4000))},
-		{"both, bitset", must2(EncodeMeta2(1000, failed(some), frag, 4000))},
+		{"only waiting", must2(EncodeWaitingMeta(5, []Waiting{{5, 2, now, now}}, nil, 4000))},
+		{"both, runs", must2(EncodeWaitingMeta(5, []Waiting{{5, 2, now, now}}, []Range{{6, 9}}, 4000))},
+		{"both, bitset", must2(EncodeWaitingMeta(1000, failed(some), frag, 4000))},
 		{"filled to the limit", full},
 		{"corrupt version 3", MetaPrefix3 + "!!!"},
 	}
@@ -301,15 +301,15 @@ func TestLandedDecodersIgnoreV3(t *testing.T) {
 	// version 2 prefix is corrupt to the landed version 2 decoder (here
 	// the first-failure base is read as a count of entries that are not
 	// there).
-	v3 := must2(EncodeMeta2(5, []Waiting{{5, 2, now, now}}, []Range{{6, 9}}, 4000))
+	v3 := must2(EncodeWaitingMeta(5, []Waiting{{5, 2, now, now}}, []Range{{6, 9}}, 4000))
 	if _, err := decodeMetaV2Landed(MetaPrefix2 + v3[len(MetaPrefix3):]); errKind(err) != "ErrBadMetadata" {
 		t.Fatalf("landed version 2 decoder on a version 3 payload: got %v, want ErrBadMetadata", err)
 	}
 	// Version 2 as today's encoder writes it reads the same to the landed
 	// version 2 decoder as to DecodeMeta.
 	for _, meta := range []string{
-		must2(EncodeMeta2(5, []Waiting{{5, 2, now, time.Time{}}, {9, 1, now, time.Time{}}}, []Range{{6, 9}}, 4000)),
-		must2(EncodeMeta2(1000, some, frag, 4000)),
+		must2(EncodeWaitingMeta(5, []Waiting{{5, 2, now, time.Time{}}, {9, 1, now, time.Time{}}}, []Range{{6, 9}}, 4000)),
+		must2(EncodeWaitingMeta(1000, some, frag, 4000)),
 	} {
 		got, err := DecodeMeta(meta)
 		landed, lerr := decodeMetaV2Landed(meta)
@@ -328,7 +328,7 @@ func TestMeta3EveryLimit(t *testing.T) {
 	rs = append(rs, Range{1<<40 + 1000, 1<<40 + 5000})
 	prevW, prevF := len(ws)+1, countRanges(rs)+1
 	for maxLen := 0; maxLen <= 800; maxLen++ {
-		meta, leftW, leftF := EncodeMeta2(1<<40, ws, rs, maxLen)
+		meta, leftW, leftF := EncodeWaitingMeta(1<<40, ws, rs, maxLen)
 		if len(meta) > maxLen || meta != "" && !strings.HasPrefix(meta, MetaPrefix3) {
 			t.Fatalf("maxLen %d: got %d bytes %.20q, want at most %d with the prefix %q", maxLen, len(meta), meta, maxLen, MetaPrefix3)
 		}

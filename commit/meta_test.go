@@ -203,13 +203,13 @@ func FuzzDecodeMeta(f *testing.F) {
 	ws, rs := waitingAndFragments(1<<40, 30)
 	for _, seed := range []string{"", "x", MetaPrefix, m1, m2, MetaPrefix + enc([]byte{1, 1, 0, 1, 1, 1}),
 		MetaPrefix2,
-		must2(EncodeMeta2(3, []Waiting{{3, 2, now, time.Time{}}, {9, 1e6, time.Time{}, time.Time{}}}, []Range{{4, 9}, {12, 13}}, 4000)),
-		must2(EncodeMeta2(1<<40, ws, rs, 4000)),
-		must2(EncodeMeta2(1<<40, ws, rs, 100)),
+		must2(EncodeWaitingMeta(3, []Waiting{{3, 2, now, time.Time{}}, {9, 1e6, time.Time{}, time.Time{}}}, []Range{{4, 9}, {12, 13}}, 4000)),
+		must2(EncodeWaitingMeta(1<<40, ws, rs, 4000)),
+		must2(EncodeWaitingMeta(1<<40, ws, rs, 100)),
 		MetaPrefix3,
-		must2(EncodeMeta2(3, []Waiting{{3, 2, now, now.Add(-time.Hour)}, {9, 1, now, time.Time{}}}, []Range{{4, 9}, {12, 13}}, 4000)),
-		must2(EncodeMeta2(1<<40, failed(ws), rs, 4000)),
-		must2(EncodeMeta2(1<<40, failed(ws), rs, 100)),
+		must2(EncodeWaitingMeta(3, []Waiting{{3, 2, now, now.Add(-time.Hour)}, {9, 1, now, time.Time{}}}, []Range{{4, 9}, {12, 13}}, 4000)),
+		must2(EncodeWaitingMeta(1<<40, failed(ws), rs, 4000)),
+		must2(EncodeWaitingMeta(1<<40, failed(ws), rs, 100)),
 	} {
 		f.Add(seed)
 	}
@@ -270,7 +270,7 @@ func FuzzDecodeMeta(f *testing.F) {
 		}
 		// What decodes must re-encode to the same sets, in version 2 or 3
 		// and, without waiting entries, in version 1.
-		again, leftW, leftF := EncodeMeta2(d.Base, d.Waiting, d.Ranges, 1<<22)
+		again, leftW, leftF := EncodeWaitingMeta(d.Base, d.Waiting, d.Ranges, 1<<22)
 		if leftW == 0 && leftF == 0 {
 			d2, err := DecodeMeta(again)
 			if err != nil || d2.Base != d.Base || !slices.Equal(merged(d2.Ranges), merged(d.Ranges)) || !sameWaiting(d2.Waiting, d.Waiting) {
@@ -519,7 +519,7 @@ func TestMeta2RoundTrip(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			meta, leftW, leftF := EncodeMeta2(tt.base, tt.waiting, tt.ranges, 4000)
+			meta, leftW, leftF := EncodeWaitingMeta(tt.base, tt.waiting, tt.ranges, 4000)
 			if leftW != 0 || leftF != 0 {
 				t.Fatalf("left out %d waiting, %d finished, want 0, 0", leftW, leftF)
 			}
@@ -537,7 +537,7 @@ func TestMeta2RoundTrip(t *testing.T) {
 	}
 }
 
-// TestMeta2Normalizes: what EncodeMeta2 writes for values the format
+// TestMeta2Normalizes: what EncodeWaitingMeta writes for values the format
 // cannot hold as given.
 func TestMeta2Normalizes(t *testing.T) {
 	tests := []struct {
@@ -558,7 +558,7 @@ func TestMeta2Normalizes(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			meta, leftW, _ := EncodeMeta2(0, []Waiting{tt.in}, nil, 4000)
+			meta, leftW, _ := EncodeWaitingMeta(0, []Waiting{tt.in}, nil, 4000)
 			d, err := DecodeMeta(meta)
 			if err != nil || leftW != 0 || !sameWaiting(d.Waiting, []Waiting{tt.want}) {
 				t.Fatalf("got %v (left %d, %v), want %v", d.Waiting, leftW, err, []Waiting{tt.want})
@@ -604,7 +604,7 @@ func TestMeta2SizeLimit(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			meta, leftW, leftF := EncodeMeta2(500, tt.waiting, tt.ranges, tt.maxLen)
+			meta, leftW, leftF := EncodeWaitingMeta(500, tt.waiting, tt.ranges, tt.maxLen)
 			if len(meta) > tt.maxLen {
 				t.Fatalf("metadata length: got %d, want at most %d", len(meta), tt.maxLen)
 			}
@@ -632,7 +632,7 @@ func TestMeta2SizeLimit(t *testing.T) {
 					leftW, leftF, tt.wantAllWaiting, tt.wantAllFinished)
 			}
 			// The finished offsets never cost a waiting entry its place.
-			_, aloneW, _ := EncodeMeta2(500, tt.waiting, nil, tt.maxLen)
+			_, aloneW, _ := EncodeWaitingMeta(500, tt.waiting, nil, tt.maxLen)
 			if leftW != aloneW {
 				t.Fatalf("waiting entries left out: got %d with the finished ranges, want %d as without them", leftW, aloneW)
 			}
@@ -640,7 +640,7 @@ func TestMeta2SizeLimit(t *testing.T) {
 	}
 	// Filled to the limit, not far short of it (an entry here takes at
 	// most 6 bytes of payload, 8 characters).
-	if meta, _, _ := EncodeMeta2(500, ws, rs, 4000); len(meta) < 4000-8-3 {
+	if meta, _, _ := EncodeWaitingMeta(500, ws, rs, 4000); len(meta) < 4000-8-3 {
 		t.Fatalf("full metadata: got %d bytes, want at least %d", len(meta), 4000-11)
 	}
 }
@@ -652,7 +652,7 @@ func TestMeta2EveryLimit(t *testing.T) {
 	rs = append(rs, Range{1<<40 + 1000, 1<<40 + 5000})
 	prevW, prevF := len(ws)+1, countRanges(rs)+1
 	for maxLen := 0; maxLen <= 600; maxLen++ {
-		meta, leftW, leftF := EncodeMeta2(1<<40, ws, rs, maxLen)
+		meta, leftW, leftF := EncodeWaitingMeta(1<<40, ws, rs, maxLen)
 		if len(meta) > maxLen {
 			t.Fatalf("maxLen %d: got %d bytes", maxLen, len(meta))
 		}
@@ -682,14 +682,14 @@ func TestMeta2EveryLimit(t *testing.T) {
 // (ErrBadMetadata, which it logs and counts).
 func TestLandedDecoderIgnoresV2(t *testing.T) {
 	ws, rs := waitingAndFragments(0, 1000)
-	full, _, _ := EncodeMeta2(0, ws, rs, 4000)
+	full, _, _ := EncodeWaitingMeta(0, ws, rs, 4000)
 	tests := []struct {
 		name string
 		meta string
 	}{
-		{"only waiting", must2(EncodeMeta2(5, []Waiting{{5, 2, now, time.Time{}}}, nil, 4000))},
-		{"only finished", must2(EncodeMeta2(5, nil, []Range{{6, 9}}, 4000))},
-		{"both, bitset", must2(EncodeMeta2(1000, ws[:50], rs[:50], 4000))},
+		{"only waiting", must2(EncodeWaitingMeta(5, []Waiting{{5, 2, now, time.Time{}}}, nil, 4000))},
+		{"only finished", must2(EncodeWaitingMeta(5, nil, []Range{{6, 9}}, 4000))},
+		{"both, bitset", must2(EncodeWaitingMeta(1000, ws[:50], rs[:50], 4000))},
 		{"filled to the limit", full},
 		{"corrupt version 2", MetaPrefix2 + "!!!"},
 	}
@@ -707,7 +707,7 @@ func TestLandedDecoderIgnoresV2(t *testing.T) {
 	}
 }
 
-// must2 is the metadata EncodeMeta2 returns, for tables.
+// must2 is the metadata EncodeWaitingMeta returns, for tables.
 func must2(meta string, _ int, _ int64) string { return meta }
 
 // TestMeta2ReadsV1: metadata of either version decodes; version 1 has no
@@ -715,7 +715,7 @@ func must2(meta string, _ int, _ int64) string { return meta }
 func TestMeta2ReadsV1(t *testing.T) {
 	rs := []Range{{12, 14}, {20, 21}}
 	m1, _ := EncodeMeta(10, rs, 4000)
-	m2, _, _ := EncodeMeta2(10, []Waiting{{10, 3, now, time.Time{}}}, rs, 4000)
+	m2, _, _ := EncodeWaitingMeta(10, []Waiting{{10, 3, now, time.Time{}}}, rs, 4000)
 	for _, meta := range []string{m1, m2} {
 		d, err := DecodeMeta(meta)
 		if err != nil || d.Base != 10 || !slices.Equal(d.Ranges, rs) {
@@ -790,10 +790,10 @@ func TestDecodeMeta2Errors(t *testing.T) {
 	}
 }
 
-// TestEncodeMeta2BadInputs: inputs that break EncodeMeta2's assumptions
+// TestEncodeWaitingMetaBadInputs: inputs that break EncodeWaitingMeta's assumptions
 // never make it panic, and what it writes is either rejected as corrupt
 // or lists only what it was given.
-func TestEncodeMeta2BadInputs(t *testing.T) {
+func TestEncodeWaitingMetaBadInputs(t *testing.T) {
 	tests := []struct {
 		name    string
 		base    int64
@@ -814,7 +814,7 @@ func TestEncodeMeta2BadInputs(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			meta, _, _ := EncodeMeta2(tt.base, tt.waiting, tt.ranges, 4000)
+			meta, _, _ := EncodeWaitingMeta(tt.base, tt.waiting, tt.ranges, 4000)
 			d, err := DecodeMeta(meta)
 			if err != nil {
 				if meta != "" && !errors.Is(err, ErrBadMetadata) {
@@ -883,13 +883,13 @@ func benchMeta2() (int64, []Waiting, []Range) {
 	return 1 << 40, ws, rs
 }
 
-func BenchmarkEncodeMeta2(b *testing.B) {
+func BenchmarkEncodeWaitingMeta(b *testing.B) {
 	base, ws, rs := benchMeta2()
 	for _, maxLen := range []int{4000, 1 << 20} {
 		b.Run(fmt.Sprintf("maxLen=%d", maxLen), func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
-				EncodeMeta2(base, ws, rs, maxLen)
+				EncodeWaitingMeta(base, ws, rs, maxLen)
 			}
 		})
 	}
@@ -897,7 +897,7 @@ func BenchmarkEncodeMeta2(b *testing.B) {
 
 func BenchmarkDecodeMeta2(b *testing.B) {
 	base, ws, rs := benchMeta2()
-	meta, leftW, leftF := EncodeMeta2(base, ws, rs, 1<<20)
+	meta, leftW, leftF := EncodeWaitingMeta(base, ws, rs, 1<<20)
 	if leftW != 0 || leftF != 0 {
 		b.Fatalf("left %d waiting, %d finished, want 0, 0", leftW, leftF)
 	}

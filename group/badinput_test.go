@@ -430,7 +430,7 @@ func TestMetadataPastHighWatermark(t *testing.T) {
 	}
 	r := newRigQuiet(t, "past-hw", 1, plan)
 	r.produce(0, first)
-	meta, _, _ := commit.EncodeMeta2(start, nil, []commit.Range{{Start: 10, End: 1 << 40}}, 4096)
+	meta, _, _ := commit.EncodeWaitingMeta(start, nil, []commit.Range{{Start: 10, End: 1 << 40}}, 4096)
 	seedCommit(t, r, "past-hw", start, meta)
 	logger, logs := observed()
 	cfg := r.config("past-hw")

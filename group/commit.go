@@ -191,7 +191,7 @@ func (c *claimLoop[T]) mark(waiting []commit.Waiting) bool {
 		waiting = c.resume.WaitingAfter(waiting, c.p.Last())
 		var leftWaiting int
 		var leftFinished int64
-		meta, leftWaiting, leftFinished = commit.EncodeMeta2(next, waiting, ranges, limit)
+		meta, leftWaiting, leftFinished = commit.EncodeWaitingMeta(next, waiting, ranges, limit)
 		c.watchMetadata(next, len(meta), leftFinished+int64(leftWaiting), limit)
 	}
 	switch marked := c.st.next.Load(); {

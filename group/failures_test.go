@@ -851,7 +851,7 @@ func TestResumedPastMaxAttempts(t *testing.T) {
 	if err := r.b.CreateTopic("dlq", 1); err != nil {
 		t.Fatal(err)
 	}
-	meta, _, _ := commit.EncodeMeta2(target, []commit.Waiting{{Offset: target, Attempt: 3}}, nil, 4096)
+	meta, _, _ := commit.EncodeWaitingMeta(target, []commit.Waiting{{Offset: target, Attempt: 3}}, nil, 4096)
 	seedCommit(t, r, "past-max", target, meta)
 	cfg := oneWorkerQuickRetry(r, "past-max")
 	cfg.Retry.MaxAttempts, cfg.DeadLetterTopic = 2, "dlq"

@@ -66,7 +66,7 @@ func TestLostFinalCommitResumedBySameMember(t *testing.T) {
 // at the loss, within the time a member takes to join again.
 func TestLostFinalResume(t *testing.T) {
 	at := time.Unix(1000, 0)
-	final, _, _ := commit.EncodeMeta2(50, []commit.Waiting{{Offset: 52, Attempt: 2}}, []commit.Range{{Start: 51, End: 52}, {Start: 55, End: 57}}, 512)
+	final, _, _ := commit.EncodeWaitingMeta(50, []commit.Waiting{{Offset: 52, Attempt: 2}}, []commit.Range{{Start: 51, End: 52}, {Start: 55, End: 57}}, 512)
 	f := lostFinal{start: 10, committed: 10, meta: "x", next: 50, final: final, at: at}
 	ttl := 16 * time.Second
 	tests := []struct {

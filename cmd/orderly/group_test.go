@@ -258,13 +258,13 @@ func TestGroupDescribeErrors(t *testing.T) {
 // metadata.
 func TestDecodeMetaView(t *testing.T) {
 	nb := time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
-	v2, _, _ := commit.EncodeMeta2(100, []commit.Waiting{{Offset: 100, Attempt: 3, NotBefore: nb}, {Offset: 104, Attempt: 2}},
+	v2, _, _ := commit.EncodeWaitingMeta(100, []commit.Waiting{{Offset: 100, Attempt: 3, NotBefore: nb}, {Offset: 104, Attempt: 2}},
 		[]commit.Range{{Start: 101, End: 104}, {Start: 107, End: 108}}, 4000)
-	v3, _, _ := commit.EncodeMeta2(100, []commit.Waiting{{Offset: 100, Attempt: 3, NotBefore: nb, FirstFailure: nb.Add(-time.Hour)}, {Offset: 104, Attempt: 1, NotBefore: nb}},
+	v3, _, _ := commit.EncodeWaitingMeta(100, []commit.Waiting{{Offset: 100, Attempt: 3, NotBefore: nb, FirstFailure: nb.Add(-time.Hour)}, {Offset: 104, Attempt: 1, NotBefore: nb}},
 		[]commit.Range{{Start: 101, End: 104}}, 4000)
 	v1, _ := commit.EncodeMeta(100, []commit.Range{{Start: 102, End: 103}}, 4000)
 	other, _ := commit.EncodeMeta(90, []commit.Range{{Start: 95, End: 96}}, 4000)
-	past, _, _ := commit.EncodeMeta2(100, []commit.Waiting{{Offset: 1 << 41, Attempt: 2}}, []commit.Range{{Start: 101, End: 1 << 40}}, 4000)
+	past, _, _ := commit.EncodeWaitingMeta(100, []commit.Waiting{{Offset: 1 << 41, Attempt: 2}}, []commit.Range{{Start: 101, End: 1 << 40}}, 4000)
 	tests := []struct {
 		name, meta string
 		want       string // Metadata
