@@ -31,8 +31,23 @@ const (
 	// DefaultChanSize1 is the default Chan when Size is 1: sarama's own
 	// default ChannelBufferSize.
 	DefaultChanSize1 = 256
-	maxDrainTimeout  = 30 * time.Second
 )
+
+// DefaultDrainTimeout is the DrainTimeout New uses when it is 0, given
+// Sarama.Consumer.Group.Rebalance.Timeout and the MsgTimeout in effect (0
+// for none): the longer of 30s and msgTimeout plus drainPastMsgTimeout,
+// so that a call in flight at a revoke can run until its deadline, but at
+// most half of rebalanceTimeout. The other half is the member's after the
+// drain: the final commit and its read-back (see Config.DrainTimeout),
+// within the time Kafka gives a member to rejoin before it evicts it.
+func DefaultDrainTimeout(rebalanceTimeout, msgTimeout time.Duration) time.Duration {
+	return min(rebalanceTimeout/2, max(30*time.Second, msgTimeout+drainPastMsgTimeout))
+}
+
+// drainPastMsgTimeout is how long the default drain waits past a call's
+// MsgTimeout: the time Do has to return once its ctx is cancelled (orderly
+// consume's exec sink kills the command's process group then).
+const drainPastMsgTimeout = time.Second
 
 // Upper bounds of the sizes New accepts: beyond them the preallocated
 // per-worker batches (Num x Size entries), the per-partition channel
@@ -159,9 +174,15 @@ type Config struct {
 	MaxInFlightBytes int64
 	// DrainTimeout is how long a revoked partition (rebalance or shutdown)
 	// waits for its started batches to finish before it commits what is
-	// done and lets go. Default half of
-	// Sarama.Consumer.Group.Rebalance.Timeout, at most 30s; it must be below
-	// that timeout or Kafka would evict the member. After the drain, the
+	// done and lets go. It must be below
+	// Sarama.Consumer.Group.Rebalance.Timeout (the rebalance timeout of
+	// JoinGroup, max.poll.interval.ms in the Java client), or Kafka would
+	// evict the member. Default DefaultDrainTimeout: the longer of 30s and
+	// MsgTimeout plus a second, so that a call in flight at the revoke can
+	// run until it returns or MsgTimeout cancels it, but at most half of
+	// Rebalance.Timeout. sarama's default Rebalance.Timeout of 60s thus
+	// covers a MsgTimeout up to 29s; for a longer one, set Rebalance.Timeout
+	// to at least twice MsgTimeout plus 2s (orderly consume does). After the drain, the
 	// read-back that confirms the final commit (OnRevoked or OnLost) takes
 	// at most a quarter of that timeout, and ends by seven eighths of it,
 	// less Heartbeat.Interval, after the revoke began: a DrainTimeout
@@ -427,7 +448,7 @@ func (c Config) withDefaults() Config {
 	}
 	c.Sarama = sc
 	if c.DrainTimeout == 0 {
-		c.DrainTimeout = min(sc.Consumer.Group.Rebalance.Timeout/2, maxDrainTimeout)
+		c.DrainTimeout = DefaultDrainTimeout(sc.Consumer.Group.Rebalance.Timeout, c.MsgTimeout)
 	}
 	if c.Status.StopAfter == 0 && c.Status.Window > 0 {
 		c.Status.StopAfter = time.Duration(c.Status.Window) * sc.Consumer.Offsets.AutoCommit.Interval

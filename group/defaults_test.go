@@ -5,24 +5,31 @@ import (
 	"time"
 )
 
-// TestDerivedDefaults: DrainTimeout defaults to half of sarama's
-// Rebalance.Timeout, at most 30s, and a stuck worker's grace past
-// MsgTimeout is a tenth of it, at least 1s and at most 30s, as Config
-// documents.
+// TestDerivedDefaults: DrainTimeout defaults to the longer of 30s and
+// MsgTimeout plus a second, at most half of sarama's Rebalance.Timeout, and
+// a stuck worker's grace past MsgTimeout is a tenth of it, at least 1s and
+// at most 30s, as Config documents.
 func TestDerivedDefaults(t *testing.T) {
 	for _, tt := range []struct {
-		rebalance, wantDrain time.Duration
+		rebalance, msgTimeout, wantDrain time.Duration // msgTimeout as in Config: 0 the default, -1 none
 	}{
-		{10 * time.Second, 5 * time.Second},
-		{60 * time.Second, 30 * time.Second}, // sarama's default
-		{5 * time.Minute, 30 * time.Second},  // capped
+		{10 * time.Second, 0, 5 * time.Second},                 // half the rebalance timeout
+		{60 * time.Second, 0, 30 * time.Second},                // sarama's default
+		{60 * time.Second, 29 * time.Second, 30 * time.Second}, // the longest MsgTimeout it covers
+		{5 * time.Minute, 10 * time.Second, 30 * time.Second},  // 30s, MsgTimeout short
+		{5 * time.Minute, -1, 30 * time.Second},                // 30s, no MsgTimeout
+		{5 * time.Minute, 60 * time.Second, 61 * time.Second},  // MsgTimeout and a second
+		{62 * time.Second, 30 * time.Second, 31 * time.Second}, // orderly consume's defaults
+		{5 * time.Minute, 0, 150 * time.Second},                // half the rebalance timeout: below MsgTimeout's 5m
+		{20 * time.Minute, 0, DefaultMsgTimeout + time.Second}, // the default MsgTimeout and a second
 	} {
 		g := offlineGroup(t, func(c *Config) {
 			c.Sarama = DefaultSarama()
 			c.Sarama.Consumer.Group.Rebalance.Timeout = tt.rebalance
+			c.MsgTimeout = tt.msgTimeout
 		})
 		if got := g.cfg.DrainTimeout; got != tt.wantDrain {
-			t.Errorf("DrainTimeout with Rebalance.Timeout %v: got %v, want %v", tt.rebalance, got, tt.wantDrain)
+			t.Errorf("DrainTimeout with Rebalance.Timeout %v, MsgTimeout %v: got %v, want %v", tt.rebalance, tt.msgTimeout, got, tt.wantDrain)
 		}
 	}
 	for _, tt := range []struct {

@@ -131,8 +131,8 @@ func (c *claimLoop[T]) readBack(releaseBy time.Time) (off int64, meta string, er
 // of the rebalance's start, which the member learns of up to a
 // Heartbeat.Interval later. So: seven eighths of the rebalance timeout,
 // less a heartbeat interval, after start; the eighth left is for sarama's
-// own final commit and the join. With DrainTimeout at its default (half
-// the timeout) the read-back keeps its quarter; a DrainTimeout close to
+// own final commit and the join. With DrainTimeout at its default (at
+// most half the timeout) the read-back keeps its quarter; a DrainTimeout close to
 // the timeout shortens it, and one past releaseBy leaves it no time.
 func (c *claimLoop[T]) releaseBy(start time.Time) time.Time {
 	g := c.g.cfg.Sarama.Consumer.Group

@@ -196,27 +196,26 @@ func (o *consumeOpts) check() error {
 	return o.kafka.check()
 }
 
-// setDrainTimeouts returns how long a stop or a revoke waits for the
-// calls in flight, and sets sc's timeouts that must allow for it. The
-// drain is the group's default (half the rebalance timeout, at most 30s),
-// or a call's whole --timeout and a second for its killed command to go,
-// if that is longer. The rebalance timeout, which the drain must stay
-// below (Kafka would evict the member), is raised in sc to twice the drain
-// when it would not: the member's share of a rebalance may take that long,
-// as Kafka's max.poll.interval.ms does for a Java consumer's processing.
-// Under an eager strategy the other members wait in JoinGroup for this
-// one's drain (and its final commit), and sarama waits for that answer
-// only Net.ReadTimeout: there it is raised to the rebalance timeout and
-// 5s, as long as the Java client waits for JoinGroup (IBM/sarama#2820).
+// setRebalanceTimeouts sets sc's timeouts so that a stop or a revoke
+// lets a call in flight run its whole --timeout. The drain is the group's
+// default (group.DefaultDrainTimeout: 30s, or the call's --timeout and a
+// second for its killed command to go, if that is longer, but at most half
+// the rebalance timeout, which the drain must stay below or Kafka would
+// evict the member): the rebalance timeout is raised in sc to twice that
+// drain when it would bound it. The member's share of a rebalance may take
+// that long, as Kafka's max.poll.interval.ms does for a Java consumer's
+// processing. Under an eager strategy the other members wait in JoinGroup
+// for this one's drain (and its final commit), and sarama waits for that
+// answer only Net.ReadTimeout: there it is raised to the rebalance timeout
+// and 5s, as long as the Java client waits for JoinGroup (IBM/sarama#2820).
 // A cooperative rebalance does not wait for the drain.
-func (o *consumeOpts) setDrainTimeouts(sc *sarama.Config) time.Duration {
+func (o *consumeOpts) setRebalanceTimeouts(sc *sarama.Config) {
 	r := &sc.Consumer.Group.Rebalance
-	drain := max(min(r.Timeout/2, 30*time.Second), o.timeout+time.Second)
-	r.Timeout = max(r.Timeout, 2*drain)
+	unbound := group.DefaultDrainTimeout(math.MaxInt64, o.timeout) // the drain no rebalance timeout bounds
+	r.Timeout = max(r.Timeout, 2*unbound)
 	if !cooperative(r.GroupStrategies) {
 		sc.Net.ReadTimeout = max(sc.Net.ReadTimeout, r.Timeout+5*time.Second)
 	}
-	return drain
 }
 
 // cooperative reports whether the group rebalances cooperatively with ss:
@@ -322,7 +321,7 @@ func runConsume(ctx context.Context, o *consumeOpts, e env) (err error) {
 	}
 	sc.Consumer.Group.Session.Timeout = o.sessionTimeout
 	sc.Consumer.Group.Heartbeat.Interval = min(3*time.Second, o.sessionTimeout/3)
-	drain := o.setDrainTimeouts(sc)
+	o.setRebalanceTimeouts(sc)
 	ctr := &sinkCounters{}
 	var (
 		gt  = &gate{}
@@ -359,7 +358,6 @@ func runConsume(ctx context.Context, o *consumeOpts, e env) (err error) {
 		Chan:            max(o.chanSize, o.size),
 		MaxInFlight:     o.maxInFlight,
 		MsgTimeout:      o.timeout,
-		DrainTimeout:    drain,
 		Ordering:        o.orderingValue(),
 		Retry:           group.Retry{Backoff: o.backoff, MaxBackoff: o.maxBackoff, Jitter: jitterValue(o.jitter), MaxAttempts: o.maxAttempts},
 		InstanceID:      o.instanceID,

@@ -92,9 +92,9 @@ func TestConsumeStopWaitsForTimeout(t *testing.T) {
 	}
 }
 
-// TestConsumeDrainTimeouts: the drain covers a call's whole --timeout and
-// a second; the rebalance timeout is raised to twice the drain when it is
-// below; under an eager strategy, where the other members wait in
+// TestConsumeDrainTimeouts: the group's default drain, with the timeouts
+// consume sets, covers a call's whole --timeout and a second; the
+// rebalance timeout is raised to twice the drain when it is below; under an eager strategy, where the other members wait in
 // JoinGroup for this one's drain and sarama waits for that answer only
 // Net.ReadTimeout, the read timeout goes to the rebalance timeout and 5s
 // (a member joining behind a 50s drain got "i/o timeout" under range, a
@@ -119,7 +119,8 @@ func TestConsumeDrainTimeouts(t *testing.T) {
 			o := &consumeOpts{timeout: tt.timeout, strategies: tt.strategies}
 			sc := group.DefaultSarama()
 			sc.Consumer.Group.Rebalance.GroupStrategies = o.balanceStrategies()
-			drain := o.setDrainTimeouts(sc)
+			o.setRebalanceTimeouts(sc)
+			drain := group.DefaultDrainTimeout(sc.Consumer.Group.Rebalance.Timeout, o.timeout)
 			if got := [3]time.Duration{drain, sc.Consumer.Group.Rebalance.Timeout, sc.Net.ReadTimeout}; got != [3]time.Duration{tt.drain, tt.rebalance, tt.reader} {
 				t.Errorf("drain, rebalance and read timeouts: got %v, want %v", got, [3]time.Duration{tt.drain, tt.rebalance, tt.reader})
 			}
