@@ -310,6 +310,13 @@ type Retry struct {
 	MaxAttempts int
 }
 
+// exhausted reports whether an item whose next attempt is attempt has used
+// up its attempts: MaxAttempts is set and attempt is past it. Such an item
+// is dead-lettered, never run again.
+func (r Retry) exhausted(attempt int) bool {
+	return r.MaxAttempts > 0 && attempt > r.MaxAttempts
+}
+
 // Ordering is what Orderly keeps in order.
 type Ordering int
 

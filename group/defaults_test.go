@@ -63,3 +63,24 @@ func TestChanDefault(t *testing.T) {
 		}
 	}
 }
+
+// TestRetryExhausted: an item has used up its attempts when its next
+// attempt is past Retry.MaxAttempts, and never with MaxAttempts 0
+// (unlimited).
+func TestRetryExhausted(t *testing.T) {
+	for _, tt := range []struct {
+		maxAttempts, attempt int
+		want                 bool
+	}{
+		{0, 1, false},
+		{0, 1000, false},
+		{3, 1, false},
+		{3, 3, false}, // its last allowed attempt is still to run
+		{3, 4, true},  // three failed
+		{1, 2, true},
+	} {
+		if got := (Retry{MaxAttempts: tt.maxAttempts}).exhausted(tt.attempt); got != tt.want {
+			t.Errorf("MaxAttempts %d, next attempt %d: got exhausted %v, want %v", tt.maxAttempts, tt.attempt, got, tt.want)
+		}
+	}
+}

@@ -198,7 +198,7 @@ func (f *failures[T]) hold(it *dispatch.Item[Message, T], o dispatch.Outcome) {
 	case merge.Deferred:
 		f.wait(it, o.Delay, true)
 	case kindResumed:
-		if max := f.g.cfg.Retry.MaxAttempts; max > 0 && it.Attempt > max {
+		if f.g.cfg.Retry.exhausted(it.Attempt) {
 			// Its last allowed attempt failed under the previous owner,
 			// whose dead letter did not make it into a commit: it is
 			// dead-lettered (again), not run past MaxAttempts.
@@ -226,7 +226,7 @@ func (f *failures[T]) hold(it *dispatch.Item[Message, T], o dispatch.Outcome) {
 			f.wait(it, f.outage.probeDelay(), true)
 			return
 		}
-		if max := f.g.cfg.Retry.MaxAttempts; max > 0 && it.Attempt > max {
+		if f.g.cfg.Retry.exhausted(it.Attempt) {
 			f.deadLetterUsedUp(it, o.Err)
 			return
 		}

@@ -221,7 +221,7 @@ func New[T any](cfg Config, h Handler[T]) (*Group[T], error) {
 		// owner): no retry to count.
 		ShowAttempt: func(m *Message, attempt int) {
 			if m.Attempt != attempt {
-				if attempt > m.Attempt && (cfg.Retry.MaxAttempts <= 0 || attempt <= cfg.Retry.MaxAttempts) {
+				if attempt > m.Attempt && !cfg.Retry.exhausted(attempt) {
 					g.fail.retried.Add(1)
 				}
 				m.Attempt = attempt
@@ -459,6 +459,10 @@ func (g *Group[T]) startWorkers(ctx context.Context) (stop func() error, err err
 		cancelWork(err)
 		return nil, err
 	}
+	var exhausted func(attempt int) bool // nil without a limit: no batch is searched
+	if g.cfg.Retry.MaxAttempts > 0 {
+		exhausted = g.cfg.Retry.exhausted
+	}
 	pool := merge.Start(workCtx, g.sched, merge.Config{
 		Num:          g.cfg.Num,
 		Ticker:       g.cfg.Ticker,
@@ -467,7 +471,7 @@ func (g *Group[T]) startWorkers(ctx context.Context) (stop func() error, err err
 		Grace:        stuckGrace(g.cfg.MsgTimeout),
 		OnStuck:      g.onStuck,
 		NoSplit:      g.fail.outage.on,
-		MaxAttempts:  g.cfg.Retry.MaxAttempts,
+		Exhausted:    exhausted,
 		Context: func(ctx context.Context, worker int) context.Context {
 			return context.WithValue(ctx, batchKey{}, &g.workers[worker].info)
 		},

@@ -156,7 +156,7 @@ func (p *Pool[M, T]) cancelled(wk *worker[M, T]) bool {
 // caller releases b); otherwise b has been settled item by item and is
 // empty.
 func (p *Pool[M, T]) run(wk *worker[M, T], b *dispatch.Batch[M, T]) bool {
-	if p.cfg.MaxAttempts > 0 && p.anyExhausted(b.Items) {
+	if p.cfg.Exhausted != nil && p.anyExhausted(b.Items) {
 		p.runAroundExhausted(wk, b)
 		return false
 	}
@@ -189,10 +189,11 @@ func (p *Pool[M, T]) resetOut(wk *worker[M, T], n int) {
 	}
 }
 
-// anyExhausted reports whether an item was charged past MaxAttempts.
+// anyExhausted reports whether an item has used up its attempts
+// (Config.Exhausted).
 func (p *Pool[M, T]) anyExhausted(items []*dispatch.Item[M, T]) bool {
 	for _, it := range items {
-		if it.Attempt > p.cfg.MaxAttempts {
+		if p.cfg.Exhausted(it.Attempt) {
 			return true
 		}
 	}
@@ -200,8 +201,9 @@ func (p *Pool[M, T]) anyExhausted(items []*dispatch.Item[M, T]) bool {
 }
 
 // runAroundExhausted calls the handler for the items of b that come before
-// the first item of their lane charged past MaxAttempts, and settles b: that
-// item is held (Exhausted) and its lane's later items go back behind it.
+// the first item of their lane that has used up its attempts, and settles
+// b: that item is held (Exhausted) and its lane's later items go back
+// behind it.
 func (p *Pool[M, T]) runAroundExhausted(wk *worker[M, T], b *dispatch.Batch[M, T]) {
 	p.s.SortByLane(b)
 	// Within each lane the items are in lane order: from its first
@@ -211,7 +213,7 @@ func (p *Pool[M, T]) runAroundExhausted(wk *worker[M, T], b *dispatch.Batch[M, T
 		if i == 0 || !b.SameLane(i-1, i) {
 			out = false
 		}
-		out = out || b.Items[i].Attempt > p.cfg.MaxAttempts
+		out = out || p.cfg.Exhausted(b.Items[i].Attempt)
 		return out
 	})
 	p.resetOut(wk, len(b.Items))

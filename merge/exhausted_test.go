@@ -9,8 +9,8 @@ import (
 	"github.com/orderly-go/orderly/dispatch"
 )
 
-// TestRunAroundExhausted: a batch holding an item already charged past
-// MaxAttempts calls Do on the other items only, holds that one (the hook
+// TestRunAroundExhausted: a batch holding an item that has used up its
+// attempts (Config.Exhausted) calls Do on the other items only, holds that one (the hook
 // decides: a dead letter), and counts the call among the successful ones.
 func TestRunAroundExhausted(t *testing.T) {
 	var (
@@ -18,7 +18,7 @@ func TestRunAroundExhausted(t *testing.T) {
 		mu    sync.Mutex
 		saw   []int // lanes Do saw
 	)
-	r := newRig(t, 2, Config{Num: 1, Ticker: time.Hour, MaxAttempts: 2}, time.Hour,
+	r := newRig(t, 2, Config{Num: 1, Ticker: time.Hour, Exhausted: func(attempt int) bool { return attempt > 2 }}, time.Hour,
 		func(items []*dispatch.Item[msg, int]) error {
 			calls.Add(1)
 			mu.Lock()
@@ -35,7 +35,7 @@ func TestRunAroundExhausted(t *testing.T) {
 			t.Fatal(err)
 		}
 		if l == 0 {
-			it.Attempt = 3 // failed twice, MaxAttempts 2
+			it.Attempt = 3 // failed twice, of at most 2 attempts
 		}
 	}
 	r.p.Flush()
@@ -44,7 +44,7 @@ func TestRunAroundExhausted(t *testing.T) {
 	mu.Lock()
 	defer mu.Unlock()
 	if len(saw) != 1 || saw[0] != 1 {
-		t.Errorf("lanes Do saw: got %v, want [1] (lane 0's item is past MaxAttempts)", saw)
+		t.Errorf("lanes Do saw: got %v, want [1] (lane 0's item has used up its attempts)", saw)
 	}
 	if c, b := calls.Load(), r.stats.Batches(); b != c {
 		t.Errorf("Stats.Batches: got %d after %d successful Do calls", b, c)

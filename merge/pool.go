@@ -58,12 +58,13 @@ type Config struct {
 	// Context, if set, wraps each context a worker makes for its calls
 	// (one per worker, made again only after it was cancelled).
 	Context func(ctx context.Context, worker int) context.Context
-	// MaxAttempts, if above 0, is the most attempts an item gets: an item
-	// of a batch already charged past it (it failed in calls that held it
-	// behind an earlier item of its lane) is not handed to the handler
-	// again; it is held with Kind Exhausted, and the items of its lane
-	// after it go back behind it.
-	MaxAttempts int
+	// Exhausted, if set, reports whether an item whose next attempt is
+	// attempt has used up its attempts (the caller's retry policy): such
+	// an item of a batch (charged in calls that held it behind an earlier
+	// item of its lane) is not handed to the handler again; it is held
+	// with Kind Exhausted, and the items of its lane after it go back
+	// behind it. nil: no limit.
+	Exhausted func(attempt int) bool
 }
 
 // Kind is how an item failed, as Handle reports it; it is passed on to the
@@ -77,8 +78,8 @@ const (
 	Deferred
 	// DeadLettered: the item is to be dead-lettered now.
 	DeadLettered
-	// Exhausted: the item was charged Config.MaxAttempts failed attempts
-	// already and was not run again; Outcome.Err is its last call's error
+	// Exhausted: the item had used up its attempts (Config.Exhausted)
+	// and was not run again; Outcome.Err is its last call's error
 	// (dispatch.Item.LastError), if kept.
 	Exhausted
 )
