@@ -19,8 +19,10 @@ type Partition[M, T any] struct {
 	s    *Scheduler[M, T]
 	wake chan struct{}
 	// finished is a stack of finished items (a chain through Item.next)
-	// that workers push and the owner takes whole in Advance.
+	// that workers push and the owner takes whole in Advance. Once Seal
+	// put sealMark on top, nothing more is pushed.
 	finished atomic.Pointer[Item[M, T]]
+	sealMark *Item[M, T] // set at creation, never pushed by a worker
 	// waiting counts p's items with a waitAttempt, not yet recycled:
 	// WaitingItems looks for them only while there are any.
 	waiting atomic.Int64
@@ -49,6 +51,10 @@ type Partition[M, T any] struct {
 	sweep     laneSweep // what laneFor's sweeps learn about the keys (lanesweep.go)
 
 	revoked bool // guarded by the scheduler mutex
+	// sealed: Seal ran; atSeal is the stack it took off, for the final
+	// Advance. Owner only.
+	sealed bool
+	atSeal *Item[M, T]
 	// tag is the stamp of the partition's last pushed item (guarded by
 	// the scheduler mutex): its next item's stamp is one past it, or past
 	// the scheduler's virtual time if that is later (Scheduler.push).
@@ -103,6 +109,7 @@ func (s *Scheduler[M, T]) NewSidePartition(chanSize int) *Partition[M, T] {
 func (s *Scheduler[M, T]) newPartition(chanSize int) *Partition[M, T] {
 	p := &Partition[M, T]{
 		s:        s,
+		sealMark: new(Item[M, T]),
 		wake:     make(chan struct{}, 1),
 		tracker:  commit.New[*Item[M, T]](),
 		chanSize: chanSize,
@@ -250,7 +257,13 @@ func (p *Partition[M, T]) AdvanceFunc(fn func(*Item[M, T])) int {
 	}
 	before := p.tracker.Released()
 	p.replaceOrphans()
-	for it := p.finished.Swap(nil); it != nil; {
+	var it *Item[M, T]
+	if p.sealed {
+		it, p.atSeal = p.atSeal, nil
+	} else {
+		it = p.finished.Swap(nil)
+	}
+	for it != nil {
 		next := it.next
 		if it.orphan.Load() {
 			// A hung call came back: its copy runs, or has run, in
@@ -400,11 +413,17 @@ func (p *Partition[M, T]) recycle(it *Item[M, T]) {
 }
 
 // complete pushes the finished chain head..tail (n items) for the owner to
-// take back, and wakes it unless a wake is on its way already.
-func (p *Partition[M, T]) complete(head, tail *Item[M, T], n int64) {
+// take back, and wakes it unless a wake is on its way already. It reports
+// false, and pushes nothing, once the partition is sealed (Seal): its
+// owner takes nothing more back.
+func (p *Partition[M, T]) complete(head, tail *Item[M, T], n int64) bool {
 	var old *Item[M, T]
 	for {
 		old = p.finished.Load()
+		if old == p.sealMark {
+			p.outstanding.Add(-n)
+			return false
+		}
 		tail.next = old
 		if p.finished.CompareAndSwap(old, head) {
 			break
@@ -422,6 +441,20 @@ func (p *Partition[M, T]) complete(head, tail *Item[M, T], n int64) {
 	case !p.wakePending.Load() && !p.wakePending.Swap(true): // load first: usually already pending
 		p.s.deferWake(p)
 	}
+	return true
+}
+
+// Seal ends what the partition takes back from the workers: an item
+// finished from now on (its call returned after the drain gave up on it)
+// is not the partition's to count or commit, and whoever finished it is
+// told so (Batch.Taken, Settle, Finish). The owner calls it when its drain
+// ends, before the final Advance, which takes back what finished before.
+func (p *Partition[M, T]) Seal() {
+	if p.sealed {
+		return
+	}
+	p.sealed = true
+	p.atSeal = p.finished.Swap(p.sealMark)
 }
 
 // abandoned lets go of n items that will not finish, counting those of a

@@ -184,12 +184,13 @@ type Batch[M, T any] struct {
 	orphaned atomic.Bool // Orphan: its items run elsewhere; what it reports is ignored
 	early    []bool      // items handed back by Finish while it runs; guarded by the scheduler mutex
 	waits    bool        // took from a lane that waits (lane.waits): WaitingItems looks at its items
+	taken    int         // Taken
 
 	// scratch for Settle and SortByLane (failures only)
-	done, gone, back, scratch []*Item[M, T]
-	held                      []heldItem[M, T]
-	starts                    []int
-	order                     map[*lane[M, T]]int
+	done, gone, back, spent, scratch []*Item[M, T]
+	held                             []heldItem[M, T]
+	starts                           []int
+	order                            map[*lane[M, T]]int
 }
 
 // New returns a scheduler.
@@ -662,7 +663,8 @@ func (s *Scheduler[M, T]) leaveFiller(b *Batch[M, T]) {
 
 // Release ends a batch whose Do call succeeded: its lanes are let go (and
 // requeued when they have more), its items finish, and their partitions are
-// woken to take them back. b is empty and reusable afterwards.
+// woken to take them back (b.Taken says how many did). b is empty and
+// reusable afterwards.
 func (s *Scheduler[M, T]) Release(b *Batch[M, T]) {
 	s.mu.Lock()
 	s.unholdLocked(b)
@@ -672,11 +674,17 @@ func (s *Scheduler[M, T]) Release(b *Batch[M, T]) {
 }
 
 func (s *Scheduler[M, T]) finishBatch(b *Batch[M, T]) {
-	finish(b.Items)
+	taken := finish(b.Items)
 	clear(b.Items)
 	b.Items = b.Items[:0]
 	b.reset()
+	b.taken = taken
 }
+
+// Taken is how many items of b, when Release or Next (as its done) last
+// ended it, their partitions took back: not those of a partition sealed
+// by then (Partition.Seal: its claim let go of it without them).
+func (b *Batch[M, T]) Taken() int { return b.taken }
 
 // reset readies an emptied batch for reuse.
 func (b *Batch[M, T]) reset() {
@@ -688,13 +696,14 @@ func (b *Batch[M, T]) reset() {
 // Finish ends b.Items[from:to] while b still runs (the part of a split
 // retry that succeeded): they go back to their partitions now, while the
 // batch keeps holding their lanes until it settles (give them Finished
-// there). It reports false, and finishes nothing, when Orphan gave up on
-// b meanwhile.
-func (s *Scheduler[M, T]) Finish(b *Batch[M, T], from, to int) bool {
+// there). It returns how many of them their partitions took back (not
+// those of a sealed partition, Partition.Seal). It reports false, and
+// finishes nothing, when Orphan gave up on b meanwhile.
+func (s *Scheduler[M, T]) Finish(b *Batch[M, T], from, to int) (taken int, ok bool) {
 	s.mu.Lock()
 	if b.orphaned.Load() {
 		s.mu.Unlock()
-		return false
+		return 0, false
 	}
 	if len(b.early) < len(b.Items) {
 		b.early = make([]bool, cap(b.Items))
@@ -703,8 +712,7 @@ func (s *Scheduler[M, T]) Finish(b *Batch[M, T], from, to int) bool {
 		b.early[i] = true
 	}
 	s.mu.Unlock()
-	finish(b.Items[from:to])
-	return true
+	return finish(b.Items[from:to]), true
 }
 
 // finishChains is how many partitions' chains finish gathers at once.
@@ -715,8 +723,9 @@ const finishChains = 8
 // partitions whose work is ready together (fair queuing, ready.go), and
 // each chain is one push onto its partition's stack, whose line the owner
 // shares. After that nothing may read them: their partition may recycle
-// them.
-func finish[M, T any](items []*Item[M, T]) {
+// them. It returns how many their partitions took back: a sealed
+// partition takes none (Partition.Seal).
+func finish[M, T any](items []*Item[M, T]) (taken int) {
 	var chains [finishChains]struct {
 		p          *Partition[M, T]
 		head, tail *Item[M, T]
@@ -725,7 +734,9 @@ func finish[M, T any](items []*Item[M, T]) {
 	k := 0
 	completeAll := func() {
 		for _, c := range chains[:k] {
-			c.p.complete(c.head, c.tail, c.n)
+			if c.p.complete(c.head, c.tail, c.n) {
+				taken += int(c.n)
+			}
 		}
 	}
 	for _, it := range items {
@@ -747,6 +758,7 @@ func finish[M, T any](items []*Item[M, T]) {
 		chains[i].n++
 	}
 	completeAll()
+	return taken
 }
 
 // unholdLocked lets go of b's lanes, requeueing those with items queued.

@@ -43,10 +43,12 @@ type Outcome struct {
 // batch's lanes are let go: a lane whose first returned item
 // is held waits (Options.Hold is called for that item once the lock is
 // released); the others are ready again at once. b is empty and reusable
-// afterwards. It returns how many items went back to their partitions.
+// afterwards. It returns how many items finished (Done) and went back to
+// their partitions: not the items only recycled, nor those of a sealed
+// partition (Partition.Seal), which its owner no longer takes back.
 func (s *Scheduler[M, T]) Settle(b *Batch[M, T], out []Outcome) (finished int) {
-	done, gone, held, back := b.done[:0], b.gone[:0], b.held[:0], b.back[:0]
-	orphaned, recycled := b.orphaned.Load(), 0
+	done, gone, held, back, spent := b.done[:0], b.gone[:0], b.held[:0], b.back[:0], b.spent[:0]
+	orphaned := b.orphaned.Load()
 	s.mu.Lock()
 	for i, it := range b.Items {
 		o := out[i]
@@ -57,8 +59,7 @@ func (s *Scheduler[M, T]) Settle(b *Batch[M, T], out []Outcome) (finished int) {
 			// It runs elsewhere (Orphan): what the call says is
 			// ignored, and it goes back to its partition only to be
 			// recycled.
-			done = append(done, it)
-			recycled++
+			spent = append(spent, it)
 			continue
 		case it.part.revoked:
 			// Its partition drains (an orphaned batch's other items are
@@ -140,7 +141,8 @@ func (s *Scheduler[M, T]) Settle(b *Batch[M, T], out []Outcome) (finished int) {
 	b.lanes = b.lanes[:0]
 	s.wakeLocked()
 	s.mu.Unlock()
-	finish(done)
+	finished = finish(done)
+	finish(spent)
 	abandon(gone)
 	for _, h := range held {
 		s.hold(h.it, h.o)
@@ -149,11 +151,12 @@ func (s *Scheduler[M, T]) Settle(b *Batch[M, T], out []Outcome) (finished int) {
 	clear(gone)
 	clear(held)
 	clear(back)
-	b.done, b.gone, b.held, b.back = done[:0], gone[:0], held[:0], back[:0]
+	clear(spent)
+	b.done, b.gone, b.held, b.back, b.spent = done[:0], gone[:0], held[:0], back[:0], spent[:0]
 	clear(b.Items)
 	b.Items = b.Items[:0]
 	b.reset()
-	return len(done) - recycled
+	return finished
 }
 
 // drainedLocked decides what becomes of it, of a revoked partition, whose

@@ -503,6 +503,9 @@ func (c *claimLoop[T]) revoke(reason claimEnd) error {
 		}
 		timer.Stop()
 	}
+	// What finishes from here on is not this claim's: neither committed
+	// nor counted as Handled (it is among the late, Stats.Abandoned).
+	c.p.Seal()
 	c.advance()
 	if late == 0 { // nothing outstanding: nothing abandoned from here on
 		inDrain = c.p.AbandonedInDrain()

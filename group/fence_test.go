@@ -18,7 +18,9 @@ import (
 // frontier below it (with the finished offsets above as metadata) and
 // returns, and when the batch finally finishes nothing more is marked for
 // that claim (invariant 5: completions after the revoke are never
-// committed).
+// committed), and it is not counted handled: not in Stats.Handled, nor in
+// the partition's Outcomes.Handled, as the next claim of the partition
+// shows them.
 func TestLateCompletionIsNotCommitted(t *testing.T) {
 	const stuckAt = 2
 	g, stuck, unstick := stuckGroup(t, Config{Size: 1, Num: 2, DrainTimeout: 100 * time.Millisecond},
@@ -55,7 +57,7 @@ func TestLateCompletionIsNotCommitted(t *testing.T) {
 	}
 
 	unstick() // the late completion
-	waitFor(t, 5*time.Second, "the stuck batch to finish", func() bool { return g.Stats().Handled == 10 })
+	waitFor(t, 5*time.Second, "the stuck batch to return", func() bool { return g.Stats().Batches == 10 })
 	time.Sleep(2 * wakeDelay) // let any (wrong) wake reach the old claim
 	sess.mu.Lock()
 	defer sess.mu.Unlock()
@@ -63,8 +65,24 @@ func TestLateCompletionIsNotCommitted(t *testing.T) {
 		t.Fatalf("after the late completion: marked %d in %d calls, want %d in %d (nothing more for a revoked claim)",
 			sess.marked[0], sess.marks, atRevoke, marksAtRevoke)
 	}
-	if got := g.Stats().Abandoned; got != 1 {
-		t.Fatalf("Stats.Abandoned: got %d, want 1 (the batch left running at the timeout)", got)
+	if st := g.Stats(); st.Abandoned != 1 || st.Handled != 9 {
+		t.Fatalf("Stats: got Abandoned %d, Handled %d; want 1 (the batch left running at the timeout) and 9 (not it)", st.Abandoned, st.Handled)
+	}
+	next := &memClaim{p: 0, msgs: make(chan *sarama.ConsumerMessage)}
+	consumed = make(chan error, 1)
+	go func() { consumed <- g.consume(sess, next) }()
+	var outcomes Outcomes
+	waitFor(t, 5*time.Second, "the partition's next claim", func() bool {
+		st := g.Stats()
+		if len(st.PartitionStats) == 1 {
+			outcomes = st.PartitionStats[0].Outcomes
+		}
+		return len(st.PartitionStats) == 1
+	})
+	close(next.msgs)
+	<-consumed
+	if outcomes.Handled != 9 {
+		t.Errorf("Outcomes.Handled of the partition, its first claim ended: got %d, want 9", outcomes.Handled)
 	}
 }
 

@@ -12,7 +12,10 @@ import (
 // final commit of the partition was lost, counts twice (Handled, then
 // Resumed).
 type Outcomes struct {
-	Handled      int64 // Do returned nil for it
+	// Handled: Do returned nil for it while the claim still took it back;
+	// not after the claim's drain gave up on its call (Stats.Abandoned
+	// counts that one, and the partition's next owner handles it again).
+	Handled      int64
 	DeadLettered int64 // its dead letter was written (then it counted as finished)
 	Parked       int64 // parked on disk (Unordered with a DataPath): Do sees it again from the parked queue
 	Skipped      int64 // skipped past: undecodable, or to dead-letter with no destination

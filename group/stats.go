@@ -14,22 +14,28 @@ var HistogramBounds = histogram.Bounds
 // Group's life; gauges (InFlight, Retrying, FinishedAbove, Partitions, Lag)
 // are current values.
 type Stats struct {
-	GroupID      string // Config.GroupID
-	Fetched      int64  // messages received from Kafka
-	Handled      int64  // messages finished by Do
-	Committed    int64  // messages behind the commit frontier (marked for commit)
-	DecodeErrors int64  // messages whose New failed; logged and skipped past
-	Batches      int64  // Do calls that succeeded
-	Failures     int64  // Do calls that returned an error or panicked (split calls included)
-	Panics       int64  // of Failures, how many were panics
-	Retries      int64  // messages to be handed out again after a failed attempt, counted once, by the member that decides the retry (at a handover, the one that hands the message over); not a last attempt's failure, which is dead-lettered
-	Splits       int64  // Do calls on part of a batch that failed as a whole, to find its failing items
-	Cancelled    int64  // failed Do calls that returned after their ctx was cancelled (ErrRevoked, ErrShutdown)
-	Dropped      int64  // queued, never-failed messages let go on revoke (the next owner gets them)
-	Abandoned    int64  // messages left unfinished at revoke: waiting for a retry, failed during the drain, or still in Do after DrainTimeout
-	Revokes      int64  // partition claims that ended (rebalance or shutdown)
-	Claims       int64  // partition claims that started
-	Resumed      int64  // messages skipped because a previous owner finished them (commit metadata), or this member did before its final commit was lost
+	GroupID string // Config.GroupID
+	Fetched int64  // messages received from Kafka
+	// Handled counts messages Do finished that this member took back to
+	// commit (behind the frontier, or listed finished in the commit
+	// metadata). Not one whose call returned nil after its partition's
+	// drain gave up on it (DrainTimeout passed, the final commit went out
+	// without it): that one is Abandoned, and the partition's next owner
+	// handles it again.
+	Handled      int64
+	Committed    int64 // messages behind the commit frontier (marked for commit)
+	DecodeErrors int64 // messages whose New failed; logged and skipped past
+	Batches      int64 // Do calls that succeeded (a late one too, whose messages are not Handled)
+	Failures     int64 // Do calls that returned an error or panicked (split calls included)
+	Panics       int64 // of Failures, how many were panics
+	Retries      int64 // messages to be handed out again after a failed attempt, counted once, by the member that decides the retry (at a handover, the one that hands the message over); not a last attempt's failure, which is dead-lettered
+	Splits       int64 // Do calls on part of a batch that failed as a whole, to find its failing items
+	Cancelled    int64 // failed Do calls that returned after their ctx was cancelled (ErrRevoked, ErrShutdown)
+	Dropped      int64 // queued, never-failed messages let go on revoke (the next owner gets them)
+	Abandoned    int64 // messages left unfinished at revoke: waiting for a retry, failed during the drain, or still in Do after DrainTimeout (whatever that call then returns)
+	Revokes      int64 // partition claims that ended (rebalance or shutdown)
+	Claims       int64 // partition claims that started
+	Resumed      int64 // messages skipped because a previous owner finished them (commit metadata), or this member did before its final commit was lost
 	// ResumedWaiting counts messages a previous owner left waiting for a
 	// retry (commit metadata): they went on at the attempt and backoff
 	// it had reached.

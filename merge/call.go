@@ -162,8 +162,7 @@ func (p *Pool[M, T]) run(wk *worker[M, T], b *dispatch.Batch[M, T]) bool {
 	}
 	verdicts, err, timedOut := p.call(wk, b.Items)
 	if err == nil {
-		wk.count.batches.Add(1)
-		wk.count.handled.Add(int64(len(b.Items)))
+		wk.count.batches.Add(1) // its items count as handled once released (Batch.Taken)
 		return true
 	}
 	p.resetOut(wk, len(b.Items))
@@ -338,7 +337,8 @@ func (p *Pool[M, T]) bisect(wk *worker[M, T], b *dispatch.Batch[M, T], lo, hi in
 			continue
 		}
 		firstOK = true
-		if !p.s.Finish(b, from, to) {
+		taken, ok := p.s.Finish(b, from, to)
+		if !ok {
 			p.returnRange(wk, from, hi) // given up on (Orphan): ignored
 			return
 		}
@@ -346,7 +346,7 @@ func (p *Pool[M, T]) bisect(wk *worker[M, T], b *dispatch.Batch[M, T], lo, hi in
 			wk.out[i].Verdict = dispatch.Finished
 		}
 		wk.count.batches.Add(1)
-		wk.count.handled.Add(int64(to - from))
+		wk.count.handled.Add(int64(taken))
 	}
 }
 

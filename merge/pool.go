@@ -117,7 +117,7 @@ type Stats struct {
 type workerCount struct {
 	_       [56]byte
 	batches atomic.Int64 // successful Do calls
-	handled atomic.Int64 // messages finished by Do calls
+	handled atomic.Int64 // messages finished by Do calls and taken back by their partitions
 	_       [48]byte
 }
 
@@ -133,7 +133,10 @@ func (s *Stats) Batches() int64 {
 	return n
 }
 
-// Handled is the number of messages finished by Do calls.
+// Handled is the number of messages finished by Do calls and taken back
+// by their partitions: not those of a partition its owner had sealed by
+// then (dispatch.Partition.Seal), which it counts, commits and releases
+// without them.
 func (s *Stats) Handled() int64 {
 	var n int64
 	for i := range s.workers {
@@ -216,6 +219,7 @@ func (p *Pool[M, T]) work(wk *worker[M, T]) {
 		wk.timer.Stop()
 		if done != nil {
 			p.s.Release(done)
+			wk.count.handled.Add(int64(done.Taken()))
 		}
 		p.s.Discard(wk.b)
 	}()
@@ -231,6 +235,7 @@ func (p *Pool[M, T]) work(wk *worker[M, T]) {
 			wk.ended = 0
 		}
 		if done != nil {
+			wk.count.handled.Add(int64(done.Taken()))
 			wk.spare, done = append(wk.spare, done), nil
 		}
 		switch st {

@@ -1,0 +1,66 @@
+package dispatch
+
+import "testing"
+
+// TestSealTakesNothingBack: once a revoked partition is sealed (its drain
+// gave up on a call), the items that call finishes are not taken back:
+// whoever ends the batch is told how many were (the other partition's
+// only), and the final Advance moves the frontier over what finished
+// before the seal only. The same whichever way the batch ends: Release
+// (the call succeeded), Settle (it named no item: all done), Finish (a
+// split half that succeeded).
+func TestSealTakesNothingBack(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		end  func(s *sched, b *Batch[msg, int]) int // ends b, all its items done; returns how many were taken back
+	}{
+		{"Release", func(s *sched, b *Batch[msg, int]) int { s.Release(b); return b.Taken() }},
+		{"Settle", func(s *sched, b *Batch[msg, int]) int { return s.Settle(b, make([]Outcome, len(b.Items))) }},
+		{"Finish", func(s *sched, b *Batch[msg, int]) int {
+			n, ok := s.Finish(b, 0, len(b.Items))
+			if !ok {
+				t.Fatal("Finish: got not ok, want ok (nothing orphaned)")
+			}
+			out := make([]Outcome, len(b.Items))
+			for i := range out {
+				out[i].Verdict = Finished
+			}
+			s.Settle(b, out)
+			return n
+		}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			s := New[msg, int](Options[msg, int]{Size: 2, MaxInFlight: 100})
+			p, other := s.NewPartition(16), s.NewPartition(16)
+			var off, otherOff int64
+			early, late := s.NewBatch(s.NewWorker()), s.NewBatch(s.NewWorker())
+			feed(t, p, &off, 1, 2) // offsets 0 and 1: finished before the seal
+			if st := s.Next(early, true, nil); st != Run || len(early.Items) != 2 {
+				t.Fatalf("Next: got %v with %d items, want Run with 2", st, len(early.Items))
+			}
+			feed(t, p, &off, 3) // offset 2: still in its call at the seal
+			feed(t, other, &otherOff, 5)
+			if st := s.Next(late, true, nil); st != Run || len(late.Items) != 2 {
+				t.Fatalf("Next: got %v with %d items, want Run with 2", st, len(late.Items))
+			}
+			p.Revoke()
+			p.Drain()
+			if got := tt.end(s, early); got != 2 {
+				t.Fatalf("the batch ended before the seal: got %d taken back, want 2", got)
+			}
+			p.Seal()
+			if got := tt.end(s, late); got != 1 {
+				t.Fatalf("the batch ended after the seal: got %d taken back, want 1 (the other partition's)", got)
+			}
+			if got := p.Advance(); got != 2 {
+				t.Fatalf("the final Advance: got %d passed, want 2 (offsets 0 and 1)", got)
+			}
+			if next, _ := p.Next(); next != 2 {
+				t.Fatalf("final frontier: got %d, want 2 (below the late item)", next)
+			}
+			if got := other.Advance(); got != 1 {
+				t.Fatalf("the other partition's Advance: got %d passed, want 1", got)
+			}
+		})
+	}
+}

@@ -1,0 +1,74 @@
+package group
+
+import (
+	"context"
+	"testing"
+	"time"
+)
+
+// TestLateNilAfterShutdownNotHandled: a call that ignores its ctx and
+// returns nil only after the shutdown's drain timed out and the final
+// commit went out finished nothing this member committed: the broker holds
+// the frontier below it and the next owner handles it again. It is
+// abandoned (Stats.Abandoned), not handled: Stats.Handled counts the two
+// messages committed behind, before and after the late return, and the
+// next member handles the late one.
+func TestLateNilAfterShutdownNotHandled(t *testing.T) {
+	t.Parallel() // mostly waits on the broker and the drain
+	const late = 1
+	r := newRig(t, "late-nil", 1, 3, 3) // three keys: offsets 0 and 2 do not wait behind 1
+	w := r.work(0, 0)
+	started, release := make(chan struct{}), make(chan struct{})
+	first := true
+	do := func(ctx context.Context, batch []*Message) error {
+		for _, m := range batch {
+			if m.Offset == late && first {
+				first = false // only one worker ever runs offset 1 here
+				close(started)
+				<-release // ignores ctx: returns after the drain gave up on it
+			}
+		}
+		return w.Do(ctx, batch)
+	}
+	cfg := r.config("late-nil")
+	cfg.Size, cfg.Num, cfg.DrainTimeout = 1, 2, 200*time.Millisecond
+	logger, logs := observedTee(t)
+	cfg.Logger = logger
+	g := newGroup(t, cfg, do)
+	stop := run(t, g)
+	<-started
+	waitFor(t, time.Minute, "offsets 0 and 2 to be handled", func() bool { return g.Stats().Handled == 2 })
+	stopped := make(chan error, 1)
+	go func() { stopped <- stop() }()
+	waitFor(t, time.Minute, "the partition's release after the drain timeout", func() bool {
+		return logs.FilterMessage("partition released").Len() == 1
+	})
+	if c := r.b.Committed(cfg.GroupID, r.topic)[0]; c != late {
+		t.Fatalf("final commit: got offset %d, want %d (below the call still in Do)", c, late)
+	}
+	if st := g.Stats(); st.Handled != 2 || st.Abandoned != 1 {
+		t.Fatalf("before the late return: got Handled %d, Abandoned %d; want 2 and 1", st.Handled, st.Abandoned)
+	}
+	close(release)
+	if err := <-stopped; err != nil {
+		t.Fatal(err)
+	}
+	if st := g.Stats(); st.Handled != 2 || st.Abandoned != 1 || st.Batches != 3 {
+		t.Errorf("after Run returned, the late call's nil in: got Handled %d, Abandoned %d, Batches %d; want 2, 1 and 3 (the call did succeed)",
+			st.Handled, st.Abandoned, st.Batches)
+	}
+	if c := r.b.Committed(cfg.GroupID, r.topic)[0]; c != late {
+		t.Errorf("after the late return: got committed offset %d, want %d", c, late)
+	}
+
+	cfg.Logger = nil
+	next := newGroup(t, cfg, w.Do)
+	runToEnd := run(t, next)
+	r.waitAllCommitted(cfg.GroupID, time.Minute)
+	if err := runToEnd(); err != nil {
+		t.Fatal(err)
+	}
+	if got := next.Stats().Handled; got != 1 {
+		t.Errorf("the next member: got Handled %d, want 1 (offset %d again)", got, late)
+	}
+}
