@@ -13,11 +13,12 @@ import (
 // refusing it must not read it all.
 const maxStrayCheck = 10_000
 
-// maxStrayHeld is how many bytes of records (keys, values and headers) a
-// topicCheck holds back, at most, while undecided: past it, it refuses the
-// topic as it does after maxStrayCheck records, so that an ordinary topic
-// of large records is not read into memory 10,000 records deep.
-const maxStrayHeld = 32 << 20
+// maxStrayBytes is how many bytes of records (keys, values and headers) a
+// topicCheck reads, at most, looking for a dead letter: past it, it
+// refuses the topic as it does after maxStrayCheck records, so that an
+// ordinary topic of large records is neither fetched nor held in memory
+// 10,000 records deep.
+const maxStrayBytes = 32 << 20
 
 // errDeadLetterFound ends the read of a topicCheck without pass at its
 // first dead letter; errNoneInSample ends a topicCheck's read after
@@ -43,8 +44,8 @@ var (
 // it holds back the records and the read's warnings, so that a command
 // prints, copies or deletes nothing of a topic it refuses; once passed,
 // it hands them to pass in the order they came, then each as it comes.
-// On an ordinary topic it holds up to maxStrayCheck records, and at most
-// maxStrayHeld bytes of them, in memory before it refuses it.
+// On an ordinary topic it reads, and holds, up to maxStrayCheck records,
+// and at most maxStrayBytes of them, before it refuses it.
 //
 // A stray record on a dead-letter topic (someone produced to it) is no
 // reason to refuse the topic: the commands show it as not a dead letter.
@@ -59,11 +60,11 @@ type topicCheck struct {
 	pass func(*entry) error
 	warn io.Writer // takes the read's warnings once the check passed
 
-	passed    bool
-	n         int   // records read while undecided
-	first     entry // the first of them
-	held      []held
-	heldBytes int // the sizes of the records in held
+	passed bool
+	n      int   // records read while undecided
+	first  entry // the first of them
+	held   []held
+	bytes  int // the sizes of the records read while undecided
 }
 
 // held is a record, or else a warning, read before the check passed.
@@ -93,9 +94,9 @@ func (c *topicCheck) record(e *entry) error {
 	c.n++
 	if c.pass != nil {
 		c.held = append(c.held, held{e: *e})
-		c.heldBytes += recordSize(&e.rec)
 	}
-	if c.n == maxStrayCheck || c.heldBytes >= maxStrayHeld {
+	c.bytes += recordSize(&e.rec)
+	if c.n == maxStrayCheck || c.bytes >= maxStrayBytes {
 		return errNoneInSample
 	}
 	return nil
@@ -113,8 +114,8 @@ func (c *topicCheck) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// recordSize is what a held record costs in memory, near enough: its
-// key, value and headers.
+// recordSize is what a record costs to fetch and to hold, near enough:
+// its key, value and headers.
 func recordSize(r *deadletter.Record) int {
 	n := len(r.Key) + len(r.Value)
 	for _, h := range r.Headers {

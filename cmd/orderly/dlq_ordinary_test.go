@@ -212,10 +212,11 @@ func TestDlqStraysFirst(t *testing.T) {
 	}
 }
 
-// TestDlqOrdinaryTopicHeldBytes: on an ordinary topic of large records
-// the check stops holding records back at maxStrayHeld bytes, before
-// maxStrayCheck records, and refuses the topic there.
-func TestDlqOrdinaryTopicHeldBytes(t *testing.T) {
+// TestDlqOrdinaryTopicBytes: on an ordinary topic of large records the
+// check stops at maxStrayBytes, before maxStrayCheck records, and refuses
+// the topic there: list, which holds the records back, and purge, which
+// does not.
+func TestDlqOrdinaryTopicBytes(t *testing.T) {
 	f := newDlqFixture(t)
 	if err := f.b.CreateTopic("wide", 1); err != nil {
 		t.Fatal(err)
@@ -226,7 +227,8 @@ func TestDlqOrdinaryTopicHeldBytes(t *testing.T) {
 	}
 	const size = 64 << 10
 	value := make([]byte, size-1) // with the 1-byte key, size bytes a record
-	msgs := make([]*sarama.ProducerMessage, maxStrayHeld/size+100)
+	msgs := make([]*sarama.ProducerMessage, maxStrayBytes/size+100)
+	total := len(msgs)
 	for i := range msgs {
 		msgs[i] = producerMessage("wide", 0, deadletter.Record{Key: []byte("k"), Value: value, Timestamp: f.now})
 	}
@@ -238,9 +240,14 @@ func TestDlqOrdinaryTopicHeldBytes(t *testing.T) {
 		msgs = msgs[n:]
 	}
 	p.Close()
-	r := runBin(t, nil, "dlq", "list", "--brokers", f.addr, "--topic", "wide")
-	want := fmt.Sprintf("orderly: --topic wide is not a dead-letter topic: none of the first %d of its records has", maxStrayHeld/size)
-	if r.code != exitError || !strings.HasPrefix(r.stderr, want) {
-		t.Fatalf("dlq list on %d ordinary records of %d bytes: got exit %d, stderr:\n%s\nwant exit 1 and a line starting:\n%s", maxStrayHeld/size+100, size, r.code, r.stderr, want)
+	want := fmt.Sprintf("orderly: --topic wide is not a dead-letter topic: none of the first %d of its records has", maxStrayBytes/size)
+	for _, args := range [][]string{{"list"}, {"purge", "--yes"}} {
+		r := runBin(t, nil, slices.Concat([]string{"dlq"}, args, []string{"--brokers", f.addr, "--topic", "wide"})...)
+		if r.code != exitError || !strings.HasPrefix(r.stderr, want) {
+			t.Fatalf("dlq %s on %d ordinary records of %d bytes: got exit %d, stderr:\n%s\nwant exit 1 and a line starting:\n%s", args[0], total, size, r.code, r.stderr, want)
+		}
+	}
+	if start, hw := f.b.LogStartOffsets("wide")[0], f.b.HighWatermarks("wide")[0]; start != 0 || hw != int64(total) {
+		t.Fatalf("after the refused purge: got log start %d, high watermark %d; want 0 and %d", start, hw, total)
 	}
 }
