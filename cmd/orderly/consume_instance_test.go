@@ -50,11 +50,10 @@ func TestConsumeInstanceID(t *testing.T) {
 // TestConsumeInstanceIDTwice: a second consume with the first's
 // --instance-id takes its place in the group; the first, fenced, ends
 // with exit 4 (exitFenced, which a supervisor can be told not to restart
-// on, where exit 1 had it restarted to fence the holder in turn) once the
-// second has held the ID for two session timeouts, with one error naming
-// the flag, its value and the member that holds the ID, where it used to
-// join again, refused, for good. The second consumes on to the end (the
-// broker's committed offsets) and exits 0.
+// on) once the second has held the ID for two session timeouts, with one
+// error naming the flag, its value and the member that holds the ID. The
+// second consumes on to the end (the broker's committed offsets) and exits
+// 0.
 func TestConsumeInstanceIDTwice(t *testing.T) {
 	t.Parallel() // waits on the broker and child processes
 	const topic, grp = "twice", "twice-group"

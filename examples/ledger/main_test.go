@@ -294,9 +294,7 @@ func TestLedgerTopicMissing(t *testing.T) {
 
 // TestLedgerTopicEmpty: without --produce, a topic that holds no records
 // (never written, or every record deleted) is refused before anything is
-// consumed, with an error that says so and names --produce. The ledger
-// consumed nothing and failed "ordered mode: balances do not match their
-// transfers, or went negative", both ways.
+// consumed, with an error that says so and names --produce.
 func TestLedgerTopicEmpty(t *testing.T) {
 	t.Parallel()
 	for _, tt := range []struct {
