@@ -46,10 +46,10 @@ type backend interface {
 	metadataCorrupt() uint64
 	// afterRead is called after each record received from ReadChan.
 	afterRead()
-	// markerKept is the nonce of the dedup marker that Open found alone
-	// in the write file and kept as the write file (see ownWriteFile),
-	// or 0.
-	markerKept() uint64
+	// reusedMarker is the nonce of the dedup marker that Open found alone
+	// in the write file, which go-diskqueue goes on writing to (see
+	// ownWriteFile), or 0.
+	reusedMarker() uint64
 }
 
 var _ backend = (*diskBackend)(nil)
@@ -58,21 +58,21 @@ var _ backend = (*diskBackend)(nil)
 // data file being read tracked for error messages, and, when SyncEvery is
 // 1, Put made to wait for the fsync that follows the write.
 type diskBackend struct {
-	dq        diskqueue.Interface
-	name      string
-	log       *zap.Logger
-	pattern   string // data file glob, for where() before any file was opened
-	syncEach  bool
-	dataPath  string
-	metaBad   uint64 // 1: prepareMetadata rebuilt damaged metadata; set before use
-	kept      uint64 // ownWriteFile's marker nonce; set before use
-	onError   func() // called (on go-diskqueue's goroutine) after each error counted in errs
-	errs      atomic.Uint64
-	syncFails atomic.Uint64 // go-diskqueue's "failed to sync" errors
-	syncLog   lograte.Limit // their log lines
-	rolled    rolledFiles
-	readingMu sync.Mutex
-	reading   string // guarded by readingMu
+	dq          diskqueue.Interface
+	name        string
+	log         *zap.Logger
+	pattern     string // data file glob, for where() before any file was opened
+	syncEach    bool
+	dataPath    string
+	metaBad     uint64 // 1: prepareMetadata rebuilt damaged metadata; set before use
+	reusedNonce uint64 // ownWriteFile's marker nonce; set before use
+	onError     func() // called (on go-diskqueue's goroutine) after each error counted in errs
+	errs        atomic.Uint64
+	syncFails   atomic.Uint64 // go-diskqueue's "failed to sync" errors
+	syncLog     lograte.Limit // their log lines
+	rolled      rolledFiles
+	readingMu   sync.Mutex
+	reading     string // guarded by readingMu
 }
 
 // newDiskBackend opens go-diskqueue on o.DataPath, its metadata repaired
@@ -95,7 +95,7 @@ func newDiskBackend(o *Options, log *zap.Logger, onError func()) (*diskBackend, 
 	if damaged {
 		b.metaBad = 1
 	}
-	if b.kept, err = ownWriteFile(o.DataPath, o.Name); err != nil {
+	if b.reusedNonce, err = ownWriteFile(o.DataPath, o.Name); err != nil {
 		return nil, fmt.Errorf("localqueue %s: %w", o.Name, err)
 	}
 	b.removeMetaTemps() // an earlier run's
@@ -222,7 +222,7 @@ func (b *diskBackend) Delete() error {
 }
 func (b *diskBackend) errorCount() uint64      { return b.errs.Load() }
 func (b *diskBackend) metadataCorrupt() uint64 { return b.metaBad }
-func (b *diskBackend) markerKept() uint64      { return b.kept }
+func (b *diskBackend) reusedMarker() uint64    { return b.reusedNonce }
 
 func (b *diskBackend) where() string {
 	b.readingMu.Lock()

@@ -133,11 +133,11 @@ func prepareMetadata(dir, name string, minRecord int64, log *zap.Logger) (damage
 // to its end as a whole file (go-diskqueue removes it when it moves on,
 // and a file read whole before Open is removed as diskroll.go describes).
 //
-// One write file is kept: one that holds nothing but a dedup marker (an
-// earlier Open's, followed by nothing). ownWriteFile returns that marker's
-// nonce, for Open to take it as its own rather than write another, so
-// that a queue restarted again and again with nothing written in between
-// does not grow by a marker each time; 0 if there is none.
+// One write file is reused as it is: one that holds nothing but a dedup
+// marker (an earlier Open's, followed by nothing). ownWriteFile returns
+// that marker's nonce, for Open to take it as its own rather than write
+// another, so that a queue restarted again and again with nothing written
+// in between does not grow by a marker each time; 0 if there is none.
 func ownWriteFile(dir, name string) (markerNonce uint64, err error) {
 	meta := filepath.Join(dir, name+".diskqueue.meta.dat")
 	b, err := os.ReadFile(meta)

@@ -14,7 +14,7 @@ import (
 // is taken as this generation's, so that restarts with nothing written in
 // between add no marker each.
 func (q *Queue) writeMarker() error {
-	if nonce := q.backend.markerKept(); nonce != 0 {
+	if nonce := q.backend.reusedMarker(); nonce != 0 {
 		q.journal.setGen(nonce)
 	} else if err := q.putBackend(appendMarker(nil, q.journal.gen)); err != nil && !errors.Is(err, ErrNotSynced) {
 		return fmt.Errorf("localqueue %s: write the dedup marker: %w", q.opts.Name, err)
