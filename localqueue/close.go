@@ -36,7 +36,7 @@ drain:
 	if q.mem != nil {
 		q.mem.empty(false)
 	} else {
-		q.restored.empty(false)
+		q.restored.empty()
 		if err := q.emptyBackend(); err != nil {
 			return fmt.Errorf("localqueue %s: empty backend: %w", q.opts.Name, err)
 		}
@@ -142,9 +142,9 @@ func (q *Queue) shutdown(deleting bool) error {
 // does not hold, and in-flight ones it could not take go to the backend,
 // ready (the in-flight ones from now, Attempts kept). Journaled ones stay in
 // the journal, which Open replays; so do the ones Open restored that Get
-// has not taken (any whose journal write at Open failed go to the
-// backend). Only Close calls it, after closed is set, so nothing else
-// touches the queue's state.
+// has not taken, which only the journal holds the bodies of. Only Close
+// calls it, after closed is set, so nothing else touches the queue's
+// state.
 func (q *Queue) flush() error {
 	now := q.now()
 	var failed, mem, inFlight, deferred, kept int
@@ -160,9 +160,7 @@ func (q *Queue) flush() error {
 		}
 		*n++
 	}
-	for r := q.restored.pop(); r != nil; r = q.restored.pop() {
-		write(r, &r.m, &mem)
-	}
+	kept += q.restored.empty() // the journal holds them
 	for len(q.memChan) > 0 {
 		r := <-q.memChan
 		write(r, &r.m, &mem)

@@ -49,7 +49,8 @@
 //   - The memory chan and the backend are FIFOs owned by their channels and
 //     by go-diskqueue's ioLoop (the memory FIFO by its mutex); Put, Requeue
 //     and the scanner add to them, Get takes from them. The ready messages
-//     Open restored from the journal wait in a FIFO of their own (guarded
+//     Open restored from the journal wait, as IDs whose bodies Get reads
+//     back from the journal, in a FIFO of their own (restored.go, guarded
 //     by its mutex) that only Open adds to (see The journal).
 //   - The in-flight table and deadline heap are guarded by inFlightMu, the
 //     deferred heap by deferredMu: Get, Finish, Requeue and Touch come from
@@ -123,11 +124,15 @@
 // chan) as in flight, so this is the one rule for every delivery cut short
 // by Close or a crash, whatever MemQueueSize (see Options.MaxAttempts).
 // Open then rewrites the journal (and keeps a damaged one as
-// <journal>.bad). The ready messages it restored stay in memory, where Get
-// takes them after the backend's records from before this Open; they are
-// not written to the backend again, so restarting a queue again and again,
-// with messages it does not get to, does not grow its data files
-// (TestRestartsKeepDataFilesBounded). Because go-diskqueue persists its
+// <journal>.bad). The ready messages it restored wait for Get, which
+// takes them after the backend's records from before this Open, as a list
+// of IDs: the bodies stay in the journal, and Get reads each back from the
+// COPY the journal holds (wherever compaction has moved it), so memory
+// holds no body of theirs, whatever MemQueueSize
+// (TestRestoredBodiesStayOnDisk, TestRestoredReadBackAfterCompaction).
+// They are not written to the backend again, so restarting a queue again
+// and again, with messages it does not get to, does not grow its data
+// files (TestRestartsKeepDataFilesBounded). Because go-diskqueue persists its
 // read position only when it syncs, after a crash it hands out again
 // records that were read before; and a journaled message may also have a
 // copy in the backend from a requeue. So when the backend holds records

@@ -162,7 +162,7 @@ func (q *Queue) retire(r *record, due, now time.Time) (dead bool) {
 // returned (journaled as ready) for the caller to hand on, nil if it is
 // deferred or dead.
 func (q *Queue) retired(r *record, due, now time.Time) (ready *record, dead bool) {
-	if q.opts.MaxAttempts > 0 && r.m.Attempts >= q.opts.MaxAttempts {
+	if q.spent(r.m.Attempts) {
 		if q.dead(r) {
 			return nil, true
 		}
@@ -179,6 +179,12 @@ func (q *Queue) retired(r *record, due, now time.Time) (ready *record, dead bool
 		q.journalWrite(n, stateReady)
 	}
 	return n, false
+}
+
+// spent reports whether a delivery that ended unfinished after attempts
+// deliveries used up MaxAttempts: the message is then dead-lettered.
+func (q *Queue) spent(attempts int) bool {
+	return q.opts.MaxAttempts > 0 && attempts >= q.opts.MaxAttempts
 }
 
 // dead hands a message that used up its attempts to DeadLetter, and then,

@@ -333,6 +333,25 @@ func (j *journal) noteDiskFullLocked() {
 func (j *journal) load(re restoreEntry) (Message, error) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
+	return j.loadLocked(re)
+}
+
+// loadLive returns the message the journal holds as id, with its own body,
+// read back from its COPY where it is now (compaction moves COPYs, and
+// points live at their new places under mu). held is false, with no
+// error, when the journal does not hold id.
+func (j *journal) loadLive(id ID) (m Message, held bool, err error) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	e, ok := j.live[id]
+	if !ok {
+		return Message{}, false, nil
+	}
+	m, err = j.loadLocked(restoreEntry{id, e})
+	return m, true, err
+}
+
+func (j *journal) loadLocked(re restoreEntry) (Message, error) {
 	if err := j.openLocked(); err != nil {
 		return Message{}, err
 	}
@@ -340,6 +359,9 @@ func (j *journal) load(re restoreEntry) (Message, error) {
 	j.scratch = buf
 	if err != nil {
 		return Message{}, err
+	}
+	if m.ID != re.id {
+		return Message{}, fmt.Errorf("%w: %s at %d: a COPY of %s, want %s", ErrCorruptJournal, j.path, re.e.off, m.ID, re.id)
 	}
 	m.Body = append([]byte(nil), m.Body...)
 	m.Attempts, m.Due = int(re.e.attempts), time.Unix(0, re.e.due)

@@ -3,6 +3,7 @@ package localqueue
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	"go.uber.org/zap"
 )
@@ -33,13 +34,14 @@ func (q *Queue) writeMarker() error {
 // crash counts): ready again now with their attempts, or dead-lettered if
 // they had used up MaxAttempts; the rest (requeued, or deferred and due)
 // ready again with their due time. They stay journaled in the journal until
-// they are finished. The ready ones stay in memory (restored), not written
-// to the backend again: the journal holds them, and a copy in the backend
-// per Open would pile up in the data files of a queue restarted with
-// messages it does not get to. Get takes them after the backend records
-// from before this Open: at once if there are none (and then no stale
-// copy can come, so the stale-copy check ends here), else once it has
-// read the dedup marker written after them.
+// they are finished. The ready ones wait in restored, without their bodies
+// (Get reads each back from the journal), and are not written to the
+// backend again: the journal holds them, and a copy in the backend per
+// Open would pile up in the data files of a queue restarted with messages
+// it does not get to. Get takes them after the backend records from
+// before this Open: at once if there are none (and then no stale copy can
+// come, so the stale-copy check ends here), else once it has read the
+// dedup marker written after them.
 func (q *Queue) recover(restore []restoreEntry) error {
 	j := q.journal
 	if j.dedupOn.Load() {
@@ -59,18 +61,24 @@ func (q *Queue) recover(restore []restoreEntry) error {
 	now := q.now()
 	var ready, inFlight, deferred, dead, failed int
 	for _, re := range restore {
-		m, err := j.load(re)
-		if err != nil {
-			// It stays in the journal: the next Open tries again.
-			failed++
-			j.counters.errors.Add(1)
-			q.log.Error("cannot read a journaled message back from the journal", zap.Stringer("id", re.id), zap.Error(err))
-			continue
+		m := Message{ID: re.id, Attempts: int(re.e.attempts), Due: time.Unix(0, re.e.due)}
+		later := re.e.state == stateDeferred && m.Due.After(now)
+		if later || re.e.state == stateInFlight && q.spent(m.Attempts) {
+			// Deferred (it waits in memory) or dead-lettered: it needs
+			// its body now.
+			var err error
+			if m, err = j.load(re); err != nil {
+				// It stays in the journal: the next Open tries again.
+				failed++
+				j.counters.errors.Add(1)
+				q.log.Error("cannot read a journaled message back from the journal", zap.Stringer("id", re.id), zap.Error(err))
+				continue
+			}
 		}
 		r := newRecord(m)
 		r.journaled = true
 		switch {
-		case re.e.state == stateDeferred && m.Due.After(now):
+		case later:
 			q.pushDeferred(r)
 			deferred++
 		case re.e.state == stateInFlight:
@@ -79,11 +87,11 @@ func (q *Queue) recover(restore []restoreEntry) error {
 				q.afterDead(r)
 				dead++
 			} else {
-				_ = q.restored.push(n) // it fails only once closed, which restored never is
+				q.restored.push(&n.m)
 				inFlight++
 			}
 		default:
-			_ = q.restored.push(r)
+			q.restored.push(&r.m)
 			ready++
 		}
 	}

@@ -57,15 +57,16 @@ type Queue struct {
 	// (see backendWriter); Depth leaves them out. It starts at 0 at Open:
 	// an earlier run's unread filler counts in Depth until Get passes it.
 	fillers atomic.Int64
-	// restored holds the ready messages Open restored from the journal
-	// (nil in memory mode): they stay in memory, where the journal
-	// already has them, rather than go to the backend again at each
-	// Open. They come after the backend's records from before this Open,
-	// so Get takes them once restoredOpen is set (restoredGate is then
-	// closed): at Open when the backend holds nothing from before it,
-	// else when Get has read this Open's dedup marker, or when the
-	// backend reports damage, which may have taken the marker with it.
-	restored     *memFIFO
+	// restored lists the ready messages Open restored from the journal
+	// (nil in memory mode), without their bodies: Get reads each back
+	// from the journal, which holds them, rather than Open writing them
+	// to the backend again. They come after the backend's records from
+	// before this Open, so Get takes them once restoredOpen is set
+	// (restoredGate is then closed): at Open when the backend holds
+	// nothing from before it, else when Get has read this Open's dedup
+	// marker, or when the backend reports damage, which may have taken
+	// the marker with it.
+	restored     *restoredFIFO
 	restoredOpen atomic.Bool
 	restoredGate chan struct{}
 
@@ -137,7 +138,7 @@ func Open(opts Options) (*Queue, error) {
 	}
 	var restore []restoreEntry
 	if o.DataPath != "" {
-		q.restored, q.restoredGate = newMemFIFO(), make(chan struct{})
+		q.restored, q.restoredGate = new(restoredFIFO), make(chan struct{})
 		if err := os.MkdirAll(o.DataPath, 0o755); err != nil {
 			return nil, fmt.Errorf("localqueue %s: create DataPath: %w", o.Name, err)
 		}
@@ -429,7 +430,7 @@ func (q *Queue) next(ctx context.Context) (*record, error) {
 	if q.restored.len() > 0 {
 		if !q.restoredOpen.Load() {
 			gate = q.restoredGate
-		} else if r := q.restored.pop(); r != nil {
+		} else if r := q.takeRestored(); r != nil {
 			return r, nil
 		}
 	}
@@ -612,34 +613,28 @@ func (q *Queue) putReady(r *record) {
 // retryDelay is how long a message waits after a failed backend write.
 const retryDelay = time.Second
 
-// Depth is the number of ready messages: in memory (the memory chan, and
-// the ready messages Open restored from the journal) plus in the backend.
-// In-flight and deferred messages are not counted (see Stats). With a
-// DataPath it counts the backend's records, some of which Get drops
-// rather than hands out: copies of a message the queue has elsewhere
-// (Stats.Duplicates: after a crash go-diskqueue may hand records out
-// again, and a message requeued while the journal held it leaves its copy
-// in the backend when the queue stops before Get reads it, while Open
-// restores the message from the journal), and the dedup marker of an
-// earlier Open. So after a crash or a reopen Depth can be high until Get
+// Depth is the number of ready messages: in the memory chan, plus beyond
+// it (in the backend, and the ready messages Open restored from the
+// journal, which Get reads back from it). In-flight and deferred messages
+// are not counted (see Stats). With a DataPath it counts the backend's
+// records, some of which Get drops rather than hands out: copies of a
+// message the queue has elsewhere (Stats.Duplicates: after a crash
+// go-diskqueue may hand records out again, and a message requeued while
+// the journal held it leaves its copy in the backend when the queue stops
+// before Get reads it, while Open restores the message from the journal),
+// and the dedup marker of an earlier Open. So after a crash or a reopen Depth can be high until Get
 // reaches them. Open itself adds no copies, so restarts do not make it
 // grow.
 func (q *Queue) Depth() int64 {
 	return q.memDepth() + q.backendDepth()
 }
 
-// memDepth is the number of ready messages in the memory chan and among
-// those Open restored.
-func (q *Queue) memDepth() int64 {
-	n := int64(len(q.memChan))
-	if q.restored != nil {
-		n += q.restored.len()
-	}
-	return n
-}
+// memDepth is the number of ready messages in the memory chan.
+func (q *Queue) memDepth() int64 { return int64(len(q.memChan)) }
 
 // backendDepth is the number of ready messages beyond the memory chan: in
-// the backend (less the dedup marker) or the memory FIFO.
+// the backend (less the dedup marker) and among those Open restored, or
+// in the memory FIFO.
 func (q *Queue) backendDepth() int64 {
 	if q.mem != nil {
 		return q.mem.len()
@@ -648,7 +643,7 @@ func (q *Queue) backendDepth() int64 {
 	if q.marker.Load() {
 		d--
 	}
-	return max(d, 0)
+	return max(d, 0) + q.restored.len()
 }
 
 // signal sends on a cap-1 channel without blocking: a token that says

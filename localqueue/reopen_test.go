@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
+	"strings"
 	"testing"
 	"time"
 )
@@ -159,4 +161,92 @@ func TestRestoredIntoDamagedDataFile(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestRestoredBodiesStayOnDisk: a queue with MemQueueSize 0 whose backlog
+// is messages requeued with delay 0 (the journal holds them all) reopens
+// without their bodies in memory: Get reads each back from the journal
+// when it takes it. The heap grows by a small part of the bodies' size at
+// Open, Stats counts the messages beyond the memory chan (MemDepth 0, as
+// MemQueueSize 0 says), and each message is still delivered once after,
+// with its attempts.
+func TestRestoredBodiesStayOnDisk(t *testing.T) {
+	const n, size = 5000, 4 << 10
+	clock := newFakeClock()
+	o := Options{DataPath: t.TempDir(), now: clock.Now}
+	q := openQueue(t, o)
+	wants := make(map[ID]want, n)
+	for i := range n {
+		body := fmt.Sprintf("%05d", i) + strings.Repeat("x", size-5)
+		wants[mustPut(t, q, body)] = want{body: body, attempts: 2}
+	}
+	for range n {
+		m := mustGet(t, q)
+		if err := q.Requeue(m.ID, 0); err != nil {
+			t.Fatalf("Requeue: %v", err)
+		}
+	}
+	if err := q.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+
+	heapInuse := func() int64 {
+		runtime.GC()
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		return int64(ms.HeapInuse)
+	}
+	before := heapInuse()
+	q = openQueue(t, o)
+	grew := heapInuse() - before
+	const bodies, most = n * size, n * size / 5
+	if grew > most {
+		t.Errorf("heap after Open: got %d KiB more, want at most %d KiB (a fifth of the %d KiB of bodies the journal holds)", grew>>10, most>>10, bodies>>10)
+	}
+	st := q.Stats()
+	if st.MemDepth != 0 || st.Depth < n || st.BackendDepth != st.Depth {
+		t.Errorf("Stats after Open: got MemDepth %d, BackendDepth %d, Depth %d; want MemDepth 0 (MemQueueSize 0) and BackendDepth = Depth >= %d",
+			st.MemDepth, st.BackendDepth, st.Depth, n)
+	}
+	t.Logf("heap after Open: %d KiB more for %d restored messages of %d bytes (%d bytes each); %+v", grew>>10, n, size, grew/n, st)
+	expectExactly(t, q, clock, wants, 0)
+}
+
+// TestRestoredReadBackAfterCompaction: the journal is compacted while
+// restored messages wait for Get, which moves their COPYs to the front of
+// the file; Get still reads each one's body back, with its attempts.
+func TestRestoredReadBackAfterCompaction(t *testing.T) {
+	const n, taken = 20, 15
+	clock := newFakeClock()
+	o := Options{DataPath: t.TempDir(), SyncTimeout: time.Hour, now: clock.Now, journalCompactBytes: 1 << 10}
+	q := openQueue(t, o)
+	bodies := map[ID]string{}
+	for i := range n {
+		body := fmt.Sprintf("%02d", i) + strings.Repeat("x", 98)
+		bodies[mustPut(t, q, body)] = body
+	}
+	for range n {
+		if err := q.Requeue(mustGet(t, q).ID, 0); err != nil {
+			t.Fatalf("Requeue: %v", err)
+		}
+	}
+	if err := q.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+
+	q = openQueue(t, o)
+	for range taken { // the first in the journal; their FINs make it mostly dead
+		m := mustGet(t, q)
+		if string(m.Body) != bodies[m.ID] || m.Attempts != 2 {
+			t.Fatalf("got %s %.8q... attempts %d, want %.8q... attempts 2", m.ID, m.Body, m.Attempts, bodies[m.ID])
+		}
+		mustFinish(t, q, m.ID)
+		delete(bodies, m.ID)
+	}
+	eventually(t, "a journal compaction", func() bool { return q.Stats().JournalCompactions > 0 })
+	wants := map[ID]want{}
+	for id, body := range bodies {
+		wants[id] = want{body: body, attempts: 2}
+	}
+	expectExactly(t, q, clock, wants, 0)
 }

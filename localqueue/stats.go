@@ -6,8 +6,11 @@ import "sync/atomic"
 type Stats struct {
 	Name string
 	// Depth is the number of ready messages (MemDepth + BackendDepth):
-	// MemDepth those in memory (the memory chan, the ready messages Open
-	// restored from the journal), BackendDepth those in the backend.
+	// MemDepth those in the memory chan (at most MemQueueSize), whose
+	// bodies are in memory; BackendDepth those beyond it: in the backend,
+	// and the ready messages Open restored from the journal, whose bodies
+	// stay in the journal until Get reads them back (memory holds their
+	// IDs, attempts and due times).
 	Depth        int64
 	MemDepth     int64
 	BackendDepth int64
