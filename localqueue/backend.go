@@ -41,6 +41,10 @@ type backend interface {
 	// errorCount is the number of errors the backend has reported itself
 	// (corrupt or unreadable files, failed syncs).
 	errorCount() uint64
+	// damageCount is the number of those errors that may have lost
+	// records: damaged or unreadable data, which go-diskqueue skips (see
+	// upkeepError for the others).
+	damageCount() uint64
 	// metadataCorrupt is 1 if Open found the backend's metadata damaged
 	// and rebuilt it from the data files, else 0.
 	metadataCorrupt() uint64
@@ -66,8 +70,9 @@ type diskBackend struct {
 	dataPath    string
 	metaBad     uint64 // 1: prepareMetadata rebuilt damaged metadata; set before use
 	reusedNonce uint64 // ownWriteFile's marker nonce; set before use
-	onError     func() // called (on go-diskqueue's goroutine) after each error counted in errs
+	onDamage    func() // called (on go-diskqueue's goroutine) after each error counted in damage
 	errs        atomic.Uint64
+	damage      atomic.Uint64 // the errors of errs that may have lost records
 	syncFails   atomic.Uint64 // go-diskqueue's "failed to sync" errors
 	syncLog     lograte.Limit // their log lines
 	rolled      rolledFiles
@@ -77,16 +82,17 @@ type diskBackend struct {
 
 // newDiskBackend opens go-diskqueue on o.DataPath, its metadata repaired
 // (prepareMetadata) and its writes moved to a data file of their own
-// (ownWriteFile). onError is called on go-diskqueue's goroutine after
-// each error it reports (see errorCount); nil for none.
-func newDiskBackend(o *Options, log *zap.Logger, onError func()) (*diskBackend, error) {
+// (ownWriteFile). onDamage is called on go-diskqueue's goroutine after
+// each error it reports that may have lost records (see damageCount); nil
+// for none.
+func newDiskBackend(o *Options, log *zap.Logger, onDamage func()) (*diskBackend, error) {
 	b := &diskBackend{
 		name:     o.Name,
 		log:      log,
 		pattern:  filepath.Join(o.DataPath, o.Name+".diskqueue.*.dat"),
 		syncEach: o.SyncEvery == 1,
 		dataPath: o.DataPath,
-		onError:  onError,
+		onDamage: onDamage,
 	}
 	damaged, err := prepareMetadata(o.DataPath, o.Name, 4+envelopeOverhead, log)
 	if err != nil {
@@ -126,7 +132,7 @@ func (b *diskBackend) logf(lvl diskqueue.LogLevel, f string, args ...any) {
 		// leaves behind the temporary file of metadata it failed to write,
 		// named in the error.
 		b.syncFails.Add(1)
-		b.counted()
+		b.counted(false)
 		b.syncLog.Error(b.log, msg)
 		if len(args) == 2 {
 			err, _ := args[1].(error)
@@ -140,17 +146,32 @@ func (b *diskBackend) logf(lvl diskqueue.LogLevel, f string, args ...any) {
 	case diskqueue.WARN:
 		b.log.Warn(msg)
 	default:
-		b.counted()
+		b.counted(!upkeepError(f))
 		b.log.Error(msg)
 	}
 }
 
-// counted counts an error go-diskqueue reported, and tells onError.
-func (b *diskBackend) counted() {
+// counted counts an error go-diskqueue reported, and tells onDamage of
+// one that may have lost records.
+func (b *diskBackend) counted(damage bool) {
 	b.errs.Add(1)
-	if b.onError != nil {
-		b.onError()
+	if !damage {
+		return
 	}
+	b.damage.Add(1)
+	if b.onDamage != nil {
+		b.onDamage()
+	}
+}
+
+// upkeepError reports whether go-diskqueue's error line of format f is
+// about the upkeep of its files, which loses no record: a failed sync
+// (the records are written; a full disk fails every sync) or a failed
+// removal of a file it is done with. Any other error may have cost
+// records: a file it could not read and skipped, or positions that do
+// not fit the data (its lines say "corruption" or "data loss").
+func upkeepError(f string) bool {
+	return strings.Contains(f, "failed to sync") || strings.Contains(strings.ToLower(f), "failed to remove")
 }
 
 // removeMetaTemps removes the temporary files go-diskqueue leaves behind
@@ -221,6 +242,7 @@ func (b *diskBackend) Delete() error {
 	return err
 }
 func (b *diskBackend) errorCount() uint64      { return b.errs.Load() }
+func (b *diskBackend) damageCount() uint64     { return b.damage.Load() }
 func (b *diskBackend) metadataCorrupt() uint64 { return b.metaBad }
 func (b *diskBackend) reusedMarker() uint64    { return b.reusedNonce }
 

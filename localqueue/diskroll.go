@@ -19,8 +19,8 @@ import (
 // end (io.EOF), takes that for damage, renames the file to .bad and moves
 // on. Nothing is lost (every record in it was read), but the file, up to
 // MaxBytesPerFile, stays on disk for good, once per file for a queue whose
-// consumers keep up, and the error would count in Stats.BackendErrors
-// (which ends the journal's stale-copy check).
+// consumers keep up, and the error would count in Stats.BackendErrors as
+// damage (which ends the journal's stale-copy check).
 //
 // logf recognises the pair of lines (a read at exactly the end of the
 // file, failing with io.EOF, then the rename of that file): neither is

@@ -146,7 +146,9 @@
 // damaged data before the marker, the check stops: a stale copy may then
 // be delivered twice rather than a live one dropped; and as damage may
 // take the marker with it, the restored messages go as soon as the backend
-// reports damage (TestStaleCheckStopsAfterDamage).
+// reports damage (TestStaleCheckStopsAfterDamage). An error that loses no
+// record, such as a failed sync on a full disk, does neither
+// (TestFailedSyncIsNoDamage).
 //
 // Damage in the journal (a torn tail, a bad checksum, garbage) is logged
 // at error level with the journal's path, counted in Stats.JournalCorrupt,

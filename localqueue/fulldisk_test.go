@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -360,4 +361,61 @@ func TestJournalDeadRecordsFillingTheDisk(t *testing.T) {
 		t.Fatalf("after %d messages: %d journal compactions, %d journal errors; want at least one compaction and at most %d errors", n, st.JournalCompactions, st.JournalErrors, n/20)
 	}
 	t.Logf("%d messages through 2 MiB: %d journal compactions, %d journal errors", n, st.JournalCompactions, st.JournalErrors)
+}
+
+// TestFailedSyncIsNoDamage: go-diskqueue's "failed to sync" on a full
+// disk is an error it reports, not damage: it loses no record, so neither
+// the dedup marker Open wrote nor the order around it. The messages Open
+// restored still come after the backend's records from before the Open,
+// and the stale-copy check goes on: the backend's copy of a requeued
+// message is dropped, not delivered besides the restored message.
+//
+// Before the Close: m0..m2 put, then b0..b4; m0..m2 got, m2 requeued (its
+// copy goes to the backend after b4). After the Open: restored m0..m2
+// wait for the marker after m2's copy; on the full disk go-diskqueue's
+// sync after a Put fails.
+func TestFailedSyncIsNoDamage(t *testing.T) {
+	dir := tmpfs.Mount(t, 2<<20)
+	o := Options{DataPath: dir, SyncEvery: 1, MaxBytesPerFile: 1 << 20, MaxMsgSize: 64 << 10}
+	q := openQueue(t, o)
+	for _, body := range []string{"m0", "m1", "m2", "b0", "b1", "b2", "b3", "b4"} {
+		mustPut(t, q, body)
+	}
+	var m2 ID
+	for range 3 {
+		m2 = mustGet(t, q).ID
+	}
+	if err := q.Requeue(m2, 0); err != nil {
+		t.Fatalf("Requeue: %v", err)
+	}
+	if err := q.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+
+	q = openQueue(t, o)
+	ballast := tmpfs.Fill(t, dir, 0)
+	want := "[b0/1 b1/1 b2/1 b3/1 b4/1 m0/2 m1/2 m2/2]"
+	// The data file's last page may have room for p: then only the sync
+	// fails, and p comes after the marker.
+	switch _, err := q.Put([]byte("p")); {
+	case errors.Is(err, ErrNotSynced):
+		want = "[b0/1 b1/1 b2/1 b3/1 b4/1 m0/2 m1/2 m2/2 p/1]"
+	case !errors.Is(err, syscall.ENOSPC):
+		t.Fatalf("Put on a full disk: got %v, want ENOSPC or ErrNotSynced", err)
+	}
+	eventually(t, "go-diskqueue's failed sync counted in BackendErrors", func() bool { return q.Stats().BackendErrors > 0 })
+	if err := os.Remove(ballast); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for m := tryGet(t, q, 200*time.Millisecond); m != nil; m = tryGet(t, q, 200*time.Millisecond) {
+		got = append(got, fmt.Sprintf("%s/%d", m.Body, m.Attempts))
+		mustFinish(t, q, m.ID)
+	}
+	if fmt.Sprint(got) != want {
+		t.Fatalf("deliveries (body/attempts) after a failed sync: got %v, want %s", got, want)
+	}
+	if st := q.Stats(); st.Duplicates != 1 {
+		t.Fatalf("Duplicates: got %d, want 1 (m2's copy in the backend)", st.Duplicates)
+	}
 }

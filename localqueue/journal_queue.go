@@ -24,7 +24,7 @@ func (q *Queue) writeMarker() error {
 	// it only dedups, so it needs no fsync of its own.
 	q.markerNonce = q.journal.gen
 	q.marker.Store(true)
-	q.backendErrs = q.backend.errorCount()
+	q.backendDamage = q.backend.damageCount()
 	return nil
 }
 

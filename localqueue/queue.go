@@ -42,10 +42,11 @@ type Queue struct {
 	// (with markerNonce) has not been read by Get; Depth leaves it out.
 	marker      atomic.Bool
 	markerNonce uint64
-	// backendErrs is the backend's error count when dedup began: if it
-	// grows, the marker may be gone with a corrupt file, so dedup ends.
-	backendErrs uint64
-	writer      backendWriter
+	// backendDamage is the backend's damage count when dedup began: if
+	// it grows, the marker may be gone with a damaged file, so dedup
+	// ends. Errors that lose no record (a failed sync) leave it alone.
+	backendDamage uint64
+	writer        backendWriter
 	// journalErrLog holds back the lines of journal writes that failed
 	// after the first each second: on a full disk every one fails
 	// (Stats.JournalErrors counts them all).
@@ -505,7 +506,7 @@ func (q *Queue) fromBackend(b []byte, op uint64) *record {
 	r.e.Value = r
 	if j != nil {
 		if j.dedupOn.Load() {
-			if q.backend.errorCount() != q.backendErrs {
+			if q.backend.damageCount() != q.backendDamage {
 				q.stopDedup("the backend skipped damaged data")
 			} else if j.stale(r.m.ID) {
 				q.stats.duplicates.Add(1)
