@@ -71,10 +71,13 @@ type Partition[M, T any] struct {
 	hasOrphans atomic.Bool
 	gone       atomic.Bool // revoked, for readers without the lock
 
-	outstanding atomicInt // items handed to lanes and not yet finished, dropped or abandoned
-	// abandonedAfter counts items abandoned after the revoke (failed in
-	// the drain, or let go once their hold was settled): AbandonedInDrain.
-	abandonedAfter atomic.Int64
+	// unsettled holds two counts in one word, so that one load reads both
+	// at one instant (Unsettled): its low 32 bits count the items handed
+	// to lanes (Flush, Track) and not yet taken back by the owner
+	// (AdvanceFunc), dropped or abandoned: Outstanding; the bits above
+	// count the items abandoned after the revoke (failed in the drain, or
+	// let go once their hold was settled): AbandonedInDrain.
+	unsettled atomicInt
 	// draining makes every completion wake the owner (it waits for
 	// Outstanding to reach zero after Revoke).
 	draining atomicBool
@@ -183,7 +186,7 @@ func (p *Partition[M, T]) Track(it *Item[M, T], offset, size int64) error {
 	p.inflight++
 	p.bytes += size
 	p.peak = max(p.peak, p.inflight)
-	p.outstanding.Add(1)
+	p.unsettled.Add(1)
 	return nil
 }
 
@@ -210,8 +213,7 @@ func (p *Partition[M, T]) Flush() {
 	if len(p.pending) == 0 {
 		return
 	}
-	n := uint64(len(p.pending))
-	p.outstanding.Add(int64(n))
+	p.unsettled.Add(int64(len(p.pending)))
 	p.inFlight.Store(p.inflight)
 	p.s.push(p, p.pending)
 	clear(p.pending)
@@ -263,8 +265,10 @@ func (p *Partition[M, T]) AdvanceFunc(fn func(*Item[M, T])) int {
 	} else {
 		it = p.finished.Swap(nil)
 	}
+	taken := int64(0)
 	for it != nil {
 		next := it.next
+		taken++
 		if it.orphan.Load() {
 			// A hung call came back: its copy runs, or has run, in
 			// its place (replaceOrphans).
@@ -285,6 +289,9 @@ func (p *Partition[M, T]) AdvanceFunc(fn func(*Item[M, T])) int {
 		}
 		p.recycle(it)
 		it = next
+	}
+	if taken > 0 {
+		p.unsettled.Add(-taken) // one atomic per Advance, none per completion
 	}
 	p.inFlight.Store(p.inflight)
 	return int(p.tracker.Released() - before)
@@ -389,8 +396,25 @@ func (p *Partition[M, T]) InFlight() int64 { return p.inFlight.Load() }
 func (p *Partition[M, T]) Bytes() int64 { return p.bytes }
 
 // Outstanding is how many of the partition's items are queued, waiting in a
-// batch or running, and so may still finish.
-func (p *Partition[M, T]) Outstanding() int64 { return p.outstanding.Load() }
+// batch, running, or finished and not yet taken back (AdvanceFunc). After
+// Seal and the final Advance, those the partition gave up on: their calls
+// may still return, and count for nothing.
+func (p *Partition[M, T]) Outstanding() int64 {
+	n, _ := p.Unsettled()
+	return n
+}
+
+// Unsettled is Outstanding and AbandonedInDrain, read at one instant: an
+// item abandoned meanwhile counts in one of them, never in both nor in
+// neither.
+func (p *Partition[M, T]) Unsettled() (outstanding, abandonedInDrain int64) {
+	v := p.unsettled.Load()
+	return v & (abandonedUnit - 1), v / abandonedUnit
+}
+
+// abandonedUnit is one abandoned item in Partition.unsettled: the bits
+// below count the outstanding items, which a partition never has 2^32 of.
+const abandonedUnit = 1 << 32
 
 func (p *Partition[M, T]) recycle(it *Item[M, T]) {
 	if p.s.reset != nil {
@@ -412,16 +436,19 @@ func (p *Partition[M, T]) recycle(it *Item[M, T]) {
 	p.free = append(p.free, it)
 }
 
-// complete pushes the finished chain head..tail (n items) for the owner to
-// take back, and wakes it unless a wake is on its way already. It reports
+// complete pushes the finished chain head..tail for the owner to take
+// back, and wakes it unless a wake is on its way already. It reports
 // false, and pushes nothing, once the partition is sealed (Seal): its
-// owner takes nothing more back.
-func (p *Partition[M, T]) complete(head, tail *Item[M, T], n int64) bool {
+// owner takes nothing more back, and the chain stays Outstanding (the
+// owner counts it as given up on). The push is the one place a completion
+// is decided: the owner takes the chain off Outstanding when it takes it
+// back, so an item is either taken back or counted outstanding at the
+// seal, never both, never neither.
+func (p *Partition[M, T]) complete(head, tail *Item[M, T]) bool {
 	var old *Item[M, T]
 	for {
 		old = p.finished.Load()
 		if old == p.sealMark {
-			p.outstanding.Add(-n)
 			return false
 		}
 		tail.next = old
@@ -429,7 +456,6 @@ func (p *Partition[M, T]) complete(head, tail *Item[M, T], n int64) bool {
 			break
 		}
 	}
-	p.outstanding.Add(-n)
 	switch {
 	case p.draining.Load():
 		signal(p.wake)
@@ -448,7 +474,10 @@ func (p *Partition[M, T]) complete(head, tail *Item[M, T], n int64) bool {
 // finished from now on (its call returned after the drain gave up on it)
 // is not the partition's to count or commit, and whoever finished it is
 // told so (Batch.Taken, Settle, Finish). The owner calls it when its drain
-// ends, before the final Advance, which takes back what finished before.
+// ends, before the final Advance, which takes back what finished before:
+// Unsettled read after that Advance counts every other item once, as
+// given up on (outstanding) or abandoned in the drain, whatever their
+// calls do afterwards.
 func (p *Partition[M, T]) Seal() {
 	if p.sealed {
 		return
@@ -458,17 +487,22 @@ func (p *Partition[M, T]) Seal() {
 }
 
 // abandoned lets go of n items that will not finish, counting those of a
-// revoked partition (AbandonedInDrain).
+// revoked partition (AbandonedInDrain) in the same atomic add that takes
+// them off Outstanding.
 func (p *Partition[M, T]) abandoned(n int64) {
 	if p.gone.Load() {
-		p.abandonedAfter.Add(n)
+		p.settle(n*abandonedUnit - n)
+		return
 	}
 	p.letGo(n)
 }
 
 // letGo takes n items off Outstanding, waking a draining owner.
-func (p *Partition[M, T]) letGo(n int64) {
-	p.outstanding.Add(-n)
+func (p *Partition[M, T]) letGo(n int64) { p.settle(-n) }
+
+// settle adds d to unsettled, waking a draining owner.
+func (p *Partition[M, T]) settle(d int64) {
+	p.unsettled.Add(d)
 	if p.draining.Load() {
 		signal(p.wake)
 	}
@@ -478,7 +512,10 @@ func (p *Partition[M, T]) letGo(n int64) {
 // besides those Revoke reported: items that failed while the partition
 // drained, or whose hold was settled with a timed wait (Waits), left for
 // the next owner.
-func (p *Partition[M, T]) AbandonedInDrain() int64 { return p.abandonedAfter.Load() }
+func (p *Partition[M, T]) AbandonedInDrain() int64 {
+	_, n := p.Unsettled()
+	return n
+}
 
 // Drain makes every later completion wake the owner, which then waits for
 // Outstanding to reach zero. Call it after Revoke and before reading
@@ -495,7 +532,7 @@ func (p *Partition[M, T]) Drain() { p.draining.Store(true) }
 func (p *Partition[M, T]) Revoke() (dropped, abandoned int) {
 	p.Flush()
 	dropped, abandoned = p.s.revoke(p)
-	p.outstanding.Add(-int64(dropped + abandoned))
+	p.unsettled.Add(-int64(dropped + abandoned))
 	return dropped, abandoned
 }
 

@@ -734,7 +734,7 @@ func finish[M, T any](items []*Item[M, T]) (taken int) {
 	k := 0
 	completeAll := func() {
 		for _, c := range chains[:k] {
-			if c.p.complete(c.head, c.tail, c.n) {
+			if c.p.complete(c.head, c.tail) {
 				taken += int(c.n)
 			}
 		}

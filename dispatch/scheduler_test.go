@@ -321,10 +321,13 @@ func TestRevoke(t *testing.T) {
 		}
 	}
 	s.Release(running)
-	if got := p.Outstanding(); got != 0 {
-		t.Fatalf("Outstanding after the running batch finished: got %d, want 0", got)
+	if got := p.Outstanding(); got != 2 {
+		t.Fatalf("Outstanding after the running batch finished: got %d, want 2 (finished, not yet taken back)", got)
 	}
 	p.Advance()
+	if got := p.Outstanding(); got != 0 {
+		t.Fatalf("Outstanding after Advance: got %d, want 0", got)
+	}
 	if next, _ := p.Next(); next != 2 {
 		t.Fatalf("final frontier: got %d, want 2", next)
 	}

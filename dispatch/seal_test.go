@@ -1,6 +1,10 @@
 package dispatch
 
-import "testing"
+import (
+	"sync"
+	"sync/atomic"
+	"testing"
+)
 
 // TestSealTakesNothingBack: once a revoked partition is sealed (its drain
 // gave up on a call), the items that call finishes are not taken back:
@@ -62,5 +66,60 @@ func TestSealTakesNothingBack(t *testing.T) {
 				t.Fatalf("the other partition's Advance: got %d passed, want 1", got)
 			}
 		})
+	}
+}
+
+// TestSealCountsEachItemOnce: calls end (succeed, or fail and are
+// abandoned) while the owner of their revoked partition seals it: each
+// item is then either taken back by the final Advance, and reported taken
+// to the call that finished it, or counted by Unsettled, outstanding (given
+// up on) or abandoned in the drain; never two of these, never none.
+func TestSealCountsEachItemOnce(t *testing.T) {
+	const n, rounds = 8, 20000
+	for round := range rounds {
+		s := New[msg, int](Options[msg, int]{Size: 1, MaxInFlight: 100})
+		p := s.NewPartition(16)
+		var off int64
+		lanes := make([]int, n)
+		for i := range lanes {
+			lanes[i] = i
+		}
+		feed(t, p, &off, lanes...)
+		batches := make([]*Batch[msg, int], n)
+		for i := range batches {
+			batches[i] = s.NewBatch(s.NewWorker())
+			if st := s.Next(batches[i], true, nil); st != Run || len(batches[i].Items) != 1 {
+				t.Fatalf("Next: got %v with %d items, want Run with 1", st, len(batches[i].Items))
+			}
+		}
+		p.Revoke()
+		p.Drain()
+		var reported atomic.Int64 // taken back, as the calls' ends were told
+		var wg sync.WaitGroup
+		for i, b := range batches {
+			wg.Go(func() {
+				if i%2 == 0 {
+					s.Release(b)
+					reported.Add(int64(b.Taken()))
+				} else { // fails: abandoned, its partition being revoked
+					reported.Add(int64(s.Settle(b, []Outcome{{Verdict: Return}})))
+				}
+			})
+		}
+		taken := 0
+		count := func(*Item[msg, int]) { taken++ }
+		for range round % 4 { // some rounds take some back before the seal
+			p.AdvanceFunc(count)
+		}
+		p.Seal()
+		p.AdvanceFunc(count)
+		late, inDrain := p.Unsettled()
+		wg.Wait()
+		if got := int64(taken); got != reported.Load() {
+			t.Fatalf("round %d: taken back %d, but the calls were told %d", round, got, reported.Load())
+		}
+		if sum := int64(taken) + late + inDrain; sum != n {
+			t.Fatalf("round %d: taken back %d + outstanding %d + abandoned in the drain %d = %d, want %d", round, taken, late, inDrain, sum, n)
+		}
 	}
 }

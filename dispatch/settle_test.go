@@ -541,10 +541,10 @@ func TestSettleRevokedFinishesDone(t *testing.T) {
 	if n := s.Settle(b, out); n != 2 {
 		t.Fatalf("Settle finished %d items, want 2 (offsets 0 and 3)", n)
 	}
-	if got := p.Outstanding(); got != 0 {
-		t.Fatalf("Outstanding after Settle: got %d, want 0", got)
-	}
 	p.Advance()
+	if got := p.Outstanding(); got != 0 {
+		t.Fatalf("Outstanding after Settle and Advance: got %d, want 0", got)
+	}
 	next, ranges, _ := p.Finished(nil)
 	if next != 1 || len(ranges) != 1 || ranges[0].Start != 3 || ranges[0].End != 4 {
 		t.Fatalf("frontier and finished ranges: got %d %v, want 1 [{3 4}] (offset 0 and 3 done, 1 failed, 2 behind it)", next, ranges)
@@ -607,10 +607,10 @@ func TestFinishingOutlivesRevoke(t *testing.T) {
 	if s.Unhold(held[0], true) || s.Unhold(held[1], false) {
 		t.Fatal("second Unhold: got true, want false")
 	}
-	if got := p.Outstanding(); got != 0 {
-		t.Fatalf("Outstanding after Unhold: got %d, want 0", got)
-	}
 	p.Advance()
+	if got := p.Outstanding(); got != 0 {
+		t.Fatalf("Outstanding after Unhold and Advance: got %d, want 0", got)
+	}
 	next, ranges, _ := p.Finished(nil)
 	if next != 1 || len(ranges) != 0 {
 		t.Fatalf("frontier and finished ranges: got %d %v, want 1 [] (offset 0 finished, 1 abandoned, 2 dropped)", next, ranges)
@@ -668,13 +668,13 @@ func TestHeldKeptUntilSettled(t *testing.T) {
 		} else if s.Waits(*held) {
 			t.Fatal("Waits after the revoke: got true, want false")
 		}
+		p.Advance()
 		if got := p.Outstanding(); got != 0 {
-			t.Fatalf("finishing %v: Outstanding: got %d, want 0", finishing, got)
+			t.Fatalf("finishing %v: Outstanding after Advance: got %d, want 0", finishing, got)
 		}
 		if got, want := p.AbandonedInDrain(), 1-want; got != want {
 			t.Fatalf("finishing %v: AbandonedInDrain: got %d, want %d", finishing, got, want)
 		}
-		p.Advance()
 		if next, _ := p.Next(); next != want {
 			t.Fatalf("finishing %v: frontier: got %d, want %d", finishing, next, want)
 		}

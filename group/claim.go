@@ -473,7 +473,8 @@ func (c *claimLoop[T]) revoke(reason claimEnd) error {
 	dropped, abandoned := c.p.Revoke()
 	dropped += c.undispatched.drop()
 	c.p.Drain()
-	late, cancelled, inDrain := int64(0), 0, int64(0)
+	c.advance() // what finished before Drain, whose wake may still be deferred
+	timedOut := false
 	if c.p.Outstanding() > 0 {
 		timer := time.NewTimer(c.g.cfg.DrainTimeout)
 	wait:
@@ -488,27 +489,30 @@ func (c *claimLoop[T]) revoke(reason claimEnd) error {
 				c.advance()
 				c.observe(false, len(waiting))
 			case <-timer.C:
-				// Read before late: an item abandoned from here on
-				// (its call cancelled next) counts as late.
-				inDrain, late = c.p.AbandonedInDrain(), c.p.Outstanding()
-				cause := ErrRevoked
-				if reason == endShutdown {
-					cause = ErrShutdown
-				}
-				cancelled = c.g.sched.CancelRunning(c.p, fmt.Errorf("%w: %s/%d after %v", cause, c.topic, c.part, c.g.cfg.DrainTimeout))
-				c.log.Warn("drain timeout: cancelling and letting go of unfinished batches",
-					zap.Duration("timeout", c.g.cfg.DrainTimeout), zap.Int64("unfinished", late), zap.Int("cancelled", cancelled))
+				timedOut = true
 				break wait
 			}
 		}
 		timer.Stop()
 	}
 	// What finishes from here on is not this claim's: neither committed
-	// nor counted as Handled (it is among the late, Stats.Abandoned).
+	// nor counted as Handled. The final advance takes back what finished
+	// before; what is still outstanding then is late (Stats.Abandoned),
+	// whatever its call returns, and is read with the items abandoned in
+	// the drain at one instant, so that each item counts once. Only then
+	// are the late calls cancelled: one that returns nil when cancelled
+	// must find the partition sealed.
 	c.p.Seal()
 	c.advance()
-	if late == 0 { // nothing outstanding: nothing abandoned from here on
-		inDrain = c.p.AbandonedInDrain()
+	late, inDrain := c.p.Unsettled()
+	if timedOut {
+		cause := ErrRevoked
+		if reason == endShutdown {
+			cause = ErrShutdown
+		}
+		cancelled := c.g.sched.CancelRunning(c.p, fmt.Errorf("%w: %s/%d after %v", cause, c.topic, c.part, c.g.cfg.DrainTimeout))
+		c.log.Warn("drain timeout: cancelling and letting go of unfinished batches",
+			zap.Duration("timeout", c.g.cfg.DrainTimeout), zap.Int64("unfinished", late), zap.Int("cancelled", cancelled))
 	}
 	abandoned += int(inDrain)
 	c.mark(c.addDrained(waiting))

@@ -2,8 +2,12 @@ package group
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 )
 
 // TestLateNilAfterShutdownNotHandled: a call that ignores its ctx and
@@ -70,5 +74,63 @@ func TestLateNilAfterShutdownNotHandled(t *testing.T) {
 	}
 	if got := next.Stats().Handled; got != 1 {
 		t.Errorf("the next member: got Handled %d, want 1 (offset %d again)", got, late)
+	}
+}
+
+// TestLateNilOnCancelNotCommitted: a call that returns nil as soon as its
+// ctx is cancelled (at the drain timeout, ErrShutdown) returns once its
+// claim gave up on it, and finished nothing the claim commits or counts:
+// the broker holds the frontier below it, and it is Abandoned, not
+// Handled, counted once. The claim's "drain timeout" log line waits until
+// the late call's completion is counted (or half a second after the call
+// returned, when it is not), so that the call returns inside the claim's
+// release whatever the timing.
+func TestLateNilOnCancelNotCommitted(t *testing.T) {
+	t.Parallel() // mostly waits on the broker and the drain
+	const late = 1
+	r := newRig(t, "late-cancel", 1, 3, 3) // three keys: offsets 0 and 2 do not wait behind 1
+	w := r.work(0, 0)
+	started := make(chan struct{})
+	first := true
+	do := func(ctx context.Context, batch []*Message) error {
+		for _, m := range batch {
+			if m.Offset == late && first {
+				first = false // only one worker ever runs offset 1 here
+				close(started)
+				<-ctx.Done() // honours its ctx, and reports success
+			}
+		}
+		return w.Do(ctx, batch)
+	}
+	cfg := r.config("late-cancel")
+	cfg.Size, cfg.Num, cfg.DrainTimeout = 1, 2, 200*time.Millisecond
+	logger, logs := observedTee(t)
+	var g *Group[*Message]
+	cfg.Logger = logger.WithOptions(zap.Hooks(func(e zapcore.Entry) error {
+		if !strings.HasPrefix(e.Message, "drain timeout") {
+			return nil
+		}
+		waitFor(t, time.Minute, "the late call to return", func() bool { return g.Stats().Batches == 3 })
+		deadline := time.Now().Add(500 * time.Millisecond)
+		for g.Stats().Handled < 3 && time.Now().Before(deadline) {
+			time.Sleep(time.Millisecond)
+		}
+		return nil
+	}))
+	g = newGroup(t, cfg, do)
+	stop := run(t, g)
+	<-started
+	waitFor(t, time.Minute, "offsets 0 and 2 to be handled", func() bool { return g.Stats().Handled == 2 })
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if c := r.b.Committed(cfg.GroupID, r.topic)[0]; c != late {
+		t.Errorf("final commit: got offset %d, want %d (below the call the drain gave up on)", c, late)
+	}
+	if st := g.Stats(); st.Handled != 2 || st.Abandoned != 1 || st.Batches != 3 {
+		t.Errorf("got Handled %d, Abandoned %d, Batches %d; want 2, 1 and 3 (each message counted once)", st.Handled, st.Abandoned, st.Batches)
+	}
+	if e := logs.FilterMessage("partition released").All(); len(e) != 1 || e[0].ContextMap()["late"] != int64(1) {
+		t.Errorf("release log: got %v, want one with late 1", e)
 	}
 }

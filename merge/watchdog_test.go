@@ -222,13 +222,29 @@ func TestOrphanedCallReturnChargesNothing(t *testing.T) {
 				t.Fatal("OnStuck not called")
 			}
 			if tt.returnFirst {
+				select { // Orphan's wake, for the copy
+				case <-r.p.Wake():
+				default:
+				}
 				release.open()
 				// The hung batch's item is handed back (Settle) after
-				// its outcome was recorded.
-				waitUntil(t, 5*time.Second, "the hung call to be settled", func() bool { return returned.Load() && r.p.Outstanding() == 0 })
+				// its outcome was recorded: its push wakes the owner,
+				// who has not made the copy yet.
+				select {
+				case <-r.p.Wake():
+				case <-time.After(5 * time.Second):
+					t.Fatal("timed out waiting for the hung call to be settled")
+				}
 			}
 			r.waitCommitted(t, 1, 10*time.Second)
-			waitUntil(t, 5*time.Second, "the hung call to be settled", func() bool { return returned.Load() && r.p.Outstanding() == 0 })
+			r.pool.Stop() // the hung call has returned and been settled
+			r.p.Advance()
+			if !returned.Load() {
+				t.Fatal("the hung call did not return before the pool stopped")
+			}
+			if got := r.p.Outstanding(); got != 0 {
+				t.Fatalf("Outstanding once the hung call was settled and taken back: got %d, want 0", got)
+			}
 			if got := copyAttempt.Load(); got != 2 {
 				t.Fatalf("attempt of the copy: got %d, want 2", got)
 			}
