@@ -153,6 +153,14 @@ func (f *failures[T]) start(ctx context.Context) error {
 	return nil
 }
 
+// stopRedelivery stops handing parked messages out and drains those
+// running (see parking.drain).
+func (f *failures[T]) stopRedelivery() {
+	if f.park != nil {
+		f.park.stopRedelivery()
+	}
+}
+
 // close stops the failure path and releases its queues. Items still held
 // stay unfinished: nothing is committed past them.
 func (f *failures[T]) close() error {

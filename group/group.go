@@ -484,6 +484,7 @@ func (g *Group[T]) startWorkers(ctx context.Context) (stop func() error, err err
 	return func() error {
 		close(stopCommits)
 		commits.Wait()
+		g.fail.stopRedelivery() // before the calls' ctx ends: what finishes in time is finished in the parked queue
 		cancelWork(ErrShutdown)
 		pool.Stop()
 		return g.fail.close()

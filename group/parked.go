@@ -29,6 +29,12 @@ type parking[T any] struct {
 	q    *localqueue.Queue
 	side *dispatch.Partition[Message, T] // owned by redeliver
 
+	// stop asks redeliver to stop (stopRedelivery); redelivered is closed
+	// once it has drained the side partition and returned.
+	stop        chan struct{}
+	stopOnce    sync.Once
+	redelivered chan struct{}
+
 	mu    sync.Mutex
 	queue []parkJob[T]
 	kick  chan struct{}
@@ -61,7 +67,8 @@ func newParking[T any](g *Group[T], sc *localqueue.Scanner) (*parking[T], error)
 	if err != nil {
 		return nil, fmt.Errorf("group: parked messages under %s: %w", g.cfg.DataPath, err)
 	}
-	p := &parking[T]{g: g, q: q, kick: make(chan struct{}, 1), ids: make(map[int64]localqueue.ID)}
+	p := &parking[T]{g: g, q: q, kick: make(chan struct{}, 1), ids: make(map[int64]localqueue.ID),
+		stop: make(chan struct{}), redelivered: make(chan struct{})}
 	// What a previous run left: every parked message is in the queue's
 	// journal (PutDeferred and Replace write it there), which counts
 	// messages, where Depth counts backend records, dedup markers and
@@ -87,6 +94,14 @@ func (p *parking[T]) start(ctx context.Context, wg *sync.WaitGroup) {
 	p.side = p.g.sched.NewSidePartition(p.g.cfg.Chan)
 	wg.Go(func() { p.park(ctx) })
 	wg.Go(func() { p.redeliver(ctx) })
+}
+
+// stopRedelivery stops handing parked messages out and waits until the
+// side partition has drained (see drain). Call it before the workers' ctx
+// is cancelled, so that what finishes in time is finished in the queue.
+func (p *parking[T]) stopRedelivery() {
+	p.stopOnce.Do(func() { close(p.stop) })
+	<-p.redelivered
 }
 
 func (p *parking[T]) close() error { return p.q.Close() }
@@ -186,26 +201,32 @@ func (p *parking[T]) writeErr(jobs []parkJob[T]) error {
 
 // redeliver hands parked messages back to the workers as they come due, at
 // most a claimed partition's share of the in-flight budget at a time (see
-// room), and finishes their queue messages as they finish.
+// room), and finishes their queue messages as they finish. When Run stops
+// (or stopRedelivery asks) it drains the side partition and returns.
 func (p *parking[T]) redeliver(ctx context.Context) {
+	defer close(p.redelivered)
 	got := make(chan *localqueue.Message)
 	var getter sync.WaitGroup
+	getCtx, stopGetting := context.WithCancel(ctx)
 	defer getter.Wait()
+	defer stopGetting()
 	want := make(chan struct{}, 1)
 	getter.Go(func() {
 		for {
 			select {
 			case <-want:
-			case <-ctx.Done():
+			case <-getCtx.Done():
 				return
 			}
-			m, err := p.q.Get(ctx)
+			// A message got and not handed over stays in flight in
+			// the queue: the next run has it.
+			m, err := p.q.Get(getCtx)
 			if err != nil {
 				return
 			}
 			select {
 			case got <- m:
-			case <-ctx.Done():
+			case <-getCtx.Done():
 				return
 			}
 		}
@@ -222,9 +243,58 @@ func (p *parking[T]) redeliver(ctx context.Context) {
 			p.intake(m)
 		case <-p.side.Wake():
 			p.side.AdvanceFunc(p.finished)
+		case <-p.g.stopping:
+			stopGetting()
+			p.drain(ctx)
+			return
+		case <-p.stop:
+			stopGetting()
+			p.drain(ctx)
+			return
 		case <-ctx.Done():
+			p.drain(ctx)
 			return
 		}
+	}
+}
+
+// drain lets the side partition go as a claim lets its partition go:
+// nothing more runs, the calls under way get DrainTimeout (or until ctx
+// ends) to finish, and each one that finishes has its queue message
+// finished; then the partition is sealed and what finished before is
+// taken back. What is still running then was given up on: counted
+// abandoned, not handled, whatever its call returns, and its queue message
+// stays, for the next run. So does every message dropped unrun.
+func (p *parking[T]) drain(ctx context.Context) {
+	side := p.side
+	dropped, abandoned := side.Revoke()
+	side.Drain()
+	side.AdvanceFunc(p.finished) // what finished before Drain, whose wake may still be deferred
+	if side.Outstanding() > 0 {
+		timer := time.NewTimer(p.g.cfg.DrainTimeout)
+	wait:
+		for side.Outstanding() > 0 {
+			select {
+			case <-side.Wake():
+				side.AdvanceFunc(p.finished)
+			case <-timer.C:
+				break wait
+			case <-ctx.Done():
+				break wait
+			}
+		}
+		timer.Stop()
+	}
+	side.Seal()
+	side.AdvanceFunc(p.finished)
+	late, inDrain := side.Unsettled()
+	side.Close()
+	p.g.fail.forget(side)
+	p.g.ctr.dropped.Add(int64(dropped))
+	p.g.ctr.abandoned.Add(int64(abandoned) + inDrain + late)
+	if late > 0 {
+		p.g.log.Warn("parked messages still running after the drain timeout: left parked for the next run",
+			zap.String("path", p.g.cfg.DataPath), zap.Duration("timeout", p.g.cfg.DrainTimeout), zap.Int64("unfinished", late))
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -186,5 +187,87 @@ func TestParkedOrphanFinishesItsQueueMessage(t *testing.T) {
 	}
 	if got := calls.Load(); got != 3 {
 		t.Fatalf("calls with offset %d: got %d, want 3 (failed, hung, its copy)", target, got)
+	}
+}
+
+// TestParkedDrainedAtStop: a parked message's redelivered call still
+// running when Run stops gets DrainTimeout, as a claim's calls do. One
+// that returns nil in time finishes its queue message: Handled, and
+// nothing left parked for the next run. One still running then is given
+// up on: it returns nil once its ctx is cancelled, and that finishes
+// nothing: it is Abandoned, not Handled, and its queue message stays
+// parked, so the next run on the same DataPath handles it. Either way each
+// message is handled once over both runs.
+func TestParkedDrainedAtStop(t *testing.T) {
+	t.Parallel() // mostly waits on the broker and the drain
+	const n, target = 10, 3
+	for _, tt := range []struct {
+		name  string
+		drain time.Duration
+		// call is the redelivered call of the parked message; stopping
+		// is closed when the test stops the first run.
+		call func(ctx context.Context, stopping <-chan struct{})
+		// the first run's Handled, Abandoned and Parked after it stopped,
+		// and the second run's Handled
+		handled, abandoned, parked, second int64
+	}{
+		{"returns nil in time", 5 * time.Second, func(ctx context.Context, stopping <-chan struct{}) {
+			<-stopping
+			time.Sleep(100 * time.Millisecond) // ignores ctx, which is not cancelled yet
+		}, n, 0, 0, 0},
+		{"returns nil once cancelled", 200 * time.Millisecond, func(ctx context.Context, _ <-chan struct{}) {
+			<-ctx.Done() // honours its ctx, and reports success
+		}, n - 1, 1, 1, 1},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			name := "parked-drained-" + strings.ReplaceAll(tt.name, " ", "-")
+			r := newRig(t, name, 1, n, n)
+			w := r.work(0, 0)
+			cfg := r.config(name)
+			cfg.Size, cfg.Num, cfg.Ordering, cfg.DataPath, cfg.DrainTimeout = 1, 2, Unordered, t.TempDir(), tt.drain
+			var calls atomic.Int64
+			stopping := make(chan struct{})
+			first := newGroup(t, cfg, func(ctx context.Context, batch []*Message) error {
+				if m := batch[0]; m.Offset == target {
+					switch calls.Add(1) {
+					case 1:
+						r.markSettled(m.Partition, m.Offset)
+						var be BatchError
+						be.Defer(0, 10*time.Millisecond) // parked (ParkAfter 0)
+						return be.Err()
+					case 2: // redelivered from the parked queue
+						tt.call(ctx, stopping)
+					}
+				}
+				return w.Do(ctx, batch)
+			})
+			stop := run(t, first)
+			waitFor(t, time.Minute, "the parked message's redelivered call, and the rest handled and committed", func() bool {
+				return calls.Load() == 2 && first.Stats().Handled == n-1 && r.b.Committed(cfg.GroupID, r.topic)[0] == n
+			})
+			close(stopping)
+			if err := stop(); err != nil {
+				t.Fatal(err)
+			}
+			st := first.Stats()
+			if st.Handled != tt.handled || st.Abandoned != tt.abandoned || st.Parked != tt.parked {
+				t.Errorf("first run: got Handled %d, Abandoned %d, Parked %d; want %d, %d and %d",
+					st.Handled, st.Abandoned, st.Parked, tt.handled, tt.abandoned, tt.parked)
+			}
+
+			second := newGroup(t, cfg, w.Do)
+			stop = run(t, second)
+			waitFor(t, time.Minute, "nothing left parked", func() bool {
+				st := second.Stats()
+				return st.Handled >= tt.second && st.Parked == 0
+			})
+			if err := stop(); err != nil {
+				t.Fatal(err)
+			}
+			if h1, h2 := st.Handled, second.Stats().Handled; h1+h2 != n || h2 != tt.second {
+				t.Errorf("Handled over both runs: got %d + %d, want %d + %d (offset %d once)", h1, h2, tt.handled, tt.second, target)
+			}
+		})
 	}
 }
