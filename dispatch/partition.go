@@ -74,7 +74,8 @@ type Partition[M, T any] struct {
 	// unsettled holds two counts in one word, so that one load reads both
 	// at one instant (Unsettled): its low 32 bits count the items handed
 	// to lanes (Flush, Track) and not yet taken back by the owner
-	// (AdvanceFunc), dropped or abandoned: Outstanding; the bits above
+	// (AdvanceFunc), dropped, abandoned or given up on (Orphan: its copy
+	// counts instead): Outstanding; the bits above
 	// count the items abandoned after the revoke (failed in the drain, or
 	// let go once their hold was settled): AbandonedInDrain.
 	unsettled atomicInt
@@ -268,10 +269,10 @@ func (p *Partition[M, T]) AdvanceFunc(fn func(*Item[M, T])) int {
 	taken := int64(0)
 	for it != nil {
 		next := it.next
-		taken++
 		if it.orphan.Load() {
 			// A hung call came back: its copy runs, or has run, in
-			// its place (replaceOrphans).
+			// its place (replaceOrphans), and Orphan took it off
+			// Outstanding.
 			if it.replaced {
 				p.recycle(it)
 			} else {
@@ -280,6 +281,7 @@ func (p *Partition[M, T]) AdvanceFunc(fn func(*Item[M, T])) int {
 			it = next
 			continue
 		}
+		taken++
 		if p.tracker.Finish(it) {
 			p.inflight--
 			p.bytes -= int64(it.size)

@@ -340,7 +340,8 @@ func (s *Scheduler[M, T]) Running(w *Worker[M, T], call uint64) (first M, lane u
 // are charged nothing. For lanes that hold one message each (Unordered):
 // otherwise a copy could run while its lane mates wait behind the hung
 // call. It acts only while w is still in call (the call judged hung), and
-// returns how many items it gave up on.
+// returns how many items it gave up on. They leave Outstanding at once: a
+// drain waits for their copies, not for the hung call.
 func (s *Scheduler[M, T]) Orphan(w *Worker[M, T], call uint64) int {
 	inCall := s.lockCall(w, call)
 	defer s.unlockCall(w)
@@ -365,6 +366,9 @@ func (s *Scheduler[M, T]) Orphan(w *Worker[M, T], call uint64) int {
 			it.waitAttempt = 0
 			p.waiting.Add(-1)
 		}
+		// Its copy stands for it from now on: a drain waits for the copy,
+		// not for the hung call (Advance takes the item back uncounted).
+		p.unsettled.Add(-1)
 		p.orphans = append(p.orphans, it)
 		p.hasOrphans.Store(true)
 		signal(p.wake)
@@ -416,14 +420,14 @@ func (s *Scheduler[M, T]) push(p *Partition[M, T], items []*Item[M, T]) {
 	s.mu.Lock()
 	if p.revoked {
 		// Copies of orphans made in the drain (replaceOrphans): dropped
-		// with the partition, no longer outstanding. Not counted as
-		// abandoned (AbandonedInDrain): each stands for its original,
-		// counted late if its call still runs at the drain timeout.
+		// with the partition unrun, abandoned (AbandonedInDrain) as a
+		// message waiting for its retry is at a revoke: each stands for
+		// its original, which Orphan took off Outstanding.
 		s.mu.Unlock()
 		for _, it := range items {
 			it.lane.pending--
 		}
-		p.letGo(int64(len(items)))
+		p.abandoned(int64(len(items)))
 		return
 	}
 	var held []heldItem[M, T]

@@ -315,8 +315,9 @@ func TestOrphan(t *testing.T) {
 // revoked gives up on none of its items, and when it then fails they are
 // not finished (the frontier stays: invariant 1); a hung call given up on
 // before the revoke has its copies made in the drain, which are dropped
-// with the partition and no longer counted as outstanding, so the drain
-// does not wait for them.
+// with the partition, abandoned in the drain (each once: the originals
+// left Outstanding when Orphan gave up on them), so the drain waits for
+// neither.
 func TestOrphanAroundRevoke(t *testing.T) {
 	oneItemInCall := func(t *testing.T) (*sched, *Partition[msg, int], *Worker[msg, int], *Batch[msg, int], uint64) {
 		t.Helper()
@@ -353,23 +354,60 @@ func TestOrphanAroundRevoke(t *testing.T) {
 		p.Revoke()
 		p.Drain()
 		p.Advance() // the copy, made now, is dropped with the partition
+		if late, inDrain := p.Unsettled(); late != 0 || inDrain != 1 {
+			t.Fatalf("while the hung call runs: got Outstanding %d, AbandonedInDrain %d; want 0 and 1 (the dropped copy)", late, inDrain)
+		}
 		s.EndCall(w)
 		s.Settle(b, []Outcome{{Verdict: Return}})
 		p.Advance()
-		if got := p.Outstanding(); got != 0 {
-			t.Fatalf("Outstanding: got %d, want 0", got)
-		}
-		// The dropped copy is not counted: it stands for its original,
-		// which the claim counts late if its call outlives the drain
-		// (counting both counted one message twice). One whose call
-		// returned in the drain, as here, goes uncounted.
-		if got := p.AbandonedInDrain(); got != 0 {
-			t.Fatalf("AbandonedInDrain: got %d, want 0", got)
+		if late, inDrain := p.Unsettled(); late != 0 || inDrain != 1 {
+			t.Fatalf("once the hung call returned: got Outstanding %d, AbandonedInDrain %d; want 0 and 1 (nothing more)", late, inDrain)
 		}
 		if next, _ := p.Next(); next != 0 {
 			t.Fatalf("frontier: got %d, want 0", next)
 		}
 	})
+}
+
+// TestOrphanLeavesOutstanding: an item Orphan gave up on leaves
+// Outstanding at once, and its copy counts in its place: once the copy
+// has finished and been taken back nothing is outstanding, while the hung
+// call still runs (a drain would wait for it for nothing), and its return
+// changes nothing.
+func TestOrphanLeavesOutstanding(t *testing.T) {
+	s, p, b, _ := oneItemRunning(t)
+	w := b.w
+	call := s.BeginCall(w, nil)
+	if n := s.Orphan(w, call); n != 1 {
+		t.Fatalf("Orphan: got %d, want 1", n)
+	}
+	if got := p.Outstanding(); got != 0 {
+		t.Fatalf("Outstanding after Orphan: got %d, want 0", got)
+	}
+	p.Advance() // makes the copy
+	if got := p.Outstanding(); got != 1 {
+		t.Fatalf("Outstanding with the copy queued: got %d, want 1", got)
+	}
+	copied := s.NewBatch(s.NewWorker())
+	if st := s.Next(copied, true, nil); st != Run || len(copied.Items) != 1 || copied.Items[0].Attempt != 2 {
+		t.Fatalf("Next: got %v with %d items, want Run with the copy at attempt 2", st, len(copied.Items))
+	}
+	s.Release(copied)
+	p.Advance()
+	if got := p.Outstanding(); got != 0 {
+		t.Fatalf("Outstanding once the copy finished, the hung call still running: got %d, want 0", got)
+	}
+	if next, _ := p.Next(); next != 1 {
+		t.Fatalf("frontier: got %d, want 1 (the copy finished)", next)
+	}
+	s.EndCall(w)
+	if got := s.Settle(b, []Outcome{{Verdict: Return}}); got != 0 { // the hung call returns, failed (past its timeout)
+		t.Fatalf("Settle of the hung call's batch: got %d finished, want 0 (its copy finished)", got)
+	}
+	p.Advance()
+	if got := p.Outstanding(); got != 0 {
+		t.Fatalf("Outstanding once the hung call returned: got %d, want 0", got)
+	}
 }
 
 // TestWaitingItemsSnapshot: WaitingItems copies a held head's offset and attempt

@@ -3,6 +3,7 @@ package group
 import (
 	"context"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -132,5 +133,71 @@ func TestLateNilOnCancelNotCommitted(t *testing.T) {
 	}
 	if e := logs.FilterMessage("partition released").All(); len(e) != 1 || e[0].ContextMap()["late"] != int64(1) {
 		t.Errorf("release log: got %v, want one with late 1", e)
+	}
+}
+
+// TestOrphanedCallNeitherWaitedForNorCounted: with Unordered, a call that
+// hangs past MsgTimeout and its grace is given up on and its message runs
+// again in a copy, which is handled and committed. The hung call is then
+// nothing to its partition: a revoke (here the stop) does not wait for it,
+// nor count its message late, and its return, before or after the
+// revoke, counts for nothing (past MsgTimeout it failed, whatever it
+// returned): each message is Handled once.
+func TestOrphanedCallNeitherWaitedForNorCounted(t *testing.T) {
+	t.Parallel() // mostly waits out MsgTimeout and its grace
+	const n, target = 40, 7
+	for _, tt := range []struct {
+		name         string
+		returnsFirst bool // the hung call returns before the stop, else after the partition's release
+	}{
+		{"hung call returns after the release", false},
+		{"hung call returns before the stop", true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			name := "orphan-drain-" + strings.ReplaceAll(tt.name, " ", "-")
+			r := newRig(t, name, 1, n, n)
+			w := r.work(0, 0)
+			release := make(chan struct{})
+			var closeRelease sync.Once
+			t.Cleanup(func() { closeRelease.Do(func() { close(release) }) })
+			var attempts attemptLog
+			cfg := r.config(name)
+			cfg.Size, cfg.Num, cfg.Ordering = 1, 4, Unordered
+			cfg.MsgTimeout, cfg.DrainTimeout = 200*time.Millisecond, 5*time.Second // given up on after MsgTimeout and its grace (1 s)
+			logger, logs := observedTee(t)
+			cfg.Logger = logger
+			g := newGroup(t, cfg, hangOnFirstAttempt(target, release, &attempts, w.Do))
+			stop := run(t, g)
+			waitFor(t, time.Minute, "the copy of the hung call's message, and everything, to be committed", func() bool {
+				return g.Stats().Redelivered == 1 && r.b.CaughtUp(cfg.GroupID, r.topic)
+			})
+			if tt.returnsFirst {
+				closeRelease.Do(func() { close(release) })
+				waitFor(t, time.Minute, "the hung call to return", func() bool { return g.Stats().Failures == 1 })
+			}
+			stopped := make(chan error, 1)
+			go func() { stopped <- stop() }()
+			waitFor(t, time.Minute, "the partition's release", func() bool {
+				return logs.FilterMessage("partition released").Len() == 1
+			})
+			closeRelease.Do(func() { close(release) })
+			if err := <-stopped; err != nil {
+				t.Fatal(err)
+			}
+			if got := logs.FilterMessageSnippet("drain timeout").Len(); got != 0 {
+				t.Errorf("drain timeout log lines: got %d, want 0 (the drain does not wait for the hung call)", got)
+			}
+			if e := logs.FilterMessage("partition released").All()[0].ContextMap(); e["late"] != int64(0) || e["abandoned"] != int64(0) {
+				t.Errorf("release log: got late %v, abandoned %v; want 0 and 0", e["late"], e["abandoned"])
+			}
+			if st := g.Stats(); st.Handled != n || st.Abandoned != 0 || st.Failures != 1 {
+				t.Errorf("got Handled %d, Abandoned %d, Failures %d; want %d, 0 and 1 (the hung call, past MsgTimeout, failed: its copy counts)",
+					st.Handled, st.Abandoned, st.Failures, n)
+			}
+			if seen, _ := attempts.get(); len(seen) != 2 || seen[1] != 2 {
+				t.Errorf("attempts of offset %d: got %v, want [1 2]", target, seen)
+			}
+		})
 	}
 }
