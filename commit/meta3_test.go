@@ -195,22 +195,7 @@ func TestMeta3RoundTrip(t *testing.T) {
 			[]Waiting{{7, 2, now, time.UnixMilli(-maxMetaMillis + 137)}, {8, 2, now, time.UnixMilli(maxMetaMillis - 137)}}, nil},
 	}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			meta, leftW, leftF := EncodeWaitingMeta(tt.base, tt.waiting, tt.ranges, 4000)
-			if leftW != 0 || leftF != 0 {
-				t.Fatalf("left out %d waiting, %d finished, want 0, 0", leftW, leftF)
-			}
-			if len(meta) > 4000 || !strings.HasPrefix(meta, MetaPrefix3) {
-				t.Fatalf("metadata: got %d bytes %q..., want at most 4000 with the prefix %q", len(meta), meta[:min(20, len(meta))], MetaPrefix3)
-			}
-			d, err := DecodeMeta(meta)
-			if err != nil {
-				t.Fatalf("DecodeMeta: %v", err)
-			}
-			if d.Base != tt.base || !slices.Equal(d.Ranges, tt.ranges) || !sameWaiting(d.Waiting, tt.waiting) {
-				t.Fatalf("decoded base %d ranges %v waiting %v, want %d %v %v", d.Base, d.Ranges, d.Waiting, tt.base, tt.ranges, tt.waiting)
-			}
-		})
+		t.Run(tt.name, func(t *testing.T) { roundTripWaiting(t, MetaPrefix3, tt.base, tt.waiting, tt.ranges) })
 	}
 }
 

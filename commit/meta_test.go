@@ -518,22 +518,7 @@ func TestMeta2RoundTrip(t *testing.T) {
 		{"zero and set not-before", 7, []Waiting{{7, 2, time.Time{}, time.Time{}}, {8, 5, now, time.Time{}}, {10, 3, time.Time{}, time.Time{}}}, []Range{{9, 10}}},
 	}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			meta, leftW, leftF := EncodeWaitingMeta(tt.base, tt.waiting, tt.ranges, 4000)
-			if leftW != 0 || leftF != 0 {
-				t.Fatalf("left out %d waiting, %d finished, want 0, 0", leftW, leftF)
-			}
-			if len(meta) > 4000 || !strings.HasPrefix(meta, MetaPrefix2) {
-				t.Fatalf("metadata: got %d bytes %q..., want at most 4000 with the prefix %q", len(meta), meta[:min(20, len(meta))], MetaPrefix2)
-			}
-			d, err := DecodeMeta(meta)
-			if err != nil {
-				t.Fatalf("DecodeMeta: %v", err)
-			}
-			if d.Base != tt.base || !slices.Equal(d.Ranges, tt.ranges) || !sameWaiting(d.Waiting, tt.waiting) {
-				t.Fatalf("decoded base %d ranges %v waiting %v, want %d %v %v", d.Base, d.Ranges, d.Waiting, tt.base, tt.ranges, tt.waiting)
-			}
-		})
+		t.Run(tt.name, func(t *testing.T) { roundTripWaiting(t, MetaPrefix2, tt.base, tt.waiting, tt.ranges) })
 	}
 }
 
@@ -949,5 +934,25 @@ func TestDropFrom(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// roundTripWaiting encodes waiting and ranges within 4000 bytes, wants
+// all of them kept under prefix, and decodes the same back.
+func roundTripWaiting(t *testing.T, prefix string, base int64, waiting []Waiting, ranges []Range) {
+	t.Helper()
+	meta, leftW, leftF := EncodeWaitingMeta(base, waiting, ranges, 4000)
+	if leftW != 0 || leftF != 0 {
+		t.Fatalf("left out %d waiting, %d finished, want 0, 0", leftW, leftF)
+	}
+	if len(meta) > 4000 || !strings.HasPrefix(meta, prefix) {
+		t.Fatalf("metadata: got %d bytes %q..., want at most 4000 with the prefix %q", len(meta), meta[:min(20, len(meta))], prefix)
+	}
+	d, err := DecodeMeta(meta)
+	if err != nil {
+		t.Fatalf("DecodeMeta: %v", err)
+	}
+	if d.Base != base || !slices.Equal(d.Ranges, ranges) || !sameWaiting(d.Waiting, waiting) {
+		t.Fatalf("decoded base %d ranges %v waiting %v, want %d %v %v", d.Base, d.Ranges, d.Waiting, base, ranges, waiting)
 	}
 }
