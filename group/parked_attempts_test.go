@@ -213,7 +213,10 @@ func TestParkedDrainedAtStop(t *testing.T) {
 	}{
 		{"returns nil in time", 5 * time.Second, func(ctx context.Context, stopping <-chan struct{}) {
 			<-stopping
-			time.Sleep(100 * time.Millisecond) // ignores ctx, which is not cancelled yet
+			// Ignores ctx, and returns after the rest of Run's stop (the
+			// claims' drains and final commits) is done: only a drain of
+			// the parked side partition waits for it.
+			time.Sleep(1500 * time.Millisecond)
 		}, n, 0, 0, 0},
 		{"returns nil once cancelled", 200 * time.Millisecond, func(ctx context.Context, _ <-chan struct{}) {
 			<-ctx.Done() // honours its ctx, and reports success
