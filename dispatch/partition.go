@@ -411,11 +411,18 @@ func (p *Partition[M, T]) Outstanding() int64 {
 // neither.
 func (p *Partition[M, T]) Unsettled() (outstanding, abandonedInDrain int64) {
 	v := p.unsettled.Load()
-	return v & (abandonedUnit - 1), v / abandonedUnit
+	// The low half signed: a count that went below zero (a bug) reads
+	// as negative, and ends a drain, rather than as 2^32 items to wait for.
+	outstanding = int64(int32(v))
+	return outstanding, (v - outstanding) / abandonedUnit
 }
 
 // abandonedUnit is one abandoned item in Partition.unsettled: the bits
-// below count the outstanding items, which a partition never has 2^32 of.
+// below count the outstanding items, read as a signed 32-bit count. A
+// partition has fewer than 2^31 of them as long as its in-flight share is
+// bounded below that: group bounds it by MaxMaxInFlight (2^30) and a
+// channel's worth; Options.MaxInFlight 0 (no bound) is for callers that
+// bound what they add themselves.
 const abandonedUnit = 1 << 32
 
 func (p *Partition[M, T]) recycle(it *Item[M, T]) {

@@ -123,3 +123,29 @@ func TestSealCountsEachItemOnce(t *testing.T) {
 		}
 	}
 }
+
+// TestUnsettledSigned: the two counts in one word read back as added,
+// the outstanding one signed, so that a count taken below zero reads as
+// negative (a drain ends) and does not borrow from the abandoned one.
+func TestUnsettledSigned(t *testing.T) {
+	for _, tt := range []struct {
+		name                  string
+		outstanding, abandons int64
+	}{
+		{"none", 0, 0},
+		{"both", 5, 3},
+		{"outstanding below zero", -1, 0},
+		{"below zero beside abandoned", -2, 7},
+		{"many", 1<<31 - 1, 1 << 20},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			s := New[msg, int](Options[msg, int]{Size: 1, MaxInFlight: 100})
+			p := s.NewPartition(1)
+			p.unsettled.Add(tt.outstanding)
+			p.unsettled.Add(tt.abandons * abandonedUnit)
+			if out, ab := p.Unsettled(); out != tt.outstanding || ab != tt.abandons {
+				t.Fatalf("Unsettled: got %d outstanding, %d abandoned; want %d and %d", out, ab, tt.outstanding, tt.abandons)
+			}
+		})
+	}
+}
