@@ -111,7 +111,14 @@ func TestLateNilOnCancelNotCommitted(t *testing.T) {
 		if !strings.HasPrefix(e.Message, "drain timeout") {
 			return nil
 		}
-		waitFor(t, time.Minute, "the late call to return", func() bool { return g.Stats().Batches == 3 })
+		// Not waitFor: a Fatal here, on the claim's goroutine, would end
+		// it mid-revoke and hang the test rather than fail it.
+		for wait := time.Now().Add(time.Minute); g.Stats().Batches < 3; time.Sleep(time.Millisecond) {
+			if time.Now().After(wait) {
+				t.Errorf("the late call did not return within a minute")
+				return nil
+			}
+		}
 		deadline := time.Now().Add(500 * time.Millisecond)
 		for g.Stats().Handled < 3 && time.Now().Before(deadline) {
 			time.Sleep(time.Millisecond)
