@@ -105,8 +105,8 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 // sorted by topic and partition; should a partition appear twice (an old
 // claim still ending while a new one starts), only the newest generation
 // is emitted, since a registry refuses two series with the same labels.
-// Its outcomes include every ended claim's, so the counters stay
-// monotonic.
+// Its outcomes include every ended claim's and its redelivered parked
+// messages', so the counters stay monotonic.
 func (c *collector) collectPartitions(ch chan<- prometheus.Metric, parts []group.PartitionStats) {
 	for i := 0; i < len(parts); i++ {
 		p := &parts[i]

@@ -179,7 +179,7 @@ var groupMetrics = []groupMetric{
 // labelled families and the histograms: their names and help.
 const (
 	recordsName         = "orderly_records_total"
-	recordsHelp         = "Records finished, by outcome: handled (Do returned nil), dead_lettered (its dead letter written), parked (Unordered with a DataPath: parked on disk; Do sees it again from the parked queue, where it may still be dead-lettered), skipped (undecodable or no dead-letter destination), resumed (a previous owner finished it, per the commit metadata, or this member did before its final commit was lost: then it counts under handled too). Monotonic per partition over the group's life while this member holds it."
+	recordsHelp         = "Records finished, by outcome: handled (Do returned nil), dead_lettered (its dead letter written), parked (Unordered with a DataPath: moved to the parked queue on disk, counted each time; Do sees it again from there, and the record counts again under its partition by how that ends: handled, dead_lettered, or parked once more), skipped (undecodable or no dead-letter destination), resumed (a previous owner finished it, per the commit metadata, or this member did before its final commit was lost: then it counts under handled too). Monotonic per partition over the group's life while this member holds it."
 	failedAttemptsName  = "orderly_failed_attempts_total"
 	failedAttemptsHelp  = "Failed attempts charged to the partition's records, counted when each finishes (a record handled at its third attempt adds 2; one dead-lettered after Retry.MaxAttempts 3 adds 3)."
 	callsName           = "orderly_handler_calls_total"

@@ -171,7 +171,9 @@ type PartitionDoc struct {
 	Outcomes         OutcomesDoc `json:"outcomes"`
 }
 
-// OutcomesDoc is what became of a partition's records.
+// OutcomesDoc is what became of a partition's records (group.Outcomes:
+// parked counts moves to the parked queue, and a parked record counts
+// again by how its redelivery ended).
 type OutcomesDoc struct {
 	Handled        int64 `json:"handled"`
 	DeadLettered   int64 `json:"dead_lettered"`

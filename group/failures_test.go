@@ -1000,7 +1000,8 @@ func parkedIn(t *testing.T, dataPath string) int {
 // by a few seconds is parked: every OffsetCommit the broker sees that
 // passes its offset comes after it is on disk (a copy of DataPath taken
 // then holds it), the group goes on without it, and after a graceful stop
-// and a restart on the same DataPath it is handled once its time has come.
+// and a restart on the same DataPath it is handled once its time has come,
+// counted in its partition's Outcomes by the run that handled it.
 func TestUnorderedParking(t *testing.T) {
 	t.Parallel() // mostly waits (on the broker, timers or child processes): runs beside the others
 	const n, keys, target = 500, 20, 30
@@ -1076,6 +1077,11 @@ func TestUnorderedParking(t *testing.T) {
 		seen, _ := log.get()
 		return len(seen) == 2 && b.Stats().Parked == 0
 	})
+	// The restart's claim starts past every offset: the one record it
+	// handled came from the parked queue, and counts in the partition.
+	if ps := b.Stats().PartitionStats; len(ps) != 1 || ps[0].Outcomes != (Outcomes{Handled: 1}) {
+		t.Errorf("partition outcomes after the restart: got %+v, want one partition with Handled 1", ps)
+	}
 	if err := stopB(); err != nil {
 		t.Fatal(err)
 	}

@@ -132,6 +132,9 @@ type Group[T any] struct {
 	commits  *sessionCommits             // every sess.Commit goes through it
 	fetches  committedFetches            // every read of one partition's committed offset goes through it
 	ended    map[topicPartition]Outcomes // of the claims that ended, per partition
+	// unparked are the outcomes of parked messages redelivered from the
+	// parked queue, per partition they came from (parked.go).
+	unparked map[topicPartition]Outcomes
 
 	// stopping is closed when Run's ctx ends: claim loops drain, commit
 	// and return while sarama's session still lives (see Run).
@@ -198,6 +201,7 @@ func New[T any](cfg Config, h Handler[T]) (*Group[T], error) {
 		claims:      make(map[*claimState]struct{}),
 		commits:     newSessionCommits(),
 		ended:       make(map[topicPartition]Outcomes),
+		unparked:    make(map[topicPartition]Outcomes),
 		stopping:    make(chan struct{}),
 		outageLimit: -1,
 		history:     &history{group: cfg.GroupID, offsets: map[topicPartition]int64{}},
@@ -786,7 +790,9 @@ func (g *Group[T]) Stats() Stats {
 		s.FinishedAbove += c.finishedAbove.Load()
 		s.Lag += c.lag()
 		ps := c.stats()
-		ps.Outcomes.add(g.ended[topicPartition{c.topic, c.part}])
+		tp := topicPartition{c.topic, c.part}
+		ps.Outcomes.add(g.ended[tp])
+		ps.Outcomes.add(g.unparked[tp])
 		if ps.Status.Code.severity() > s.Status.Code.severity() {
 			s.Status = PartitionStatus{Code: ps.Status.Code, Reason: fmt.Sprintf("%s/%d: %s", ps.Topic, ps.Partition, ps.Status.Reason)}
 		}

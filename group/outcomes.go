@@ -6,24 +6,41 @@ import (
 	"github.com/orderly-go/orderly/dispatch"
 )
 
-// Outcomes count what became of a partition's messages: each message
-// finished counts once, as Handled, DeadLettered, Parked, Skipped or
-// Resumed; a message this member finished and then skipped, after its
-// final commit of the partition was lost, counts twice (Handled, then
-// Resumed).
+// Outcomes count what became of a partition's messages on this member.
+// Each message its claims finished counts once, as Handled, DeadLettered,
+// Parked, Skipped or Resumed; a message this member finished and then
+// skipped, after its final commit of the partition was lost, counts twice
+// (Handled, then Resumed).
+//
+// Parked counts events, not messages: each time one of the partition's
+// messages was moved to the parked queue (Unordered with a DataPath),
+// from its claim, or again from the queue when its redelivery failed or
+// was deferred. The claim counts a parked message finished there; the
+// parked queue hands it to Do again, and how that redelivery ends counts
+// too, under the partition it came from, whether or not this member still
+// claims it: Handled, DeadLettered, or Parked once more. So Handled
+// counts each message Do handled, from its claim or from the parked
+// queue, and Handled summed over the partitions is Stats.Handled (PartitionStats lists the claimed
+// partitions only: one that has left this member keeps its counts, shown
+// again once claimed). A parked message a stop drops or leaves unfinished
+// (Stats.Dropped, Stats.Abandoned) has no end counted: the next run takes
+// it from the queue.
 type Outcomes struct {
-	// Handled: Do returned nil for it while the claim still took it back;
-	// not after the claim's drain gave up on its call (Stats.Abandoned
-	// counts that one, and the partition's next owner handles it again).
+	// Handled: Do returned nil for it while its claim, or the parked
+	// queue's redelivery, still took it back; not after a drain gave up on
+	// its call (Stats.Abandoned counts that one, and the partition's next
+	// owner, or the next run for a parked message, handles it again).
 	Handled      int64
 	DeadLettered int64 // its dead letter was written (then it counted as finished)
-	Parked       int64 // parked on disk (Unordered with a DataPath): Do sees it again from the parked queue
+	Parked       int64 // moved to the parked queue on disk: Do sees it again from there, and its end counts again
 	Skipped      int64 // skipped past: undecodable, or to dead-letter with no destination
 	Resumed      int64 // finished by a previous owner (commit metadata), or by this member before its final commit was lost; not handled again
 	// FailedAttempts counts the failed attempts charged to the messages
 	// above, when each finishes (Message.Attempt minus 1: one handled at
 	// its third attempt adds 2; one dead-lettered after Retry.MaxAttempts
-	// 3 adds 3; a rejection, BatchError.DeadLetter, is not charged).
+	// 3 adds 3; a rejection, BatchError.DeadLetter, is not charged). A
+	// parked message's count when it is parked, and those charged to it
+	// since, when its redelivery ends: each failed attempt counts once.
 	FailedAttempts int64
 }
 
@@ -65,18 +82,36 @@ func (c *outcomeCounts) store(o Outcomes) {
 	c.failedAttempts.Store(o.FailedAttempts)
 }
 
+// count counts a message that finished, by its fate (dispatch.Item.Fate),
+// with failed, the failed attempts charged to it and not counted yet.
+func (o *Outcomes) count(fate uint8, failed int) {
+	switch fate {
+	case fateHandled:
+		o.Handled++
+	case fateDeadLettered:
+		o.DeadLettered++
+	case fateSkipped:
+		o.Skipped++
+	case fateParked:
+		o.Parked++
+	}
+	o.FailedAttempts += int64(failed)
+}
+
 // countFinished is the claim loop's AdvanceFunc: it counts each finished
 // item by its fate (published at the end of advance).
 func (c *claimLoop[T]) countFinished(it *dispatch.Item[Message, T]) {
-	switch it.Fate {
-	case fateHandled:
-		c.out.Handled++
-	case fateDeadLettered:
-		c.out.DeadLettered++
-	case fateSkipped:
-		c.out.Skipped++
-	case fateParked:
-		c.out.Parked++
-	}
-	c.out.FailedAttempts += int64(it.Attempt - 1)
+	c.out.count(it.Fate, it.Attempt-1)
+}
+
+// countUnparked counts a parked message whose redelivery from the parked
+// queue ended, by its fate, in the outcomes of tp, the partition it came
+// from, with failed, the failed attempts charged to it since it was taken
+// from the queue.
+func (g *Group[T]) countUnparked(tp topicPartition, fate uint8, failed int) {
+	g.claimsMu.Lock()
+	o := g.unparked[tp]
+	o.count(fate, failed)
+	g.unparked[tp] = o
+	g.claimsMu.Unlock()
 }

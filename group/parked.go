@@ -38,12 +38,24 @@ type parking[T any] struct {
 	mu    sync.Mutex
 	queue []parkJob[T]
 	kick  chan struct{}
-	ids   map[int64]localqueue.ID // side items by their side offset: their queue message (a copy of an orphaned item has its offset)
-	seq   int64                   // side partition's offsets
+	taken map[int64]sideMsg // side items by their side offset (a copy of an orphaned item has its offset)
+	seq   int64             // side partition's offsets
 
 	parked      atomic.Int64 // messages parked now
 	writeErrors atomic.Int64
 	errLog      lograte.Limit
+}
+
+// sideMsg is a side item's parked message as redeliver took it from the
+// queue.
+type sideMsg struct {
+	id localqueue.ID
+	// queued: id is still the item's to finish; not once the item is
+	// parked again (Replace finished it, or a new copy was put).
+	queued bool
+	// attempt is the item's Attempt when taken: the failed attempts
+	// charged to it before were counted when it was parked.
+	attempt int
 }
 
 type parkJob[T any] struct {
@@ -67,7 +79,7 @@ func newParking[T any](g *Group[T], sc *localqueue.Scanner) (*parking[T], error)
 	if err != nil {
 		return nil, fmt.Errorf("group: parked messages under %s: %w", g.cfg.DataPath, err)
 	}
-	p := &parking[T]{g: g, q: q, kick: make(chan struct{}, 1), ids: make(map[int64]localqueue.ID),
+	p := &parking[T]{g: g, q: q, kick: make(chan struct{}, 1), taken: make(map[int64]sideMsg),
 		stop: make(chan struct{}), redelivered: make(chan struct{})}
 	// What a previous run left: every parked message is in the queue's
 	// journal (PutDeferred and Replace write it there), which counts
@@ -334,7 +346,7 @@ func (p *parking[T]) intake(m *localqueue.Message) {
 		}
 		it.Attempt = attempt
 		it.SetFirstFailure(first)
-		p.track(it, m.ID)
+		p.track(it, m.ID, attempt)
 		p.g.fail.dead.add(it, func() { p.side.Complete(it) }, reasonPoison, attempt-1, err)
 		return
 	}
@@ -344,15 +356,15 @@ func (p *parking[T]) intake(m *localqueue.Message) {
 	}
 	it.Attempt = attempt // Add starts them over
 	it.SetFirstFailure(first)
-	p.track(it, m.ID)
+	p.track(it, m.ID, attempt)
 	p.side.Flush()
 }
 
 func (p *parking[T]) nextSeq() int64 { p.seq++; return p.seq }
 
-func (p *parking[T]) track(it *dispatch.Item[Message, T], id localqueue.ID) {
+func (p *parking[T]) track(it *dispatch.Item[Message, T], id localqueue.ID, attempt int) {
 	p.mu.Lock()
-	p.ids[it.Offset()] = id
+	p.taken[it.Offset()] = sideMsg{id: id, queued: true, attempt: attempt}
 	p.mu.Unlock()
 }
 
@@ -363,23 +375,32 @@ func (p *parking[T]) queueID(it *dispatch.Item[Message, T]) (localqueue.ID, bool
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	id, ok := p.ids[it.Offset()]
-	return id, ok
+	s := p.taken[it.Offset()]
+	return s.id, s.queued
 }
 
-// forget drops the queue message of side item it from the map.
+// forget notes that side item it has no queue message left to finish.
 func (p *parking[T]) forget(it *dispatch.Item[Message, T]) {
 	p.mu.Lock()
-	delete(p.ids, it.Offset())
+	if s, ok := p.taken[it.Offset()]; ok {
+		s.queued = false
+		p.taken[it.Offset()] = s
+	}
 	p.mu.Unlock()
 }
 
-// finished finishes the queue message of a side item that finished (it
-// succeeded, or its dead letter was written).
+// finished is the side partition's AdvanceFunc: it counts what became of
+// a side item in the Outcomes of the partition its message came from
+// (handled, dead-lettered, or parked again) and, unless it was
+// parked again, finishes its queue message. It counts before the message
+// leaves Stats.Parked, so that a reader who sees it gone sees its end.
 func (p *parking[T]) finished(it *dispatch.Item[Message, T]) {
-	id, ok := p.queueID(it)
-	p.forget(it)
-	if ok && p.q.Finish(id) == nil {
+	p.mu.Lock()
+	s := p.taken[it.Offset()]
+	delete(p.taken, it.Offset())
+	p.mu.Unlock()
+	p.g.countUnparked(topicPartition{it.Msg.Topic, it.Msg.Partition}, it.Fate, it.Attempt-s.attempt)
+	if s.queued && p.q.Finish(s.id) == nil {
 		p.parked.Add(-1)
 	}
 }

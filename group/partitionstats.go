@@ -133,8 +133,9 @@ type PartitionStats struct {
 	// partition counts from when it took it.
 	OldestUnfinished time.Duration
 	Status           PartitionStatus
-	// Outcomes are what became of the partition's messages while this
-	// member held it, over the Group's life.
+	// Outcomes are what became of the partition's messages on this member
+	// over the Group's life: those its claims took, and its parked
+	// messages when their redelivery ended (see Outcomes).
 	Outcomes Outcomes
 }
 

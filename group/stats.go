@@ -18,7 +18,8 @@ type Stats struct {
 	Fetched int64  // messages received from Kafka
 	// Handled counts messages Do finished that this member took back to
 	// commit (behind the frontier, or listed finished in the commit
-	// metadata). Not one whose call returned nil after its partition's
+	// metadata), or, redelivered from the parked queue, took back to
+	// finish their parked copy. Not one whose call returned nil after its partition's
 	// drain gave up on it (DrainTimeout passed, the final commit went out
 	// without it): that one is Abandoned, and the partition's next owner
 	// handles it again.
