@@ -42,8 +42,8 @@ consumer whose dead letters go to its local store (DIR/` + deadletter.DirName + 
 its end at the start, without a consumer group, as a read-committed
 consumer reads it: aborted transactions left out, an open one holding back
 what follows it; --tls* and --sasl-* for a secured cluster, as for
-consume). A topic with records but no dead letter among them (among the
-first 10,000) is refused.`
+consume). A topic with records but no dead letter among its first 10,000
+records, or first 32 MiB of them, is refused.`
 
 const dlqFilterHelp = `
 Filters select by the __orderly.errors.* headers: --reason, --origin-topic,

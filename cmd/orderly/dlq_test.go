@@ -525,10 +525,31 @@ func TestDlqErrors(t *testing.T) {
 	}
 }
 
-// TestDlqHelp: each dlq command's help follows the convention.
+// TestDlqHelp: each dlq command's help follows the convention, and says
+// how far a topic is read before it is refused as README does, with both
+// of topicCheck's bounds: maxStrayCheck records and maxStrayBytes.
 func TestDlqHelp(t *testing.T) {
-	for _, cmd := range []string{"list", "show", "replay", "purge"} {
-		out, err := runCmd(context.Background(), "dlq", cmd, "--help")
+	sample := fmt.Sprintf("first %d,%03d records, or first %d MiB of them", maxStrayCheck/1000, maxStrayCheck%1000, maxStrayBytes>>20)
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	oneLine := func(s string) string { return strings.Join(strings.Fields(s), " ") }
+	if !strings.Contains(oneLine(string(readme)), sample) {
+		t.Errorf("README does not say %q", sample)
+	}
+	for _, cmd := range []string{"", "list", "show", "replay", "purge"} {
+		args := []string{"dlq", "--help"}
+		if cmd != "" {
+			args = []string{"dlq", cmd, "--help"}
+		}
+		out, err := runCmd(context.Background(), args...)
+		if !strings.Contains(oneLine(out), sample) {
+			t.Errorf("orderly %s: got no %q in\n%s", strings.Join(args, " "), sample, out)
+		}
+		if cmd == "" {
+			continue
+		}
 		if err != nil || !strings.HasPrefix(out, "Usage: orderly dlq "+cmd+" [flags]") || !endsWithFooter(out, helpExitStatus) ||
 			!strings.Contains(out, "--data string") || !strings.Contains(out, "--since time") {
 			t.Errorf("orderly dlq %s --help: %v\n%s", cmd, err, out)
