@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -11,6 +12,7 @@ import (
 	"github.com/IBM/sarama"
 
 	"github.com/orderly-go/orderly/commit"
+	"github.com/orderly-go/orderly/internal/deadletter"
 	"github.com/orderly-go/orderly/internal/endoffsets"
 )
 
@@ -84,12 +86,22 @@ type waitingView struct {
 	Attempt int   `json:"attempt"` // the attempt of its next delivery
 	// NotBefore is when it may run again; nil: as soon as it can (it may
 	// be running).
-	NotBefore *time.Time `json:"not_before"`
+	NotBefore *millisTime `json:"not_before"`
 	// FirstFailure is when it first failed, as its dead letter will say;
 	// nil: it never failed (a deferral), or the metadata does not say
 	// (orderly2).
-	FirstFailure *time.Time `json:"first_failure"`
+	FirstFailure *millisTime `json:"first_failure"`
 }
+
+// millisTime is a time that describe writes, in text and JSON, as the
+// dead-letter headers and `orderly dlq` write theirs
+// (deadletter.FormatTime: UTC with three digits of milliseconds, the
+// precision of the commit metadata), so that every time has one width.
+type millisTime struct{ time.Time }
+
+func (t millisTime) String() string { return deadletter.FormatTime(t.Time) }
+
+func (t millisTime) MarshalJSON() ([]byte, error) { return json.Marshal(t.String()) }
 
 // groupSarama is the sarama configuration of `orderly group`: it only
 // reads, and fails fast when the brokers cannot be reached.
@@ -281,12 +293,10 @@ func (pv *partitionView) decodeMeta(meta string, hw int64) {
 	for _, w := range done.Waiting {
 		wv := waitingView{Offset: w.Offset, Attempt: w.Attempt}
 		if !w.NotBefore.IsZero() {
-			t := w.NotBefore.UTC()
-			wv.NotBefore = &t
+			wv.NotBefore = &millisTime{w.NotBefore.UTC()}
 		}
 		if !w.FirstFailure.IsZero() {
-			t := w.FirstFailure.UTC()
-			wv.FirstFailure = &t
+			wv.FirstFailure = &millisTime{w.FirstFailure.UTC()}
 		}
 		pv.Waiting = append(pv.Waiting, wv)
 	}

@@ -85,7 +85,7 @@ func writeGroupTextAt(w io.Writer, v *groupView, now time.Time) error {
 			// already: the metadata lists a message until it is done.
 			when := "due: its retry may be running"
 			if wt.NotBefore != nil {
-				when = "not before " + wt.NotBefore.Format(time.RFC3339Nano)
+				when = "not before " + wt.NotBefore.String()
 				if d := wt.NotBefore.Sub(now); d > 0 {
 					when += fmt.Sprintf(" (in %s)", d.Round(time.Second))
 				} else {
@@ -93,7 +93,7 @@ func writeGroupTextAt(w io.Writer, v *groupView, now time.Time) error {
 				}
 			}
 			if wt.FirstFailure != nil {
-				when += ", first failed " + wt.FirstFailure.Format(time.RFC3339Nano)
+				when += ", first failed " + wt.FirstFailure.String()
 			}
 			waiting = append(waiting, fmt.Sprintf("  %s offset %d: attempt %d, %s", tp, wt.Offset, wt.Attempt, when))
 		}

@@ -17,6 +17,7 @@ import (
 	"github.com/orderly-go/orderly/commit"
 	"github.com/orderly-go/orderly/group"
 	"github.com/orderly-go/orderly/internal/broker"
+	"github.com/orderly-go/orderly/internal/deadletter"
 	"github.com/orderly-go/orderly/internal/loadgen"
 )
 
@@ -166,7 +167,7 @@ func TestGroupDescribe(t *testing.T) {
 		fmt.Sprintf("lag %d, of which %d finished above the committed offsets", n-5, wantFinished),
 		fmt.Sprintf("%s/0: %d in 2 ranges: 6-19, 21-%d", topic, wantFinished, n-1),
 		fmt.Sprintf("%s/0 offset 20: attempt 2, not before ", topic),
-		"), first failed " + p0.Waiting[0].FirstFailure.Format(time.RFC3339Nano),
+		"), first failed " + deadletter.FormatTime(p0.Waiting[0].FirstFailure.Time),
 		"(client describe-test, host ",
 	} {
 		if !strings.Contains(out, want) {
@@ -431,24 +432,66 @@ func TestGroupDescribeMembers(t *testing.T) {
 // may run again: not before a time to come (and in how long), or due, when
 // its retry may be running already (the metadata lists it until it is
 // done), and when it first failed if the metadata says. A due retry read
-// "at once", though it was running.
+// "at once", though it was running. Text and --json write each time with
+// three digits of milliseconds, as the dead-letter headers do, also on a
+// whole second and with trailing zeros: they read 11:59:00Z and 03:51:25.28Z.
 func TestDescribeWaitingWhen(t *testing.T) {
 	now := time.Date(2026, 12, 4, 12, 0, 0, 0, time.UTC)
-	later, earlier := now.Add(time.Hour), now.Add(-time.Minute)
+	later, earlier := millisTime{now.Add(time.Hour)}, millisTime{now.Add(-time.Minute)}
+	tenths := millisTime{time.Date(2026, 12, 5, 3, 51, 25, 280e6, time.UTC)}
 	v := &groupView{Group: "g", State: "Stable", Parts: []partitionView{{Topic: "t", Partition: 0, HighWatermark: 10,
-		Waiting: []waitingView{{Offset: 1, Attempt: 2}, {Offset: 2, Attempt: 3, NotBefore: &earlier}, {Offset: 3, Attempt: 2, NotBefore: &later, FirstFailure: &earlier}}}}}
+		Waiting: []waitingView{{Offset: 1, Attempt: 2}, {Offset: 2, Attempt: 3, NotBefore: &earlier},
+			{Offset: 3, Attempt: 2, NotBefore: &later, FirstFailure: &earlier}, {Offset: 4, Attempt: 2, NotBefore: &tenths, FirstFailure: &tenths}}}}}
 	var b strings.Builder
 	if err := writeGroupTextAt(&b, v, now); err != nil {
 		t.Fatal(err)
 	}
 	for _, want := range []string{
 		"t/0 offset 1: attempt 2, due: its retry may be running",
-		"t/0 offset 2: attempt 3, not before 2026-12-04T11:59:00Z (due: its retry may be running)",
-		"t/0 offset 3: attempt 2, not before 2026-12-04T13:00:00Z (in 1h0m0s), first failed 2026-12-04T11:59:00Z",
+		"t/0 offset 2: attempt 3, not before 2026-12-04T11:59:00.000Z (due: its retry may be running)",
+		"t/0 offset 3: attempt 2, not before 2026-12-04T13:00:00.000Z (in 1h0m0s), first failed 2026-12-04T11:59:00.000Z",
+		"t/0 offset 4: attempt 2, not before 2026-12-05T03:51:25.280Z (in 15h51m25s), first failed 2026-12-05T03:51:25.280Z",
 	} {
 		if !strings.Contains(b.String(), want) {
-			t.Errorf("describe text does not say %q:\n%s", want, b.String())
+			t.Errorf("describe text: got\n%s\nwant a line %q", b.String(), want)
 		}
+	}
+
+	b.Reset()
+	if err := writeGroupJSON(&b, v); err != nil {
+		t.Fatal(err)
+	}
+	var raw struct {
+		Parts []struct {
+			Waiting []struct {
+				NotBefore    *string `json:"not_before"`
+				FirstFailure *string `json:"first_failure"`
+			} `json:"waiting"`
+		} `json:"partitions"`
+	}
+	if err := json.Unmarshal([]byte(b.String()), &raw); err != nil || len(raw.Parts) != 1 {
+		t.Fatalf("describe --json: %v\n%s", err, b.String())
+	}
+	var got []string
+	for _, w := range raw.Parts[0].Waiting {
+		for _, s := range []*string{w.NotBefore, w.FirstFailure} {
+			if s == nil {
+				got = append(got, "null")
+			} else {
+				got = append(got, *s)
+			}
+		}
+	}
+	want := []string{"null", "null", "2026-12-04T11:59:00.000Z", "null", "2026-12-04T13:00:00.000Z", "2026-12-04T11:59:00.000Z",
+		"2026-12-05T03:51:25.280Z", "2026-12-05T03:51:25.280Z"}
+	if !slices.Equal(got, want) {
+		t.Errorf("describe --json not_before, first_failure: got %q, want %q", got, want)
+	}
+
+	// What --json writes, describe's own JSON reads back.
+	var back groupView
+	if err := json.Unmarshal([]byte(b.String()), &back); err != nil || !back.Parts[0].Waiting[3].FirstFailure.Equal(tenths.Time) {
+		t.Errorf("describe --json read back: %v, first failure %v, want %v", err, back.Parts[0].Waiting[3].FirstFailure, tenths)
 	}
 }
 
