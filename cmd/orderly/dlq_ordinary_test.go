@@ -251,3 +251,57 @@ func TestDlqOrdinaryTopicBytes(t *testing.T) {
 		t.Fatalf("after the refused purge: got log start %d, high watermark %d; want 0 and %d", start, hw, total)
 	}
 }
+
+// mixTopic writes to topic mix of f's broker (one partition) a plain
+// record (offset 0), a record whose one dead-letter header names origin
+// topic in (offset 1), and a dead letter of in/0 offset 7 (offset 2); it
+// creates in and plain (one partition each) to replay to, and returns the
+// three records as written.
+func mixTopic(t *testing.T, f *dlqFixture) []deadletter.Record {
+	t.Helper()
+	for _, topic := range []string{"mix", "in", "plain"} {
+		if err := f.b.CreateTopic(topic, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	at := f.now.Add(-time.Hour).Truncate(time.Millisecond).UTC()
+	info := deadletter.Info{Topic: "in", Partition: 0, Offset: 7, Timestamp: f.now.Truncate(time.Millisecond).UTC(), Group: "g",
+		Attempts: 3, Reason: deadletter.ReasonMaxAttempts, Message: "boom", FirstFailure: at}
+	recs := []deadletter.Record{
+		{Key: []byte("k0"), Value: []byte("plain"), Headers: []deadletter.Header{{Key: []byte("trace"), Value: []byte("r0")}}, Timestamp: at},
+		{Key: []byte("k1"), Value: []byte("partial"), Timestamp: at.Add(time.Millisecond), Headers: []deadletter.Header{
+			{Key: []byte("trace"), Value: []byte("r1")}, {Key: []byte(deadletter.HeaderTopic), Value: []byte("in")}}},
+		{Key: []byte("k2"), Value: []byte("dead"), Timestamp: at.Add(2 * time.Millisecond),
+			Headers: deadletter.Headers([]deadletter.Header{{Key: []byte("trace"), Value: []byte("r2")}}, info)},
+	}
+	msgs := make([]*sarama.ProducerMessage, len(recs))
+	for i, r := range recs {
+		msgs[i] = producerMessage("mix", 0, r)
+	}
+	produceRecords(t, f.b, msgs...)
+	return recs
+}
+
+// TestDlqStraysCounted: list and show count a topic's dead letters and
+// its other records apart. Of mix's one dead letter and two other
+// records, they said "3 of 3 dead letters in topic mix".
+func TestDlqStraysCounted(t *testing.T) {
+	f := newDlqFixture(t)
+	mixTopic(t, f)
+	src := []string{"--brokers", f.addr, "--topic", "mix"}
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"list"}, "1 of 1 dead letters and 2 of 2 other records in topic mix\n"},
+		{[]string{"show"}, "1 of 1 dead letters and 2 of 2 other records in topic mix\n"},
+		{[]string{"list", "--origin-topic", "in"}, "1 of 1 dead letters and 0 of 2 other records in topic mix\n"},
+		{[]string{"show", "--reason", "poison"}, "0 of 1 dead letters and 0 of 2 other records in topic mix\n"},
+	} {
+		args := slices.Concat([]string{"dlq"}, tt.args, src)
+		r := runBin(t, nil, args...)
+		if r.code != 0 || !strings.HasSuffix(r.stdout, tt.want) {
+			t.Errorf("orderly %q: got exit %d, stdout:\n%s\nstderr: %s\nwant exit 0, stdout ending %q", args, r.code, r.stdout, r.stderr, tt.want)
+		}
+	}
+}

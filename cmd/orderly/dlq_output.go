@@ -25,11 +25,12 @@ func runList(ctx context.Context, o *dlqOpts, e env) error {
 	}
 	enc := json.NewEncoder(e.stdout)
 	rows := [][]string{{"TOPIC", "PARTITION", "OFFSET", "REASON", "ATTEMPTS", "DEAD-LETTERED", "SIZE", "ERROR"}}
-	total := 0
+	var n tally
 	source, err := readEntries(ctx, o, e.stderr, func(en *entry) error {
-		total++
+		matched := o.filter.match(en)
+		n.add(en, matched)
 		switch {
-		case !o.filter.match(en):
+		case !matched:
 		case o.json:
 			return enc.Encode(summaryJSON(en))
 		default:
@@ -54,8 +55,38 @@ func runList(ctx context.Context, o *dlqOpts, e env) error {
 		}
 		fmt.Fprintln(e.stdout, line)
 	}
-	fmt.Fprintf(e.stdout, "%d of %d dead letters in %s\n", len(rows)-1, total, source)
+	fmt.Fprintf(e.stdout, "%s in %s\n", n.counts(""), source)
 	return nil
+}
+
+// tally counts the records a command read, dead letters and other
+// records (a stray, which the commands show as not a dead letter) apart:
+// how many it read, and how many of them it selected.
+type tally struct {
+	dead, deadSelected   int
+	other, otherSelected int
+}
+
+func (t *tally) add(en *entry, selected bool) {
+	sel := 0
+	if selected {
+		sel = 1
+	}
+	if en.infoErr != nil {
+		t.other, t.otherSelected = t.other+1, t.otherSelected+sel
+	} else {
+		t.dead, t.deadSelected = t.dead+1, t.deadSelected+sel
+	}
+}
+
+// counts is "2 of 6 <what>dead letters", and when there were other
+// records "2 of 5 <what>dead letters and 1 of 1 other records".
+func (t tally) counts(what string) string {
+	s := fmt.Sprintf("%d of %d %sdead letters", t.deadSelected, t.dead, what)
+	if t.other > 0 {
+		s += fmt.Sprintf(" and %d of %d other records", t.otherSelected, t.other)
+	}
+	return s
 }
 
 // listRow is an entry's line in the list table.
@@ -184,13 +215,14 @@ func runShow(ctx context.Context, o *dlqOpts, e env) error {
 		return err
 	}
 	enc := json.NewEncoder(e.stdout)
-	selected, total := 0, 0
+	var n tally
 	source, err := readEntries(ctx, o, e.stderr, func(en *entry) error {
-		total++
-		if !o.filter.match(en) {
+		matched := o.filter.match(en)
+		n.add(en, matched)
+		if !matched {
 			return nil
 		}
-		selected++
+		selected := n.deadSelected + n.otherSelected
 		if o.json {
 			return enc.Encode(fullJSON(en))
 		}
@@ -204,10 +236,10 @@ func runShow(ctx context.Context, o *dlqOpts, e env) error {
 		return err
 	}
 	if !o.json {
-		if selected > 0 {
+		if n.deadSelected+n.otherSelected > 0 {
 			fmt.Fprintln(e.stdout)
 		}
-		fmt.Fprintf(e.stdout, "%d of %d dead letters in %s\n", selected, total, source)
+		fmt.Fprintf(e.stdout, "%s in %s\n", n.counts(""), source)
 	}
 	return nil
 }
