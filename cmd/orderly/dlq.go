@@ -100,8 +100,10 @@ func dlqReplayCommand(e env) *cobra.Command {
 (without the __orderly.errors.* ones) and timestamp, acknowledged by all
 in-sync replicas, in origin offset order: each to the topic and partition it
 came from, or with --to to that topic, partitioned by key (sarama's hash
-partitioner). --brokers is the cluster to publish to. The dead letters stay
-where they are: purge them once the replay has done its work.`+dlqSourceHelp+"\n"+dlqFilterHelp,
+partitioner). A record that is not a dead letter has no origin: only --to
+takes it, as it is, with all its headers. --brokers is the cluster to
+publish to. The dead letters stay where they are: purge them once the
+replay has done its work.`+dlqSourceHelp+"\n"+dlqFilterHelp,
 		func(ctx context.Context) error { return runReplay(ctx, o, e) })
 	fs := c.Flags()
 	o.sourceFlags(fs)

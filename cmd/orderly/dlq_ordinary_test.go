@@ -121,9 +121,9 @@ func TestDlqReplayStrayWarns(t *testing.T) {
 		r := runBin(t, nil, args...)
 		// d5, the stray, is the third record of orders-dlq/1.
 		want := "orderly: warning: dead-letter partition 1 offset 2 is not a dead letter (deadletter: no __orderly.errors.* headers: not an Orderly dead letter): " +
-			"--to orders-retry gets it as it is\n"
-		if r.code != 0 || r.stderr != want || !strings.Contains(r.stdout, "replay 6 of 6 selected dead letters") && !strings.Contains(r.stdout, "replayed 6 of 6 selected dead letters") {
-			t.Errorf("orderly %q: got exit %d, stdout %q, stderr:\n%s\nwant exit 0, 6 replayed, stderr:\n%s", args, r.code, r.stdout, r.stderr, want)
+			"--to orders-retry gets it as it is: key, value, headers and timestamp\n"
+		if r.code != 0 || r.stderr != want || !strings.Contains(r.stdout, "replay 5 of 5 selected dead letters and 1 of 1 other records") && !strings.Contains(r.stdout, "replayed 5 of 5 selected dead letters and 1 of 1 other records") {
+			t.Errorf("orderly %q: got exit %d, stdout %q, stderr:\n%s\nwant exit 0, 5 and 1 replayed, stderr:\n%s", args, r.code, r.stdout, r.stderr, want)
 		}
 	}
 }
@@ -303,5 +303,48 @@ func TestDlqStraysCounted(t *testing.T) {
 		if r.code != 0 || !strings.HasSuffix(r.stdout, tt.want) {
 			t.Errorf("orderly %q: got exit %d, stdout:\n%s\nstderr: %s\nwant exit 0, stdout ending %q", args, r.code, r.stdout, r.stderr, tt.want)
 		}
+	}
+}
+
+// TestDlqReplayStrays: replay without --to leaves mix's two records that
+// are not dead letters, one of them with __orderly.errors.topic, and says
+// they are not dead letters; it said "no __orderly.errors.* headers name
+// an origin topic". With --to, each arrives as it is: key, value, every
+// header (the stray's __orderly.errors.topic too) and timestamp; it
+// arrived without its __orderly.errors.* header. The dead letter goes
+// without the headers its dead-lettering added.
+func TestDlqReplayStrays(t *testing.T) {
+	f := newDlqFixture(t)
+	recs := mixTopic(t, f)
+	src := []string{"--brokers", f.addr, "--topic", "mix"}
+
+	r := runBin(t, nil, slices.Concat([]string{"dlq", "replay"}, src)...)
+	wantErr := "orderly: 2 selected records not replayed: not dead letters (the warnings above say what each lacks), they have no origin to go back to: --to names a topic for them\n"
+	if r.code != exitError || !strings.HasSuffix(r.stderr, wantErr) || strings.Count(r.stderr, "orderly: warning: not replayed: dead-letter partition 0 offset ") != 2 ||
+		!strings.Contains(r.stdout, "replayed 1 of 1 selected dead letters and 0 of 2 other records from topic mix: in/0 1\n") {
+		t.Errorf("replay without --to: got exit %d, stdout:\n%s\nstderr:\n%s\nwant exit 1, 1 of 1 and 0 of 2 replayed, two warnings and the error %q", r.code, r.stdout, r.stderr, wantErr)
+	}
+
+	r = runBin(t, nil, slices.Concat([]string{"dlq", "replay", "--to", "plain"}, src)...)
+	if r.code != 0 || !strings.Contains(r.stdout, "replayed 1 of 1 selected dead letters and 2 of 2 other records from topic mix: plain/0 3\n") ||
+		strings.Count(r.stderr, "--to plain gets it as it is: key, value, headers and timestamp\n") != 2 {
+		t.Fatalf("replay --to plain: got exit %d, stdout:\n%s\nstderr:\n%s\nwant exit 0, 1 and 2 replayed, two warnings", r.code, r.stdout, r.stderr)
+	}
+	want := []deadletter.Record{recs[0], recs[1], recs[2]}
+	want[2].Headers = deadletter.Original(recs[2].Headers)
+	// Each record as text: key, value, headers, timestamp.
+	texts := func(rs []deadletter.Record) []string {
+		var out []string
+		for _, r := range rs {
+			s := fmt.Sprintf("key %q value %q at %s headers", r.Key, r.Value, deadletter.FormatTime(r.Timestamp))
+			for _, h := range r.Headers {
+				s += fmt.Sprintf(" %s=%q", h.Key, h.Value)
+			}
+			out = append(out, s)
+		}
+		return out
+	}
+	if got, want := texts(consumed(t, f.addr, "plain", 0, 0)), texts(want); !slices.Equal(got, want) {
+		t.Errorf("plain/0 after replay --to plain: got\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }

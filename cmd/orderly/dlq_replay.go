@@ -46,10 +46,15 @@ func runReplay(ctx context.Context, o *dlqOpts, e env) error {
 		picked  []*entry
 		skipped []string
 		strays  []*entry // not dead letters, sent to --to as they are
+		n       tally    // selected: picked
 	)
 	source, err := readEntries(ctx, o, e.stderr, func(en *entry) error {
+		matched := o.filter.match(en)
+		if matched {
+			n.add(en, o.to != "" || en.infoErr == nil)
+		}
 		switch {
-		case !o.filter.match(en):
+		case !matched:
 		case en.infoErr != nil && o.to == "":
 			skipped = append(skipped, fmt.Sprintf("%s: %v", en.where(), en.infoErr))
 		case en.infoErr != nil:
@@ -63,10 +68,12 @@ func runReplay(ctx context.Context, o *dlqOpts, e env) error {
 	if err != nil {
 		return err
 	}
-	// A record that is not a dead letter has no origin; --to gets it as
-	// it is, but not without a word (nor does a dry run say nothing).
+	// A record that is not a dead letter has no origin (whatever
+	// __orderly.errors.* headers it has do not make one); --to gets it
+	// as it is, its headers too (replay keeps them), but not without a
+	// word (nor does a dry run say nothing).
 	for _, en := range strays {
-		fmt.Fprintf(e.stderr, "orderly: warning: %s is not a dead letter (%v): %s gets it as it is\n", en.where(), en.infoErr, flagArg(o.fs, "to", o.to))
+		fmt.Fprintf(e.stderr, "orderly: warning: %s is not a dead letter (%v): %s gets it as it is: key, value, headers and timestamp\n", en.where(), en.infoErr, flagArg(o.fs, "to", o.to))
 	}
 	// In origin order, so that a key's records go back in the order
 	// they first came.
@@ -79,8 +86,8 @@ func runReplay(ctx context.Context, o *dlqOpts, e env) error {
 	}
 	sent, err := replay(ctx, o, picked)
 	if err != nil {
-		if n := sum(sent); n > 0 {
-			fmt.Fprintf(e.stdout, "replayed %d of %d selected dead letters before the error%s\n", n, len(picked), perDest(sent))
+		if k := sum(sent); k > 0 {
+			fmt.Fprintf(e.stdout, "replayed %d of %d selected records before the error%s\n", k, len(picked), perDest(sent))
 		}
 		return interrupted(ctx, err)
 	}
@@ -88,9 +95,10 @@ func runReplay(ctx context.Context, o *dlqOpts, e env) error {
 	if o.dryRun {
 		verb = "would replay"
 	}
-	fmt.Fprintf(e.stdout, "%s %d of %d selected dead letters from %s%s\n", verb, len(picked), len(picked)+len(skipped), source, perDest(sent))
+	fmt.Fprintf(e.stdout, "%s %s from %s%s\n", verb, n.counts("selected "), source, perDest(sent))
 	if len(skipped) > 0 {
-		return fmt.Errorf("%s not replayed: no __orderly.errors.* headers name an origin topic (--to names one)", plural(len(skipped), "selected record"))
+		return fmt.Errorf("%s not replayed: not dead letters (the warnings above say what each lacks), they have no origin to go back to: %s names a topic for them",
+			plural(len(skipped), "selected record"), flagArg(o.fs, "to"))
 	}
 	if !o.dryRun && len(picked) > 0 {
 		fmt.Fprintln(e.stdout, "the dead letters are still there: `orderly dlq purge` removes them")
@@ -147,7 +155,13 @@ func replay(ctx context.Context, o *dlqOpts, picked []*entry) (map[dest]int, err
 		if en.rec.Value != nil {
 			m.Value = sarama.ByteEncoder(en.rec.Value)
 		}
-		for _, h := range deadletter.Original(en.rec.Headers) {
+		// A dead letter goes back without the headers its dead-lettering
+		// added; a stray (only with --to) as it is, with all of them.
+		headers := en.rec.Headers
+		if en.infoErr == nil {
+			headers = deadletter.Original(headers)
+		}
+		for _, h := range headers {
 			m.Headers = append(m.Headers, sarama.RecordHeader{Key: h.Key, Value: h.Value})
 		}
 		switch n, known := counts[topic]; {
