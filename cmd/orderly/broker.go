@@ -59,10 +59,10 @@ func runBroker(ctx context.Context, o *brokerOpts, out io.Writer) error {
 	if o.sync && o.data == "" {
 		return usagef("%s needs --data (there is nothing to fsync in memory)", flagArg(o.fs, "sync"))
 	}
-	// broker.Start's errors name the address and the data directory; a
-	// --data another broker runs on is refused, naming its process. An
-	// address it cannot listen on is named with --addr, and its variable
-	// when the value came from there.
+	// A --data another broker runs on is refused, naming its process. An
+	// address it cannot listen on, and a --data it cannot create or lock,
+	// are named with their flag, and its variable when the value came
+	// from there.
 	b, err := broker.Start(broker.Config{
 		Addr:       o.addr,
 		DataDir:    o.data,
@@ -72,6 +72,10 @@ func runBroker(ctx context.Context, o *brokerOpts, out io.Writer) error {
 	})
 	if errors.Is(err, broker.ErrListen) {
 		return fmt.Errorf("%s: %w", flagArg(o.fs, "addr", o.addr), err)
+	}
+	var dataErr *broker.DataDirError
+	if errors.As(err, &dataErr) {
+		return fmt.Errorf("%s: %w", flagArg(o.fs, "data", o.data), dataErr.Err)
 	}
 	if err != nil {
 		return err

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -50,6 +51,34 @@ func TestBrokerAddrCannotListen(t *testing.T) {
 			want := "orderly: " + tt.flag + ": broker: cannot listen: listen tcp " + tt.addr + ": "
 			if r.code != exitError || !strings.HasPrefix(r.stderr, want) || strings.Count(r.stderr, "\n") != 1 || strings.Count(r.stderr, tt.addr) != 2 {
 				t.Fatalf("got exit %d, stderr %q; want exit %d and one line starting %q, naming %s twice", r.code, r.stderr, exitError, want, tt.addr)
+			}
+		})
+	}
+}
+
+// TestBrokerDataNotADir: `orderly broker` on a --data it cannot create
+// (a path under a file) exits 1 with one line naming --data and its
+// path, and ORDERLY_DATA when the value came from there. It said
+// "orderly: broker: data directory: mkdir afile: not a directory".
+func TestBrokerDataNotADir(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "afile")
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	data := filepath.Join(file, "sub")
+	for _, tt := range []struct {
+		name       string
+		vars, args []string
+		flag       string // how the error names the flag
+	}{
+		{"flag", nil, []string{"--data", data}, "--data " + data},
+		{"variable", []string{"ORDERLY_DATA=" + data}, nil, "--data " + data + " (from ORDERLY_DATA)"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			r := runBin(t, tt.vars, append([]string{"broker", "--addr", "127.0.0.1:0"}, tt.args...)...)
+			want := "orderly: " + tt.flag + ": mkdir " + file + ": not a directory\n"
+			if r.code != exitError || r.stderr != want {
+				t.Errorf("got exit %d, stderr %q; want exit %d, stderr %q", r.code, r.stderr, exitError, want)
 			}
 		})
 	}
@@ -353,10 +382,9 @@ func TestBrokerDataLocked(t *testing.T) {
 		t.Errorf("second broker: exit status %d, want %d", code, exitError)
 	}
 	lock := filepath.Join(data, broker.LockFile)
-	for _, want := range []string{lock, fmt.Sprintf("process %d", first.cmd.Process.Pid)} {
-		if !strings.Contains(stderr.String(), want) {
-			t.Errorf("second broker's error %q does not name %q", stderr.String(), want)
-		}
+	want := fmt.Sprintf("orderly: --data %s: in use (another orderly broker?): process %d holds the lock %s\n", data, first.cmd.Process.Pid, lock)
+	if stderr.String() != want {
+		t.Errorf("second broker's error: got %q, want %q", stderr.String(), want)
 	}
 	if parts := topicPartitions(t, first.addr); parts["t"] != 1 {
 		t.Errorf("first broker after the refusal: partitions %v, want t with 1", parts)

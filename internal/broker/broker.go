@@ -39,9 +39,10 @@ type Config struct {
 	// and reload them on start (kfake's DataDir), created if missing. The
 	// broker holds the lock of the file LockFile in it until Close (on
 	// unix and Windows, see internal/flock): a second broker on the same
-	// DataDir, in this process or another, is refused with an error that
-	// names DataDir and wraps a *flock.HeldError (matching flock.ErrHeld)
-	// naming the lock file and its holder. Default "": memory only.
+	// DataDir, in this process or another, is refused with a
+	// *DataDirError that wraps a *flock.HeldError (matching flock.ErrHeld)
+	// naming the lock file and its holder; a DataDir that cannot be
+	// created is a *DataDirError too. Default "": memory only.
 	DataDir string
 	// SyncWrites fsyncs every produced batch (kfake's SyncWrites). Only
 	// meaningful with DataDir.
@@ -78,6 +79,21 @@ var ErrListen = errors.New("broker: cannot listen")
 
 // LockFile is the file in Config.DataDir whose lock a broker holds.
 const LockFile = "broker.lock"
+
+// DataDirError is Start's error when it cannot create Config.DataDir or
+// take its lock: Err says why, without the directory, so that a caller
+// that names the directory its own way (`orderly broker` names --data)
+// can use Err alone.
+type DataDirError struct {
+	Dir string
+	Err error
+}
+
+func (e *DataDirError) Error() string {
+	return fmt.Sprintf("broker: data directory %s: %v", e.Dir, e.Err)
+}
+
+func (e *DataDirError) Unwrap() error { return e.Err }
 
 // Start starts a broker.
 func Start(cfg Config) (*Broker, error) {
@@ -116,7 +132,7 @@ func Start(cfg Config) (*Broker, error) {
 	if cfg.DataDir != "" {
 		// Locked before kfake reads or writes anything there.
 		if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
-			return nil, fmt.Errorf("broker: data directory: %w", err)
+			return nil, &DataDirError{Dir: cfg.DataDir, Err: err}
 		}
 		var err error
 		if lock, err = lockData(cfg.DataDir); err != nil {

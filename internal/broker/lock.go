@@ -20,7 +20,7 @@ import (
 func lockData(dir string) (*os.File, error) {
 	f, err := flock.Lock(filepath.Join(dir, LockFile), 0o644)
 	if errors.Is(err, flock.ErrHeld) {
-		return nil, fmt.Errorf("broker: data directory %s is in use (another orderly broker?): %w", dir, err)
+		return nil, &DataDirError{Dir: dir, Err: fmt.Errorf("in use (another orderly broker?): %w", err)}
 	}
 	if err != nil {
 		return nil, fmt.Errorf("broker: %w", err)
