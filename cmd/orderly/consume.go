@@ -19,6 +19,7 @@ import (
 	"golang.org/x/net/http/httpguts"
 
 	"github.com/orderly-go/orderly/group"
+	"github.com/orderly-go/orderly/internal/flock"
 )
 
 // consumeOpts are `orderly consume`'s flags.
@@ -434,7 +435,13 @@ func (o *consumeOpts) describe() string {
 // variable, when the value came from it).
 func (o *consumeOpts) explain(err error) error {
 	fs, topics := o.fs, strings.Join(o.topics, ",")
+	var held *flock.HeldError
 	switch {
+	case o.data != "" && errors.As(err, &held):
+		// Another process (or Group) holds a lock under --data: the
+		// local dead-letter store's, or the parked messages'. held names
+		// the lock file and its holder.
+		return fmt.Errorf("%s: in use (another consumer on it?): %w", flagArg(fs, "data", o.data), held)
 	case errors.Is(err, group.ErrDeadLetterTopic):
 		return fmt.Errorf("%s: %w", flagArg(fs, "dead-letter-topic", o.deadLetterTopic), err)
 	case errors.Is(err, group.ErrUnknownTopic):

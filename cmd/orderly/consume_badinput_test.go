@@ -1,11 +1,16 @@
 package main
 
 import (
+	"fmt"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/spf13/pflag"
+
+	"github.com/orderly-go/orderly/internal/deadletter"
 )
 
 // TestConsumeBadInput runs the binary with each kind of bad input: stderr
@@ -19,6 +24,15 @@ func TestConsumeBadInput(t *testing.T) {
 	ep := newEndpoint(t, 0, func([]hit) (int, http.Header, string) { return http.StatusOK, nil, "" })
 	kafka := []string{"--brokers", b.Addrs()[0], "--group", "g"}
 	args := func(extra ...string) []string { return append(append([]string{"consume"}, kafka...), extra...) }
+	// A --data whose local dead-letter store this process holds, as a
+	// consumer running on it would.
+	held := t.TempDir()
+	store, err := deadletter.Open(storeDir(held), deadletter.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	inUse := fmt.Sprintf(": in use (another consumer on it?): process %d holds the lock %s", os.Getpid(), filepath.Join(storeDir(held), deadletter.LockFile))
 	tests := []struct {
 		name string
 		vars []string
@@ -102,6 +116,13 @@ func TestConsumeBadInput(t *testing.T) {
 			"--brokers 127.0.0.1:1 (from ORDERLY_BROKERS): group: cannot reach brokers"},
 		{"unreachable broker", nil, []string{"consume", "--brokers", "127.0.0.1:1", "--group", "g", "--topic", "present", "--http", ep.url()}, exitError,
 			"--brokers 127.0.0.1:1: group: cannot reach brokers"},
+		// A --data in use: it said "consume: group: local dead-letter
+		// store: deadletter: DIR/deadletters is in use (a running
+		// consumer?): ...", not naming the flag.
+		{"data in use", nil, args("--topic", "present", "--http", ep.url(), "--data", held), exitError,
+			"--data " + held + inUse},
+		{"data in use from env", []string{"ORDERLY_DATA=" + held}, args("--topic", "present", "--http", ep.url()), exitError,
+			"--data " + held + " (from ORDERLY_DATA)" + inUse},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
