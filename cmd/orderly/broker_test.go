@@ -58,8 +58,7 @@ func TestBrokerAddrCannotListen(t *testing.T) {
 
 // TestBrokerDataNotADir: `orderly broker` on a --data it cannot create
 // (a path under a file) exits 1 with one line naming --data and its
-// path, and ORDERLY_DATA when the value came from there. It said
-// "orderly: broker: data directory: mkdir afile: not a directory".
+// path, and ORDERLY_DATA when the value came from there.
 func TestBrokerDataNotADir(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "afile")
 	if err := os.WriteFile(file, nil, 0o644); err != nil {
@@ -81,6 +80,21 @@ func TestBrokerDataNotADir(t *testing.T) {
 				t.Errorf("got exit %d, stderr %q; want exit %d, stderr %q", r.code, r.stderr, exitError, want)
 			}
 		})
+	}
+}
+
+// TestBrokerDataLockUnopenable: a --data whose lock file cannot be
+// opened (here a directory stands in its place) is named by its flag.
+func TestBrokerDataLockUnopenable(t *testing.T) {
+	data := t.TempDir()
+	lock := filepath.Join(data, "broker.lock")
+	if err := os.Mkdir(lock, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	r := runBin(t, nil, "broker", "--addr", "127.0.0.1:0", "--data", data)
+	want := "orderly: --data " + data + ": "
+	if r.code != exitError || !strings.HasPrefix(r.stderr, want) || !strings.Contains(r.stderr, lock) {
+		t.Errorf("got exit %d, stderr %q; want exit %d, stderr starting %q and naming %s", r.code, r.stderr, exitError, want, lock)
 	}
 }
 

@@ -23,7 +23,7 @@ func lockData(dir string) (*os.File, error) {
 		return nil, &DataDirError{Dir: dir, Err: fmt.Errorf("in use (another orderly broker?): %w", err)}
 	}
 	if err != nil {
-		return nil, fmt.Errorf("broker: %w", err)
+		return nil, &DataDirError{Dir: dir, Err: err}
 	}
 	return f, nil
 }
