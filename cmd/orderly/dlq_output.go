@@ -80,11 +80,11 @@ func (t *tally) add(en *entry, selected bool) {
 }
 
 // counts is "2 of 6 <what>dead letters", and when there were other
-// records "2 of 5 <what>dead letters and 1 of 1 other records".
+// records "2 of 5 <what>dead letters and 1 of 1 <what>other records".
 func (t tally) counts(what string) string {
 	s := fmt.Sprintf("%d of %d %sdead letters", t.deadSelected, t.dead, what)
 	if t.other > 0 {
-		s += fmt.Sprintf(" and %d of %d other records", t.otherSelected, t.other)
+		s += fmt.Sprintf(" and %d of %d %sother records", t.otherSelected, t.other, what)
 	}
 	return s
 }
