@@ -116,9 +116,7 @@ func TestConsumeBadInput(t *testing.T) {
 			"--brokers 127.0.0.1:1 (from ORDERLY_BROKERS): group: cannot reach brokers"},
 		{"unreachable broker", nil, []string{"consume", "--brokers", "127.0.0.1:1", "--group", "g", "--topic", "present", "--http", ep.url()}, exitError,
 			"--brokers 127.0.0.1:1: group: cannot reach brokers"},
-		// A --data in use: it said "consume: group: local dead-letter
-		// store: deadletter: DIR/deadletters is in use (a running
-		// consumer?): ...", not naming the flag.
+		// A --data in use is named by its flag.
 		{"data in use", nil, args("--topic", "present", "--http", ep.url(), "--data", held), exitError,
 			"--data " + held + inUse},
 		{"data in use from env", []string{"ORDERLY_DATA=" + held}, args("--topic", "present", "--http", ep.url()), exitError,

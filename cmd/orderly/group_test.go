@@ -431,10 +431,9 @@ func TestGroupDescribeMembers(t *testing.T) {
 // TestDescribeWaitingWhen: describe's text says when each waiting message
 // may run again: not before a time to come (and in how long), or due, when
 // its retry may be running already (the metadata lists it until it is
-// done), and when it first failed if the metadata says. A due retry read
-// "at once", though it was running. Text and --json write each time with
-// three digits of milliseconds, as the dead-letter headers do, also on a
-// whole second and with trailing zeros: they read 11:59:00Z and 03:51:25.28Z.
+// done), and when it first failed if the metadata says. Text and --json
+// write each time with three digits of milliseconds, as the dead-letter
+// headers do, also on a whole second and with trailing zeros.
 func TestDescribeWaitingWhen(t *testing.T) {
 	now := time.Date(2026, 12, 4, 12, 0, 0, 0, time.UTC)
 	later, earlier := millisTime{now.Add(time.Hour)}, millisTime{now.Add(-time.Minute)}
