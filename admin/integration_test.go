@@ -36,13 +36,9 @@ type live struct {
 	stopServe func() error
 }
 
-// startLive starts a broker with topic (parts partitions, n messages over
-// keys keys), a group on it whose Do sticks once at partition 0 offset 10
-// (ignoring its ctx: MsgTimeout is 200ms, so its worker is stuck after
-// MsgTimeout and the 1s grace) until release, and fails partition 1's
-// offset 20 every time (dead-lettered to the local store after 2
-// attempts); and the admin server. Run is not started.
-func startLive(t *testing.T, topic string, parts int32, n, keys int) *live {
+// startProduced starts a broker with topic (parts partitions) holding n
+// messages over keys keys ("key-i%keys", "value i").
+func startProduced(t *testing.T, topic string, parts int32, n, keys int) *broker.Broker {
 	t.Helper()
 	b, err := broker.Start(broker.Config{Topics: []string{topic}, Partitions: parts})
 	if err != nil {
@@ -56,6 +52,18 @@ func startLive(t *testing.T, topic string, parts int32, n, keys int) *live {
 	}); err != nil {
 		t.Fatal(err)
 	}
+	return b
+}
+
+// startLive starts a broker with topic (parts partitions, n messages over
+// keys keys), a group on it whose Do sticks once at partition 0 offset 10
+// (ignoring its ctx: MsgTimeout is 200ms, so its worker is stuck after
+// MsgTimeout and the 1s grace) until release, and fails partition 1's
+// offset 20 every time (dead-lettered to the local store after 2
+// attempts); and the admin server. Run is not started.
+func startLive(t *testing.T, topic string, parts int32, n, keys int) *live {
+	t.Helper()
+	b := startProduced(t, topic, parts, n, keys)
 	sc := group.DefaultSarama()
 	sc.Consumer.Offsets.AutoCommit.Interval = 100 * time.Millisecond
 	release := make(chan struct{})

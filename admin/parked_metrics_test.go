@@ -3,7 +3,6 @@ package admin
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net"
 	"testing"
 	"time"
@@ -12,8 +11,6 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/orderly-go/orderly/group"
-	"github.com/orderly-go/orderly/internal/broker"
-	"github.com/orderly-go/orderly/internal/loadgen"
 )
 
 // TestLiveParkedRecordsCountHandled: a real Unordered group with a
@@ -25,18 +22,7 @@ import (
 // counts the records moved to the parked queue.
 func TestLiveParkedRecordsCountHandled(t *testing.T) {
 	const topic, n, keys = "admin-parked", 240, 24
-	b, err := broker.Start(broker.Config{Topics: []string{topic}, Partitions: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(b.Close)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if err := loadgen.Produce(ctx, b.Addrs(), topic, n, func(i int) loadgen.Record {
-		return loadgen.Record{Key: fmt.Appendf(nil, "key-%d", i%keys), Value: fmt.Appendf(nil, "value %d", i)}
-	}); err != nil {
-		t.Fatal(err)
-	}
+	b := startProduced(t, topic, 2, n, keys)
 	var parked int64 // offsets 0, 3, 6... of each partition
 	for _, hw := range b.HighWatermarks(topic) {
 		parked += (hw + 2) / 3
