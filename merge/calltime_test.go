@@ -12,10 +12,11 @@ import (
 // worker's last starts at that call's end reading, but a worker that waited
 // in between (for work, or for a partial batch's Ticker) reads the clock
 // again, so the wait is not counted in the next call's duration. Every
-// call here returns at once; a duration that took in the 30 ms wait lands
-// above the histogram's first bound (0.5 ms).
+// call here returns at once: the calls' durations add up to far less
+// than the 200 ms wait, also with the race detector on a loaded machine,
+// unless one of them took the wait in.
 func TestCallDurationsLeaveOutWaits(t *testing.T) {
-	const wait = 30 * time.Millisecond
+	const wait = 200 * time.Millisecond
 	tests := []struct {
 		name   string
 		size   int
@@ -40,8 +41,8 @@ func TestCallDurationsLeaveOutWaits(t *testing.T) {
 			if tt.then == nil {
 				var s histogram.Snapshot
 				r.pool.CallDurations(&s)
-				if s.Count != 2 || s.Counts[0] != s.Count {
-					t.Fatalf("calls of at most %v: got %d of %d (sum %v), want both", time.Duration(histogram.Bounds[0]*1e9), s.Counts[0], s.Count, s.Sum)
+				if s.Count != 2 || s.Sum >= wait/2 {
+					t.Fatalf("calls' durations: got %d calls, sum %v; want 2, under %v", s.Count, s.Sum, wait/2)
 				}
 				return
 			}
@@ -52,8 +53,8 @@ func TestCallDurationsLeaveOutWaits(t *testing.T) {
 			r.waitCommitted(t, int64(len(tt.first)+len(tt.then)), 10*time.Second)
 			var s histogram.Snapshot
 			r.pool.CallDurations(&s)
-			if s.Count == 0 || s.Counts[0] != s.Count {
-				t.Fatalf("calls of at most %v: got %d of %d (sum %v), want all of them", time.Duration(histogram.Bounds[0]*1e9), s.Counts[0], s.Count, s.Sum)
+			if s.Count == 0 || s.Sum >= wait/2 {
+				t.Fatalf("calls' durations: got %d calls, sum %v; want some, under %v", s.Count, s.Sum, wait/2)
 			}
 		})
 	}
