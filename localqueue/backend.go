@@ -165,13 +165,13 @@ func (b *diskBackend) counted(damage bool) {
 }
 
 // upkeepError reports whether go-diskqueue's error line of format f is
-// about the upkeep of its files, which loses no record: a failed sync
-// (the records are written; a full disk fails every sync) or a failed
-// removal of a file it is done with. Any other error may have cost
-// records: a file it could not read and skipped, or positions that do
-// not fit the data (its lines say "corruption" or "data loss").
+// about the upkeep of its files, which loses no record: a failed removal
+// of a file it is done with (a failed sync, the other such error, is
+// handled before: logf). Any other error may have cost records: a file it
+// could not read and skipped, or positions that do not fit the data (its
+// lines say "corruption" or "data loss").
 func upkeepError(f string) bool {
-	return strings.Contains(f, "failed to sync") || strings.Contains(strings.ToLower(f), "failed to remove")
+	return strings.Contains(strings.ToLower(f), "failed to remove")
 }
 
 // removeMetaTemps removes the temporary files go-diskqueue leaves behind

@@ -9,13 +9,10 @@ import (
 	"github.com/orderly-go/orderly/internal/flock"
 )
 
-// lockFile locks <dir>/<name>.lock (flock.Lock) so that two Queues never
-// run go-diskqueue on the same files, in this process or another. The
-// kernel drops the lock when the process dies, so a crash never leaves
-// it behind; a holder that is exiting (right after a kill -9) is waited
-// for, up to flock.Wait, so that a process restarted at once gets the
-// lock its dead predecessor held. A refusal wraps ErrLocked and names the
-// lock file and the holder.
+// lockFile locks <dir>/<name>.lock so that two Queues never run
+// go-diskqueue on the same files, in this process or another (flock.Lock
+// says what a crash and a kill -9 leave behind). A refusal wraps
+// ErrLocked and names the lock file and the holder.
 func lockFile(dir, name string) (*os.File, error) {
 	f, err := flock.Lock(filepath.Join(dir, name+".lock"), 0o600)
 	if errors.Is(err, flock.ErrHeld) {
