@@ -22,7 +22,7 @@ const maxStrayBytes = 32 << 20
 
 // errDeadLetterFound ends the read of a topicCheck without pass at its
 // first dead letter; errNoneInSample ends a topicCheck's read after
-// maxStrayCheck records without one.
+// maxStrayCheck records, or maxStrayBytes of them, without one.
 var (
 	errDeadLetterFound = errors.New("found a dead letter")
 	errNoneInSample    = errors.New("no dead letter in the sample")

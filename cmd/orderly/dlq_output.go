@@ -79,6 +79,9 @@ func (t *tally) add(en *entry, selected bool) {
 	}
 }
 
+// selected is how many records were selected, dead letters or not.
+func (t tally) selected() int { return t.deadSelected + t.otherSelected }
+
 // counts is "2 of 6 <what>dead letters", and when there were other
 // records "2 of 5 <what>dead letters and 1 of 1 <what>other records".
 func (t tally) counts(what string) string {
@@ -222,7 +225,7 @@ func runShow(ctx context.Context, o *dlqOpts, e env) error {
 		if !matched {
 			return nil
 		}
-		selected := n.deadSelected + n.otherSelected
+		selected := n.selected()
 		if o.json {
 			return enc.Encode(fullJSON(en))
 		}
@@ -236,7 +239,7 @@ func runShow(ctx context.Context, o *dlqOpts, e env) error {
 		return err
 	}
 	if !o.json {
-		if n.deadSelected+n.otherSelected > 0 {
+		if n.selected() > 0 {
 			fmt.Fprintln(e.stdout)
 		}
 		fmt.Fprintf(e.stdout, "%s in %s\n", n.counts(""), source)

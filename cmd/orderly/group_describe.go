@@ -293,10 +293,10 @@ func (pv *partitionView) decodeMeta(meta string, hw int64) {
 	for _, w := range done.Waiting {
 		wv := waitingView{Offset: w.Offset, Attempt: w.Attempt}
 		if !w.NotBefore.IsZero() {
-			wv.NotBefore = &millisTime{w.NotBefore.UTC()}
+			wv.NotBefore = &millisTime{w.NotBefore}
 		}
 		if !w.FirstFailure.IsZero() {
-			wv.FirstFailure = &millisTime{w.FirstFailure.UTC()}
+			wv.FirstFailure = &millisTime{w.FirstFailure}
 		}
 		pv.Waiting = append(pv.Waiting, wv)
 	}
