@@ -129,15 +129,9 @@ func purgeTopic(ctx context.Context, o *dlqOpts, e env) error {
 	if err != nil {
 		return err
 	}
-	lows, highs := make([]int64, len(parts)), make([]int64, len(parts))
-	var spans []span
-	for i, p := range parts {
-		if lows[i], highs[i], err = watermarks(client, o.topic, p); err != nil {
-			return err
-		}
-		if lows[i] < highs[i] {
-			spans = append(spans, span{p, lows[i], highs[i]})
-		}
+	spans, err := partitionSpans(client, o.topic, parts)
+	if err != nil {
+		return err
 	}
 	// The partitions it would delete from decide whether the topic is
 	// one of dead letters, before anything is deleted.
@@ -149,8 +143,8 @@ func purgeTopic(ctx context.Context, o *dlqOpts, e env) error {
 		return interrupted(ctx, err)
 	}
 	cut := map[int32]int64{}
-	for i, p := range parts {
-		low, high := lows[i], highs[i]
+	for _, s := range spans {
+		p, low, high := s.p, s.low, s.high
 		stable := stables[topicPart{Topic: o.topic, Part: p}]
 		held := ""
 		if stable < high {

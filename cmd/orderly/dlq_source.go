@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/IBM/sarama"
@@ -136,18 +137,26 @@ func readTopic(ctx context.Context, client sarama.Client, o *dlqOpts, warn io.Wr
 	if err != nil {
 		return fmt.Errorf("dead-letter topic %s: %w", o.topic, err)
 	}
-	var spans []span
-	for _, p := range parts {
-		low, high, err := watermarks(client, o.topic, p)
-		if err != nil {
-			return err
-		}
-		if low < high {
-			spans = append(spans, span{p, low, high})
-		}
+	spans, err := partitionSpans(client, o.topic, parts)
+	if err != nil {
+		return err
 	}
 	c := &topicCheck{o: o, part: -1, pass: fn, warn: warn}
 	return c.end(readSpans(ctx, o, spans, c, c.record))
+}
+
+// partitionSpans looks up each partition's log start and high watermark
+// once: one span for each of parts, in order, empty ones included.
+func partitionSpans(client sarama.Client, topic string, parts []int32) ([]span, error) {
+	spans := make([]span, len(parts))
+	for i, p := range parts {
+		low, high, err := watermarks(client, topic, p)
+		if err != nil {
+			return nil, err
+		}
+		spans[i] = span{p, low, high}
+	}
+	return spans, nil
 }
 
 // span is the offsets [low, high) of a partition to read.
@@ -156,14 +165,15 @@ type span struct {
 	low, high int64
 }
 
-// readSpans reads each span of o's topic in turn and calls fn for each
+// readSpans reads each span of o's topic in turn (an empty one is passed
+// over) and calls fn for each
 // record a read-committed consumer would see (see txOrder). It reads
 // every record and transaction marker with franz-go's client keeping
 // control records, which sarama's consumer drops without a word: only a
 // marker says that a span ending in one was read to its end.
 func readSpans(ctx context.Context, o *dlqOpts, spans []span, warn io.Writer, fn func(*entry) error) error {
-	if len(spans) == 0 {
-		return nil
+	if !slices.ContainsFunc(spans, func(s span) bool { return s.low < s.high }) {
+		return nil // nothing to read: no client
 	}
 	opts, err := o.kafka.kgoOpts()
 	if err != nil {
@@ -181,6 +191,9 @@ func readSpans(ctx context.Context, o *dlqOpts, spans []span, warn io.Writer, fn
 	}
 	defer cl.Close()
 	for _, s := range spans {
+		if s.low >= s.high {
+			continue
+		}
 		cl.AddConsumePartitions(map[string]map[int32]kgo.Offset{o.topic: {s.p: kgo.NewOffset().At(s.low)}})
 		tx := &txOrder{pass: fn}
 		err := readSpan(ctx, cl, o.topic, s, tx)
