@@ -77,7 +77,7 @@ type Partition[M, T any] struct {
 	// (AdvanceFunc), dropped, abandoned or given up on (Orphan: its copy
 	// counts instead): Outstanding; the bits above
 	// count the items abandoned after the revoke (failed in the drain, or
-	// let go once their hold was settled): AbandonedInDrain.
+	// let go once their hold was settled): Unsettled reads both.
 	unsettled atomicInt
 	// draining makes every completion wake the owner (it waits for
 	// Outstanding to reach zero after Revoke).
@@ -406,9 +406,11 @@ func (p *Partition[M, T]) Outstanding() int64 {
 	return n
 }
 
-// Unsettled is Outstanding and AbandonedInDrain, read at one instant: an
-// item abandoned meanwhile counts in one of them, never in both nor in
-// neither.
+// Unsettled is Outstanding and the items abandoned since the revoke,
+// besides those Revoke reported (items that failed while the partition
+// drained, or whose hold was settled with a timed wait (Waits), left for
+// the next owner), read at one instant: an item abandoned meanwhile
+// counts in one of them, never in both nor in neither.
 func (p *Partition[M, T]) Unsettled() (outstanding, abandonedInDrain int64) {
 	v := p.unsettled.Load()
 	// The low half signed: a count that went below zero (a bug) reads
@@ -496,18 +498,15 @@ func (p *Partition[M, T]) Seal() {
 }
 
 // abandoned lets go of n items that will not finish, counting those of a
-// revoked partition (AbandonedInDrain) in the same atomic add that takes
+// revoked partition (Unsettled) in the same atomic add that takes
 // them off Outstanding.
 func (p *Partition[M, T]) abandoned(n int64) {
 	if p.gone.Load() {
 		p.settle(n*abandonedUnit - n)
 		return
 	}
-	p.letGo(n)
+	p.settle(-n)
 }
-
-// letGo takes n items off Outstanding, waking a draining owner.
-func (p *Partition[M, T]) letGo(n int64) { p.settle(-n) }
 
 // settle adds d to unsettled, waking a draining owner.
 func (p *Partition[M, T]) settle(d int64) {
@@ -515,15 +514,6 @@ func (p *Partition[M, T]) settle(d int64) {
 	if p.draining.Load() {
 		signal(p.wake)
 	}
-}
-
-// AbandonedInDrain is how many items were abandoned since the revoke,
-// besides those Revoke reported: items that failed while the partition
-// drained, or whose hold was settled with a timed wait (Waits), left for
-// the next owner.
-func (p *Partition[M, T]) AbandonedInDrain() int64 {
-	_, n := p.Unsettled()
-	return n
 }
 
 // Drain makes every later completion wake the owner, which then waits for

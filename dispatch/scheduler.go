@@ -420,7 +420,7 @@ func (s *Scheduler[M, T]) push(p *Partition[M, T], items []*Item[M, T]) {
 	s.mu.Lock()
 	if p.revoked {
 		// Copies of orphans made in the drain (replaceOrphans): dropped
-		// with the partition unrun, abandoned (AbandonedInDrain) as a
+		// with the partition unrun, abandoned (Unsettled) as a
 		// message waiting for its retry is at a revoke: each stands for
 		// its original, which Orphan took off Outstanding.
 		s.mu.Unlock()

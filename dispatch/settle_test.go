@@ -594,7 +594,7 @@ func TestSettleRevokedFinishesDone(t *testing.T) {
 	if len(drained) != 1 || drained[0].Offset != 1 {
 		t.Fatalf("DrainedWaiting: got %v, want offset 1 only", drained)
 	}
-	if got := p.AbandonedInDrain(); got != 2 {
+	if _, got := p.Unsettled(); got != 2 {
 		t.Fatalf("AbandonedInDrain: got %d, want 2 (offsets 1 and 2)", got)
 	}
 }
@@ -710,8 +710,8 @@ func TestHeldKeptUntilSettled(t *testing.T) {
 		if got := p.Outstanding(); got != 0 {
 			t.Fatalf("finishing %v: Outstanding after Advance: got %d, want 0", finishing, got)
 		}
-		if got, want := p.AbandonedInDrain(), 1-want; got != want {
-			t.Fatalf("finishing %v: AbandonedInDrain: got %d, want %d", finishing, got, want)
+		if _, got := p.Unsettled(); got != 1-want {
+			t.Fatalf("finishing %v: AbandonedInDrain: got %d, want %d", finishing, got, 1-want)
 		}
 		if next, _ := p.Next(); next != want {
 			t.Fatalf("finishing %v: frontier: got %d, want %d", finishing, next, want)
