@@ -472,39 +472,14 @@ func (c *claimLoop[T]) revoke(reason claimEnd) error {
 	waiting, _ := c.waiting()
 	dropped, abandoned := c.p.Revoke()
 	dropped += c.undispatched.drop()
-	c.p.Drain()
-	c.advance() // what finished before Drain, whose wake may still be deferred
-	timedOut := false
-	if c.p.Outstanding() > 0 {
-		timer := time.NewTimer(c.g.cfg.DrainTimeout)
-	wait:
-		for c.p.Outstanding() > 0 {
-			select {
-			case <-c.p.Wake():
-				c.advance()
-			case <-c.st.tick:
-				// The status, lag and stuck head go on being published
-				// while the drain waits (it marks nothing: the final
-				// mark below carries the waiting messages listed above).
-				c.advance()
-				c.observe(false, len(waiting))
-			case <-timer.C:
-				timedOut = true
-				break wait
-			}
-		}
-		timer.Stop()
-	}
-	// What finishes from here on is not this claim's: neither committed
-	// nor counted as Handled. The final advance takes back what finished
-	// before; what is still outstanding then is late (Stats.Abandoned),
-	// whatever its call returns, and is read with the items abandoned in
-	// the drain at one instant, so that each item counts once. Only then
-	// are the late calls cancelled: one that returns nil when cancelled
-	// must find the partition sealed.
-	c.p.Seal()
-	c.advance()
-	late, inDrain := c.p.Unsettled()
+	// The status, lag and stuck head go on being published while the
+	// drain waits (it marks nothing: the final mark below carries the
+	// waiting messages listed above). What is late after it counts in
+	// Stats.Abandoned, whatever its call returns.
+	late, inDrain, timedOut := drainAndSeal(c.p, c.g.cfg.DrainTimeout, c.advance, c.st.tick, func() {
+		c.advance()
+		c.observe(false, len(waiting))
+	}, nil)
 	if timedOut {
 		cause := ErrRevoked
 		if reason == endShutdown {

@@ -255,11 +255,11 @@ func (p *parking[T]) redeliver(ctx context.Context) {
 			p.intake(m)
 		case <-p.side.Wake():
 			p.side.AdvanceFunc(p.finished)
-		case <-p.g.stopping:
+		case <-p.g.stopping: // Run stops (it closes stopping before stopWorkers)
 			stopGetting()
 			p.drain(ctx)
 			return
-		case <-p.stop:
+		case <-p.stop: // stopWorkers called outside Run (tests)
 			stopGetting()
 			p.drain(ctx)
 			return
@@ -280,26 +280,7 @@ func (p *parking[T]) redeliver(ctx context.Context) {
 func (p *parking[T]) drain(ctx context.Context) {
 	side := p.side
 	dropped, abandoned := side.Revoke()
-	side.Drain()
-	side.AdvanceFunc(p.finished) // what finished before Drain, whose wake may still be deferred
-	if side.Outstanding() > 0 {
-		timer := time.NewTimer(p.g.cfg.DrainTimeout)
-	wait:
-		for side.Outstanding() > 0 {
-			select {
-			case <-side.Wake():
-				side.AdvanceFunc(p.finished)
-			case <-timer.C:
-				break wait
-			case <-ctx.Done():
-				break wait
-			}
-		}
-		timer.Stop()
-	}
-	side.Seal()
-	side.AdvanceFunc(p.finished)
-	late, inDrain := side.Unsettled()
+	late, inDrain, _ := drainAndSeal(side, p.g.cfg.DrainTimeout, func() { side.AdvanceFunc(p.finished) }, nil, nil, ctx.Done())
 	side.Close()
 	p.g.fail.forget(side)
 	p.g.ctr.dropped.Add(int64(dropped))
