@@ -98,36 +98,22 @@ func newOffsets(brokers []string) (*offsets, error) {
 
 func (o *offsets) close() { o.admin.Close() }
 
-// topicExists fails, saying so, if topic does not exist on the cluster at
-// brokers: the ledger creates its topic only on the embedded broker.
-func topicExists(brokers []string, topic string) error {
-	off, err := newOffsets(brokers)
-	if err != nil {
-		return err
-	}
-	defer off.close()
-	err = off.client.RefreshMetadata(topic)
-	if errors.Is(err, sarama.ErrUnknownTopicOrPartition) {
-		return fmt.Errorf("topic %q does not exist on %s: create it first (the ledger creates its topic only on the embedded broker, without --brokers)", topic, strings.Join(brokers, ","))
-	}
-	if err != nil {
-		return fmt.Errorf("metadata of %s: %w", topic, err)
-	}
-	return nil
-}
-
-// holdsRecords fails, saying so, if topic on the cluster at brokers holds
-// no records (each partition's log start is its high watermark): without
-// --produce the ledger would consume nothing, and find no balance to
-// match the transfers it drew.
-func holdsRecords(brokers []string, topic string, transfers int) error {
+// checkTopic fails, saying so, if topic does not exist on the cluster at
+// brokers (the ledger creates its topic only on the embedded broker), or,
+// with needRecords, if it holds no records (each partition's log start is
+// its high watermark): without --produce the ledger would consume
+// nothing, and find no balance to match the transfers it drew.
+func checkTopic(brokers []string, topic string, needRecords bool, transfers int) error {
 	off, err := newOffsets(brokers)
 	if err != nil {
 		return err
 	}
 	defer off.close()
 	hw, err := off.highWatermarks(topic)
-	if err != nil {
+	if errors.Is(err, sarama.ErrUnknownTopicOrPartition) {
+		return fmt.Errorf("topic %q does not exist on %s: create it first (the ledger creates its topic only on the embedded broker, without --brokers)", topic, strings.Join(brokers, ","))
+	}
+	if err != nil || !needRecords {
 		return err
 	}
 	for p, high := range hw {
