@@ -51,7 +51,9 @@
 //     and the scanner add to them, Get takes from them. The ready messages
 //     Open restored from the journal wait, as IDs whose bodies Get reads
 //     back from the journal, in a FIFO of their own (restored.go, guarded
-//     by its mutex) that only Open adds to (see The journal).
+//     by its mutex) that only Open adds to (see The journal); the deferred
+//     ones it restored wait on the deferred heap, their bodies likewise
+//     left in the journal until they are due.
 //   - The in-flight table and deadline heap are guarded by inFlightMu, the
 //     deferred heap by deferredMu: Get, Finish, Requeue and Touch come from
 //     any number of goroutines, so a mutex is simpler than a goroutine.
@@ -116,7 +118,11 @@
 //
 // Open replays the journal: a message with a COPY (or SWAP) and no FIN
 // (or SWAP replacing it) comes back,
-// once: a deferred one on the deferred heap with its due time; one that was
+// once: a deferred one on the deferred heap with its due time, and without
+// its body, which the scanner reads back from the journal's COPY
+// (wherever compaction has moved it) when the message is due, so memory
+// holds no body of the deferred messages a queue reopens with
+// (TestRestoredDeferredBodiesStayOnDisk); one that was
 // in flight ready again at once, Attempts kept (the delivery cut short
 // counts: if it was the MaxAttempts-th, the message is dead-lettered); one
 // handed back ready with its due time. Close journals the in-flight

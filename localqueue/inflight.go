@@ -312,7 +312,9 @@ func (q *Queue) processInFlight(now time.Time) (dirty bool, dead []*record) {
 	}
 }
 
-// processDeferred makes every deferred message due at or before now ready.
+// processDeferred makes every deferred message due at or before now
+// ready. One whose body is on disk only (Open restored it) is read back
+// from the journal first.
 func (q *Queue) processDeferred(now time.Time) bool {
 	dirty := false
 	for {
@@ -323,7 +325,13 @@ func (q *Queue) processDeferred(now time.Time) bool {
 			return dirty
 		}
 		dirty = true
-		q.putReady(e.Value)
+		r := e.Value
+		if r.bodyOnDisk {
+			if r = q.readBack(r.m.ID, r.m.Attempts, r.m.Due); r == nil {
+				continue
+			}
+		}
+		q.putReady(r)
 	}
 }
 

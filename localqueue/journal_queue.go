@@ -29,7 +29,9 @@ func (q *Queue) writeMarker() error {
 }
 
 // recover puts the messages the journal restored back in place: deferred
-// ones whose due time is still ahead on the deferred heap; in-flight ones
+// ones whose due time is still ahead on the deferred heap, without their
+// bodies (the scanner reads each back from the journal when it is due);
+// in-flight ones
 // through retire, as a delivery that failed (a delivery cut short by a
 // crash counts): ready again now with their attempts, or dead-lettered if
 // they had used up MaxAttempts; the rest (requeued, or deferred and due)
@@ -63,9 +65,8 @@ func (q *Queue) recover(restore []restoreEntry) error {
 	for _, re := range restore {
 		m := Message{ID: re.id, Attempts: int(re.e.attempts), Due: time.Unix(0, re.e.due)}
 		later := re.e.state == stateDeferred && m.Due.After(now)
-		if later || re.e.state == stateInFlight && q.spent(m.Attempts) {
-			// Deferred (it waits in memory) or dead-lettered: it needs
-			// its body now.
+		if re.e.state == stateInFlight && q.spent(m.Attempts) {
+			// Dead-lettered: it needs its body now.
 			var err error
 			if m, err = j.load(re); err != nil {
 				// It stays in the journal: the next Open tries again.
@@ -79,6 +80,7 @@ func (q *Queue) recover(restore []restoreEntry) error {
 		r.journaled = true
 		switch {
 		case later:
+			r.bodyOnDisk = true
 			q.pushDeferred(r)
 			deferred++
 		case re.e.state == stateInFlight:

@@ -44,6 +44,11 @@ type record struct {
 	// journal, or was deferred. Records Put into the memory chan are not
 	// journaled until they are deferred: they are memory-only.
 	journaled bool
+	// bodyOnDisk is set on a deferred message Open restored from the
+	// journal: m holds its ID, attempts and due time, not its body, which
+	// stays in the journal's COPY until the message is due and
+	// processDeferred reads it back.
+	bodyOnDisk bool
 	// readOp is the journal's backendOps count when this record was read
 	// from the backend (0: it was not).
 	readOp uint64

@@ -190,15 +190,9 @@ func TestRestoredBodiesStayOnDisk(t *testing.T) {
 		t.Fatalf("Close: %v", err)
 	}
 
-	heapInuse := func() int64 {
-		runtime.GC()
-		var ms runtime.MemStats
-		runtime.ReadMemStats(&ms)
-		return int64(ms.HeapInuse)
-	}
-	before := heapInuse()
+	before := heapLive()
 	q = openQueue(t, o)
-	grew := heapInuse() - before
+	grew := heapLive() - before
 	const bodies, most = n * size, n * size / 5
 	if grew > most {
 		t.Errorf("heap after Open: got %d KiB more, want at most %d KiB (a fifth of the %d KiB of bodies the journal holds)", grew>>10, most>>10, bodies>>10)
@@ -212,11 +206,62 @@ func TestRestoredBodiesStayOnDisk(t *testing.T) {
 	expectExactly(t, q, clock, wants, 0)
 }
 
+// TestRestoredDeferredBodiesStayOnDisk: a queue reopened with deferred
+// messages the journal holds (PutDeferred, due later) keeps them on the
+// deferred heap without their bodies: the heap grows by a small part of
+// the bodies' size at Open, and Stats counts them as deferred. Once due,
+// each is read back from the journal and delivered once, with its body,
+// attempts and due time.
+func TestRestoredDeferredBodiesStayOnDisk(t *testing.T) {
+	const n, size, delay = 5000, 4 << 10, time.Minute
+	clock := newFakeClock()
+	o := Options{DataPath: t.TempDir(), now: clock.Now}
+	q := openQueue(t, o)
+	wants := make(map[ID]want, n)
+	due := clock.Now().Add(delay)
+	for i := range n {
+		body := fmt.Sprintf("%05d", i) + strings.Repeat("x", size-5)
+		id, err := q.PutDeferred([]byte(body), delay)
+		if err != nil {
+			t.Fatalf("PutDeferred: %v", err)
+		}
+		wants[id] = want{body: body, attempts: 1, due: due}
+	}
+	if err := q.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+
+	before := heapLive()
+	q = openQueue(t, o)
+	grew := heapLive() - before
+	const bodies, most = n * size, n * size / 5
+	if grew > most {
+		t.Errorf("heap after Open: got %d KiB more, want at most %d KiB (a fifth of the %d KiB of deferred bodies the journal holds)", grew>>10, most>>10, bodies>>10)
+	}
+	if st := q.Stats(); st.Deferred != n || st.Depth != 0 {
+		t.Errorf("Stats after Open: got Deferred %d, Depth %d; want Deferred %d, Depth 0", st.Deferred, st.Depth, n)
+	}
+	t.Logf("heap after Open: %d KiB more for %d restored deferred messages of %d bytes (%d bytes each)", grew>>10, n, size, grew/n)
+	expectExactly(t, q, clock, wants, delay)
+}
+
+// heapLive is the size of the heap's live objects, after a garbage
+// collection. (HeapInuse would also count the free slots of spans that
+// garbage from before left partly used, which can hide most of a growth.)
+func heapLive() int64 {
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return int64(ms.HeapAlloc)
+}
+
 // TestRestoredReadBackAfterCompaction: the journal is compacted while
-// restored messages wait for Get, which moves their COPYs to the front of
-// the file; Get still reads each one's body back, with its attempts.
+// restored messages wait, ready ones for Get and deferred ones for their
+// due time, which moves their COPYs to the front of the file; each one's
+// body is still read back, with its attempts (and a deferred one's due
+// time).
 func TestRestoredReadBackAfterCompaction(t *testing.T) {
-	const n, taken = 20, 15
+	const n, taken, deferred, delay = 20, 15, 5, time.Minute
 	clock := newFakeClock()
 	o := Options{DataPath: t.TempDir(), SyncTimeout: time.Hour, now: clock.Now, journalCompactBytes: 1 << 10}
 	q := openQueue(t, o)
@@ -230,11 +275,31 @@ func TestRestoredReadBackAfterCompaction(t *testing.T) {
 			t.Fatalf("Requeue: %v", err)
 		}
 	}
+	wants := map[ID]want{}
+	due := clock.Now().Add(delay)
+	for i := range deferred {
+		body := fmt.Sprintf("d%d", i) + strings.Repeat("y", 98)
+		id, err := q.PutDeferred([]byte(body), delay)
+		if err != nil {
+			t.Fatalf("PutDeferred: %v", err)
+		}
+		wants[id] = want{body: body, attempts: 1, due: due}
+	}
 	if err := q.Close(); err != nil {
 		t.Fatalf("Close: %v", err)
 	}
 
 	q = openQueue(t, o)
+	offsets := func() map[ID]int64 {
+		q.journal.mu.Lock()
+		defer q.journal.mu.Unlock()
+		offs := map[ID]int64{}
+		for id := range wants {
+			offs[id] = q.journal.live[id].off
+		}
+		return offs
+	}
+	before := offsets()
 	for range taken { // the first in the journal; their FINs make it mostly dead
 		m := mustGet(t, q)
 		if string(m.Body) != bodies[m.ID] || m.Attempts != 2 {
@@ -244,11 +309,15 @@ func TestRestoredReadBackAfterCompaction(t *testing.T) {
 		delete(bodies, m.ID)
 	}
 	eventually(t, "a journal compaction", func() bool { return q.Stats().JournalCompactions > 0 })
-	wants := map[ID]want{}
+	for id, off := range offsets() {
+		if off == before[id] {
+			t.Fatalf("deferred %q after the compaction: got its COPY at offset %d still, want it moved", wants[id].body, off)
+		}
+	}
 	for id, body := range bodies {
 		wants[id] = want{body: body, attempts: 2}
 	}
-	expectExactly(t, q, clock, wants, 0)
+	expectExactly(t, q, clock, wants, delay)
 }
 
 // TestRestoredAfterEarlierRecords: Get hands out the messages Open

@@ -73,29 +73,38 @@ func (f *restoredFIFO) empty() int {
 }
 
 // takeRestored takes the oldest restored message and reads its body back
-// from the journal, or returns nil when none waits. One the journal
-// cannot read back is counted and logged, and stays in the journal for
-// the next Open to try again (as Open does when it cannot read one); one
-// the journal no longer holds (an Empty came first) is skipped.
+// from the journal (readBack), or returns nil when none waits.
 func (q *Queue) takeRestored() *record {
 	for {
 		e, ok := q.restored.pop()
 		if !ok {
 			return nil
 		}
-		m, held, err := q.journal.loadLive(e.id)
-		switch {
-		case err != nil:
-			q.journal.counters.errors.Add(1)
-			q.log.Error("cannot read a restored message back from the journal; the next Open tries again", zap.Stringer("id", e.id), zap.Error(err))
-			continue
-		case !held:
-			q.log.Debug("a restored message left the journal before Get took it", zap.Stringer("id", e.id))
-			continue
+		if r := q.readBack(e.id, int(e.attempts), time.Unix(0, e.due)); r != nil {
+			return r
 		}
-		m.Attempts, m.Due = int(e.attempts), time.Unix(0, e.due)
-		r := newRecord(m)
-		r.journaled = true
-		return r
 	}
+}
+
+// readBack returns the journaled message id, whose body memory does not
+// hold, read back from its COPY in the journal, with the attempts and due
+// time the queue gave it; or nil. One the journal cannot read back is
+// counted and logged, and stays in the journal for the next Open to try
+// again (as Open does when it cannot read one); one the journal no longer
+// holds (an Empty came first) is skipped.
+func (q *Queue) readBack(id ID, attempts int, due time.Time) *record {
+	m, held, err := q.journal.loadLive(id)
+	switch {
+	case err != nil:
+		q.journal.counters.errors.Add(1)
+		q.log.Error("cannot read a restored message back from the journal; the next Open tries again", zap.Stringer("id", id), zap.Error(err))
+		return nil
+	case !held:
+		q.log.Debug("a restored message left the journal before the queue read it back", zap.Stringer("id", id))
+		return nil
+	}
+	m.Attempts, m.Due = attempts, due
+	r := newRecord(m)
+	r.journaled = true
+	return r
 }

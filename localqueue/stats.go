@@ -17,8 +17,11 @@ type Stats struct {
 	// InFlight is the number of delivered messages awaiting Finish,
 	// Requeue or their deadline.
 	InFlight int
-	// Deferred is the number of messages waiting for their due time in
-	// memory (deferred records still on disk are in BackendDepth).
+	// Deferred is the number of messages waiting for their due time on
+	// the deferred heap; those Open restored from the journal wait there
+	// without their bodies, which stay in the journal until they are due.
+	// Deferred records in the backend that Get has not read yet are in
+	// BackendDepth.
 	Deferred int
 
 	Puts      uint64 // accepted by Put, PutDeferred, Replace (its new body) and as a dead-letter queue
