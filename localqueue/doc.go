@@ -148,11 +148,16 @@
 // reads it, a backend record whose ID the journal knew (restored or
 // finished) is a stale copy and is dropped (Stats.Duplicates); the
 // restored messages go once Get has read it. Records after the marker
-// were written since Open and are never dropped. If the backend skips
-// damaged data before the marker, the check stops: a stale copy may then
-// be delivered twice rather than a live one dropped; and as damage may
-// take the marker with it, the restored messages go as soon as the backend
-// reports damage (TestStaleCheckStopsAfterDamage). An error that loses no
+// were written since Open and are never dropped. Damage the backend
+// reports once Open has chosen the marker may take the marker with it: the
+// check stops at the next record Get reads, so that a stale copy may be
+// delivered twice rather than a live one dropped, and the restored
+// messages go as soon as the damage is reported
+// (TestStaleCheckStopsAfterDamage, TestDamageAfterMarkerReleasesRestored).
+// Damage go-diskqueue reports while Open starts it, before then, cannot
+// have taken the marker, which goes after what it skipped: the check goes
+// on and the restored messages wait for the marker
+// (TestDamageBeforeMarkerKeepsRestoredOrder). An error that loses no
 // record, such as a failed sync on a full disk, does neither
 // (TestFailedSyncIsNoDamage).
 //

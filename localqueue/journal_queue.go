@@ -14,7 +14,12 @@ import (
 // ownWriteFile) is at the end already, with nothing written after it, and
 // is taken as this generation's, so that restarts with nothing written in
 // between add no marker each.
+//
+// The backend's damage count is taken first: damage counted from then
+// on may take the marker (see damagedSinceMarker).
 func (q *Queue) writeMarker() error {
+	q.markerDamage.Store(q.backend.damageCount())
+	q.markerSet.Store(true)
 	if nonce := q.backend.reusedMarker(); nonce != 0 {
 		q.journal.setGen(nonce)
 	} else if err := q.putBackend(appendMarker(nil, q.journal.gen)); err != nil && !errors.Is(err, ErrNotSynced) {
@@ -24,7 +29,9 @@ func (q *Queue) writeMarker() error {
 	// it only dedups, so it needs no fsync of its own.
 	q.markerNonce = q.journal.gen
 	q.marker.Store(true)
-	q.backendDamage = q.backend.damageCount()
+	// Damage counted after the count was taken may have found markerSet
+	// still unset in backendDamaged: look again.
+	q.backendDamaged()
 	return nil
 }
 

@@ -42,11 +42,13 @@ type Queue struct {
 	// (with markerNonce) has not been read by Get; Depth leaves it out.
 	marker      atomic.Bool
 	markerNonce uint64
-	// backendDamage is the backend's damage count when dedup began: if
-	// it grows, the marker may be gone with a damaged file, so dedup
-	// ends. Errors that lose no record (a failed sync) leave it alone.
-	backendDamage uint64
-	writer        backendWriter
+	// markerDamage is the backend's damage count when Open chose its
+	// dedup marker (set before markerSet): damage counted beyond it may
+	// have taken the marker with it (see damagedSinceMarker). Errors
+	// that lose no record (a failed sync) are not damage.
+	markerDamage atomic.Uint64
+	markerSet    atomic.Bool
+	writer       backendWriter
 	// journalErrLog holds back the lines of journal writes that failed
 	// after the first each second: on a full disk every one fails
 	// (Stats.JournalErrors counts them all).
@@ -65,8 +67,8 @@ type Queue struct {
 	// before this Open, so Get takes them once restoredOpen is set
 	// (restoredGate is then closed): at Open when the backend holds
 	// nothing from before it, else when Get has read this Open's dedup
-	// marker, or when the backend reports damage, which may have taken
-	// the marker with it.
+	// marker, or when the backend reports damage that may have taken the
+	// marker with it (damagedSinceMarker).
 	restored     *restoredFIFO
 	restoredOpen atomic.Bool
 	restoredGate chan struct{}
@@ -154,7 +156,7 @@ func Open(opts Options) (*Queue, error) {
 				return nil, err
 			}
 		}
-		if q.backend, err = newDiskBackend(&o, log, q.releaseRestored); err != nil {
+		if q.backend, err = newDiskBackend(&o, log, q.backendDamaged); err != nil {
 			if q.journal != nil {
 				q.journal.close()
 			}
@@ -474,6 +476,30 @@ func (q *Queue) releaseRestored() {
 	}
 }
 
+// damagedSinceMarker reports whether the backend has counted damage since
+// Open chose its dedup marker. Such damage may have taken the marker with
+// it, so the stale-copy check ends (fromBackend) and the restored
+// messages go (backendDamaged). Damage counted before cannot have: the
+// marker Open writes goes after what go-diskqueue skipped, and one it
+// takes over from an earlier Open was found whole, alone in the write
+// file (ownWriteFile), which go-diskqueue sets aside only for damage its
+// reader meets there.
+func (q *Queue) damagedSinceMarker() bool {
+	return q.markerSet.Load() && q.backend.damageCount() != q.markerDamage.Load()
+}
+
+// backendDamaged is told of each error of the backend that may have lost
+// records, on go-diskqueue's goroutine (which holds none of q's locks, and
+// takes none here): if it may have taken the marker, the restored
+// messages go now: a Get waiting for the marker might wait for ever.
+// The stale-copy check ends at the next record Get reads, the first it
+// could drop.
+func (q *Queue) backendDamaged() {
+	if q.damagedSinceMarker() {
+		q.releaseRestored()
+	}
+}
+
 // fromBackend decodes a record read from the backend. A record that does
 // not decode is counted, logged with its data file and dropped; so is a
 // stale copy of a journaled message (see dedup in journal_replay.go) and
@@ -506,7 +532,7 @@ func (q *Queue) fromBackend(b []byte, op uint64) *record {
 	r.e.Value = r
 	if j != nil {
 		if j.dedupOn.Load() {
-			if q.backend.damageCount() != q.backendDamage {
+			if q.damagedSinceMarker() {
 				q.stopDedup("the backend skipped damaged data")
 			} else if j.stale(r.m.ID) {
 				q.stats.duplicates.Add(1)

@@ -3,6 +3,7 @@ package localqueue
 import (
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -178,6 +179,113 @@ func TestStaleCheckStopsAfterDamage(t *testing.T) {
 				t.Fatalf("after a clean restart: got %v back, want nothing: every message was delivered and finished", back)
 			}
 		})
+	}
+}
+
+// TestDamageBeforeMarkerKeepsRestoredOrder: damage that go-diskqueue
+// reports while Open starts it, before Open writes its dedup marker (or
+// takes over an earlier Open's), cannot have taken that marker: so the
+// messages Open restored still come after the backend's records from
+// before this Open that survived the damage, and the stale-copy check
+// goes on until the marker.
+//
+// Before the reopens: x, a put to data file 0; x delivered and requeued
+// (the journal holds it, ready, and its copy goes to data file 1); c put
+// to data file 1; Close. Before the last reopen, a's length prefix is
+// damaged: go-diskqueue's first read at Open fails, and it sets file 0
+// aside with a. The first reopen writes a marker to a data file of its
+// own; a second one takes that marker over.
+func TestDamageBeforeMarkerKeepsRestoredOrder(t *testing.T) {
+	const record = 4 + envelopeOverhead + 1 // go-diskqueue's length, envelope of a 1-byte body
+	for _, reopens := range []int{1, 2} {
+		t.Run(fmt.Sprintf("reopened %d times", reopens), func(t *testing.T) {
+			clock := newFakeClock()
+			o := Options{DataPath: t.TempDir(), MaxMsgSize: 1, MaxBytesPerFile: 2 * record, now: clock.Now}
+			q := openQueue(t, o)
+			mustPut(t, q, "x")
+			mustPut(t, q, "a")
+			m := mustGet(t, q)
+			if string(m.Body) != "x" {
+				t.Fatalf("first Get: got %q, want x", m.Body)
+			}
+			if err := q.Requeue(m.ID, 0); err != nil {
+				t.Fatalf("Requeue: %v", err)
+			}
+			mustPut(t, q, "c")
+			for range reopens - 1 {
+				if err := q.Close(); err != nil {
+					t.Fatalf("Close: %v", err)
+				}
+				q = openQueue(t, o)
+			}
+			if err := q.Close(); err != nil {
+				t.Fatalf("Close: %v", err)
+			}
+			file0 := filepath.Join(o.DataPath, "q.diskqueue.000000.dat")
+			writeAt(t, file0, record, []byte{0xff, 0xff, 0xff, 0xff})
+
+			q = openQueue(t, o)
+			if reused := q.backend.reusedMarker() != 0; reused != (reopens == 2) {
+				t.Fatalf("marker taken over from the earlier Open: got %v, want %v", reused, reopens == 2)
+			}
+			if st := q.Stats(); st.BackendErrors == 0 {
+				t.Fatalf("BackendErrors after Open: got 0, want the damaged data file counted before Open returned")
+			}
+			var got []string
+			for _, m := range drain(t, q) {
+				got = append(got, fmt.Sprintf("%s/%d", m.Body, m.Attempts))
+				mustFinish(t, q, m.ID)
+			}
+			if fmt.Sprint(got) != "[c/1 x/2]" {
+				t.Fatalf("deliveries after Open: got %v, want [c/1 x/2] (the record from before Open that survived the damage, then the restored x)", got)
+			}
+			if st := q.Stats(); st.Duplicates != 1 {
+				t.Errorf("Duplicates: got %d, want 1 (x's copy in data file 1, dropped as stale)", st.Duplicates)
+			}
+			if _, err := os.Stat(file0 + ".bad"); err != nil {
+				t.Errorf("damaged data file: got %v, want it set aside as %s.bad", err, file0)
+			}
+		})
+	}
+}
+
+// TestDamageAfterMarkerReleasesRestored: when go-diskqueue skips the data
+// file with this Open's marker and the backend then holds nothing more,
+// no record Get reads can tell it so: the damage report itself lets the
+// restored messages go, to a Get already waiting for them.
+//
+// Before the crash: m0..m2 put and delivered (journaled, in flight);
+// go-diskqueue never synced its read position, so it hands out their
+// stale copies (data file 0) again, and Open writes its marker to data
+// file 1, which is then damaged.
+func TestDamageAfterMarkerReleasesRestored(t *testing.T) {
+	clock := newFakeClock()
+	o := Options{DataPath: t.TempDir(), SyncTimeout: time.Hour, now: clock.Now}
+	q := openQueue(t, o)
+	want := map[string]bool{}
+	for i := range 3 {
+		body := fmt.Sprintf("m%d", i)
+		mustPut(t, q, body)
+		want[body] = true
+	}
+	for range 3 {
+		mustGet(t, q)
+	}
+	o.DataPath = crashCopy(t, q)
+	q = openQueue(t, o)
+	writeAt(t, filepath.Join(o.DataPath, "q.diskqueue.000001.dat"), 0, []byte{0xff, 0xff, 0xff, 0xff})
+
+	got := map[string]bool{}
+	for range 3 {
+		m := mustGet(t, q)
+		if got[string(m.Body)] || !want[string(m.Body)] {
+			t.Fatalf("got %q (attempts %d) after %v, want each of %v once", m.Body, m.Attempts, got, want)
+		}
+		got[string(m.Body)] = true
+		mustFinish(t, q, m.ID)
+	}
+	if st := q.Stats(); st.Duplicates != 3 || st.BackendErrors == 0 {
+		t.Fatalf("Stats: got Duplicates %d, BackendErrors %d; want 3 stale copies dropped and the damaged file counted", st.Duplicates, st.BackendErrors)
 	}
 }
 
