@@ -75,14 +75,16 @@ headers). 2xx: done (a JSON body {"items":[...]} may name per-item outcomes);
 attempts; other 5xx, timeouts and refused connections are retried with
 backoff (many failing lanes at once: the group backs off as a whole);
 401, 403, 404 and 407 (and 3xx) are endpoint errors: retried with backoff,
-counted, logged, never dead-lettered; other 4xx: dead-lettered, reason
-rejected.
+counted, logged, never dead-lettered; other 4xx rejects the call: a call
+of one record dead-letters it (reason rejected); a batch of more is called
+again at once on halves, spending no attempt, until the rejected records
+stand alone, and only they are dead-lettered.
 
 --exec CMD: CMD runs under /bin/sh -c once per batch, the records on stdin
 as JSON lines. Exit 0: done (stdout may name per-item outcomes, one JSON
 object a line); 75 (EX_TEMPFAIL): retried with backoff; 126 or 127 (not
 executable, not found): a command error, retried like an endpoint error;
-any other exit: dead-lettered, reason rejected. Past --timeout, and if
+any other exit rejects the call, as another 4xx does. Past --timeout, and if
 consume dies (even by kill -9), the command's process group is killed.
 
 Dead letters go to --dead-letter-topic, or the local store under --data

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/IBM/sarama"
+
+	"github.com/orderly-go/orderly/internal/broker"
 )
 
 // TestConsumeHTTPBatch runs `orderly consume --http --size 10` (JSON
@@ -198,4 +200,168 @@ func checkBatchJSON(t *testing.T, ep *endpoint, binKey string) {
 	if !foundBin {
 		t.Errorf("the binary-key record was never sent")
 	}
+}
+
+// The run of TestConsumeHTTPRejectedBatch and TestConsumeExecRejectedBatch:
+// rejN records over rejKeys keys in one partition, handed out in batches
+// of 10 to a sink that rejects every call holding rejBad, with a backoff
+// longer than finding it should take.
+const (
+	rejN, rejKeys = 40, 20
+	rejBad        = "v13"
+	rejBackoff    = 5 * time.Second
+)
+
+// sinkCall is one call an endpoint or command received, as the test's
+// ledger holds it: its records in the order sent, whether the sink
+// rejected it, and when it came.
+type sinkCall struct {
+	recs     []hit
+	rejected bool
+	at       time.Time
+}
+
+// runRejectedBatch produces the rejected-batch run's records to topic,
+// runs consume with sink (the --http or --exec flag and its value, and
+// where dead letters go) until it has committed them all, stops it and
+// returns its final figures.
+func runRejectedBatch(t *testing.T, b *broker.Broker, topic string, sink ...string) map[string]float64 {
+	t.Helper()
+	produceKeyed(t, b, topic, rejN, rejKeys)
+	p := startConsume(t, append([]string{"--brokers", b.Addrs()[0], "--topic", topic, "--group", topic,
+		"--size", "10", "--num", "2", "--ticker", "500ms", "--backoff", rejBackoff.String(), "--max-backoff", rejBackoff.String(),
+		"--progress", "off", "--log-level", "warn"}, sink...)...)
+	p.waitCommitted(b, topic, topic)
+	if code := p.stop(syscall.SIGTERM); code != 0 {
+		t.Fatalf("exit %d after SIGTERM, want 0\n%s", code, p.output())
+	}
+	return finalFigures(t, p.stdout.String())
+}
+
+// checkRejectedAlone checks a rejected-batch run: the first rejected call
+// was a batch over several keys; the calls on its halves came at once
+// (within the backoff) and the last rejected call held rejBad alone; every
+// other record was done exactly once, per key in offset order; no
+// delivery was charged an attempt; rejBad alone is dead-lettered (reason
+// rejected, its error naming wantErr); and the final line counts what the
+// sink saw.
+func checkRejectedAlone(t *testing.T, calls []sinkCall, letters []entryJSON, fig map[string]float64, wantErr string) {
+	t.Helper()
+	defer func() {
+		if t.Failed() {
+			for i, c := range calls {
+				var vs []string
+				for _, h := range c.recs {
+					vs = append(vs, fmt.Sprintf("%s@%d/%d#%d", h.value, h.partition, h.offset, h.attempt))
+				}
+				t.Logf("call %d rejected %v: %v", i, c.rejected, vs)
+			}
+		}
+	}()
+	var first, last *sinkCall
+	var bad coord
+	rejected := 0
+	done := map[coord]int{}
+	lastOff := map[string]int64{}
+	for i, c := range calls {
+		for _, h := range c.recs {
+			if h.attempt != 1 {
+				t.Errorf("call %d: %s sent at attempt %d, want 1: halving a rejected batch charges no attempt", i, h.value, h.attempt)
+			}
+			if h.value == rejBad {
+				bad = h.coord()
+			}
+		}
+		if c.rejected {
+			rejected++
+			if first == nil {
+				first = &calls[i]
+			}
+			last = &calls[i]
+			continue
+		}
+		for _, h := range c.recs {
+			if prev, ok := lastOff[h.key]; ok && h.offset <= prev {
+				t.Errorf("key %s: offset %d done after offset %d, want offset order", h.key, h.offset, prev)
+			}
+			lastOff[h.key] = h.offset
+			done[h.coord()]++
+		}
+	}
+	if first == nil {
+		t.Fatalf("no call was rejected: %s never reached the sink", rejBad)
+	}
+	keys := map[string]bool{}
+	for _, h := range first.recs {
+		keys[h.key] = true
+	}
+	if len(keys) < 2 {
+		t.Fatalf("the first rejected call held %d records over %d keys, want a batch over several keys (the run tests nothing)", len(first.recs), len(keys))
+	}
+	if len(last.recs) != 1 || last.recs[0].value != rejBad {
+		t.Errorf("the last rejected call held %d records, want %s alone", len(last.recs), rejBad)
+	}
+	if d := last.at.Sub(first.at); d >= rejBackoff {
+		t.Errorf("%s came alone %v after its batch was rejected, want less than the backoff (%v): the group halves at once", rejBad, d, rejBackoff)
+	}
+	for at, k := range done {
+		if k != 1 || at == bad {
+			t.Errorf("%v done %d times, want once (%s: never)", at, k, rejBad)
+		}
+	}
+	if len(done) != rejN-1 {
+		t.Errorf("got %d records done, want %d: all but %s", len(done), rejN-1, rejBad)
+	}
+	if len(letters) != 1 {
+		t.Errorf("got %d dead letters, want 1: %s alone", len(letters), rejBad)
+	}
+	for _, d := range letters {
+		if (coord{d.Topic, d.Partition, d.Offset}) != bad || d.Reason != "rejected" || d.Attempts != 1 || !strings.Contains(d.Error, wantErr) {
+			t.Errorf("dead letter %s/%d@%d reason %s attempts %d error %q, want %s (%v), reason rejected, attempts 1, error naming %q",
+				d.Topic, d.Partition, d.Offset, d.Reason, d.Attempts, d.Error, rejBad, bad, wantErr)
+		}
+	}
+	wantFigures(t, fig, map[string]float64{"handled": rejN - 1, "committed": rejN, "dead-lettered": 1, "rejected": 1,
+		"rejected calls": float64(rejected), "retries": 0, "failed calls": 0})
+	if fig["split calls"] < 2 {
+		t.Errorf("final line: split calls %v, want at least 2 (the halves of the rejected batch)", fig["split calls"])
+	}
+}
+
+// TestConsumeHTTPRejectedBatch: an endpoint answering 400 to every JSON
+// batch that holds one bad record dead-letters that record alone, on the
+// dead-letter topic, and every batch mate is done. A rejected batch used
+// to dead-letter the first record of each of its keys: got 5 dead
+// letters, want 1.
+func TestConsumeHTTPRejectedBatch(t *testing.T) {
+	t.Parallel()
+	const topic = "rejected-batch"
+	b := newTopic(t, topic, 1)
+	if err := b.CreateTopic(topic+"-dlq", 1); err != nil {
+		t.Fatal(err)
+	}
+	ep := newEndpoint(t, 0, func(hs []hit) (int, http.Header, string) {
+		for _, h := range hs {
+			if h.value == rejBad {
+				return http.StatusBadRequest, nil, "bad record " + rejBad
+			}
+		}
+		return http.StatusOK, nil, ""
+	})
+	fig := runRejectedBatch(t, b, topic, "--http", ep.url(), "--dead-letter-topic", topic+"-dlq")
+	ep.mu.Lock()
+	if len(ep.concurrent) > 0 {
+		t.Errorf("keys with two requests in flight at once: %v", ep.concurrent)
+	}
+	ep.mu.Unlock()
+	var calls []sinkCall
+	for _, h := range ep.snapshot() {
+		if len(calls) == 0 || calls[len(calls)-1].recs[0].n != h.n {
+			calls = append(calls, sinkCall{rejected: h.status == http.StatusBadRequest, at: h.at})
+		}
+		c := &calls[len(calls)-1]
+		c.recs = append(c.recs, h)
+	}
+	letters := jsonLines[entryJSON](t, dlqRun(t, "list", "--brokers", b.Addrs()[0], "--topic", topic+"-dlq", "--json"))
+	checkRejectedAlone(t, calls, letters, fig, "HTTP 400 Bad Request: bad record "+rejBad)
 }

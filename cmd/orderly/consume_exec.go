@@ -155,8 +155,7 @@ func (s *execSink) send(ctx context.Context, batch []*group.Message) error {
 		return s.endpointFault(batch, fmt.Sprintf("exit %d", code), "command not found or not executable: check --exec; retrying, never dead-lettered",
 			zap.String("exec", s.cmd), zap.Int("exit", code), zap.String("stderr", stderr.String()))
 	}
-	s.ctr.rejected.Add(1)
-	return rejectAll(batch, why)
+	return s.rejectedCall(batch, why)
 }
 
 // runError is the error of a run that exited non-zero: the command (its

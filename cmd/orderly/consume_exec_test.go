@@ -19,8 +19,9 @@ import (
 
 // execScript is the --exec command of TestConsumeExec. Each run takes the
 // next call.N directory (mkdir is atomic), keeps its stdin there, and:
-// exits 75 on the first 3 runs; exits 1 on the first batch holding v57
-// (the first record of each key in it is dead-lettered); the first time v170 comes, starts
+// exits 75 on the first 3 runs; exits 1 on every batch holding v57 (the
+// group halves such a batch until v57 stands alone, and dead-letters only
+// v57); the first time v170 comes, starts
 // a sleep in the background, records its pid and waits (the --timeout
 // kills the process group, sleep included); names v99 for a retry the
 // first time it comes and v150 for rejection on stdout, the others done.
@@ -34,9 +35,7 @@ dir="$state/call.$i"
 printf '%%s\n' "$batch" > "$dir/stdin"
 finish() { echo "$1" > "$dir/exit"; exit "$1"; }
 if [ "$i" -lt 3 ]; then echo "database busy" >&2; finish 75; fi
-case "$batch" in *'"value":"v57"'*)
-	if mkdir "$state/v57" 2>/dev/null; then echo "bad record v57" >&2; finish 1; fi;;
-esac
+case "$batch" in *'"value":"v57"'*) echo "bad record v57" >&2; finish 1;; esac
 case "$batch" in *'"value":"v170"'*)
 	if mkdir "$state/v170" 2>/dev/null; then
 		sleep 60 &
@@ -62,6 +61,7 @@ type execCall struct {
 	recs    []recordJSON
 	exit    string // 0, 1, 75, or timeout (killed)
 	retried bool   // it named v99 for a retry
+	at      time.Time
 }
 
 func readCalls(t *testing.T, state string) []execCall {
@@ -80,6 +80,9 @@ func readCalls(t *testing.T, state string) []execCall {
 		in, err := os.ReadFile(filepath.Join(d, "stdin"))
 		if err != nil {
 			t.Fatal(err)
+		}
+		if fi, err := os.Stat(filepath.Join(d, "stdin")); err == nil {
+			c.at = fi.ModTime() // written as the run started
 		}
 		for line := range strings.Lines(string(in)) {
 			if strings.TrimSpace(line) == "" {
@@ -102,9 +105,9 @@ func readCalls(t *testing.T, state string) []execCall {
 }
 
 // TestConsumeExec runs `orderly consume --exec` with execScript: the runs
-// that exit 75 are retried, the batch that exits 1 is dead-lettered whole
-// (the first record of each of its keys: the later ones wait behind it
-// and come again), a run past --timeout is killed with its process
+// that exit 75 are retried, the runs that exit 1 (those holding v57) are
+// halved until v57 runs alone and only v57 is dead-lettered, its batch
+// mates done in the runs on the halves, a run past --timeout is killed with its process
 // group (its background sleep is gone) and retried, and the outcomes on
 // stdout retry v99 and reject v150 (their keys' later records in the run
 // come again). Every record is done in exactly one successful run, per
@@ -138,12 +141,13 @@ func TestConsumeExec(t *testing.T) {
 	// What a run did, as the group sees it: in a run that exits 0, a
 	// record named on stdout (retry, reject) holds its key, so the later
 	// records of that key in the run come again (lane order: BatchError);
-	// the others are done. In the run that exits 1 the first record of
-	// each key is dead-lettered and the later ones of its key come again.
+	// the others are done. A run that exits 1 does nothing; one of v57
+	// alone dead-letters it.
 	exits := map[string]int{}
 	done := map[coord]int{}
 	dead := map[coord]string{} // dead-lettered, with what its error names
 	lastOff := map[string]int64{}
+	exit1v57 := 0 // runs that exited 1 holding v57
 	for _, c := range calls {
 		exits[c.exit]++
 		if c.exit != "0" && c.exit != "1" {
@@ -156,8 +160,13 @@ func TestConsumeExec(t *testing.T) {
 			case held[k]:
 				continue
 			case c.exit == "1":
-				dead[at] = "exit status 1; stderr: bad record v57"
-				held[k] = true
+				if v != "v57" {
+					continue // halved: done in a later run
+				}
+				if len(c.recs) == 1 {
+					dead[at] = "exit status 1; stderr: bad record v57"
+				}
+				exit1v57++
 				continue
 			case v == "v150":
 				dead[at] = "v150 is malformed"
@@ -174,8 +183,9 @@ func TestConsumeExec(t *testing.T) {
 			done[at]++
 		}
 	}
-	if exits["75"] != 3 || exits["1"] != 1 || exits["timeout"] != 1 {
-		t.Errorf("runs by exit: got %v, want 3 x 75, 1 x 1, 1 timed out, the rest 0", exits)
+	if exits["75"] != 3 || exits["1"] == 0 || exits["1"] != exit1v57 || exits["timeout"] != 1 {
+		t.Errorf("runs by exit: got %v (%d holding v57), want 3 x 75, some x 1 (v57's batch, its halves, v57 alone), each holding v57, 1 timed out, the rest 0",
+			exits, exit1v57)
 	}
 	// The sink's own entries carry group, as the group's do.
 	temp := 0
@@ -200,7 +210,7 @@ func TestConsumeExec(t *testing.T) {
 	}
 	letters := jsonLines[entryJSON](t, dlqRun(t, "list", "--data", data, "--json"))
 	if len(letters) != len(dead) {
-		t.Errorf("got %d dead letters, want %d: the first of each key in the run that exited 1, and v150", len(letters), len(dead))
+		t.Errorf("got %d dead letters, want %d: v57, alone in a run that exited 1, and v150", len(letters), len(dead))
 	}
 	for _, d := range letters {
 		want, ok := dead[coord{d.Topic, d.Partition, d.Offset}]
@@ -217,7 +227,7 @@ func TestConsumeExec(t *testing.T) {
 	}
 	got := finalFigures(t, p.stdout.String())
 	wantFigures(t, got, map[string]float64{"committed": n, "handled": float64(n - len(dead)), "failed calls": 3, "timed out": 1,
-		"dead-lettered": float64(len(dead)), "rejected": float64(len(dead)), "rejected calls": 1,
+		"dead-lettered": float64(len(dead)), "rejected": float64(len(dead)), "rejected calls": float64(exits["1"]),
 		"items named retry or defer": 1, "items named reject": 1})
 	if committed, hw := b.Committed("scripts", "jobs"), b.HighWatermarks("jobs"); fmt.Sprint(committed) != fmt.Sprint(hw) {
 		t.Errorf("committed %v, want the high watermarks %v", committed, hw)
@@ -257,4 +267,49 @@ func dumpCalls(t *testing.T, calls []execCall) {
 		}
 		t.Logf("call %d exit %s retried %v: %v", c.i, c.exit, c.retried, vs)
 	}
+}
+
+// rejectScript is the --exec command of TestConsumeExecRejectedBatch:
+// each run takes the next call.N directory, keeps its stdin there, and
+// exits 1 when the batch holds rejBad, else 0, writing the status to
+// call.N/exit.
+const rejectScript = `#!/bin/sh
+state=%s
+batch=$(cat)
+i=0
+while ! mkdir "$state/call.$i" 2>/dev/null; do i=$((i+1)); done
+dir="$state/call.$i"
+printf '%%s\n' "$batch" > "$dir/stdin"
+case "$batch" in *'"value":"%s"'*) echo 1 > "$dir/exit"; echo "bad record %s" >&2; exit 1;; esac
+echo 0 > "$dir/exit"
+`
+
+// TestConsumeExecRejectedBatch: a command that exits 1 for every batch
+// holding one bad record dead-letters that record alone, in the local
+// store, and every batch mate is done. A rejected batch used to
+// dead-letter the first record of each of its keys: got 5 dead letters,
+// want 1.
+func TestConsumeExecRejectedBatch(t *testing.T) {
+	t.Parallel()
+	const topic = "rejected-run"
+	b := newTopic(t, topic, 1)
+	state, data := t.TempDir(), t.TempDir()
+	script := filepath.Join(t.TempDir(), "handle.sh")
+	if err := os.WriteFile(script, fmt.Appendf(nil, rejectScript, state, rejBad, rejBad), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	fig := runRejectedBatch(t, b, topic, "--exec", script, "--data", data)
+	var calls []sinkCall
+	for _, c := range readCalls(t, state) {
+		if c.exit != "0" && c.exit != "1" {
+			t.Fatalf("run %d exit %q, want 0 or 1", c.i, c.exit)
+		}
+		sc := sinkCall{rejected: c.exit == "1", at: c.at}
+		for _, r := range c.recs {
+			sc.recs = append(sc.recs, hit{topic: r.Topic, partition: r.Partition, offset: r.Offset, key: *r.Key, value: *r.Value, attempt: r.Attempt})
+		}
+		calls = append(calls, sc)
+	}
+	letters := jsonLines[entryJSON](t, dlqRun(t, "list", "--data", data, "--json"))
+	checkRejectedAlone(t, calls, letters, fig, "exit status 1; stderr: bad record "+rejBad)
 }

@@ -197,8 +197,7 @@ func (s *httpSink) send(ctx context.Context, batch []*group.Message) error {
 		return s.endpointFault(batch, status, "endpoint error: check --http and its credentials (--header); retrying, never dead-lettered",
 			zap.String("url", s.shown), zap.String("status", status), zap.String("body", snippet(body)))
 	case code >= 400 && code < 500:
-		s.ctr.rejected.Add(1)
-		return rejectAll(batch, fmt.Errorf("POST %s: %s: %s", s.shown, status, snippet(body)))
+		return s.rejectedCall(batch, fmt.Errorf("POST %s: %s: %s", s.shown, status, snippet(body)))
 	}
 	s.ctr.failed.Add(1)
 	s.warnf(batch, "endpoint failed; retrying with backoff", errors.New(status))

@@ -117,11 +117,11 @@ func finalLine(ctx context.Context, start time.Time, s group.Stats, ctr *sinkCou
 	d := s.DeadLettered
 	return fmt.Sprintf("orderly consume: %s after %.1fs: handled %d, committed %d, retries %d, "+
 		"dead-lettered %d (rejected %d, max_attempts %d, timeout %d, poison %d), skipped %d, "+
-		"calls %d, ok %d, throttled %d, paused %.1fs, failed calls %d, timed out %d, endpoint errors %d, rejected calls %d, items named retry or defer %d, items named reject %d, outages %d, "+
+		"calls %d, ok %d, throttled %d, paused %.1fs, failed calls %d, timed out %d, endpoint errors %d, rejected calls %d, split calls %d, items named retry or defer %d, items named reject %d, outages %d, "+
 		"offset resets %d, skipped by reset %d",
 		how, time.Since(start).Seconds(), s.Handled, s.Committed, s.Retries,
 		deadLettered(s), d.Rejected, d.MaxAttempts, d.Timeout, d.Poison, s.DeadLetterSkipped,
 		ctr.calls.Load(), ctr.ok.Load(), ctr.throttled.Load(), gt.pausedFor().Seconds(), ctr.failed.Load(),
-		s.TimedOut, ctr.endpoint.Load(), ctr.rejected.Load(), ctr.itemRetry.Load(), ctr.itemRej.Load(), s.Outages,
+		s.TimedOut, ctr.endpoint.Load(), ctr.rejected.Load(), s.Splits, ctr.itemRetry.Load(), ctr.itemRej.Load(), s.Outages,
 		s.OffsetResets, s.SkippedByReset)
 }

@@ -17,7 +17,8 @@ import (
 // sink is where consume forwards batches: an HTTP endpoint or a command.
 // send is the group's Do: nil when the whole batch is done, a
 // *group.BatchError naming what became of some items, or another error
-// (the call as a whole failed: the group retries it).
+// (the call as a whole failed: the group calls again on halves of a batch
+// of several, and charges a record that failed alone an attempt).
 type sink interface {
 	send(ctx context.Context, batch []*group.Message) error
 	describe() string
@@ -32,7 +33,7 @@ type sinkCounters struct {
 	throttled atomic.Int64 // 429 and 503: the endpoint paused
 	failed    atomic.Int64 // 5xx, timeouts, refused connections; exit 75: retried with backoff
 	endpoint  atomic.Int64 // 3xx, 401, 403, 404, 407; exit 126, 127: retried, never dead-lettered
-	rejected  atomic.Int64 // calls answered other 4xx, or other exits: their records are dead-lettered
+	rejected  atomic.Int64 // calls answered other 4xx, or other exits (see rejectedCall), halves of a batch included
 	itemRetry atomic.Int64 // records a successful call's outcomes named retry or defer
 	itemRej   atomic.Int64 // records a successful call's outcomes named reject
 
@@ -99,15 +100,6 @@ func deferAll(n int, d time.Duration) error {
 	return &be
 }
 
-// rejectAll dead-letters every item (reason rejected) with err.
-func rejectAll(batch []*group.Message, err error) error {
-	var be group.BatchError
-	for i, m := range batch {
-		be.DeadLetter(i, itemErr(m, err))
-	}
-	return &be
-}
-
 // endpointBackoff is the delay after consecutive endpoint errors: the
 // retry backoff doubling per error, capped; a success resets it.
 type endpointBackoff struct {
@@ -169,4 +161,25 @@ func (c *sinkCore) endpointFault(batch []*group.Message, what, msg string, field
 	d := c.gate.closeIfOpen(c.endpoint.failed)
 	c.endpointLog.Error(c.log, msg, append(append(batchFields(batch), fields...), zap.Duration("pause", d))...)
 	return deferAll(len(batch), d)
+}
+
+// rejectedCall handles an answer that rejects the call (other 4xx, an
+// exit other than 0, 75, 126 and 127) with err, which names the answer. A
+// call of one record dead-letters it (reason rejected). A call of more
+// does not say which of its records are bad, so it fails as a whole with
+// a plain error: the group then calls Do again at once on halves of the
+// batch, halving whatever is rejected again, until the rejected records
+// stand alone, and their batch mates are done by the calls that succeed:
+// no record is dead-lettered for a batch mate. The calls on halves charge
+// no attempt (merge's bisect). During an outage the group does not split
+// (merge's NoSplit): the first record of each key waits for the outage's
+// probe, uncharged while the outage lasts.
+func (c *sinkCore) rejectedCall(batch []*group.Message, err error) error {
+	c.ctr.rejected.Add(1)
+	if len(batch) > 1 {
+		return fmt.Errorf("%s rejected as a batch, split to find the rejected records: %w", where(batch), err)
+	}
+	var be group.BatchError
+	be.DeadLetter(0, itemErr(batch[0], err))
+	return &be
 }
