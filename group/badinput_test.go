@@ -539,3 +539,38 @@ func TestBurstEndsAtClose(t *testing.T) {
 		t.Fatalf("Stats.Fetched: got %d, want 3", got)
 	}
 }
+
+// TestRebalanceTimeoutLeavesReadBack: New refuses a rebalance timeout
+// that, less an eighth, is not above the heartbeat interval (releaseWindow):
+// a claim letting go could never read back its final commit in time, and
+// every partition let go would be OnLost. sarama's own check (at least
+// 1ms) comes after it; the smallest timeouts sarama accepts pass with a
+// heartbeat interval to match.
+func TestRebalanceTimeoutLeavesReadBack(t *testing.T) {
+	do := func(context.Context, []*Message) error { return nil }
+	for _, tt := range []struct {
+		name                string
+		rebalance, interval time.Duration
+		refused             bool
+	}{
+		{"1ns", 1, 3 * time.Second, true},
+		{"equal to the heartbeat interval", 3 * time.Second, 3 * time.Second, true},
+		{"less an eighth just below it", 3400 * time.Millisecond, 3 * time.Second, true},
+		{"less an eighth just above it", 3500 * time.Millisecond, 3 * time.Second, false},
+		{"sarama's defaults", 60 * time.Second, 3 * time.Second, false},
+		{"the smallest sarama accepts", 2 * time.Millisecond, time.Millisecond, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			sc := DefaultSarama()
+			sc.Consumer.Group.Rebalance.Timeout, sc.Consumer.Group.Heartbeat.Interval = tt.rebalance, tt.interval
+			_, err := New(Config{Brokers: []string{"localhost:9092"}, Topics: []string{"t"}, GroupID: "g", Sarama: sc}, Handler[*Message]{Do: do})
+			switch {
+			case !tt.refused && err != nil:
+				t.Fatalf("New: got %v, want it accepted", err)
+			case tt.refused && (!errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "Sarama.Consumer.Group.Rebalance.Timeout") ||
+				!strings.Contains(err.Error(), "Heartbeat.Interval")):
+				t.Fatalf("New: got %v, want an ErrConfig naming Sarama.Consumer.Group.Rebalance.Timeout and its Heartbeat.Interval", err)
+			}
+		})
+	}
+}

@@ -44,6 +44,20 @@ func DefaultDrainTimeout(rebalanceTimeout, msgTimeout time.Duration) time.Durati
 	return min(rebalanceTimeout/2, max(30*time.Second, msgTimeout+drainPastMsgTimeout))
 }
 
+// releaseWindow is how long a claim that starts letting go has for its
+// drain, its final commit and the read-back that confirms it. An eager rebalance waits for every claim to return before the
+// member joins again, and the coordinator drops a member that has not
+// joined within sc's Consumer.Group.Rebalance.Timeout of the rebalance's
+// start, which the member learns of up to a Heartbeat.Interval later. So:
+// seven eighths of the rebalance timeout, less a heartbeat interval; the
+// eighth left is for sarama's own final commit and the join. validate
+// refuses a config where it is not positive: no read-back could ever
+// confirm a final commit.
+func releaseWindow(sc *sarama.Config) time.Duration {
+	g := sc.Consumer.Group
+	return g.Rebalance.Timeout - g.Rebalance.Timeout/8 - g.Heartbeat.Interval
+}
+
 // drainPastMsgTimeout is how long the default drain waits past a call's
 // MsgTimeout: the time Do has to return once its ctx is cancelled (orderly
 // consume's exec sink kills the command's process group then).
@@ -187,7 +201,9 @@ type Config struct {
 	// at most a quarter of that timeout, and ends by seven eighths of it,
 	// less Heartbeat.Interval, after the revoke began: a DrainTimeout
 	// above about five eighths of it shortens the read-back (a read that
-	// cannot be done in time makes the partition OnLost).
+	// cannot be done in time makes the partition OnLost). New refuses a
+	// Rebalance.Timeout whose seven eighths are not above
+	// Heartbeat.Interval: no read-back would ever fit.
 	DrainTimeout time.Duration
 	// Retry is how a failed item is retried, and after how many attempts
 	// it is dead-lettered.
@@ -529,6 +545,9 @@ func (c Config) validate() error {
 	case c.DrainTimeout >= c.Sarama.Consumer.Group.Rebalance.Timeout:
 		return bad("DrainTimeout", "is %v: must be below Sarama.Consumer.Group.Rebalance.Timeout (%v)",
 			c.DrainTimeout, c.Sarama.Consumer.Group.Rebalance.Timeout)
+	case releaseWindow(c.Sarama) <= 0:
+		return bad("Sarama.Consumer.Group.Rebalance.Timeout", "is %v: seven eighths of it must exceed Sarama.Consumer.Group.Heartbeat.Interval (%v), or no partition let go could read back its final commit in time: each would be OnLost",
+			c.Sarama.Consumer.Group.Rebalance.Timeout, c.Sarama.Consumer.Group.Heartbeat.Interval)
 	}
 	for i, b := range c.Brokers {
 		if b == "" {

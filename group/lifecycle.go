@@ -125,16 +125,10 @@ func (c *claimLoop[T]) readBack(releaseBy time.Time) (off int64, meta string, er
 }
 
 // releaseBy is when a claim that starts letting go at start must have
-// read back its final commit. An eager rebalance waits for every claim to
-// return before the member joins again, and the coordinator drops a
-// member that has not joined within Sarama.Consumer.Group.Rebalance.Timeout
-// of the rebalance's start, which the member learns of up to a
-// Heartbeat.Interval later. So: seven eighths of the rebalance timeout,
-// less a heartbeat interval, after start; the eighth left is for sarama's
-// own final commit and the join. With DrainTimeout at its default (at
-// most half the timeout) the read-back keeps its quarter; a DrainTimeout close to
-// the timeout shortens it, and one past releaseBy leaves it no time.
+// read back its final commit: releaseWindow after start (config.go). With
+// DrainTimeout at its default (at most half the rebalance timeout) the
+// read-back keeps its quarter; a DrainTimeout close to the timeout
+// shortens it, and one past releaseBy leaves it no time.
 func (c *claimLoop[T]) releaseBy(start time.Time) time.Time {
-	g := c.g.cfg.Sarama.Consumer.Group
-	return start.Add(g.Rebalance.Timeout - g.Rebalance.Timeout/8 - g.Heartbeat.Interval)
+	return start.Add(releaseWindow(c.g.cfg.Sarama))
 }
