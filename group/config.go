@@ -58,6 +58,21 @@ func releaseWindow(sc *sarama.Config) time.Duration {
 	return g.Rebalance.Timeout - g.Rebalance.Timeout/8 - g.Heartbeat.Interval
 }
 
+// warnShortDrain logs a DrainTimeout that New derived (set, the Config as
+// given, left it 0) below the MsgTimeout set plus drainPastMsgTimeout:
+// half of Rebalance.Timeout capped it, so a call in flight at a revoke is
+// cancelled before its deadline. MsgTimeout left at its default is not
+// warned of: Config.DrainTimeout documents that sarama's default
+// rebalance timeout covers a MsgTimeout up to 29s.
+func (c Config) warnShortDrain(set Config, log *zap.Logger) {
+	if set.DrainTimeout != 0 || set.MsgTimeout <= 0 || c.DrainTimeout >= c.MsgTimeout+drainPastMsgTimeout {
+		return
+	}
+	log.Warn("DrainTimeout is capped at half of Sarama.Consumer.Group.Rebalance.Timeout, below MsgTimeout: a call in flight at a revoke is cancelled before its deadline; set Rebalance.Timeout to at least twice MsgTimeout plus 2s, or set DrainTimeout",
+		zap.Duration("drain_timeout", c.DrainTimeout), zap.Duration("msg_timeout", c.MsgTimeout),
+		zap.Duration("rebalance_timeout", c.Sarama.Consumer.Group.Rebalance.Timeout))
+}
+
 // drainPastMsgTimeout is how long the default drain waits past a call's
 // MsgTimeout: the time Do has to return once its ctx is cancelled (orderly
 // consume's exec sink kills the command's process group then).
@@ -196,7 +211,9 @@ type Config struct {
 	// run until it returns or MsgTimeout cancels it, but at most half of
 	// Rebalance.Timeout. sarama's default Rebalance.Timeout of 60s thus
 	// covers a MsgTimeout up to 29s; for a longer one, set Rebalance.Timeout
-	// to at least twice MsgTimeout plus 2s (orderly consume does). After the drain, the
+	// to at least twice MsgTimeout plus 2s (orderly consume does); with a
+	// MsgTimeout set and the drain capped below it, New logs a warning.
+	// After the drain, the
 	// read-back that confirms the final commit (OnRevoked or OnLost) takes
 	// at most a quarter of that timeout, and ends by seven eighths of it,
 	// less Heartbeat.Interval, after the revoke began: a DrainTimeout

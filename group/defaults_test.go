@@ -3,6 +3,10 @@ package group
 import (
 	"testing"
 	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
 )
 
 // TestDerivedDefaults: DrainTimeout defaults to the longer of 30s and
@@ -42,6 +46,56 @@ func TestDerivedDefaults(t *testing.T) {
 		if got := stuckGrace(tt.timeout); got != tt.want {
 			t.Errorf("stuck grace past MsgTimeout %v: got %v, want %v", tt.timeout, got, tt.want)
 		}
+	}
+}
+
+// TestShortDrainWarned: New warns, once, naming the three settings, when
+// the DrainTimeout it derives is capped (half of Rebalance.Timeout) below
+// a MsgTimeout the user set plus a second; not when the drain covers it,
+// when MsgTimeout is the default or none, or when DrainTimeout is set.
+func TestShortDrainWarned(t *testing.T) {
+	const msg = "DrainTimeout is capped at half of Sarama.Consumer.Group.Rebalance.Timeout, below MsgTimeout: a call in flight at a revoke is cancelled before its deadline; set Rebalance.Timeout to at least twice MsgTimeout plus 2s, or set DrainTimeout"
+	for _, tt := range []struct {
+		name                       string
+		rebalance, msgTimeout, set time.Duration // set: DrainTimeout as given
+		wantDrain                  time.Duration // 0: no warning
+	}{
+		{"MsgTimeout past half of sarama's rebalance timeout", 60 * time.Second, 60 * time.Second, 0, 30 * time.Second},
+		{"MsgTimeout just past it", 10 * time.Second, 5 * time.Second, 0, 5 * time.Second},
+		{"the longest MsgTimeout covered", 60 * time.Second, 29 * time.Second, 0, 0},
+		{"a rebalance timeout that covers it", 5 * time.Minute, 60 * time.Second, 0, 0},
+		{"the default MsgTimeout", 60 * time.Second, 0, 0, 0},
+		{"no MsgTimeout", 60 * time.Second, -1, 0, 0},
+		{"DrainTimeout set", 60 * time.Second, 60 * time.Second, 45 * time.Second, 0},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			core, logs := observer.New(zapcore.WarnLevel)
+			offlineGroup(t, func(c *Config) {
+				c.Sarama = DefaultSarama()
+				c.Sarama.Consumer.Group.Rebalance.Timeout = tt.rebalance
+				c.MsgTimeout, c.DrainTimeout, c.Logger = tt.msgTimeout, tt.set, zap.New(core)
+			})
+			warned := logs.FilterMessage(msg).All()
+			if tt.wantDrain == 0 {
+				if len(warned) != 0 {
+					t.Fatalf("got %d warnings (%v), want none", len(warned), warned[0].ContextMap())
+				}
+				return
+			}
+			if len(warned) != 1 {
+				t.Fatalf("got %d warnings, want 1", len(warned))
+			}
+			got := warned[0].ContextMap()
+			want := map[string]any{"group": "g", "drain_timeout": tt.wantDrain, "msg_timeout": tt.msgTimeout, "rebalance_timeout": tt.rebalance}
+			if len(got) != len(want) {
+				t.Fatalf("fields: got %v, want %v", got, want)
+			}
+			for k, v := range want {
+				if got[k] != v {
+					t.Errorf("field %s: got %v, want %v", k, got[k], v)
+				}
+			}
+		})
 	}
 }
 

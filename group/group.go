@@ -187,6 +187,7 @@ func New[T any](cfg Config, h Handler[T]) (*Group[T], error) {
 	if err := h.validate(); err != nil {
 		return nil, err
 	}
+	set := cfg
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
@@ -207,6 +208,7 @@ func New[T any](cfg Config, h Handler[T]) (*Group[T], error) {
 		history:     &history{group: cfg.GroupID, offsets: map[topicPartition]int64{}},
 		lost:        newLostFinals(cfg.Sarama.Consumer.Group.Session.Timeout + cfg.Sarama.Consumer.Group.Rebalance.Timeout),
 	}
+	cfg.warnShortDrain(set, g.log)
 	g.fail = newFailures(g)
 	g.sched = dispatch.New[Message, T](dispatch.Options[Message, T]{
 		Size: cfg.Size, MaxInFlight: cfg.MaxInFlight, MaxInFlightBytes: cfg.MaxInFlightBytes,
