@@ -115,7 +115,11 @@ type Config struct {
 	// (Consumer.Offsets.AutoCommit.Enable): Orderly commits every
 	// partition itself, every Consumer.Offsets.AutoCommit.Interval
 	// (default 1s), each commit carrying the partition's finished offsets
-	// as metadata.
+	// as metadata. Under an eager rebalance protocol (a strategy offered
+	// that is not cooperative) it raises Net.ReadTimeout to at least
+	// Consumer.Group.Rebalance.Timeout plus 5s: a JoinGroup is answered
+	// only once every member has drained, and sarama waits for any answer
+	// only Net.ReadTimeout.
 	//
 	// A config of your own is otherwise used as given; start from
 	// DefaultSarama() rather than sarama.NewConfig(), or set what it sets
@@ -477,6 +481,7 @@ func (c Config) withDefaults() Config {
 	}
 	sc.Consumer.Return.Errors = true
 	sc.Consumer.Offsets.AutoCommit.Enable = false // Orderly commits (see Config.Sarama)
+	raiseJoinReadTimeout(sc)
 	if c.DeadLetterTopic != "" {
 		// Dead letters: a SyncProducer on the group's client, acked by
 		// all in-sync replicas before the source offset is committed.

@@ -2,6 +2,7 @@ package group
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/IBM/sarama"
@@ -124,20 +125,58 @@ func freshStrategy(st sarama.BalanceStrategy) sarama.BalanceStrategy {
 	return st
 }
 
-// strategyNames are the names of the balance strategies sc offers when
-// the group joins: the deprecated Strategy when set (sarama gives it
-// precedence), else GroupStrategies.
-func strategyNames(sc *sarama.Config) []string {
+// offeredStrategies are the balance strategies sc offers when the group
+// joins: the deprecated Strategy when set (sarama gives it precedence),
+// else GroupStrategies.
+func offeredStrategies(sc *sarama.Config) []sarama.BalanceStrategy {
 	r := sc.Consumer.Group.Rebalance
-	ss := r.GroupStrategies
 	if r.Strategy != nil {
-		ss = []sarama.BalanceStrategy{r.Strategy}
+		return []sarama.BalanceStrategy{r.Strategy}
 	}
+	return r.GroupStrategies
+}
+
+// strategyNames are the names of offeredStrategies.
+func strategyNames(sc *sarama.Config) []string {
+	ss := offeredStrategies(sc)
 	names := make([]string, len(ss))
 	for i, st := range ss {
 		names[i] = st.Name()
 	}
 	return names
+}
+
+// cooperative reports whether the group rebalances cooperatively with sc:
+// when every strategy offered supports the cooperative protocol (sarama's
+// rule); otherwise the protocol is eager.
+func cooperative(sc *sarama.Config) bool {
+	ss := offeredStrategies(sc)
+	for _, s := range ss {
+		p, ok := s.(sarama.RebalanceProtocolBalanceStrategy)
+		if !ok || !slices.Contains(p.SupportedProtocols(), sarama.RebalanceProtocolCooperative) {
+			return false
+		}
+	}
+	return len(ss) > 0
+}
+
+// joinReadPast is how much longer than Rebalance.Timeout an eager member
+// waits for the answer to its JoinGroup: the Java client's margin.
+const joinReadPast = 5 * time.Second
+
+// raiseJoinReadTimeout raises sc's Net.ReadTimeout, under an eager
+// protocol, to at least Rebalance.Timeout plus joinReadPast. There every
+// member revokes all its partitions and the coordinator answers the
+// JoinGroups only once every member has joined, after its drain and
+// final commit (DrainTimeout, up to the rebalance timeout); sarama waits
+// for any answer only Net.ReadTimeout (IBM/sarama#2820), so a shorter one
+// failed the join with an i/o timeout behind a long drain. A cooperative
+// rebalance does not wait for drains: there it stays as given.
+func raiseJoinReadTimeout(sc *sarama.Config) {
+	if cooperative(sc) {
+		return
+	}
+	sc.Net.ReadTimeout = max(sc.Net.ReadTimeout, sc.Consumer.Group.Rebalance.Timeout+joinReadPast)
 }
 
 // ValidInstanceID reports whether id is a usable Config.InstanceID ("" is:

@@ -250,3 +250,42 @@ func TestFetchMaxWait(t *testing.T) {
 		})
 	}
 }
+
+// TestJoinReadTimeout: under an eager protocol (any strategy offered that
+// is not cooperative, or the deprecated Strategy when it is not) the
+// derived sarama config waits for an answer at least Rebalance.Timeout
+// plus 5s, since a JoinGroup is answered only once every member has
+// drained (a member joining behind a 50s drain under range got "i/o
+// timeout" with sarama's 30s); a cooperative one keeps Net.ReadTimeout as
+// given, and a longer one given is kept. The base is left as it was.
+func TestJoinReadTimeout(t *testing.T) {
+	coop, rng := sarama.NewBalanceStrategyCooperativeSticky, sarama.NewBalanceStrategyRange
+	for _, tt := range []struct {
+		name       string
+		strategies []sarama.BalanceStrategy
+		deprecated sarama.BalanceStrategy // Rebalance.Strategy
+		rebalance  time.Duration
+		read, want time.Duration // Net.ReadTimeout given and derived
+	}{
+		{"cooperative-sticky", []sarama.BalanceStrategy{coop()}, nil, 122 * time.Second, 30 * time.Second, 30 * time.Second},
+		{"range", []sarama.BalanceStrategy{rng()}, nil, 60 * time.Second, 30 * time.Second, 65 * time.Second},
+		{"range, long rebalance timeout", []sarama.BalanceStrategy{rng()}, nil, 122 * time.Second, 30 * time.Second, 127 * time.Second},
+		{"cooperative-sticky and range", []sarama.BalanceStrategy{coop(), rng()}, nil, 122 * time.Second, 30 * time.Second, 127 * time.Second},
+		{"deprecated Strategy range", []sarama.BalanceStrategy{coop()}, rng(), 60 * time.Second, 30 * time.Second, 65 * time.Second},
+		{"a strategy of the user's own", []sarama.BalanceStrategy{ownStrategy{rng()}}, nil, 60 * time.Second, 30 * time.Second, 65 * time.Second},
+		{"range, a longer read timeout given", []sarama.BalanceStrategy{rng()}, nil, 60 * time.Second, 90 * time.Second, 90 * time.Second},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			base := DefaultSarama()
+			base.Consumer.Group.Rebalance.GroupStrategies, base.Consumer.Group.Rebalance.Strategy = tt.strategies, tt.deprecated
+			base.Consumer.Group.Rebalance.Timeout, base.Net.ReadTimeout = tt.rebalance, tt.read
+			g := offlineGroup(t, func(c *Config) { c.Sarama = base })
+			if got := g.cfg.Sarama.Net.ReadTimeout; got != tt.want {
+				t.Errorf("derived Net.ReadTimeout: got %v, want %v", got, tt.want)
+			}
+			if base.Net.ReadTimeout != tt.read {
+				t.Errorf("base Net.ReadTimeout: got %v, want %v (left as given)", base.Net.ReadTimeout, tt.read)
+			}
+		})
+	}
+}

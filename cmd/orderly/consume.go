@@ -199,38 +199,20 @@ func (o *consumeOpts) check() error {
 	return o.kafka.check()
 }
 
-// setRebalanceTimeouts sets sc's timeouts so that a stop or a revoke
-// lets a call in flight run its whole --timeout. The drain is the group's
-// default (group.DefaultDrainTimeout: 30s, or the call's --timeout and a
-// second for its killed command to go, if that is longer, but at most half
-// the rebalance timeout, which the drain must stay below or Kafka would
-// evict the member): the rebalance timeout is raised in sc to twice that
-// drain when it would bound it. The member's share of a rebalance may take
-// that long, as Kafka's max.poll.interval.ms does for a Java consumer's
-// processing. Under an eager strategy the other members wait in JoinGroup
-// for this one's drain (and its final commit), and sarama waits for that
-// answer only Net.ReadTimeout: there it is raised to the rebalance timeout
-// and 5s, as long as the Java client waits for JoinGroup (IBM/sarama#2820).
-// A cooperative rebalance does not wait for the drain.
+// setRebalanceTimeouts sets sc's rebalance timeout so that a stop or a
+// revoke lets a call in flight run its whole --timeout. The drain is the
+// group's default (group.DefaultDrainTimeout: 30s, or the call's --timeout
+// and a second for its killed command to go, if that is longer, but at
+// most half the rebalance timeout, which the drain must stay below or
+// Kafka would evict the member): the rebalance timeout is raised in sc to
+// twice that drain when it would bound it. The member's share of a
+// rebalance may take that long, as Kafka's max.poll.interval.ms does for a
+// Java consumer's processing. Under an eager strategy group.New raises
+// Net.ReadTimeout past the rebalance timeout (see group.Config.Sarama).
 func (o *consumeOpts) setRebalanceTimeouts(sc *sarama.Config) {
 	r := &sc.Consumer.Group.Rebalance
 	unbound := group.DefaultDrainTimeout(math.MaxInt64, o.timeout) // the drain no rebalance timeout bounds
 	r.Timeout = max(r.Timeout, 2*unbound)
-	if !cooperative(r.GroupStrategies) {
-		sc.Net.ReadTimeout = max(sc.Net.ReadTimeout, r.Timeout+5*time.Second)
-	}
-}
-
-// cooperative reports whether the group rebalances cooperatively with ss:
-// when every strategy supports the cooperative protocol (sarama's rule).
-func cooperative(ss []sarama.BalanceStrategy) bool {
-	for _, s := range ss {
-		p, ok := s.(sarama.RebalanceProtocolBalanceStrategy)
-		if !ok || !slices.Contains(p.SupportedProtocols(), sarama.RebalanceProtocolCooperative) {
-			return false
-		}
-	}
-	return len(ss) > 0
 }
 
 // maxSessionTimeout is the longest --session-timeout: Kafka's default

@@ -94,26 +94,23 @@ func TestConsumeStopWaitsForTimeout(t *testing.T) {
 
 // TestConsumeDrainTimeouts: the group's default drain, with the timeouts
 // consume sets, covers a call's whole --timeout and a second; the
-// rebalance timeout is raised to twice the drain when it is below; under an eager strategy, where the other members wait in
-// JoinGroup for this one's drain and sarama waits for that answer only
-// Net.ReadTimeout, the read timeout goes to the rebalance timeout and 5s
-// (a member joining behind a 50s drain got "i/o timeout" under range, a
-// review's reproducer; a 30s drain beside the default 30s read timeout
-// had the same edge).
+// rebalance timeout is raised to twice the drain when it is below, under
+// either protocol (group.New raises Net.ReadTimeout for an eager one:
+// group's TestJoinReadTimeout).
 func TestConsumeDrainTimeouts(t *testing.T) {
 	for _, tt := range []struct {
-		name                     string
-		timeout                  time.Duration
-		strategies               []string
-		drain, rebalance, reader time.Duration
+		name             string
+		timeout          time.Duration
+		strategies       []string
+		drain, rebalance time.Duration
 	}{
-		{"defaults", 30 * time.Second, []string{"cooperative-sticky"}, 31 * time.Second, 62 * time.Second, 30 * time.Second},
-		{"short --timeout, range", time.Second, []string{"range"}, 30 * time.Second, 60 * time.Second, 65 * time.Second},
-		{"--timeout 29s, range", 29 * time.Second, []string{"range"}, 30 * time.Second, 60 * time.Second, 65 * time.Second},
-		{"short --timeout, cooperative", time.Second, []string{"cooperative-sticky"}, 30 * time.Second, 60 * time.Second, 30 * time.Second},
-		{"long --timeout, cooperative", 60 * time.Second, []string{"cooperative-sticky"}, 61 * time.Second, 122 * time.Second, 30 * time.Second},
-		{"long --timeout, range", 60 * time.Second, []string{"range"}, 61 * time.Second, 122 * time.Second, 127 * time.Second},
-		{"long --timeout, both", 60 * time.Second, []string{"cooperative-sticky", "range"}, 61 * time.Second, 122 * time.Second, 127 * time.Second},
+		{"defaults", 30 * time.Second, []string{"cooperative-sticky"}, 31 * time.Second, 62 * time.Second},
+		{"short --timeout, range", time.Second, []string{"range"}, 30 * time.Second, 60 * time.Second},
+		{"--timeout 29s, range", 29 * time.Second, []string{"range"}, 30 * time.Second, 60 * time.Second},
+		{"short --timeout, cooperative", time.Second, []string{"cooperative-sticky"}, 30 * time.Second, 60 * time.Second},
+		{"long --timeout, cooperative", 60 * time.Second, []string{"cooperative-sticky"}, 61 * time.Second, 122 * time.Second},
+		{"long --timeout, range", 60 * time.Second, []string{"range"}, 61 * time.Second, 122 * time.Second},
+		{"long --timeout, both", 60 * time.Second, []string{"cooperative-sticky", "range"}, 61 * time.Second, 122 * time.Second},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			o := &consumeOpts{timeout: tt.timeout, strategies: tt.strategies}
@@ -121,8 +118,8 @@ func TestConsumeDrainTimeouts(t *testing.T) {
 			sc.Consumer.Group.Rebalance.GroupStrategies = o.balanceStrategies()
 			o.setRebalanceTimeouts(sc)
 			drain := group.DefaultDrainTimeout(sc.Consumer.Group.Rebalance.Timeout, o.timeout)
-			if got := [3]time.Duration{drain, sc.Consumer.Group.Rebalance.Timeout, sc.Net.ReadTimeout}; got != [3]time.Duration{tt.drain, tt.rebalance, tt.reader} {
-				t.Errorf("drain, rebalance and read timeouts: got %v, want %v", got, [3]time.Duration{tt.drain, tt.rebalance, tt.reader})
+			if got := [2]time.Duration{drain, sc.Consumer.Group.Rebalance.Timeout}; got != [2]time.Duration{tt.drain, tt.rebalance} {
+				t.Errorf("drain and rebalance timeouts: got %v, want %v", got, [2]time.Duration{tt.drain, tt.rebalance})
 			}
 		})
 	}
