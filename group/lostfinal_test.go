@@ -2,6 +2,7 @@ package group
 
 import (
 	"context"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -9,6 +10,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kmsg"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/orderly-go/orderly/commit"
 )
@@ -60,6 +64,97 @@ func TestLostFinalCommitResumedBySameMember(t *testing.T) {
 		t.Errorf("Stats.Committed: got %d, want %d (the topic's records, each committed once; Resumed %d)", st.Committed, records, st.Resumed)
 	}
 	t.Logf("offsets the coordinator held when the session ended: %v; duplicates %d", before, v.Duplicates)
+}
+
+// TestLostFinalReadLateCountedOnce: a member loses its final commit of a
+// partition it had finished to the end (its session ends while the
+// coordinator refuses commits), joins again and claims it back, but
+// cannot read the committed offset when the claim starts; it takes
+// messages from the committed offset, the first of them failing, so its
+// frontier stays there, until a commit tick reads the offset after all
+// (readAgain) and finds its own lost final commit still applies. It
+// handles again the messages taken before that, and skips the rest. Each
+// record still counts once in Stats.Committed: the lost claim counted
+// every one of them when it marked it.
+func TestLostFinalReadLateCountedOnce(t *testing.T) {
+	t.Parallel() // mostly waits on the broker
+	const n, first, keys = 400, 100, 10
+	plan := make([]planned, n)
+	for i := range plan {
+		plan[i] = planned{key: uint32(i % keys), part: -1}
+	}
+	r := newRigPlan(t, "lost-read-late", 1, plan)
+	r.refusedCommits = true // the lost claim's, above what the next claim commits first
+	r.produce(0, first)
+	cfg := r.config("lost-read-late")
+	cfg.Size, cfg.Num = 1, 4
+	cfg.MaxInFlight, cfg.Chan = 8, 1 // the claim that reads late takes little before it reads
+	cfg.Retry = Retry{Backoff: 50 * time.Millisecond, MaxBackoff: 50 * time.Millisecond, Jitter: -1}
+	cfg.Status.ReadBack = -1 // see refuseClaimReads
+	cfg.Sarama.Metadata.Retry.Max, cfg.Sarama.Metadata.Retry.Backoff = 1, 50*time.Millisecond
+	core, logs := observer.New(zapcore.InfoLevel)
+	cfg.Logger = zap.New(core)
+
+	w := r.work(0, 0)
+	var held atomic.Int64 // the offset that fails while failing is set
+	var failing, refusing atomic.Bool
+	do := func(ctx context.Context, batch []*Message) error {
+		for _, m := range batch {
+			if failing.Load() && m.Offset == held.Load() {
+				return fmt.Errorf("offset %d: %w", m.Offset, errInjected)
+			}
+		}
+		return w.Do(ctx, batch)
+	}
+	refuseClaimReads(r, func(int32) bool { return refusing.Load() })
+	var lost atomic.Int32
+	cfg.OnLost = func(string, []int32, int32) {
+		// The claim has read back what the coordinator holds (and kept
+		// its lost final commit): from now on the next claim's read fails,
+		// and the message there fails.
+		held.Store(r.b.Committed(cfg.GroupID, r.topic)[0])
+		failing.Store(true)
+		refusing.Store(true)
+		lost.Add(1)
+	}
+	g := newGroup(t, cfg, do)
+	stop := run(t, g)
+	waitFor(t, 30*time.Second, "the first commit", func() bool { return r.b.Committed(cfg.GroupID, r.topic)[0] == first })
+
+	c := r.b.Cluster()
+	refuse := c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.OffsetCommit}, Group: cfg.GroupID, Err: kerr.CoordinatorLoadInProgress, Count: -1})
+	r.produce(first, n)
+	waitFor(t, 30*time.Second, "every record handled", func() bool { return g.Stats().Handled >= n })
+	waitFor(t, 30*time.Second, "commits refused", func() bool { return refuse.Hits() >= 3 })
+	c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Heartbeat}, Group: cfg.GroupID, Err: kerr.UnknownServerError}) // the session ends
+	waitFor(t, 30*time.Second, "the final commit lost", func() bool { return lost.Load() == 1 })
+	refuse.Remove()
+	if got := held.Load(); got != first {
+		t.Fatalf("the coordinator's offset at the loss: got %d, want %d", got, first)
+	}
+	waitFor(t, 30*time.Second, "the next claim to give up its read and fail its first message", func() bool {
+		return logs.FilterMessage("reading commit metadata failed; messages finished by the previous owner may be handled again").Len() == 1 &&
+			g.Stats().Failures >= 2
+	})
+	refusing.Store(false)
+	readLog := "commit metadata read at last: skipping what the previous owner finished above the messages taken"
+	waitFor(t, 10*time.Second, "a commit tick to read the offset", func() bool { return logs.FilterMessage(readLog).Len() == 1 })
+	failing.Store(false)
+	r.waitAllCommitted(cfg.GroupID, time.Minute)
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	seen := logs.FilterMessage(readLog).All()[0].ContextMap()["seen"].(int64)
+	st := g.Stats()
+	if st.Committed != n {
+		t.Errorf("Stats.Committed: got %d, want %d (each record once; the claim read its offset late, having taken %d-%d, and handled them again: Handled %d, Resumed %d)",
+			st.Committed, n, first, seen, st.Handled, st.Resumed)
+	}
+	if again := int64(seen - first + 1); st.Handled != n+again || st.Resumed != n-first-again {
+		t.Errorf("got Handled %d, Resumed %d; want %d (every record, and the %d taken before the read again) and %d (the rest of the lost frontier)",
+			st.Handled, st.Resumed, n+again, again, n-first-again)
+	}
+	r.check(true) // the messages taken before the read, again
 }
 
 // lostFinal.resume applies only while the coordinator holds what it held
