@@ -122,7 +122,7 @@ func TestDlqReplayStrayWarns(t *testing.T) {
 		// d5, the stray, is the third record of orders-dlq/1.
 		want := "orderly: warning: dead-letter partition 1 offset 2 is not a dead letter (deadletter: no __orderly.errors.* headers: not an Orderly dead letter): " +
 			"--to orders-retry gets it as it is: key, value, headers and timestamp\n"
-		if r.code != 0 || r.stderr != want || !strings.Contains(r.stdout, "replay 5 of 5 selected dead letters and 1 of 1 selected other records") && !strings.Contains(r.stdout, "replayed 5 of 5 selected dead letters and 1 of 1 selected other records") {
+		if r.code != 0 || r.stderr != want || !strings.Contains(r.stdout, "replay 5 of 5 selected dead letters and 1 of 1 selected other record") && !strings.Contains(r.stdout, "replayed 5 of 5 selected dead letters and 1 of 1 selected other record") {
 			t.Errorf("orderly %q: got exit %d, stdout %q, stderr:\n%s\nwant exit 0, 5 and 1 replayed, stderr:\n%s", args, r.code, r.stdout, r.stderr, want)
 		}
 	}
@@ -293,10 +293,10 @@ func TestDlqStraysCounted(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"list"}, "1 of 1 dead letters and 2 of 2 other records in topic mix\n"},
-		{[]string{"show"}, "1 of 1 dead letters and 2 of 2 other records in topic mix\n"},
-		{[]string{"list", "--origin-topic", "in"}, "1 of 1 dead letters and 0 of 2 other records in topic mix\n"},
-		{[]string{"show", "--reason", "poison"}, "0 of 1 dead letters and 0 of 2 other records in topic mix\n"},
+		{[]string{"list"}, "1 of 1 dead letter and 2 of 2 other records in topic mix\n"},
+		{[]string{"show"}, "1 of 1 dead letter and 2 of 2 other records in topic mix\n"},
+		{[]string{"list", "--origin-topic", "in"}, "1 of 1 dead letter and 0 of 2 other records in topic mix\n"},
+		{[]string{"show", "--reason", "poison"}, "0 of 1 dead letter and 0 of 2 other records in topic mix\n"},
 	} {
 		args := slices.Concat([]string{"dlq"}, tt.args, src)
 		r := runBin(t, nil, args...)
@@ -320,12 +320,12 @@ func TestDlqReplayStrays(t *testing.T) {
 	r := runBin(t, nil, slices.Concat([]string{"dlq", "replay"}, src)...)
 	wantErr := "orderly: 2 selected records not replayed: not dead letters (the warnings above say what each lacks), they have no origin to go back to: --to names a topic for them\n"
 	if r.code != exitError || !strings.HasSuffix(r.stderr, wantErr) || strings.Count(r.stderr, "orderly: warning: not replayed: dead-letter partition 0 offset ") != 2 ||
-		!strings.Contains(r.stdout, "replayed 1 of 1 selected dead letters and 0 of 2 selected other records from topic mix: in/0 1\n") {
+		!strings.Contains(r.stdout, "replayed 1 of 1 selected dead letter and 0 of 2 selected other records from topic mix: in/0 1\n") {
 		t.Errorf("replay without --to: got exit %d, stdout:\n%s\nstderr:\n%s\nwant exit 1, 1 of 1 and 0 of 2 replayed, two warnings and the error %q", r.code, r.stdout, r.stderr, wantErr)
 	}
 
 	r = runBin(t, nil, slices.Concat([]string{"dlq", "replay", "--to", "plain"}, src)...)
-	if r.code != 0 || !strings.Contains(r.stdout, "replayed 1 of 1 selected dead letters and 2 of 2 selected other records from topic mix: plain/0 3\n") ||
+	if r.code != 0 || !strings.Contains(r.stdout, "replayed 1 of 1 selected dead letter and 2 of 2 selected other records from topic mix: plain/0 3\n") ||
 		strings.Count(r.stderr, "--to plain gets it as it is: key, value, headers and timestamp\n") != 2 {
 		t.Fatalf("replay --to plain: got exit %d, stdout:\n%s\nstderr:\n%s\nwant exit 0, 1 and 2 replayed, two warnings", r.code, r.stdout, r.stderr)
 	}

@@ -83,11 +83,12 @@ func (t *tally) add(en *entry, selected bool) {
 func (t tally) selected() int { return t.deadSelected + t.otherSelected }
 
 // counts is "2 of 6 <what>dead letters", and when there were other
-// records "2 of 5 <what>dead letters and 1 of 1 <what>other records".
+// records "2 of 5 <what>dead letters and 1 of 1 <what>other record": the
+// noun agrees with the count it follows, the total.
 func (t tally) counts(what string) string {
-	s := fmt.Sprintf("%d of %d %sdead letters", t.deadSelected, t.dead, what)
+	s := fmt.Sprintf("%d of %s", t.deadSelected, plural(t.dead, what+"dead letter"))
 	if t.other > 0 {
-		s += fmt.Sprintf(" and %d of %d %sother records", t.otherSelected, t.other, what)
+		s += fmt.Sprintf(" and %d of %s", t.otherSelected, plural(t.other, what+"other record"))
 	}
 	return s
 }

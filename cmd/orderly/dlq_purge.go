@@ -57,16 +57,20 @@ func purgeStore(o *dlqOpts, e env) error {
 		return err
 	}
 	dir := storeDir(o.data)
+	stretches := plural(int(damaged), "damaged stretch") + " (the warnings above)"
+	if damaged == 1 {
+		stretches = "1 damaged stretch (the warning above)"
+	}
 	dropping := ""
 	if o.filter.any() && damaged > 0 {
-		dropping = fmt.Sprintf(" and %d damaged stretches (the warnings above)", damaged)
+		dropping = " and " + stretches
 	}
 	switch {
 	case o.dryRun:
-		fmt.Fprintf(e.stdout, "would remove %d of %d dead letters%s from %s\n", selected, total, dropping, dir)
+		fmt.Fprintf(e.stdout, "would remove %d of %s%s from %s\n", selected, plural(total, "dead letter"), dropping, dir)
 		return nil
 	case dropping != "" && !o.dropDamaged:
-		return fmt.Errorf("%s has %d damaged stretches (the warnings above), which a purge with filters would drop with any dead letters they hold: add --drop-damaged to purge anyway", dir, damaged)
+		return fmt.Errorf("%s has %s, which a purge with filters would drop with any dead letters they hold: add --drop-damaged to purge anyway", dir, stretches)
 	}
 	s, err := deadletter.Open(dir, deadletter.Options{OnDamage: warn})
 	if errors.Is(err, flock.ErrHeld) {
@@ -88,7 +92,7 @@ func purgeStore(o *dlqOpts, e env) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(e.stdout, "removed %d dead letters%s from %s, %d left\n", removed, dropping, dir, s.Stats().Records)
+	fmt.Fprintf(e.stdout, "removed %s%s from %s, %d left\n", plural(removed, "dead letter"), dropping, dir, s.Stats().Records)
 	return s.Close()
 }
 
@@ -164,10 +168,10 @@ func purgeTopic(ctx context.Context, o *dlqOpts, e env) error {
 		case to <= low:
 			fmt.Fprintf(e.stdout, "%s/%d: nothing to delete (log starts at %d%s)\n", o.topic, p, low, held)
 		case o.dryRun:
-			fmt.Fprintf(e.stdout, "%s/%d: would delete %d records (offsets %d to %d%s)\n", o.topic, p, to-low, low, to-1, held)
+			fmt.Fprintf(e.stdout, "%s/%d: would delete %s (offsets %d to %d%s)\n", o.topic, p, plural(int(to-low), "record"), low, to-1, held)
 		default:
 			cut[p] = to
-			fmt.Fprintf(e.stdout, "%s/%d: deleting %d records (offsets %d to %d%s)\n", o.topic, p, to-low, low, to-1, held)
+			fmt.Fprintf(e.stdout, "%s/%d: deleting %s (offsets %d to %d%s)\n", o.topic, p, plural(int(to-low), "record"), low, to-1, held)
 		}
 	}
 	if len(cut) == 0 {

@@ -87,7 +87,7 @@ func runReplay(ctx context.Context, o *dlqOpts, e env) error {
 	sent, err := replay(ctx, o, picked)
 	if err != nil {
 		if k := sum(sent); k > 0 {
-			fmt.Fprintf(e.stdout, "replayed %d of %d selected records before the error%s\n", k, len(picked), perDest(sent))
+			fmt.Fprintf(e.stdout, "replayed %d of %s before the error%s\n", k, plural(len(picked), "selected record"), perDest(sent))
 		}
 		return interrupted(ctx, err)
 	}
@@ -169,8 +169,8 @@ func replay(ctx context.Context, o *dlqOpts, picked []*entry) (map[dest]int, err
 			// Back to the partition it came from: its key's partition.
 			m.Partition = en.info.Partition
 			if known && m.Partition >= n {
-				return nil, fmt.Errorf("replay %s/%d offset %d: topic %s has only %d partitions now",
-					en.info.Topic, en.info.Partition, en.info.Offset, topic, n)
+				return nil, fmt.Errorf("replay %s/%d offset %d: topic %s has only %s now",
+					en.info.Topic, en.info.Partition, en.info.Offset, topic, plural(int(n), "partition"))
 			}
 		case known:
 			p, err := sarama.NewHashPartitioner(topic).Partition(m, n)
@@ -235,10 +235,13 @@ func sum(m map[dest]int) int {
 	return n
 }
 
-// plural is "1 thing" or "n things".
+// plural is "1 thing" or "n things" ("n stretches" after ch, s, sh or x).
 func plural(n int, thing string) string {
-	if n == 1 {
+	switch {
+	case n == 1:
 		return "1 " + thing
+	case strings.HasSuffix(thing, "ch"), strings.HasSuffix(thing, "s"), strings.HasSuffix(thing, "sh"), strings.HasSuffix(thing, "x"):
+		return fmt.Sprintf("%d %ses", n, thing)
 	}
 	return fmt.Sprintf("%d %ss", n, thing)
 }

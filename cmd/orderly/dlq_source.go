@@ -58,10 +58,16 @@ func openStore(data string, onDamage func(deadletter.Damage)) (*deadletter.Store
 // warnMended warns on warn when s read records whose length field was
 // damaged, by their checksums.
 func warnMended(warn io.Writer, s *deadletter.Store) {
-	if n := s.Stats().Mended; n > 0 {
-		fmt.Fprintf(warn, "orderly: warning: %s: %d dead letters have a damaged length field, read by their checksums (the consumer's next start, or a purge, writes it back)\n",
-			filepath.Join(s.Dir(), deadletter.DataFile), n)
+	n := s.Stats().Mended
+	what := fmt.Sprintf("%d dead letters have a damaged length field, read by their checksums", n)
+	switch n {
+	case 0:
+		return
+	case 1:
+		what = "1 dead letter has a damaged length field, read by its checksum"
 	}
+	fmt.Fprintf(warn, "orderly: warning: %s: %s (the consumer's next start, or a purge, writes it back)\n",
+		filepath.Join(s.Dir(), deadletter.DataFile), what)
 }
 
 // warnDamage returns an OnDamage that warns on warn once per damaged
@@ -202,8 +208,8 @@ func readSpans(ctx context.Context, o *dlqOpts, spans []span, warn io.Writer, fn
 			return err
 		}
 		if first, committed, ok := tx.heldBack(); ok {
-			fmt.Fprintf(warn, "orderly: warning: %s/%d: offsets %d to %d not read: a transaction open since offset %d holds them back (%d committed records among them) until it ends\n",
-				o.topic, s.p, first, s.high-1, first, committed)
+			fmt.Fprintf(warn, "orderly: warning: %s/%d: offsets %d to %d not read: a transaction open since offset %d holds them back (%s among them) until it ends\n",
+				o.topic, s.p, first, s.high-1, first, plural(committed, "committed record"))
 		}
 	}
 	return nil

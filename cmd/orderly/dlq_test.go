@@ -193,7 +193,7 @@ func TestDlqList(t *testing.T) {
 			}
 			lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
 			if len(lines) != 8 || !strings.HasPrefix(lines[0], "TOPIC ") || !strings.Contains(lines[0], "  DEAD-LETTERED  ") ||
-				!strings.HasPrefix(lines[7], "5 of 5 dead letters and 1 of 1 other records in ") {
+				!strings.HasPrefix(lines[7], "5 of 5 dead letters and 1 of 1 other record in ") {
 				t.Fatalf("list: want a header, 6 rows and a count:\n%s", r.stdout)
 			}
 			d0 := f.cases[0].info
@@ -272,7 +272,7 @@ func TestDlqShow(t *testing.T) {
 			"  value:          (null)\n",            // d2, a tombstone
 			"    trace: d2\n",                       // the original header
 			"    __orderly.errors.reason: rejected", // the new one; the stale "poison" is gone
-			"2 of 5 dead letters and 0 of 1 other records in ",
+			"2 of 5 dead letters and 0 of 1 other record in ",
 		} {
 			if !strings.Contains(out, want) {
 				t.Errorf("show %q lacks %q:\n%s", src, want, out)
@@ -386,7 +386,7 @@ func TestDlqReplay(t *testing.T) {
 
 	// --to: by key, onto another topic.
 	out = dlqRun(t, slices.Concat([]string{"replay", "--to", "orders-retry", "--reason", "timeout", "--brokers", f.addr}, f.local())...)
-	if !strings.Contains(out, "replayed 1 of 1 selected dead letters") || !strings.Contains(out, "orders-retry/") {
+	if !strings.Contains(out, "replayed 1 of 1 selected dead letter") || !strings.Contains(out, "orders-retry/") {
 		t.Errorf("replay --to: %s", out)
 	}
 	if n := sumValues(f.b.HighWatermarks("orders-retry")); n != 1 {
@@ -577,12 +577,12 @@ func TestDlqPurgeKeepsDamage(t *testing.T) {
 	}
 	sel := []string{"--reason", "rejected"}
 	out := dlqRun(t, slices.Concat([]string{"purge", "--dry-run"}, sel, f.local())...)
-	if !strings.Contains(out, "would remove 1 of 5 dead letters and 1 damaged stretches") {
+	if !strings.Contains(out, "would remove 1 of 5 dead letters and 1 damaged stretch (the warning above)") {
 		t.Errorf("purge --dry-run with damage: %s", out)
 	}
 	r := runBin(t, nil, slices.Concat([]string{"dlq", "purge", "--yes"}, sel, f.local())...)
 	if last := strings.TrimSpace(r.stderr[strings.LastIndex(strings.TrimSpace(r.stderr), "\n")+1:]); r.code != exitError ||
-		!strings.Contains(last, storeDir(f.data)+" has 1 damaged stretches") || !strings.Contains(last, "--drop-damaged") {
+		!strings.Contains(last, storeDir(f.data)+" has 1 damaged stretch (the warning above)") || !strings.Contains(last, "--drop-damaged") {
 		t.Errorf("purge with damage: exit %d, stderr %q; want exit 1, a last line naming the store and --drop-damaged", r.code, r.stderr)
 	}
 	if n := strings.Count(r.stderr, "orderly: warning:"); n != 1 {
@@ -592,7 +592,7 @@ func TestDlqPurgeKeepsDamage(t *testing.T) {
 		t.Errorf("a refused purge changed the store (%v)", err)
 	}
 	out = dlqRun(t, slices.Concat([]string{"purge", "--yes", "--drop-damaged"}, sel, f.local())...)
-	if !strings.Contains(out, "removed 1 dead letters and 1 damaged stretches") || !strings.Contains(out, "4 left") {
+	if !strings.Contains(out, "removed 1 dead letter and 1 damaged stretch (the warning above)") || !strings.Contains(out, "4 left") {
 		t.Errorf("purge --drop-damaged: %s", out)
 	}
 }
@@ -622,7 +622,7 @@ func TestDlqWarnsOfMended(t *testing.T) {
 	}
 	r := runBin(t, nil, slices.Concat([]string{"dlq", "list", "--json"}, f.local())...)
 	if n := len(jsonLines[entryJSON](t, r.stdout)); r.code != 0 || n != len(f.cases) ||
-		!strings.Contains(r.stderr, path+": 1 dead letters have a damaged length field") {
+		!strings.Contains(r.stderr, path+": 1 dead letter has a damaged length field, read by its checksum") {
 		t.Errorf("list: exit %d, %d dead letters, stderr %q; want %d listed and a warning naming %s", r.code, n, r.stderr, len(f.cases), path)
 	}
 	dlqRun(t, slices.Concat([]string{"purge", "--yes", "--reason", "rejected"}, f.local())...)

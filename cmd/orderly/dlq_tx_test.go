@@ -86,7 +86,7 @@ func TestDlqTopicReadCommitted(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Errorf("dlq list of a topic with an aborted and an open transaction: got %v, want %v (dlq offset:reason@origin offset)", got, want)
 	}
-	if w := "tx-dlq/0: offsets 5 to 6 not read: a transaction open since offset 5 holds them back (1 committed records among them)"; !strings.Contains(stderr, w) {
+	if w := "tx-dlq/0: offsets 5 to 6 not read: a transaction open since offset 5 holds them back (1 committed record among them)"; !strings.Contains(stderr, w) {
 		t.Errorf("stderr does not say %q:\n%s", w, stderr)
 	}
 	// replay publishes the same two, whole: the committed transaction's

@@ -63,7 +63,7 @@ func TestDlqAndDescribeKafkaAuth(t *testing.T) {
 				t.Errorf("dlq list: got %+v, want the one dead letter (origin offset %d, %s)", got, dead.info.Offset, dead.info.Reason)
 			}
 			out, stderr, err = runCmd2(ctx, slices.Concat([]string{"dlq", "replay", "--topic", "secure-dlq", "--to", "replayed"}, auth("s3cret"))...)
-			if err != nil || !strings.Contains(out, "replayed 1 of 1 selected dead letters") {
+			if err != nil || !strings.Contains(out, "replayed 1 of 1 selected dead letter") {
 				t.Fatalf("dlq replay: %v\nstdout:\n%s\nstderr:\n%s", err, out, stderr)
 			}
 			if hw := highWatermark(ctx, t, cl, "replayed"); hw != 1 {
