@@ -111,6 +111,16 @@ func writableDir(dir string) error {
 	return os.Remove(f.Name())
 }
 
+// timeoutArg is how bench's errors name --timeout: as flagArg does, with
+// ORDERLY_TIMEOUT when the value came from there; "" when it was not
+// given or is 0, bench's default, which bench names itself.
+func timeoutArg(fs *pflag.FlagSet, timeout time.Duration) string {
+	if fs == nil || !fs.Changed("timeout") || timeout == 0 {
+		return ""
+	}
+	return flagArg(fs, "timeout", timeout)
+}
+
 // runBench is `orderly bench`: flags to bench.Options, the Markdown table
 // to out, progress to progress; command is the command line the report
 // records.
@@ -130,6 +140,7 @@ func runBench(ctx context.Context, o *benchOpts, command string, out, progress i
 		MaxInFlight:     o.maxInFlight,
 		StallDuration:   o.duration,
 		RunTimeout:      o.timeout,
+		RunTimeoutArg:   timeoutArg(o.fs, o.timeout),
 		Out:             o.out,
 		Progress:        progress,
 		Command:         command,

@@ -2,8 +2,10 @@ package main
 
 import (
 	"context"
+	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -77,5 +79,39 @@ func TestBenchScale(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dir, "scale.png")); err != nil {
 		t.Error(err)
+	}
+}
+
+// TestBenchTimeoutNamed: a run cut short by the run timeout fails naming
+// --timeout and its value, and ORDERLY_TIMEOUT when the value came from
+// there: a consuming run that outlasts it, and a stall run whose
+// in-flight count has not settled by then.
+func TestBenchTimeoutNamed(t *testing.T) {
+	noop := []string{"--scenario", "noop", "--contenders", "raw", "--messages", "2000", "--rounds", "1"}
+	// In flight cannot reach 100000 of 200 messages, nor settle, within
+	// the first poll.
+	stall := []string{"--scenario", "stall", "--messages", "200", "--max-in-flight", "100000"}
+	tests := []struct {
+		name string
+		vars map[string]string // ORDERLY_* variables
+		args []string
+		want string // in the error
+	}{
+		{"run, flag", nil, slices.Concat(noop, []string{"--timeout", "1ms"}), ": the run outlasted --timeout 1ms: raw: handled "},
+		{"run, variable", map[string]string{"ORDERLY_TIMEOUT": "1ms"}, noop, ": the run outlasted --timeout 1ms (from ORDERLY_TIMEOUT): raw: handled "},
+		{"stall, flag", nil, slices.Concat(stall, []string{"--timeout", "10ms"}), ": orderly: in-flight did not settle within --timeout 10ms: "},
+		{"stall, variable", map[string]string{"ORDERLY_TIMEOUT": "10ms"}, stall, ": orderly: in-flight did not settle within --timeout 10ms (from ORDERLY_TIMEOUT): "},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			lookup := func(k string) (string, bool) { v, ok := tt.vars[k]; return v, ok }
+			var progress strings.Builder
+			err := run(ctx, append([]string{"bench"}, tt.args...), env{stdout: io.Discard, stderr: &progress, lookup: lookup})
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("orderly bench %q: got error %v, want one with %q\nprogress:\n%s", tt.args, err, tt.want, progress.String())
+			}
+		})
 	}
 }

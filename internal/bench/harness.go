@@ -36,6 +36,11 @@ type Options struct {
 	MaxInFlight   int           // --max-in-flight: stall scenario; 0: DefaultMaxInFlight
 	StallDuration time.Duration // --duration: stall sampling after MaxInFlight is reached; 0: DefaultStallDuration
 	RunTimeout    time.Duration // --timeout per run; 0: DefaultRunTimeout
+	// RunTimeoutArg is how the errors of a run that outlasts RunTimeout
+	// name it, as the caller's user set it: the flag, its value and
+	// where the value came from ("--timeout 2s (from ORDERLY_TIMEOUT)").
+	// "": "--timeout" and RunTimeout, or "5m0s, --timeout's default".
+	RunTimeoutArg string
 
 	Out      string    // --out: directory for results.json, table.md and chart.png; "": none
 	Progress io.Writer // progress lines; nil: discarded
@@ -108,6 +113,13 @@ func (o *Options) setDefaults() error {
 	}
 	if o.StallDuration == 0 {
 		o.StallDuration = DefaultStallDuration
+	}
+	switch {
+	case o.RunTimeoutArg != "":
+	case o.RunTimeout == 0:
+		o.RunTimeoutArg = fmt.Sprintf("%v, --timeout's default", DefaultRunTimeout)
+	default:
+		o.RunTimeoutArg = fmt.Sprintf("--timeout %v", o.RunTimeout)
 	}
 	if o.RunTimeout == 0 {
 		o.RunTimeout = DefaultRunTimeout
@@ -374,7 +386,8 @@ func measureCost(w Work, size, n int) time.Duration {
 
 // runOne runs a contender once under the run timeout, after a garbage
 // collection, so that the garbage of earlier runs is not collected (and
-// its CPU not counted) inside this one's timed window.
+// its CPU not counted) inside this one's timed window. The error of a run
+// the timeout cut short names it (Options.RunTimeoutArg).
 func (h *harness) runOne(ctx context.Context, con Contender, spec RunSpec) (Result, error) {
 	rctx, cancel := context.WithTimeout(ctx, h.opts.RunTimeout)
 	defer cancel()
@@ -382,6 +395,9 @@ func (h *harness) runOne(ctx context.Context, con Contender, spec RunSpec) (Resu
 	cpu := processCPU()
 	r, err := con.Run(rctx, spec)
 	r.CPU = processCPU() - cpu
+	if err != nil && ctx.Err() == nil && errors.Is(rctx.Err(), context.DeadlineExceeded) {
+		err = fmt.Errorf("the run outlasted %s: %w", h.opts.RunTimeoutArg, err)
+	}
 	return r, err
 }
 

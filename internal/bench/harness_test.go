@@ -111,6 +111,48 @@ func TestRunOneCollectsFirst(t *testing.T) {
 	}
 }
 
+// TestRunOneNamesTimeout: the error of a run that outlasts the run
+// timeout names it as Options.RunTimeoutArg says, or as --timeout and its
+// value; a run the caller's ctx ended is not said to have outlasted it.
+func TestRunOneNamesTimeout(t *testing.T) {
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	tests := []struct {
+		name string
+		ctx  context.Context
+		opts Options
+		want string
+	}{
+		{"flag", context.Background(), Options{RunTimeout: 20 * time.Millisecond},
+			"the run outlasted --timeout 20ms: fake: context deadline exceeded"},
+		{"arg", context.Background(), Options{RunTimeout: 20 * time.Millisecond, RunTimeoutArg: "--timeout 20ms (from ORDERLY_TIMEOUT)"},
+			"the run outlasted --timeout 20ms (from ORDERLY_TIMEOUT): fake: context deadline exceeded"},
+		{"cancelled", cancelled, Options{RunTimeout: 20 * time.Millisecond}, "fake: context canceled"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if err := tt.opts.setDefaults(); err != nil {
+				t.Fatal(err)
+			}
+			h := &harness{opts: tt.opts}
+			con := fakeContender{func(ctx context.Context) (Result, error) {
+				<-ctx.Done()
+				return Result{}, fmt.Errorf("fake: %w", ctx.Err())
+			}}
+			if _, err := h.runOne(tt.ctx, con, RunSpec{}); err == nil || err.Error() != tt.want {
+				t.Errorf("got error %v, want %q", err, tt.want)
+			}
+		})
+	}
+	o := Options{}
+	if err := o.setDefaults(); err != nil {
+		t.Fatal(err)
+	}
+	if want := fmt.Sprintf("%v, --timeout's default", DefaultRunTimeout); o.RunTimeoutArg != want {
+		t.Errorf("zero options: got RunTimeoutArg %q, want %q", o.RunTimeoutArg, want)
+	}
+}
+
 func TestOptionsValidation(t *testing.T) {
 	tests := []struct {
 		name string

@@ -153,7 +153,11 @@ func (h *harness) sampleStall(ctx context.Context, con Contender, spec RunSpec, 
 				full = s.InFlight > 0 && now.Sub(lastChange) >= stallSettle
 			}
 			if now.After(deadline) {
-				return nil, fmt.Errorf("in-flight did not settle within %v (last %d)", h.opts.RunTimeout, s.InFlight)
+				last := ""
+				if s.InFlight >= 0 {
+					last = fmt.Sprintf(": %d in flight at the end", s.InFlight)
+				}
+				return nil, fmt.Errorf("in-flight did not settle within %s%s", h.opts.RunTimeoutArg, last)
 			}
 		}
 	}
