@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -71,7 +72,14 @@ func runBroker(ctx context.Context, o *brokerOpts, out io.Writer) error {
 		Partitions: int32(o.partitions),
 	})
 	if errors.Is(err, broker.ErrListen) {
-		return fmt.Errorf("%s: %w", flagArg(o.fs, "addr", o.addr), err)
+		// net.Listen's error names the address again ("listen tcp
+		// host:port: bind: ..."): its cause alone says why.
+		why := err
+		var op *net.OpError
+		if errors.As(err, &op) {
+			why = op.Err
+		}
+		return fmt.Errorf("%s: cannot listen: %w", flagArg(o.fs, "addr", o.addr), why)
 	}
 	var dataErr *broker.DataDirError
 	if errors.As(err, &dataErr) {
