@@ -7,6 +7,7 @@ import (
 	"io"
 	"math"
 	"net/url"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -20,6 +21,7 @@ import (
 
 	"github.com/orderly-go/orderly/group"
 	"github.com/orderly-go/orderly/internal/flock"
+	"github.com/orderly-go/orderly/localqueue"
 )
 
 // consumeOpts are `orderly consume`'s flags.
@@ -422,10 +424,7 @@ func (o *consumeOpts) explain(err error) error {
 	var held *flock.HeldError
 	switch {
 	case o.data != "" && errors.As(err, &held):
-		// Another process (or Group) holds a lock under --data: the
-		// local dead-letter store's, or the parked messages'. held names
-		// the lock file and its holder.
-		return fmt.Errorf("%s: in use (another consumer on it?): %w", flagArg(fs, "data", o.data), held)
+		return o.dataInUse(err, held)
 	case errors.Is(err, group.ErrDeadLetterTopic):
 		return fmt.Errorf("%s: %w", flagArg(fs, "dead-letter-topic", o.deadLetterTopic), err)
 	case errors.Is(err, group.ErrUnknownTopic):
@@ -442,6 +441,37 @@ func (o *consumeOpts) explain(err error) error {
 		return fmt.Errorf("%s: %w", flagArg(fs, "instance-id", o.instanceID), err)
 	}
 	return fmt.Errorf("consume: %w", err)
+}
+
+// dataInUseError is the error of a --data another consumer holds: a
+// sentence of its own, wrapping the lock's *flock.HeldError.
+type dataInUseError struct {
+	msg  string
+	held *flock.HeldError
+}
+
+func (e *dataInUseError) Error() string { return e.msg }
+func (e *dataInUseError) Unwrap() error { return e.held }
+
+// dataInUse is the error of a --data another consumer holds. It names
+// --data (and its variable), which store under it is held and that
+// store's lock file relative to it, and the holder, once each: err, from
+// group.Run, names the path again in its wrappers (group's, and
+// deadletter's or localqueue's) and in the lock file's path.
+func (o *consumeOpts) dataInUse(err error, held *flock.HeldError) error {
+	lock := held.Path
+	if rel, rerr := filepath.Rel(o.data, held.Path); rerr == nil && filepath.IsLocal(rel) {
+		lock = rel
+	}
+	store := "a lock in it"
+	switch {
+	case errors.Is(err, localqueue.ErrLocked):
+		store = "the lock of its parked messages"
+	case filepath.Dir(held.Path) == storeDir(o.data):
+		store = "the lock of its local dead-letter store"
+	}
+	return &dataInUseError{held: held, msg: fmt.Sprintf("%s: in use (another consumer on it?): %s holds %s, %s",
+		flagArg(o.fs, "data", o.data), held.Holder(), store, lock)}
 }
 
 // logger logs at --log-level and up to w, or nothing.

@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/orderly-go/orderly/internal/deadletter"
+	"github.com/orderly-go/orderly/localqueue"
 )
 
 // TestConsumeBadInput runs the binary with each kind of bad input: stderr
@@ -24,15 +25,6 @@ func TestConsumeBadInput(t *testing.T) {
 	ep := newEndpoint(t, 0, func([]hit) (int, http.Header, string) { return http.StatusOK, nil, "" })
 	kafka := []string{"--brokers", b.Addrs()[0], "--group", "g"}
 	args := func(extra ...string) []string { return append(append([]string{"consume"}, kafka...), extra...) }
-	// A --data whose local dead-letter store this process holds, as a
-	// consumer running on it would.
-	held := t.TempDir()
-	store, err := deadletter.Open(storeDir(held), deadletter.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { store.Close() })
-	inUse := fmt.Sprintf(": in use (another consumer on it?): process %d holds the lock %s", os.Getpid(), filepath.Join(storeDir(held), deadletter.LockFile))
 	tests := []struct {
 		name string
 		vars []string
@@ -116,11 +108,6 @@ func TestConsumeBadInput(t *testing.T) {
 			"--brokers 127.0.0.1:1 (from ORDERLY_BROKERS): group: cannot reach brokers"},
 		{"unreachable broker", nil, []string{"consume", "--brokers", "127.0.0.1:1", "--group", "g", "--topic", "present", "--http", ep.url()}, exitError,
 			"--brokers 127.0.0.1:1: group: cannot reach brokers"},
-		// A --data in use is named by its flag.
-		{"data in use", nil, args("--topic", "present", "--http", ep.url(), "--data", held), exitError,
-			"--data " + held + inUse},
-		{"data in use from env", []string{"ORDERLY_DATA=" + held}, args("--topic", "present", "--http", ep.url()), exitError,
-			"--data " + held + " (from ORDERLY_DATA)" + inUse},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -141,6 +128,53 @@ func TestConsumeBadInput(t *testing.T) {
 			}
 			if tt.code == exitUsage && lines[len(lines)-1] != "see 'orderly consume --help'" {
 				t.Errorf("got hint %q, want see 'orderly consume --help'", lines[len(lines)-1])
+			}
+		})
+	}
+}
+
+// TestConsumeDataInUse: a --data whose local dead-letter store or parked
+// messages this process holds, as a consumer running on it would, ends
+// consume with exit 1 and one sentence naming --data (and ORDERLY_DATA
+// when the value came from there) and its path, which store is held and
+// its lock file, and the holder, each once. The sentence was rebuilt from
+// the lock's error alone, naming the path twice and not the store.
+func TestConsumeDataInUse(t *testing.T) {
+	t.Parallel()
+	b := newTopic(t, "present", 1)
+	ep := newEndpoint(t, 0, func([]hit) (int, http.Header, string) { return http.StatusOK, nil, "" })
+	dead, parked := t.TempDir(), t.TempDir()
+	store, err := deadletter.Open(storeDir(dead), deadletter.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	q, err := localqueue.Open(localqueue.Options{Name: "orderly-parked", DataPath: parked})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { q.Close() })
+	pid := os.Getpid()
+	deadLock := filepath.Join(deadletter.DirName, deadletter.LockFile)
+	tests := []struct {
+		name string
+		vars []string
+		args []string
+		want string // all of stderr
+	}{
+		{"dead-letter store", nil, []string{"--data", dead},
+			fmt.Sprintf("orderly: --data %s: in use (another consumer on it?): process %d holds the lock of its local dead-letter store, %s\n", dead, pid, deadLock)},
+		{"dead-letter store, variable", []string{"ORDERLY_DATA=" + dead}, nil,
+			fmt.Sprintf("orderly: --data %s (from ORDERLY_DATA): in use (another consumer on it?): process %d holds the lock of its local dead-letter store, %s\n", dead, pid, deadLock)},
+		{"parked messages", nil, []string{"--ordering", "none", "--data", parked},
+			fmt.Sprintf("orderly: --data %s: in use (another consumer on it?): process %d holds the lock of its parked messages, orderly-parked.lock\n", parked, pid)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			args := append([]string{"consume", "--brokers", b.Addrs()[0], "--group", "g", "--topic", "present", "--http", ep.url()}, tt.args...)
+			r := runBin(t, tt.vars, args...)
+			if r.code != exitError || r.stderr != tt.want {
+				t.Errorf("orderly %q: got exit %d, stderr:\n%s\nwant exit %d, stderr:\n%s", args, r.code, r.stderr, exitError, tt.want)
 			}
 		})
 	}

@@ -35,11 +35,16 @@ type HeldError struct {
 }
 
 func (e *HeldError) Error() string {
-	holder := "another process"
+	return fmt.Sprintf("%s holds the lock %s", e.Holder(), e.Path)
+}
+
+// Holder names the holder: "process <pid>", or "another process" when
+// its ID is unknown.
+func (e *HeldError) Holder() string {
 	if e.PID > 0 {
-		holder = fmt.Sprintf("process %d", e.PID)
+		return fmt.Sprintf("process %d", e.PID)
 	}
-	return fmt.Sprintf("%s holds the lock %s", holder, e.Path)
+	return "another process"
 }
 
 func (e *HeldError) Is(target error) bool { return target == ErrHeld }
