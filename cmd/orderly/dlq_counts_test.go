@@ -59,7 +59,7 @@ func TestDlqCountWords(t *testing.T) {
 	f := newDlqFixture(t)
 	tests := []struct {
 		dead, strays int
-		counts       string // list's and show's, after "<selected> of "
+		counts       string // list's and show's count, before " in "
 		purgeLocal   string // purge --dry-run of the store, before " from "
 		purgeKafka   string // purge --dry-run of the topic, after "<topic>/0: "
 		removed      string // purge --yes of the store, before " from "
@@ -67,8 +67,10 @@ func TestDlqCountWords(t *testing.T) {
 		{0, 0, "0 of 0 dead letters", "would remove 0 of 0 dead letters", "nothing to delete (log starts at 0)", "removed 0 dead letters"},
 		{1, 0, "1 of 1 dead letter", "would remove 1 of 1 dead letter", "would delete 1 record (offsets 0 to 0)", "removed 1 dead letter"},
 		{2, 0, "2 of 2 dead letters", "would remove 2 of 2 dead letters", "would delete 2 records (offsets 0 to 1)", "removed 2 dead letters"},
-		{1, 1, "1 of 1 dead letter and 1 of 1 other record", "", "would delete 2 records (offsets 0 to 1)", ""},
-		{2, 2, "2 of 2 dead letters and 2 of 2 other records", "", "would delete 4 records (offsets 0 to 3)", ""},
+		{1, 1, "1 of 1 dead letter and 1 of 1 other record", "would remove 1 of 1 dead letter and 1 of 1 other record",
+			"would delete 2 records (offsets 0 to 1)", "removed 1 dead letter and 1 other record"},
+		{2, 2, "2 of 2 dead letters and 2 of 2 other records", "would remove 2 of 2 dead letters and 2 of 2 other records",
+			"would delete 4 records (offsets 0 to 3)", "removed 2 dead letters and 2 other records"},
 	}
 	for _, tt := range tests {
 		name := fmt.Sprintf("n%d-s%d", tt.dead, tt.strays)
@@ -87,10 +89,9 @@ func TestDlqCountWords(t *testing.T) {
 					{[]string{"show"}, tt.counts + " in " + src.what},
 					{[]string{"replay", "--dry-run", "--to", "orders-retry"}, "would replay " + countsSelected(tt.counts) + " from " + src.what},
 				}
-				switch {
-				case src.args[0] == "--brokers":
+				if src.args[0] == "--brokers" {
 					wants = append(wants, want{[]string{"purge", "--dry-run"}, name + "/0: " + tt.purgeKafka})
-				case tt.purgeLocal != "":
+				} else {
 					wants = append(wants, want{[]string{"purge", "--dry-run"}, tt.purgeLocal + " from " + src.what},
 						want{[]string{"purge", "--yes"}, tt.removed + " from " + src.what + ", 0 left"})
 				}

@@ -93,6 +93,16 @@ func (t tally) counts(what string) string {
 	return s
 }
 
+// selectedCounts is "2 dead letters", and when there were other records
+// "2 dead letters and 1 other record": the selected ones alone.
+func (t tally) selectedCounts() string {
+	s := plural(t.deadSelected, "dead letter")
+	if t.other > 0 {
+		s += " and " + plural(t.otherSelected, "other record")
+	}
+	return s
+}
+
 // listRow is an entry's line in the list table.
 func listRow(en *entry) []string {
 	size := formatSize(len(en.rec.Key) + len(en.rec.Value))

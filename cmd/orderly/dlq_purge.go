@@ -32,7 +32,8 @@ func runPurge(ctx context.Context, o *dlqOpts, e env) error {
 }
 
 // purgeStore removes the selected records of the local store (all
-// without filters) by rewriting it, under its lock.
+// without filters) by rewriting it, under its lock. It counts the dead
+// letters and the other records (strays) apart, as list and show do.
 func purgeStore(o *dlqOpts, e env) error {
 	// Read-only first: a missing store is an error, not created by the
 	// writable Open; and a dry run needs no lock.
@@ -43,13 +44,10 @@ func purgeStore(o *dlqOpts, e env) error {
 	}
 	warnMended(e.stderr, ro)
 	damaged := ro.Stats().Damaged // as Open read it, and warned of it
-	selected, total := 0, 0
-	err = ro.Scan(func(pos int64, r deadletter.Record) error {
-		total++
+	var n tally
+	err = ro.Scan(func(_ int64, r deadletter.Record) error {
 		en := newEntry(r)
-		if o.filter.match(&en) {
-			selected++
-		}
+		n.add(&en, o.filter.match(&en))
 		return nil
 	})
 	ro.Close()
@@ -61,15 +59,15 @@ func purgeStore(o *dlqOpts, e env) error {
 	if damaged == 1 {
 		stretches = "1 damaged stretch (the warning above)"
 	}
-	dropping := ""
-	if o.filter.any() && damaged > 0 {
-		dropping = " and " + stretches
-	}
+	dropping := o.filter.any() && damaged > 0
 	switch {
-	case o.dryRun:
-		fmt.Fprintf(e.stdout, "would remove %d of %s%s from %s\n", selected, plural(total, "dead letter"), dropping, dir)
+	case o.dryRun && dropping:
+		fmt.Fprintf(e.stdout, "would remove %s from %s, and drop %s\n", n.counts(""), dir, stretches)
 		return nil
-	case dropping != "" && !o.dropDamaged:
+	case o.dryRun:
+		fmt.Fprintf(e.stdout, "would remove %s from %s\n", n.counts(""), dir)
+		return nil
+	case dropping && !o.dropDamaged:
 		return fmt.Errorf("%s has %s, which a purge with filters would drop with any dead letters they hold: add --drop-damaged to purge anyway", dir, stretches)
 	}
 	s, err := deadletter.Open(dir, deadletter.Options{OnDamage: warn})
@@ -80,19 +78,31 @@ func purgeStore(o *dlqOpts, e env) error {
 		return err
 	}
 	defer s.Close()
-	var removed int
+	// Counted again under the lock: what the store held when it was
+	// rewritten, and what went.
+	var done tally
 	if o.filter.any() {
-		removed, err = s.Rewrite(func(_ int64, r deadletter.Record) bool {
+		_, err = s.Rewrite(func(_ int64, r deadletter.Record) bool {
 			en := newEntry(r)
-			return !o.filter.match(&en)
+			selected := o.filter.match(&en)
+			done.add(&en, selected)
+			return !selected
 		})
-	} else {
-		removed, err = s.Purge()
+	} else if err = s.Scan(func(_ int64, r deadletter.Record) error {
+		en := newEntry(r)
+		done.add(&en, true)
+		return nil
+	}); err == nil {
+		_, err = s.Purge()
 	}
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(e.stdout, "removed %s%s from %s, %d left\n", plural(removed, "dead letter"), dropping, dir, s.Stats().Records)
+	dropped := ""
+	if dropping {
+		dropped = "; dropped " + stretches
+	}
+	fmt.Fprintf(e.stdout, "removed %s from %s, %d left%s\n", done.selectedCounts(), dir, s.Stats().Records, dropped)
 	return s.Close()
 }
 

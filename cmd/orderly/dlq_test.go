@@ -444,11 +444,11 @@ func TestDlqPurgeKafka(t *testing.T) {
 func TestDlqPurgeLocal(t *testing.T) {
 	f := newDlqFixture(t)
 	out := dlqRun(t, slices.Concat([]string{"purge", "--dry-run", "--reason", "max_attempts"}, f.local())...)
-	if !strings.Contains(out, "would remove 2 of 6 dead letters from "+storeDir(f.data)) {
+	if !strings.Contains(out, "would remove 2 of 5 dead letters and 0 of 1 other record from "+storeDir(f.data)+"\n") {
 		t.Errorf("purge --dry-run: %s", out)
 	}
 	out = dlqRun(t, slices.Concat([]string{"purge", "--yes", "--reason", "max_attempts"}, f.local())...)
-	if !strings.Contains(out, "removed 2 dead letters from "+storeDir(f.data)+", 4 left") {
+	if !strings.Contains(out, "removed 2 dead letters and 0 other records from "+storeDir(f.data)+", 4 left\n") {
 		t.Errorf("purge --reason: %s", out)
 	}
 	if got := f.names(t, dlqRun(t, slices.Concat([]string{"list", "--json"}, f.local())...)); !slices.Equal(got, []string{"d1", "d2", "d3", "d5"}) {
@@ -471,8 +471,8 @@ func TestDlqPurgeLocal(t *testing.T) {
 	}
 
 	out = dlqRun(t, slices.Concat([]string{"purge", "--yes"}, f.local())...)
-	if !strings.Contains(out, "removed 4 dead letters") || !strings.Contains(out, "0 left") {
-		t.Errorf("purge --yes: %s", out)
+	if want := "removed 3 dead letters and 1 other record from " + storeDir(f.data) + ", 0 left\n"; out != want {
+		t.Errorf("purge --yes: got %q, want %q", out, want)
 	}
 	if fi, err := os.Stat(filepath.Join(storeDir(f.data), deadletter.DataFile)); err != nil || fi.Size() != 16 {
 		t.Errorf("after purging all, the store file: %v, %v", fi, err)
@@ -577,8 +577,8 @@ func TestDlqPurgeKeepsDamage(t *testing.T) {
 	}
 	sel := []string{"--reason", "rejected"}
 	out := dlqRun(t, slices.Concat([]string{"purge", "--dry-run"}, sel, f.local())...)
-	if !strings.Contains(out, "would remove 1 of 5 dead letters and 1 damaged stretch (the warning above)") {
-		t.Errorf("purge --dry-run with damage: %s", out)
+	if want := "would remove 1 of 4 dead letters and 0 of 1 other record from " + storeDir(f.data) + ", and drop 1 damaged stretch (the warning above)\n"; out != want {
+		t.Errorf("purge --dry-run with damage: got %q, want %q", out, want)
 	}
 	r := runBin(t, nil, slices.Concat([]string{"dlq", "purge", "--yes"}, sel, f.local())...)
 	if last := strings.TrimSpace(r.stderr[strings.LastIndex(strings.TrimSpace(r.stderr), "\n")+1:]); r.code != exitError ||
@@ -592,8 +592,8 @@ func TestDlqPurgeKeepsDamage(t *testing.T) {
 		t.Errorf("a refused purge changed the store (%v)", err)
 	}
 	out = dlqRun(t, slices.Concat([]string{"purge", "--yes", "--drop-damaged"}, sel, f.local())...)
-	if !strings.Contains(out, "removed 1 dead letter and 1 damaged stretch (the warning above)") || !strings.Contains(out, "4 left") {
-		t.Errorf("purge --drop-damaged: %s", out)
+	if want := "removed 1 dead letter and 0 other records from " + storeDir(f.data) + ", 4 left; dropped 1 damaged stretch (the warning above)\n"; out != want {
+		t.Errorf("purge --drop-damaged: got %q, want %q", out, want)
 	}
 }
 
