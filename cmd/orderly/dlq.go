@@ -122,7 +122,9 @@ On a Kafka topic, purge deletes a prefix of the log with DeleteRecords:
 with --partition P (here the dead-letter topic's own partition) the records
 of P before --before OFFSET, or all of P; with neither, every partition up
 to its end. Filters cannot select records there. With --partition P, the
-records of P alone decide whether the topic holds dead letters.
+records of P decide whether the topic holds dead letters, and when P
+holds none (only records someone else produced there), the first records
+of the other partitions: a dead letter there lets P be purged.
 
 On a local store (--data), purge removes all dead letters, or only those the
 filters select, by rewriting the store; it needs the store's lock, so it

@@ -52,8 +52,8 @@ var (
 // A local store needs no such check: only a consumer writes to it, and
 // only dead letters.
 type topicCheck struct {
-	o    *dlqOpts
-	part int32 // the partition read, for the error; -1: every partition
+	o  *dlqOpts
+	in string // where it reads, for the error: " in partition 2"; "": every partition
 	// pass takes the records once the check passed; nil: the read
 	// ends at the first dead letter (with errDeadLetterFound), and
 	// nothing is held back.
@@ -61,6 +61,8 @@ type topicCheck struct {
 	warn io.Writer // takes the read's warnings once the check passed
 
 	passed bool
+	found  bool  // it read a dead letter
+	full   bool  // it stopped at maxStrayCheck records, or maxStrayBytes, without one
 	n      int   // records read while undecided
 	first  entry // the first of them
 	held   []held
@@ -79,6 +81,7 @@ func (c *topicCheck) record(e *entry) error {
 		return c.pass(e)
 	}
 	if !errors.Is(e.infoErr, deadletter.ErrNotDeadLetter) { // a damaged header value still says it is one
+		c.found = true
 		if c.pass == nil {
 			return errDeadLetterFound
 		}
@@ -97,6 +100,7 @@ func (c *topicCheck) record(e *entry) error {
 	}
 	c.bytes += recordSize(&e.rec)
 	if c.n == maxStrayCheck || c.bytes >= maxStrayBytes {
+		c.full = true
 		return errNoneInSample
 	}
 	return nil
@@ -144,23 +148,42 @@ func (c *topicCheck) release() error {
 // topic with records but no dead letter among those read is refused, an
 // empty one passes (what was held back then is its warnings).
 func (c *topicCheck) end(err error) error {
-	var counted string
+	refused, err := c.decide(err)
+	if refused {
+		return c.refuse(c.counted())
+	}
+	return err
+}
+
+// decide is end without the refusal's error: refused says the topic
+// holds records, and no dead letter among those the check read.
+func (c *topicCheck) decide(err error) (refused bool, _ error) {
 	switch {
 	case errors.Is(err, errDeadLetterFound):
-		return nil
+		return false, nil
 	case errors.Is(err, errNoneInSample):
-		counted = fmt.Sprintf("the first %d of its records", c.n)
+		return true, nil
 	case err != nil, c.passed:
-		return err
+		return false, err
 	case c.n == 0:
 		c.passed = true
-		return c.release()
-	default:
-		counted = "its " + plural(c.n, "record")
+		return false, c.release()
 	}
-	if c.part >= 0 {
-		counted += fmt.Sprintf(" in partition %d", c.part)
+	return true, nil
+}
+
+// counted is what the check read without a dead letter among it: "its
+// 3 records in partition 2", "the first 10000 of its records".
+func (c *topicCheck) counted() string {
+	if c.full {
+		return fmt.Sprintf("the first %d of its records%s", c.n, c.in)
 	}
+	return "its " + plural(c.n, "record") + c.in
+}
+
+// refuse is the error that refuses the topic: none of counted has the
+// dead-letter headers; it names the first record the check read.
+func (c *topicCheck) refuse(counted string) error {
 	return fmt.Errorf("%s is not a dead-letter topic: none of %s has the %s* headers of a dead letter (the first, partition %d offset %d: %v)",
 		flagArg(c.o.fs, "topic", c.o.topic), counted, deadletter.HeaderPrefix, c.first.partition, c.first.offset, c.first.infoErr)
 }

@@ -63,9 +63,13 @@ func TestDlqOrdinaryTopic(t *testing.T) {
 		payments = "--topic payments is not a dead-letter topic: none of its 2 records has the __orderly.errors.* headers of a dead letter " +
 			"(the first, partition 0 offset 0: deadletter: no __orderly.errors.* headers: not an Orderly dead letter)"
 		fromEnv = "--topic orders (from ORDERLY_TOPIC) is not a dead-letter topic: none of its 3 records"
-		// purge --partition 2 reads orders/2 alone.
-		orders2 = "--topic orders is not a dead-letter topic: none of its 1 record in partition 2 has the __orderly.errors.* headers of a dead letter " +
-			"(the first, partition 2 offset 0: deadletter: no __orderly.errors.* headers: not an Orderly dead letter)"
+		// purge --partition 2 reads orders/2, then, as it holds no dead
+		// letter, the other partitions.
+		orders2 = "--topic orders is not a dead-letter topic: none of its 1 record in partition 2, and none of its 2 records in its other partitions, " +
+			"has the __orderly.errors.* headers of a dead letter (the first, partition 2 offset 0: deadletter: no __orderly.errors.* headers: not an Orderly dead letter)"
+		// payments has no other partition.
+		payments0 = "--topic payments is not a dead-letter topic: none of its 2 records in partition 0 has the __orderly.errors.* headers of a dead letter " +
+			"(the first, partition 0 offset 0: deadletter: no __orderly.errors.* headers: not an Orderly dead letter)"
 	)
 	src := []string{"--brokers", f.addr, "--topic", "orders"}
 	tests := []struct {
@@ -86,6 +90,7 @@ func TestDlqOrdinaryTopic(t *testing.T) {
 		{"replay --to --dry-run", nil, slices.Concat([]string{"dlq", "replay", "--to", "orders-retry", "--dry-run"}, src), orders},
 		{"purge", nil, slices.Concat([]string{"dlq", "purge", "--yes"}, src), orders},
 		{"purge a partition", nil, slices.Concat([]string{"dlq", "purge", "--yes", "--partition", "2"}, src), orders2},
+		{"purge the only partition", nil, []string{"dlq", "purge", "--yes", "--partition", "0", "--brokers", f.addr, "--topic", "payments"}, payments0},
 		{"purge --dry-run", nil, slices.Concat([]string{"dlq", "purge", "--dry-run"}, src), orders},
 	}
 	for _, tt := range tests {
@@ -105,6 +110,9 @@ func TestDlqOrdinaryTopic(t *testing.T) {
 	}
 	if got := f.b.LogStartOffsets("orders"); got[0] != 0 || got[2] != 0 {
 		t.Errorf("orders' log start offsets: got %v, want 0 (nothing purged)", got)
+	}
+	if got := f.b.LogStartOffsets("payments"); got[0] != 0 {
+		t.Errorf("payments' log start offsets: got %v, want 0 (nothing purged)", got)
 	}
 }
 

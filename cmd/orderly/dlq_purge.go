@@ -106,6 +106,28 @@ func purgeStore(o *dlqOpts, e env) error {
 	return s.Close()
 }
 
+// checkOthers decides, when c found no dead letter in --partition (a
+// partition of strays: records someone else produced to the dead-letter
+// topic), from the topic's other partitions (all of them, parts, but
+// --partition): a dead letter among their first records makes it a
+// dead-letter topic, whose partition of strays purge may delete; none, or
+// no other records, refuses it.
+func checkOthers(ctx context.Context, client sarama.Client, o *dlqOpts, c *topicCheck, parts []int32) error {
+	others := slices.DeleteFunc(slices.Clone(parts), func(p int32) bool { return p == int32(o.filter.partition) })
+	if len(others) == 0 {
+		return c.refuse(c.counted())
+	}
+	spans, err := partitionSpans(client, o.topic, others)
+	if err != nil {
+		return err
+	}
+	oc := &topicCheck{o: o, in: " in its other partitions", warn: io.Discard}
+	if _, err := oc.decide(readSpans(ctx, o, spans, oc, oc.record)); err != nil || oc.found {
+		return err
+	}
+	return c.refuse(c.counted() + ", and none of " + oc.counted() + ",")
+}
+
 // purgeTopic deletes a prefix of the dead-letter topic's partitions with
 // DeleteRecords: --partition's records before --before, or all of it, or
 // every partition up to its last stable offset (its high watermark unless
@@ -130,6 +152,7 @@ func purgeTopic(ctx context.Context, o *dlqOpts, e env) error {
 	if err != nil {
 		return fmt.Errorf("dead-letter topic %s: %w", o.topic, err)
 	}
+	all := parts
 	if f.set["partition"] {
 		if !slices.Contains(parts, int32(f.partition)) {
 			return fmt.Errorf("dead-letter topic %s has no partition %d (it has %d)", o.topic, f.partition, len(parts))
@@ -148,12 +171,22 @@ func purgeTopic(ctx context.Context, o *dlqOpts, e env) error {
 		return err
 	}
 	// The partitions it would delete from decide whether the topic is
-	// one of dead letters, before anything is deleted.
-	c := &topicCheck{o: o, part: -1, warn: io.Discard}
+	// one of dead letters, before anything is deleted; when --partition
+	// holds none, the other partitions.
+	c := &topicCheck{o: o, warn: io.Discard}
 	if f.set["partition"] {
-		c.part = int32(f.partition)
+		c.in = fmt.Sprintf(" in partition %d", f.partition)
 	}
-	if err := c.end(readSpans(ctx, o, spans, c, c.record)); err != nil {
+	refused, err := c.decide(readSpans(ctx, o, spans, c, c.record))
+	switch {
+	case err != nil:
+		return interrupted(ctx, err)
+	case refused && f.set["partition"]:
+		err = checkOthers(ctx, client, o, c, all)
+	case refused:
+		err = c.refuse(c.counted())
+	}
+	if err != nil {
 		return interrupted(ctx, err)
 	}
 	cut := map[int32]int64{}

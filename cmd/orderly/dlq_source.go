@@ -147,7 +147,7 @@ func readTopic(ctx context.Context, client sarama.Client, o *dlqOpts, warn io.Wr
 	if err != nil {
 		return err
 	}
-	c := &topicCheck{o: o, part: -1, pass: fn, warn: warn}
+	c := &topicCheck{o: o, pass: fn, warn: warn}
 	return c.end(readSpans(ctx, o, spans, c, c.record))
 }
 
