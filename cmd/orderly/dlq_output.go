@@ -26,7 +26,7 @@ func runList(ctx context.Context, o *dlqOpts, e env) error {
 	enc := json.NewEncoder(e.stdout)
 	rows := [][]string{{"TOPIC", "PARTITION", "OFFSET", "REASON", "ATTEMPTS", "DEAD-LETTERED", "SIZE", "ERROR"}}
 	var n tally
-	source, err := readEntries(ctx, o, e.stderr, func(en *entry) error {
+	source, err := readEntries(ctx, o, nil, e.stderr, func(en *entry) error {
 		matched := o.filter.match(en)
 		n.add(en, matched)
 		switch {
@@ -230,7 +230,7 @@ func runShow(ctx context.Context, o *dlqOpts, e env) error {
 	}
 	enc := json.NewEncoder(e.stdout)
 	var n tally
-	source, err := readEntries(ctx, o, e.stderr, func(en *entry) error {
+	source, err := readEntries(ctx, o, nil, e.stderr, func(en *entry) error {
 		matched := o.filter.match(en)
 		n.add(en, matched)
 		if !matched {

@@ -233,3 +233,82 @@ func TestDlqPurgePartitionChecked(t *testing.T) {
 		})
 	}
 }
+
+// saramaClients counts, at a broker, what sarama clients ask: the
+// connections they open (each starts with an ApiVersions request naming
+// sarama) and the clients themselves (each starts with a Metadata request
+// for every topic; franz-go's, which the dlq commands read topics with,
+// names its topics).
+type saramaClients struct {
+	mu             sync.Mutex
+	conns, clients int
+}
+
+func countClients(t *testing.T, b *broker.Broker) *saramaClients {
+	t.Helper()
+	s := &saramaClients{}
+	c := b.Cluster()
+	c.ControlKey(kmsg.ApiVersions.Int16(), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		if req.(*kmsg.ApiVersionsRequest).ClientSoftwareName == "sarama" {
+			s.mu.Lock()
+			s.conns++
+			s.mu.Unlock()
+		}
+		return nil, nil, false
+	})
+	c.ControlKey(kmsg.Metadata.Int16(), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		if req.(*kmsg.MetadataRequest).Topics == nil {
+			s.mu.Lock()
+			s.clients++
+			s.mu.Unlock()
+		}
+		return nil, nil, false
+	})
+	return s
+}
+
+// take returns "N clients, M connections" of sarama so far, and starts
+// again from none.
+func (s *saramaClients) take() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	got := fmt.Sprintf("%s, %s", plural(s.clients, "sarama client"), plural(s.conns, "sarama connection"))
+	s.conns, s.clients = 0, 0
+	return got
+}
+
+// TestDlqReplayOneClient: replay reads a dead-letter topic and publishes
+// what it selected with one sarama client, as list reads with one: it
+// dialed a second to publish (and a dry run, to look up the partitions
+// of --to).
+func TestDlqReplayOneClient(t *testing.T) {
+	f := newDlqFixture(t)
+	clients := countClients(t, f.b)
+	const one = "1 sarama client, 2 sarama connections" // the seed broker's, and broker 0's
+	tests := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"list", slices.Concat([]string{"list"}, f.kafka()), one},
+		{"replay --to --dry-run", slices.Concat([]string{"replay", "--to", "orders-retry", "--dry-run"}, f.kafka()), one},
+		{"replay --to", slices.Concat([]string{"replay", "--to", "orders-retry"}, f.kafka()), one},
+		{"replay of dead letters", slices.Concat([]string{"replay", "--origin-topic", "orders"}, f.kafka()), one},
+		{"replay of a local store", slices.Concat([]string{"replay", "--origin-topic", "orders", "--brokers", f.addr}, f.local()), one},
+		{"replay of nothing from a local store", slices.Concat([]string{"replay", "--origin-topic", "none", "--brokers", f.addr}, f.local()), "0 sarama clients, 0 sarama connections"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			clients.take()
+			args := append([]string{"dlq"}, tt.args...)
+			if out, stderr, err := runCmd2(context.Background(), args...); err != nil {
+				t.Fatalf("orderly %q: got error %v, want none\nstdout:\n%s\nstderr:\n%s", args, err, out, stderr)
+			}
+			if got := clients.take(); got != tt.want {
+				t.Errorf("orderly %q: got %s, want %s", args, got, tt.want)
+			}
+		})
+	}
+}

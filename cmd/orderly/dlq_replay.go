@@ -42,13 +42,24 @@ func runReplay(ctx context.Context, o *dlqOpts, e env) error {
 			return err
 		}
 	}
+	// One client reads a topic and publishes what it selected: dialed
+	// here for a topic source, by replay for a local store (and only
+	// when there is something to publish).
+	var client sarama.Client
+	if o.topic != "" {
+		var err error
+		if client, err = dialKafka(ctx, o); err != nil {
+			return err
+		}
+		defer client.Close()
+	}
 	var (
 		picked  []*entry
 		skipped []string
 		strays  []*entry // not dead letters, sent to --to as they are
 		n       tally    // selected: picked
 	)
-	source, err := readEntries(ctx, o, e.stderr, func(en *entry) error {
+	source, err := readEntries(ctx, o, client, e.stderr, func(en *entry) error {
 		matched := o.filter.match(en)
 		if matched {
 			n.add(en, o.to != "" || en.infoErr == nil)
@@ -84,7 +95,7 @@ func runReplay(ctx context.Context, o *dlqOpts, e env) error {
 	for _, s := range skipped {
 		fmt.Fprintln(e.stderr, "orderly: warning: not replayed:", s)
 	}
-	sent, err := replay(ctx, o, picked)
+	sent, err := replay(ctx, o, client, picked)
 	if err != nil {
 		if k := sum(sent); k > 0 {
 			fmt.Fprintf(e.stdout, "replayed %d of %s before the error%s\n", k, plural(len(picked), "selected record"), perDest(sent))
@@ -121,15 +132,16 @@ func perDest(sent map[dest]int) string {
 	return ": " + strings.Join(parts, ", ")
 }
 
-// replay publishes picked (or with --dry-run only works out where each
-// would go) and returns the count per destination.
-func replay(ctx context.Context, o *dlqOpts, picked []*entry) (map[dest]int, error) {
+// replay publishes picked with client (or with --dry-run only works out
+// where each would go) and returns the count per destination. A nil
+// client (a local store's records) is dialed when there are --brokers,
+// and closed at the end.
+func replay(ctx context.Context, o *dlqOpts, client sarama.Client, picked []*entry) (map[dest]int, error) {
 	sent := map[dest]int{}
 	if len(picked) == 0 {
 		return sent, nil
 	}
-	var client sarama.Client
-	if len(o.brokers) > 0 {
+	if client == nil && len(o.brokers) > 0 {
 		var err error
 		if client, err = dialKafka(ctx, o); err != nil {
 			return nil, err

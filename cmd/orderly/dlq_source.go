@@ -83,8 +83,10 @@ func warnDamage(warn io.Writer) func(deadletter.Damage) {
 }
 
 // readEntries calls fn for every dead letter of o's source, in the
-// source's order (the store's; the topic's by partition and offset).
-func readEntries(ctx context.Context, o *dlqOpts, warn io.Writer, fn func(*entry) error) (source string, err error) {
+// source's order (the store's; the topic's by partition and offset). A
+// topic is read with client, or with a client of its own when that is
+// nil.
+func readEntries(ctx context.Context, o *dlqOpts, client sarama.Client, warn io.Writer, fn func(*entry) error) (source string, err error) {
 	if o.data != "" {
 		s, err := openStore(o.data, warnDamage(warn))
 		if err != nil {
@@ -99,11 +101,12 @@ func readEntries(ctx context.Context, o *dlqOpts, warn io.Writer, fn func(*entry
 		})
 	}
 	source = fmt.Sprintf("topic %s", o.topic)
-	client, err := dialKafka(ctx, o)
-	if err != nil {
-		return source, err
+	if client == nil {
+		if client, err = dialKafka(ctx, o); err != nil {
+			return source, err
+		}
+		defer client.Close()
 	}
-	defer client.Close()
 	return source, interrupted(ctx, readTopic(ctx, client, o, warn, fn))
 }
 
