@@ -57,6 +57,18 @@ var (
 	// ErrTimeout is the context.Cause of a Do call's ctx when the call ran
 	// past Config.MsgTimeout.
 	ErrTimeout = errors.New("group: Do ran past MsgTimeout")
+
+	// ErrRejected, wrapped in the error Do returns, says that the batch
+	// holds a message that can never succeed without saying which (a bulk
+	// write refused as a whole for one bad row). The group calls Do again
+	// at once on halves of the batch, charging no attempt, until each
+	// rejected message stands alone, and dead-letters that one (reason
+	// rejected), as BatchError.DeadLetter does; its batch mates are
+	// handled by the calls that succeed. It halves so even during an
+	// outage, when a plain error is not split (the outage's probe may be
+	// the rejected batch), and a rejection counts as no failure of the
+	// dependency.
+	ErrRejected = errors.New("group: batch rejected")
 )
 
 // ErrorCounts are Stats.Errors split by cause, as far as sarama's errors

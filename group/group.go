@@ -477,6 +477,7 @@ func (g *Group[T]) startWorkers(ctx context.Context) (stop func() error, err err
 		Grace:        stuckGrace(g.cfg.MsgTimeout),
 		OnStuck:      g.onStuck,
 		NoSplit:      g.fail.outage.on,
+		Rejected:     func(err error) bool { return errors.Is(err, ErrRejected) },
 		Exhausted:    exhausted,
 		Context: func(ctx context.Context, worker int) context.Context {
 			return context.WithValue(ctx, batchKey{}, &g.workers[worker].info)

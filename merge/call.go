@@ -270,6 +270,12 @@ func (p *Pool[M, T]) failed(wk *worker[M, T], b *dispatch.Batch[M, T], lo, hi in
 				p.verdict(wk, b, i, v)
 			}
 		}
+	case !timedOut && p.cfg.Rejected != nil && p.cfg.Rejected(err):
+		if hi-lo == 1 {
+			p.verdict(wk, b, lo, Verdict{Kind: DeadLettered, Err: err})
+		} else {
+			p.bisect(wk, b, lo, hi, err)
+		}
 	case hi-lo == 1:
 		p.charge(wk, b, lo, err)
 	case p.cfg.NoSplit != nil && p.cfg.NoSplit():

@@ -55,6 +55,14 @@ type Config struct {
 	// no earlier item of its lane goes back (failed, deferred or
 	// dead-lettered); the others go back behind it uncharged.
 	NoSplit func() bool
+	// Rejected, if set, reports whether the error of a call that failed
+	// as a whole says that its items hold one that can never succeed,
+	// without saying which: such a call is halved at once whatever
+	// NoSplit says, until each rejected item stands alone, and an item
+	// rejected alone is dead-lettered (as a DeadLettered verdict), with no
+	// attempt charged. A call that ran past Timeout is a timeout, whatever
+	// it returned.
+	Rejected func(error) bool
 	// Context, if set, wraps each context a worker makes for its calls
 	// (one per worker, made again only after it was cancelled).
 	Context func(ctx context.Context, worker int) context.Context

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -364,4 +365,65 @@ func TestConsumeHTTPRejectedBatch(t *testing.T) {
 	}
 	letters := jsonLines[entryJSON](t, dlqRun(t, "list", "--brokers", b.Addrs()[0], "--topic", topic+"-dlq", "--json"))
 	checkRejectedAlone(t, calls, letters, fig, "HTTP 400 Bad Request: bad record "+rejBad)
+}
+
+// TestConsumeRejectedDuringOutage: the endpoint answers 500 to every call
+// for its first 2s, which starts an outage (the group then runs one probe
+// call at a time and splits no plain failure); from then on it answers
+// 400 to every batch holding v3 and 200 to the rest. The probe batch holds
+// v3, so a rejection that failed like a 500 kept the outage on for good:
+// the same 40-record batch came every probe delay, answered 400, and
+// nothing was committed. A rejected batch is halved during an outage too,
+// the halves without v3 are done and end the outage, and v3 alone is
+// dead-lettered.
+func TestConsumeRejectedDuringOutage(t *testing.T) {
+	t.Parallel()
+	const topic, n, keys, bad = "rejected-outage", 40, 8, "v3"
+	b := newTopic(t, topic, 1)
+	produceKeyed(t, b, topic, n, keys)
+	var mu sync.Mutex
+	var start time.Time
+	ep := newEndpoint(t, 0, func(hs []hit) (int, http.Header, string) {
+		mu.Lock()
+		if start.IsZero() {
+			start = time.Now()
+		}
+		down := time.Since(start) < 2*time.Second
+		mu.Unlock()
+		if down {
+			return http.StatusInternalServerError, nil, "down"
+		}
+		for _, h := range hs {
+			if h.value == bad {
+				return http.StatusBadRequest, nil, "bad record " + bad
+			}
+		}
+		return http.StatusOK, nil, ""
+	})
+	data := t.TempDir()
+	p := startConsume(t, "--brokers", b.Addrs()[0], "--topic", topic, "--group", topic,
+		"--size", "64", "--num", "2", "--ticker", "200ms", "--backoff", "200ms", "--max-backoff", "1s",
+		"--progress", "off", "--log-level", "warn", "--data", data, "--http", ep.url())
+	p.waitFor(30*time.Second, "the commit to reach the high watermark", func() bool { return b.CaughtUp(topic, topic) })
+	if code := p.stop(syscall.SIGTERM); code != 0 {
+		t.Fatalf("exit %d after SIGTERM, want 0\n%s", code, p.output())
+	}
+	fig := finalFigures(t, p.stdout.String())
+	if fig["outages"] < 1 {
+		t.Fatalf("final line: outages %v, want at least 1 (the run tests nothing)\n%s", fig["outages"], p.stdout.String())
+	}
+	wantFigures(t, fig, map[string]float64{"handled": n - 1, "committed": n, "dead-lettered": 1, "rejected": 1})
+	done := map[int64]int{}
+	for _, h := range ep.snapshot() {
+		if h.status == http.StatusOK {
+			done[h.offset]++
+		}
+	}
+	if len(done) != n-1 {
+		t.Errorf("got %d records done, want %d: all but %s", len(done), n-1, bad)
+	}
+	letters := jsonLines[entryJSON](t, dlqRun(t, "list", "--data", data, "--json"))
+	if len(letters) != 1 || letters[0].Reason != "rejected" || !strings.Contains(letters[0].Error, "bad record "+bad) {
+		t.Errorf("dead letters: got %+v, want one, %s, reason rejected", letters, bad)
+	}
 }

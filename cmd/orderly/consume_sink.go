@@ -166,18 +166,17 @@ func (c *sinkCore) endpointFault(batch []*group.Message, what, msg string, field
 // rejectedCall handles an answer that rejects the call (other 4xx, an
 // exit other than 0, 75, 126 and 127) with err, which names the answer. A
 // call of one record dead-letters it (reason rejected). A call of more
-// does not say which of its records are bad, so it fails as a whole with
-// a plain error: the group then calls Do again at once on halves of the
-// batch, halving whatever is rejected again, until the rejected records
-// stand alone, and their batch mates are done by the calls that succeed:
-// no record is dead-lettered for a batch mate. The calls on halves charge
-// no attempt (merge's bisect). During an outage the group does not split
-// (merge's NoSplit): the first record of each key waits for the outage's
-// probe, uncharged while the outage lasts.
+// does not say which of its records are bad, so it fails wrapping
+// group.ErrRejected: the group then calls Do again at once on halves of
+// the batch, halving whatever is rejected again, until the rejected
+// records stand alone, and dead-letters those; their batch mates are done
+// by the calls that succeed, and no attempt is charged. It halves so
+// during an outage too, and a rejection is no failure of the endpoint: a
+// rejected record in the outage's probe does not keep the outage on.
 func (c *sinkCore) rejectedCall(batch []*group.Message, err error) error {
 	c.ctr.rejected.Add(1)
 	if len(batch) > 1 {
-		return fmt.Errorf("%s rejected as a batch, split to find the rejected records: %w", where(batch), err)
+		return fmt.Errorf("%s rejected as a batch, split to find the rejected records: %w: %w", where(batch), group.ErrRejected, err)
 	}
 	var be group.BatchError
 	be.DeadLetter(0, itemErr(batch[0], err))
