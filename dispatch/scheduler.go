@@ -422,11 +422,18 @@ func (s *Scheduler[M, T]) push(p *Partition[M, T], items []*Item[M, T]) {
 		// Copies of orphans made in the drain (replaceOrphans): dropped
 		// with the partition unrun, abandoned (Unsettled) as a
 		// message waiting for its retry is at a revoke: each stands for
-		// its original, which Orphan took off Outstanding.
-		s.mu.Unlock()
+		// its original, which Orphan took off Outstanding. Each is
+		// noted for the final commit at its attempt, as revoke notes
+		// the retries it drops (DrainedWaiting): the next owner goes
+		// on at that attempt, so the hung call stays charged.
 		for _, it := range items {
 			it.lane.pending--
+			if it.Attempt > 1 {
+				noteDrainedLocked(it, it.Attempt)
+				s.showHandedOverLocked(it, it.Attempt)
+			}
 		}
+		s.mu.Unlock()
 		p.abandoned(int64(len(items)))
 		return
 	}

@@ -3,6 +3,7 @@ package dispatch
 import (
 	"context"
 	"errors"
+	"fmt"
 	"maps"
 	"slices"
 	"testing"
@@ -317,7 +318,7 @@ func TestOrphan(t *testing.T) {
 // before the revoke has its copies made in the drain, which are dropped
 // with the partition, abandoned in the drain (each once: the originals
 // left Outstanding when Orphan gave up on them), so the drain waits for
-// neither.
+// neither, and listed for the final commit one attempt past the hung one.
 func TestOrphanAroundRevoke(t *testing.T) {
 	oneItemInCall := func(t *testing.T) (*sched, *Partition[msg, int], *Worker[msg, int], *Batch[msg, int], uint64) {
 		t.Helper()
@@ -356,6 +357,15 @@ func TestOrphanAroundRevoke(t *testing.T) {
 		p.Advance() // the copy, made now, is dropped with the partition
 		if late, inDrain := p.Unsettled(); late != 0 || inDrain != 1 {
 			t.Fatalf("while the hung call runs: got Outstanding %d, AbandonedInDrain %d; want 0 and 1 (the dropped copy)", late, inDrain)
+		}
+		// The final commit lists the dropped copy at its attempt: the
+		// hung attempt stays charged.
+		var listed []string
+		for _, w := range s.DrainedWaiting(p, nil) {
+			listed = append(listed, fmt.Sprintf("%d@%d", w.Offset, w.Attempt))
+		}
+		if !slices.Equal(listed, []string{"0@2"}) {
+			t.Fatalf("DrainedWaiting: got %v, want [0@2] (the copy, one attempt past the hung one)", listed)
 		}
 		s.EndCall(w)
 		s.Settle(b, []Outcome{{Verdict: Return}})
