@@ -975,11 +975,17 @@ func (s *Scheduler[M, T]) revoke(p *Partition[M, T]) (dropped, abandoned int) {
 		for _, it := range h.Items {
 			if it.part != p {
 				kept = append(kept, it)
-			} else if it.waitAttempt != 0 { // listed for the final commit
+				continue
+			}
+			if it.waitAttempt != 0 { // listed for the final commit
 				s.showHandedOverLocked(it, int(it.waitAttempt))
 			}
+			if it.Attempt > 1 { // a retry, waiting in the batch to run
+				abandoned++
+			} else {
+				dropped++
+			}
 		}
-		dropped += len(h.Items) - len(kept)
 		clear(h.Items[len(kept):])
 		h.Items = kept
 	}

@@ -281,6 +281,37 @@ func TestFinishedAboveStuckHeadCostsNothing(t *testing.T) {
 		t.Fatalf("free items after Trim: got %d (room for %d), want at most %d", len(p.free), cap(p.free), 2*64)
 	}
 }
+
+// TestRevokeCountsRetryInPartialBatch: a retry waiting in the partial
+// batch (its lane let go after its backoff, taken by the filler) is
+// counted abandoned at the revoke, as a retry still queued on its lane
+// is; a never-failed item beside it, dropped.
+func TestRevokeCountsRetryInPartialBatch(t *testing.T) {
+	s := New[msg, int](Options[msg, int]{Size: 4, MaxInFlight: 100, Hold: func(*Item[msg, int], Outcome) {}})
+	p := s.NewPartition(16)
+	var off int64
+	feed(t, p, &off, 1)
+	b := s.NewBatch(s.NewWorker())
+	if st := s.Next(b, true, nil); st != Run || len(b.Items) != 1 {
+		t.Fatalf("Next: got %v with %v, want Run with offset 0", st, seqsOf(b))
+	}
+	it := b.Items[0]
+	it.Attempt++
+	s.Settle(b, []Outcome{{Verdict: Hold}})
+	s.Unhold(it, false) // its backoff ran out
+	feed(t, p, &off, 2)
+	filling := s.NewBatch(s.NewWorker())
+	if st := s.Next(filling, false, nil); st != Partial || len(filling.Items) != 2 {
+		t.Fatalf("Next: got %v with %v, want Partial with offsets 0 and 1", st, seqsOf(filling))
+	}
+	if dropped, abandoned := p.Revoke(); dropped != 1 || abandoned != 1 {
+		t.Fatalf("Revoke: got dropped %d, abandoned %d; want 1 and 1 (offset 0 waited in the batch for its retry)", dropped, abandoned)
+	}
+	if len(filling.Items) != 0 {
+		t.Fatalf("partial batch after the revoke: got %v, want empty", seqsOf(filling))
+	}
+}
+
 func TestRevoke(t *testing.T) {
 	var s *sched
 	s = New[msg, int](Options[msg, int]{Size: 2, MaxInFlight: 100, Hold: func(it *Item[msg, int], _ Outcome) { s.Waits(it) }})
