@@ -192,8 +192,12 @@ func (p *Partition[M, T]) Track(it *Item[M, T], offset, size int64) error {
 }
 
 // Complete hands back an item taken with Track as finished, from any
-// goroutine; nothing may touch it afterwards.
-func (p *Partition[M, T]) Complete(it *Item[M, T]) { finish([]*Item[M, T]{it}) }
+// goroutine; nothing may touch it afterwards. It reports whether p took
+// it back: not once its owner has sealed p (Seal: its drain gave up on
+// the item, and counted it so).
+func (p *Partition[M, T]) Complete(it *Item[M, T]) (taken bool) {
+	return finish([]*Item[M, T]{it}) == 1
+}
 
 // Released is how many messages the frontier has passed since the
 // partition was made: finished, and skipped (Skip releases at once what

@@ -69,6 +69,44 @@ func TestSealTakesNothingBack(t *testing.T) {
 	}
 }
 
+// TestWriteFinishedAfterSealNotTaken: an item whose write finishes it
+// (FinishHeld for a held one on its way to a dead letter or a park,
+// Complete for one taken with Track) is reported taken back while its
+// revoked partition drains, and not once its owner sealed it: the caller
+// then knows its owner did not count it.
+func TestWriteFinishedAfterSealNotTaken(t *testing.T) {
+	for _, sealed := range []bool{false, true} {
+		var held []*Item[msg, int]
+		s := New[msg, int](Options[msg, int]{Size: 1, MaxInFlight: 100, Hold: func(it *Item[msg, int], _ Outcome) { held = append(held, it) }})
+		p := s.NewPartition(16)
+		var off int64
+		feed(t, p, &off, 1)
+		b := s.NewBatch(s.NewWorker())
+		if st := s.Next(b, true, nil); st != Run {
+			t.Fatalf("Next: got %v, want Run", st)
+		}
+		s.Settle(b, []Outcome{{Verdict: Hold}})
+		if len(held) != 1 || !s.Finishing(held[0]) {
+			t.Fatalf("held %d items, Finishing: want 1, true", len(held))
+		}
+		tracked := p.Alloc()
+		if err := p.Track(tracked, off, 1); err != nil {
+			t.Fatal(err)
+		}
+		p.Revoke()
+		p.Drain()
+		if sealed {
+			p.Seal()
+		}
+		if got := s.FinishHeld(held[0]); got != !sealed {
+			t.Errorf("sealed %v: FinishHeld got %v, want %v", sealed, got, !sealed)
+		}
+		if got := p.Complete(tracked); got != !sealed {
+			t.Errorf("sealed %v: Complete got %v, want %v", sealed, got, !sealed)
+		}
+	}
+}
+
 // TestSealCountsEachItemOnce: calls end (succeed, or fail and are
 // abandoned) while the owner of their revoked partition seals it: each
 // item is then either taken back by the final Advance, and reported taken

@@ -203,6 +203,23 @@ type heldItem[M, T any] struct {
 // Finishing) outlives a revoke: Unhold then finishes it (finished) or
 // abandons it, and reports true.
 func (s *Scheduler[M, T]) Unhold(it *Item[M, T], finished bool) bool {
+	letGo, _ := s.unhold(it, finished)
+	return letGo
+}
+
+// FinishHeld is Unhold(it, true), for a held item that a write finished
+// (its dead letter, or its park), reporting whether its partition took
+// it back: not when there was nothing to let go, nor when its owner had
+// sealed the partition by then (Partition.Seal: the drain gave up on the
+// item, and its owner counted it so). Nothing may touch it afterwards.
+func (s *Scheduler[M, T]) FinishHeld(it *Item[M, T]) (taken bool) {
+	_, taken = s.unhold(it, true)
+	return taken
+}
+
+// unhold is Unhold, reporting too whether it finished and its partition
+// took it back.
+func (s *Scheduler[M, T]) unhold(it *Item[M, T], finished bool) (letGo, taken bool) {
 	s.mu.Lock()
 	l := it.lane
 	if it.part.revoked {
@@ -214,15 +231,15 @@ func (s *Scheduler[M, T]) Unhold(it *Item[M, T], finished bool) bool {
 		s.mu.Unlock()
 		switch {
 		case marked && finished:
-			finish([]*Item[M, T]{it})
+			taken = finish([]*Item[M, T]{it}) == 1
 		case marked:
 			abandon([]*Item[M, T]{it})
 		}
-		return marked
+		return marked, taken
 	}
 	if l == nil || !l.blocked || l.head != it {
 		s.mu.Unlock()
-		return false
+		return false, false
 	}
 	it.kept = false
 	l.blocked = false
@@ -241,9 +258,9 @@ func (s *Scheduler[M, T]) Unhold(it *Item[M, T], finished bool) bool {
 	s.pacedLocked()
 	s.mu.Unlock()
 	if finished {
-		finish([]*Item[M, T]{it})
+		taken = finish([]*Item[M, T]{it}) == 1
 	}
-	return true
+	return true, taken
 }
 
 // Finishing tells the scheduler that it, held, waits for a write that

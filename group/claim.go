@@ -406,7 +406,7 @@ func (c *claimLoop[T]) intake(m *sarama.ConsumerMessage, size int64) {
 			return
 		}
 		p := c.p
-		c.g.fail.dead.add(it, func() { p.Complete(it) }, reasonPoison, 0, err)
+		c.g.fail.dead.add(it, func() bool { return p.Complete(it) }, reasonPoison, 0, err)
 		return
 	}
 	it.Val, it.Lane = v, lane

@@ -43,13 +43,15 @@ type deadLetters[T any] struct {
 }
 
 // deadJob is one message to dead-letter; done runs once its record is
-// written (it lets the item's lane go on, or finishes the item).
+// written (it lets the item's lane go on, or finishes the item), and
+// reports whether the item's partition took it back: not once its owner
+// let go of it (a drain past DrainTimeout), which then did not count it.
 type deadJob[T any] struct {
 	it       *dispatch.Item[Message, T]
 	reason   string
 	attempts int
 	err      error
-	done     func()
+	done     func() (taken bool)
 }
 
 // deadSink is where dead letters go.
@@ -121,12 +123,13 @@ func (d *deadLetters[T]) enabled() bool { return d.sink != nil }
 // add queues it to be dead-lettered, with the given reason and the error
 // that made it one; attempts is how many times Do was called with it.
 // Without a destination the message is skipped: logged and counted.
-func (d *deadLetters[T]) add(it *dispatch.Item[Message, T], done func(), reason string, attempts int, err error) {
+// done (nil: it is held) finishes it once that is done (see deadJob).
+func (d *deadLetters[T]) add(it *dispatch.Item[Message, T], done func() bool, reason string, attempts int, err error) {
 	if done == nil {
 		// Held: a revoke from here on leaves it outstanding, so the
 		// drain waits for its dead letter and the final commit passes it.
 		d.g.sched.Finishing(it)
-		done = func() { d.g.sched.Unhold(it, true) }
+		done = func() bool { return d.g.sched.FinishHeld(it) }
 	}
 	it.Fate = fateDeadLettered
 	if d.sink == nil {
@@ -135,7 +138,7 @@ func (d *deadLetters[T]) add(it *dispatch.Item[Message, T], done func(), reason 
 		d.errLog.Warn(d.g.log, "no dead-letter destination (DeadLetterTopic, DataPath): message skipped",
 			zap.String("topic", it.Msg.Topic), zap.Int32("partition", it.Msg.Partition), zap.Int64("offset", it.Msg.Offset),
 			zap.String("reason", reason), zap.Int("attempt", attempts), zap.Error(err))
-		done()
+		d.finish(it, done)
 		return
 	}
 	d.pending.Add(1)
@@ -193,10 +196,21 @@ func (d *deadLetters[T]) run(ctx context.Context) {
 			d.writtenLog.Warn(d.g.log, "dead-lettered", zap.String("topic", j.it.Msg.Topic), zap.Int32("partition", j.it.Msg.Partition),
 				zap.Int64("offset", j.it.Msg.Offset), zap.String("reason", j.reason), zap.Int("attempt", j.attempts),
 				zap.String("destination", d.sink.name()), zap.Error(j.err))
-			j.done()
+			d.finish(j.it, j.done)
 		}
 		clear(jobs)
 		clear(recs)
+	}
+}
+
+// finish runs done for it, whose dead letter was written (or skipped),
+// and counts it in its partition's outcomes should its owner have let go
+// of it before (a drain past DrainTimeout): Stats counts the dead letter
+// all the same, and so does the partition.
+func (d *deadLetters[T]) finish(it *dispatch.Item[Message, T], done func() bool) {
+	tp, fate, failed := d.g.lateCount(it)
+	if !done() {
+		d.g.countUnclaimed(tp, fate, failed)
 	}
 }
 

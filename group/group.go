@@ -132,9 +132,11 @@ type Group[T any] struct {
 	commits  *sessionCommits             // every sess.Commit goes through it
 	fetches  committedFetches            // every read of one partition's committed offset goes through it
 	ended    map[topicPartition]Outcomes // of the claims that ended, per partition
-	// unparked are the outcomes of parked messages redelivered from the
-	// parked queue, per partition they came from (parked.go).
-	unparked map[topicPartition]Outcomes
+	// unclaimed are the outcomes of messages that ended outside their
+	// partition's claim, per partition they came from: parked messages
+	// redelivered from the parked queue (parked.go), and dead letters
+	// written after their owner let go of them (deadletters.go).
+	unclaimed map[topicPartition]Outcomes
 
 	// stopping is closed when Run's ctx ends: claim loops drain, commit
 	// and return while sarama's session still lives (see Run).
@@ -202,7 +204,7 @@ func New[T any](cfg Config, h Handler[T]) (*Group[T], error) {
 		claims:      make(map[*claimState]struct{}),
 		commits:     newSessionCommits(),
 		ended:       make(map[topicPartition]Outcomes),
-		unparked:    make(map[topicPartition]Outcomes),
+		unclaimed:   make(map[topicPartition]Outcomes),
 		stopping:    make(chan struct{}),
 		outageLimit: -1,
 		history:     &history{group: cfg.GroupID, offsets: map[topicPartition]int64{}},
@@ -795,7 +797,7 @@ func (g *Group[T]) Stats() Stats {
 		ps := c.stats()
 		tp := topicPartition{c.topic, c.part}
 		ps.Outcomes.add(g.ended[tp])
-		ps.Outcomes.add(g.unparked[tp])
+		ps.Outcomes.add(g.unclaimed[tp])
 		if ps.Status.Code.severity() > s.Status.Code.severity() {
 			s.Status = PartitionStatus{Code: ps.Status.Code, Reason: fmt.Sprintf("%s/%d: %s", ps.Topic, ps.Partition, ps.Status.Reason)}
 		}

@@ -24,7 +24,12 @@ import (
 // partitions only: one that has left this member keeps its counts, shown
 // again once claimed). A parked message a stop drops or leaves unfinished
 // (Stats.Dropped, Stats.Abandoned) has no end counted: the next run takes
-// it from the queue.
+// it from the queue. A dead letter written after the drain that held its
+// message gave up on it (past DrainTimeout: Stats.Abandoned counts the
+// message, and the next owner, or the next run, handles it again) counts
+// DeadLettered all the same, under its partition, as Stats.DeadLettered
+// counts it: DeadLettered summed over the partitions is
+// Stats.DeadLettered.
 type Outcomes struct {
 	// Handled: Do returned nil for it while its claim, or the parked
 	// queue's redelivery, still took it back; not after a drain gave up on
@@ -104,14 +109,34 @@ func (c *claimLoop[T]) countFinished(it *dispatch.Item[Message, T]) {
 	c.out.count(it.Fate, it.Attempt-1)
 }
 
-// countUnparked counts a parked message whose redelivery from the parked
-// queue ended, by its fate, in the outcomes of tp, the partition it came
-// from, with failed, the failed attempts charged to it since it was taken
-// from the queue.
-func (g *Group[T]) countUnparked(tp topicPartition, fate uint8, failed int) {
+// countUnclaimed counts a message that ended outside its partition's
+// claim, by its fate, in the outcomes of tp, the partition it came from,
+// with failed, the failed attempts charged to it and not counted yet: a
+// parked message whose redelivery from the parked queue ended, or one
+// whose dead letter was written after its owner let go of it
+// (deadLetters.finish).
+func (g *Group[T]) countUnclaimed(tp topicPartition, fate uint8, failed int) {
 	g.claimsMu.Lock()
-	o := g.unparked[tp]
+	o := g.unclaimed[tp]
 	o.count(fate, failed)
-	g.unparked[tp] = o
+	g.unclaimed[tp] = o
 	g.claimsMu.Unlock()
+}
+
+// lateCount is what countUnclaimed needs of it, an item whose dead
+// letter is written (or skipped), should its owner have let go of it
+// before (its claim ended, or the parked side partition drained, past
+// DrainTimeout): the partition its message came from, its fate, and the
+// failed attempts its owner would have counted, all of them for a
+// claim's item, and those since it was taken from the parked queue for
+// a side item. Read before the item is finished: its owner may recycle
+// it then.
+func (g *Group[T]) lateCount(it *dispatch.Item[Message, T]) (tp topicPartition, fate uint8, failed int) {
+	failed = it.Attempt - 1
+	if p := g.fail.park; p != nil {
+		if since, ok := p.takenAttempt(it); ok {
+			failed = it.Attempt - since
+		}
+	}
+	return topicPartition{it.Msg.Topic, it.Msg.Partition}, it.Fate, failed
 }

@@ -328,7 +328,7 @@ func (p *parking[T]) intake(m *localqueue.Message) {
 		it.Attempt = attempt
 		it.SetFirstFailure(first)
 		p.track(it, m.ID, attempt)
-		p.g.fail.dead.add(it, func() { p.side.Complete(it) }, reasonPoison, attempt-1, err)
+		p.g.fail.dead.add(it, func() bool { return p.side.Complete(it) }, reasonPoison, attempt-1, err)
 		return
 	}
 	it.Val, it.Lane = v, uint64(p.seq+1) // a lane of its own, as Unordered has
@@ -360,6 +360,19 @@ func (p *parking[T]) queueID(it *dispatch.Item[Message, T]) (localqueue.ID, bool
 	return s.id, s.queued
 }
 
+// takenAttempt is side item it's attempt when it was taken from the
+// queue (the failed attempts charged before were counted when it was
+// parked); false for an item of a claim.
+func (p *parking[T]) takenAttempt(it *dispatch.Item[Message, T]) (int, bool) {
+	if it.Part() != p.side {
+		return 0, false
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	s, ok := p.taken[it.Offset()]
+	return s.attempt, ok
+}
+
 // forget notes that side item it has no queue message left to finish.
 func (p *parking[T]) forget(it *dispatch.Item[Message, T]) {
 	p.mu.Lock()
@@ -380,7 +393,7 @@ func (p *parking[T]) finished(it *dispatch.Item[Message, T]) {
 	s := p.taken[it.Offset()]
 	delete(p.taken, it.Offset())
 	p.mu.Unlock()
-	p.g.countUnparked(topicPartition{it.Msg.Topic, it.Msg.Partition}, it.Fate, it.Attempt-s.attempt)
+	p.g.countUnclaimed(topicPartition{it.Msg.Topic, it.Msg.Partition}, it.Fate, it.Attempt-s.attempt)
 	if s.queued && p.q.Finish(s.id) == nil {
 		p.parked.Add(-1)
 	}

@@ -3,8 +3,14 @@ package group
 import (
 	"context"
 	"errors"
+	"fmt"
+	"os"
 	"testing"
 	"time"
+
+	"github.com/IBM/sarama"
+
+	"github.com/orderly-go/orderly/internal/tmpfs"
 )
 
 // TestRetryInPartialBatchAbandonedAtStop: a message that failed once has
@@ -58,5 +64,72 @@ func TestRetryInPartialBatchAbandonedAtStop(t *testing.T) {
 	runToCommitted(t, r, cfg, do)
 	if seen, _ := attempts.get(); len(seen) != 2 || seen[1] != 2 {
 		t.Errorf("attempts of offset %d: got %v, want [1 2] (the next owner goes on at 2)", failing, seen)
+	}
+}
+
+// TestLateDeadLetterCountsInPartitionOutcomes: a dead letter written
+// after its claim let go of the message (the store's disk was full past
+// DrainTimeout, so the drain gave up on it) counts in Stats.DeadLettered
+// and in the Outcomes of its partition, shown once this member claims the
+// partition again: the two agree. The message counts as Abandoned too:
+// the final commit did not pass it.
+func TestLateDeadLetterCountsInPartitionOutcomes(t *testing.T) {
+	t.Parallel() // mostly waits on the drain
+	const n, target = 3, 1
+	dataPath := tmpfs.Mount(t, 4<<20)
+	cfg := Config{Brokers: []string{"mem:0"}, Topics: []string{"mem"}, GroupID: "mem", Size: 1, Num: 1,
+		DataPath: dataPath, DrainTimeout: 200 * time.Millisecond,
+		Retry: Retry{Backoff: 20 * time.Millisecond, MaxBackoff: 50 * time.Millisecond, Jitter: -1}}
+	g := newGroup(t, cfg, func(_ context.Context, batch []*Message) error {
+		var be BatchError
+		for i, m := range batch {
+			if m.Offset == target {
+				be.DeadLetter(i, errors.New("rejected by the test"))
+			}
+		}
+		return be.Err()
+	})
+	if err := g.fail.open(nil); err != nil { // the local dead-letter store, as Run opens it
+		t.Fatal(err)
+	}
+	stop := startWorkers(t, g)
+	defer stop()
+	ballast := tmpfs.Fill(t, dataPath, 0) // the store is open: its writes now fail
+	sess := &memSession{ctx: context.Background(), marked: map[int32]int64{}}
+	claim := func() (msgs chan *sarama.ConsumerMessage, ended <-chan struct{}) {
+		msgs, done := make(chan *sarama.ConsumerMessage, n), make(chan struct{})
+		go func() {
+			defer close(done)
+			_ = g.consume(sess, &memClaim{p: 0, msgs: msgs})
+		}()
+		return msgs, done
+	}
+
+	msgs, ended := claim()
+	value := make([]byte, 64<<10) // a dead letter needs pages of its own on the full disk
+	for off := range int64(n) {
+		msgs <- &sarama.ConsumerMessage{Topic: "mem", Offset: off, Key: fmt.Appendf(nil, "k%d", off), Value: value}
+	}
+	waitFor(t, time.Minute, "the dead letter's write to fail and the others to be handled", func() bool {
+		st := g.Stats()
+		return st.DeadLetterErrors >= 1 && st.Handled == n-1
+	})
+	close(msgs) // revoked: the drain gives up on the dead letter after DrainTimeout
+	<-ended
+	if err := os.Remove(ballast); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, time.Minute, "the dead letter to be written", func() bool { return g.Stats().DeadLettered.Rejected == 1 })
+
+	msgs, ended = claim()
+	defer func() {
+		close(msgs)
+		<-ended
+	}()
+	waitFor(t, time.Minute, "the partition to be claimed again", func() bool { return len(g.Stats().PartitionStats) == 1 })
+	st := g.Stats()
+	if o := st.PartitionStats[0].Outcomes; o.DeadLettered != st.DeadLettered.Rejected || o.Handled != n-1 || st.Abandoned != 1 {
+		t.Errorf("got Outcomes.DeadLettered %d, Stats.DeadLettered %d, Outcomes.Handled %d, Stats.Abandoned %d; want 1, 1, %d and 1",
+			o.DeadLettered, st.DeadLettered.Rejected, o.Handled, st.Abandoned, n-1)
 	}
 }
