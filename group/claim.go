@@ -476,16 +476,16 @@ func (c *claimLoop[T]) revoke(reason claimEnd) error {
 	// drain waits (it marks nothing: the final mark below carries the
 	// waiting messages listed above). What is late after it counts in
 	// Stats.Abandoned, whatever its call returns.
-	late, inDrain, timedOut := drainAndSeal(c.p, c.g.cfg.DrainTimeout, c.advance, c.st.tick, func() {
-		c.advance()
-		c.observe(false, len(waiting))
-	}, nil)
+	cause := ErrRevoked
+	if reason == endShutdown {
+		cause = ErrShutdown
+	}
+	late, inDrain, cancelled, timedOut := c.g.drainAndSeal(c.p, fmt.Errorf("%w: %s/%d after %v", cause, c.topic, c.part, c.g.cfg.DrainTimeout),
+		c.advance, c.st.tick, func() {
+			c.advance()
+			c.observe(false, len(waiting))
+		}, nil)
 	if timedOut {
-		cause := ErrRevoked
-		if reason == endShutdown {
-			cause = ErrShutdown
-		}
-		cancelled := c.g.sched.CancelRunning(c.p, fmt.Errorf("%w: %s/%d after %v", cause, c.topic, c.part, c.g.cfg.DrainTimeout))
 		c.log.Warn("drain timeout: cancelling and letting go of unfinished batches",
 			zap.Duration("timeout", c.g.cfg.DrainTimeout), zap.Int64("unfinished", late), zap.Int("cancelled", cancelled))
 	}

@@ -9,20 +9,21 @@ import (
 // drainAndSeal lets go of a revoked partition's calls under way, for a
 // claim and for the parked messages' side partition alike. After p.Drain
 // it takes back, with advance, what finishes, until nothing is
-// outstanding, timeout passes (timedOut) or stop closes; a tick, if not
-// nil, calls onTick meanwhile. Then it seals p and takes back what
+// outstanding, DrainTimeout passes (timedOut) or stop closes; a tick, if
+// not nil, calls onTick meanwhile. Then it seals p and takes back what
 // finished before the seal: what finishes from then on is not the
 // partition's, neither committed nor counted as handled. What is still
 // outstanding is late, read with the items abandoned in the drain at one
-// instant, so that each item counts once. A caller that cancels the late
-// calls does so after this returns: a call that returns nil when
-// cancelled must find the partition sealed.
-func drainAndSeal[T any](p *dispatch.Partition[Message, T], timeout time.Duration, advance func(),
-	tick <-chan struct{}, onTick func(), stop <-chan struct{}) (late, inDrain int64, timedOut bool) {
+// instant, so that each item counts once. Past DrainTimeout it then
+// cancels the late calls' context with cause (CancelRunning), and reports
+// how many it cancelled: after the seal, so that a call that returns nil
+// when cancelled finds the partition sealed.
+func (g *Group[T]) drainAndSeal(p *dispatch.Partition[Message, T], cause error, advance func(),
+	tick <-chan struct{}, onTick func(), stop <-chan struct{}) (late, inDrain int64, cancelled int, timedOut bool) {
 	p.Drain()
 	advance() // what finished before Drain, whose wake may still be deferred
 	if p.Outstanding() > 0 {
-		timer := time.NewTimer(timeout)
+		timer := time.NewTimer(g.cfg.DrainTimeout)
 	wait:
 		for p.Outstanding() > 0 {
 			select {
@@ -42,5 +43,8 @@ func drainAndSeal[T any](p *dispatch.Partition[Message, T], timeout time.Duratio
 	p.Seal()
 	advance()
 	late, inDrain = p.Unsettled()
-	return late, inDrain, timedOut
+	if timedOut {
+		cancelled = g.sched.CancelRunning(p, cause)
+	}
+	return late, inDrain, cancelled, timedOut
 }

@@ -273,21 +273,24 @@ func (p *parking[T]) redeliver(ctx context.Context) {
 // drain lets the side partition go as a claim lets its partition go:
 // nothing more runs, the calls under way get DrainTimeout (or until ctx
 // ends) to finish, and each one that finishes has its queue message
-// finished; then the partition is sealed and what finished before is
-// taken back. What is still running then was given up on: counted
-// abandoned, not handled, whatever its call returns, and its queue message
-// stays, for the next run. So does every message dropped unrun.
+// finished; then the partition is sealed, what finished before is taken
+// back, and the calls still running are cancelled (ErrShutdown). They were
+// given up on: counted abandoned, not handled, whatever they return, and
+// their queue messages stay, for the next run. So does every message
+// dropped unrun.
 func (p *parking[T]) drain(ctx context.Context) {
 	side := p.side
 	dropped, abandoned := side.Revoke()
-	late, inDrain, _ := drainAndSeal(side, p.g.cfg.DrainTimeout, func() { side.AdvanceFunc(p.finished) }, nil, nil, ctx.Done())
+	cause := fmt.Errorf("%w: parked messages under %s after %v", ErrShutdown, p.g.cfg.DataPath, p.g.cfg.DrainTimeout)
+	late, inDrain, cancelled, _ := p.g.drainAndSeal(side, cause, func() { side.AdvanceFunc(p.finished) }, nil, nil, ctx.Done())
 	side.Close()
 	p.g.fail.forget(side)
 	p.g.ctr.dropped.Add(int64(dropped))
 	p.g.ctr.abandoned.Add(int64(abandoned) + inDrain + late)
 	if late > 0 {
-		p.g.log.Warn("parked messages still running after the drain timeout: left parked for the next run",
-			zap.String("path", p.g.cfg.DataPath), zap.Duration("timeout", p.g.cfg.DrainTimeout), zap.Int64("unfinished", late))
+		p.g.log.Warn("parked messages still running after the drain timeout: cancelling, and leaving them parked for the next run",
+			zap.String("path", p.g.cfg.DataPath), zap.Duration("timeout", p.g.cfg.DrainTimeout), zap.Int64("unfinished", late),
+			zap.Int("cancelled", cancelled))
 	}
 }
 

@@ -11,6 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
 	"github.com/orderly-go/orderly/internal/deadletter"
 )
 
@@ -272,5 +275,72 @@ func TestParkedDrainedAtStop(t *testing.T) {
 				t.Errorf("Handled over both runs: got %d + %d, want %d + %d (offset %d once)", h1, h2, tt.handled, tt.second, target)
 			}
 		})
+	}
+}
+
+// TestParkedDrainCancelsLateCalls: at a stop, a parked message's
+// redelivered call still running past DrainTimeout has its ctx cancelled
+// by the side partition's drain, as a claim's drain cancels its late
+// calls, with ErrShutdown naming the parked messages: by the time the
+// drain warns that it leaves the message parked, the call's ctx is done,
+// rather than only once the workers' ctx ends after the rest of Run's
+// stop.
+func TestParkedDrainCancelsLateCalls(t *testing.T) {
+	t.Parallel() // mostly waits on the broker and the drain
+	const n, target = 10, 3
+	r := newRig(t, "parked-drain-cancel", 1, n, n)
+	w := r.work(0, 0)
+	cfg := r.config("parked-drain-cancel")
+	cfg.Size, cfg.Num, cfg.Ordering, cfg.DataPath, cfg.DrainTimeout = 1, 2, Unordered, t.TempDir(), 200*time.Millisecond
+	var calls atomic.Int64
+	var lateCtx atomic.Pointer[context.Context] // the redelivered call's
+	var mu sync.Mutex
+	var warned bool
+	var atWarning error // the call's ctx's cause when the drain warned; nil: not cancelled
+	cfg.Logger = cfg.Logger.WithOptions(zap.Hooks(func(e zapcore.Entry) error {
+		if !strings.HasPrefix(e.Message, "parked messages still running after the drain timeout") {
+			return nil
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		warned = true
+		if ctx := lateCtx.Load(); ctx != nil && (*ctx).Err() != nil {
+			atWarning = context.Cause(*ctx)
+		}
+		return nil
+	}))
+	g := newGroup(t, cfg, func(ctx context.Context, batch []*Message) error {
+		if m := batch[0]; m.Offset == target {
+			switch calls.Add(1) {
+			case 1:
+				r.markSettled(m.Partition, m.Offset)
+				var be BatchError
+				be.Defer(0, 10*time.Millisecond) // parked (ParkAfter 0)
+				return be.Err()
+			case 2: // redelivered from the parked queue
+				lateCtx.Store(&ctx)
+				<-ctx.Done()
+				return ctx.Err()
+			}
+		}
+		return w.Do(ctx, batch)
+	})
+	stop := run(t, g)
+	waitFor(t, time.Minute, "the parked message's redelivered call, and the rest handled and committed", func() bool {
+		return calls.Load() == 2 && g.Stats().Handled == n-1 && r.b.Committed(cfg.GroupID, r.topic)[0] == n
+	})
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if !warned {
+		t.Fatal(`no "parked messages still running after the drain timeout" warning`)
+	}
+	if atWarning == nil || !errors.Is(atWarning, ErrShutdown) || !strings.Contains(atWarning.Error(), "parked messages under "+cfg.DataPath) {
+		t.Errorf("the redelivered call's ctx when the drain warned: got cause %v, want cancelled with ErrShutdown naming the parked messages under %s", atWarning, cfg.DataPath)
+	}
+	if st := g.Stats(); st.Abandoned != 1 || st.Parked != 1 {
+		t.Errorf("got Abandoned %d, Parked %d; want 1 and 1 (left parked for the next run)", st.Abandoned, st.Parked)
 	}
 }
