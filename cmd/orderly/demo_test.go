@@ -52,6 +52,9 @@ func TestDemoEmbedded(t *testing.T) {
 	out, err := runCmd(ctx, "demo",
 		"--messages", "5000", "--keys", "200", "--partitions", "4", "--poison", "7",
 		"--io", "0", "--io-item", "0", "--fail", "0.05", "--progress", "off",
+		// About 320 calls: none of them failing has a chance of 0.95^320,
+		// under 1e-7 (at the default --size 64, about 85 calls: 1.3%).
+		"--size", "16",
 	)
 	if err != nil {
 		t.Fatalf("demo: %v\n%s", err, out)
