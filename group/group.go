@@ -57,7 +57,10 @@ type Handler[T any] struct {
 	// and so on, until the failing items stand alone, so its batch mates
 	// finish after about 2*log2(Size) calls. A failed item is retried
 	// after Config.Retry's backoff while the later messages of its lane
-	// wait; other lanes do not. Messages(ctx) gives each value's message
+	// wait; other lanes do not. An error wrapping ErrRejected (not a
+	// BatchError naming items) is halved likewise, also during an
+	// outage, and an item rejected alone is dead-lettered, not retried.
+	// Messages(ctx) gives each value's message
 	// (topic, partition, offset, Attempt).
 	//
 	// ctx is cancelled, with a context.Cause of ErrRevoked, when a

@@ -12,7 +12,10 @@
 // they are left, and their batch mates in other lanes have finished. An
 // item is charged an attempt (and waits out a backoff) only when it fails
 // alone or is named as failed; the scheduler puts it back at the front of
-// its lane, so its lane waits and no other does.
+// its lane, so its lane waits and no other does. While NoSplit says so (a
+// dependency is down) a call that fails as a whole is not halved; one
+// whose error Rejected recognises is halved all the same, and an item
+// rejected alone is dead-lettered rather than charged.
 package merge
 
 import (

@@ -30,6 +30,9 @@ type rig struct {
 	stats *Stats
 	off   int64
 	holds atomic.Int64
+
+	mu       sync.Mutex
+	deadOffs []int64 // offsets held as DeadLettered, finished at once
 }
 
 func newRig(t *testing.T, size int, cfg Config, backoff time.Duration, h func(items []*dispatch.Item[msg, int]) error) *rig {
@@ -47,6 +50,14 @@ func newRigCtx(t *testing.T, size int, cfg Config, backoff time.Duration, h func
 	stop := make(chan struct{})
 	r.s = dispatch.New[msg, int](dispatch.Options[msg, int]{Size: size, MaxInFlight: 1 << 20, Hold: func(it *dispatch.Item[msg, int], o dispatch.Outcome) {
 		r.holds.Add(1)
+		if o.Kind == DeadLettered {
+			// As group does once the dead letter is written.
+			r.mu.Lock()
+			r.deadOffs = append(r.deadOffs, it.Msg.off)
+			r.mu.Unlock()
+			timers.Go(func() { r.s.Unhold(it, true) })
+			return
+		}
 		timers.Go(func() {
 			select {
 			case <-time.After(backoff):
