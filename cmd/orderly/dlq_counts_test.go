@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/IBM/sarama"
 
@@ -113,4 +114,56 @@ func countsSelected(counts string) string {
 		counts = strings.ReplaceAll(counts, " "+noun, " selected "+noun)
 	}
 	return counts
+}
+
+// TestDlqShowByteCounts: show gives the length of a key, a value and a
+// header value not UTF-8 with the noun agreeing: "(1 byte)", "(2 bytes)".
+func TestDlqShowByteCounts(t *testing.T) {
+	data := t.TempDir()
+	store, err := deadletter.Open(storeDir(data), deadletter.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := dlqCases(time.Now())[0]
+	c.rec = deadletter.Record{Key: []byte("k"), Value: []byte{0xff}, Timestamp: c.rec.Timestamp,
+		Headers: []deadletter.Header{{Key: []byte("trace"), Value: []byte{0xfe, 0xfd}}}}
+	err = store.Append(c.dead())
+	store.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := dlqRun(t, "show", "--data", data)
+	for _, want := range []string{
+		"  key:            k (1 byte)\n",
+		"  value:          base64:/w== (1 byte, not UTF-8)\n",
+		"    trace: base64:/v0= (2 bytes, not UTF-8)\n",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("show: got\n%s\nwant a line %q", out, want)
+		}
+	}
+}
+
+// TestReplayErrorCounts: a failed replay's error says how many records
+// the batches before the failed one sent, the verb agreeing with the
+// count.
+func TestReplayErrorCounts(t *testing.T) {
+	picked := []*entry{{info: deadletter.Info{Topic: "orders", Partition: 1, Offset: 20}}}
+	msgs := []*sarama.ProducerMessage{{Topic: "orders-retry", Partition: 2}}
+	failed := sarama.ProducerErrors{{Msg: msgs[0], Err: sarama.ErrMessageSizeTooLarge}}
+	for _, tt := range []struct {
+		err   error
+		start int
+		want  string
+	}{
+		{failed, 0, "replay orders/1 offset 20 to orders-retry/2 (1 of this batch failed; 0 records before this batch were sent): "},
+		{failed, 1, "replay orders/1 offset 20 to orders-retry/2 (1 of this batch failed; 1 record before this batch was sent): "},
+		{failed, 2, "replay orders/1 offset 20 to orders-retry/2 (1 of this batch failed; 2 records before this batch were sent): "},
+		{sarama.ErrOutOfBrokers, 1, "replay (1 record before this batch was sent): "},
+		{sarama.ErrOutOfBrokers, 500, "replay (500 records before this batch were sent): "},
+	} {
+		if got := replayError(tt.err, picked, msgs, tt.start).Error(); !strings.HasPrefix(got, tt.want) {
+			t.Errorf("replayError(%v, start %d): got %q, want it to start %q", tt.err, tt.start, got, tt.want)
+		}
+	}
 }

@@ -300,7 +300,7 @@ func bytesText(b []byte) string {
 	case len(b) == 0:
 		return "(empty)"
 	case utf8.Valid(b):
-		return fmt.Sprintf("%s (%d bytes)", b, len(b))
+		return fmt.Sprintf("%s (%s)", b, plural(len(b), "byte"))
 	}
-	return fmt.Sprintf("base64:%s (%d bytes, not UTF-8)", base64.StdEncoding.EncodeToString(b), len(b))
+	return fmt.Sprintf("base64:%s (%s, not UTF-8)", base64.StdEncoding.EncodeToString(b), plural(len(b), "byte"))
 }

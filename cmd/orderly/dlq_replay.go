@@ -232,11 +232,21 @@ func replayError(err error, picked []*entry, msgs []*sarama.ProducerMessage, sta
 		i := slices.Index(msgs, perrs[0].Msg)
 		if i >= 0 {
 			en := picked[i]
-			return fmt.Errorf("replay %s/%d offset %d to %s/%d (%d of this batch failed, %d records before it were sent): %w",
-				en.info.Topic, en.info.Partition, en.info.Offset, msgs[i].Topic, msgs[i].Partition, len(perrs), start, perrs[0].Err)
+			return fmt.Errorf("replay %s/%d offset %d to %s/%d (%d of this batch failed; %s): %w",
+				en.info.Topic, en.info.Partition, en.info.Offset, msgs[i].Topic, msgs[i].Partition, len(perrs), sentBefore(start), perrs[0].Err)
 		}
 	}
-	return fmt.Errorf("replay (%d records before this batch were sent): %w", start, err)
+	return fmt.Errorf("replay (%s): %w", sentBefore(start), err)
+}
+
+// sentBefore says that n records, those of the batches before the one
+// that failed, were sent: the verb agrees with the count.
+func sentBefore(n int) string {
+	verb := "were"
+	if n == 1 {
+		verb = "was"
+	}
+	return fmt.Sprintf("%s before this batch %s sent", plural(n, "record"), verb)
 }
 
 func sum(m map[dest]int) int {
