@@ -126,11 +126,12 @@ records of P decide whether the topic holds dead letters, and when P
 holds none (only records someone else produced there), the first records
 of the other partitions: a dead letter there lets P be purged.
 
-On a local store (--data), purge removes all dead letters, or only those the
-filters select, by rewriting the store; it needs the store's lock, so it
-fails while a consumer holds it. The rewrite cannot keep a damaged stretch
-(whatever records it held are unreadable): with filters, a store with damage
-is purged only with --drop-damaged.`+dlqSourceHelp+"\n"+dlqFilterHelp,
+On a local store (--data), purge removes every record, the dead letters and
+any other records, or only the records the filters select, by rewriting the
+store; it needs the store's lock, so it fails while a consumer holds it. The
+rewrite cannot keep a damaged stretch (whatever records it held are
+unreadable): a purge without filters drops it with the rest; with filters, a
+store with damage is purged only with --drop-damaged.`+dlqSourceHelp+"\n"+dlqFilterHelp,
 		func(ctx context.Context) error { return runPurge(ctx, o, e) })
 	fs := c.Flags()
 	o.sourceFlags(fs)

@@ -31,8 +31,9 @@ func runPurge(ctx context.Context, o *dlqOpts, e env) error {
 	return purgeStore(o, e)
 }
 
-// purgeStore removes the selected records of the local store (all
-// without filters) by rewriting it, under its lock. It counts the dead
+// purgeStore removes the selected records of the local store (all of
+// them, dead letters and other records, without filters) by rewriting
+// it, under its lock, dropping its damaged stretches. It counts the dead
 // letters and the other records (strays) apart, as list and show do.
 func purgeStore(o *dlqOpts, e env) error {
 	// Read-only first: a missing store is an error, not created by the
@@ -59,7 +60,9 @@ func purgeStore(o *dlqOpts, e env) error {
 	if damaged == 1 {
 		stretches = "1 damaged stretch (the warning above)"
 	}
-	dropping := o.filter.any() && damaged > 0
+	// Every purge drops the damaged stretches: one with filters
+	// rewrites the store and cannot keep them, one without empties it.
+	dropping := damaged > 0
 	switch {
 	case o.dryRun && dropping:
 		fmt.Fprintf(e.stdout, "would remove %s from %s, and drop %s\n", n.counts(""), dir, stretches)
@@ -67,7 +70,7 @@ func purgeStore(o *dlqOpts, e env) error {
 	case o.dryRun:
 		fmt.Fprintf(e.stdout, "would remove %s from %s\n", n.counts(""), dir)
 		return nil
-	case dropping && !o.dropDamaged:
+	case dropping && o.filter.any() && !o.dropDamaged:
 		return fmt.Errorf("%s has %s, which a purge with filters would drop with any dead letters they hold: add --drop-damaged to purge anyway", dir, stretches)
 	}
 	s, err := deadletter.Open(dir, deadletter.Options{OnDamage: warn})

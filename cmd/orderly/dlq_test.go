@@ -566,15 +566,7 @@ func TestDlqHelp(t *testing.T) {
 // drop; with --drop-damaged the purge goes ahead and says what it dropped.
 func TestDlqPurgeKeepsDamage(t *testing.T) {
 	f := newDlqFixture(t)
-	path := filepath.Join(storeDir(f.data), deadletter.DataFile)
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b[16+12+3] ^= 0x40 // a body byte of the first record (after the 16-byte file header)
-	if err := os.WriteFile(path, b, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	path, b := damageFirst(t, f.data)
 	sel := []string{"--reason", "rejected"}
 	out := dlqRun(t, slices.Concat([]string{"purge", "--dry-run"}, sel, f.local())...)
 	if want := "would remove 1 of 4 dead letters and 0 of 1 other record from " + storeDir(f.data) + ", and drop 1 damaged stretch (the warning above)\n"; out != want {
@@ -594,6 +586,48 @@ func TestDlqPurgeKeepsDamage(t *testing.T) {
 	out = dlqRun(t, slices.Concat([]string{"purge", "--yes", "--drop-damaged"}, sel, f.local())...)
 	if want := "removed 1 dead letter and 0 other records from " + storeDir(f.data) + ", 4 left; dropped 1 damaged stretch (the warning above)\n"; out != want {
 		t.Errorf("purge --drop-damaged: got %q, want %q", out, want)
+	}
+}
+
+// damageFirst flips a body byte of the first record of the local store
+// under data; it returns the store's file and what it now holds.
+func damageFirst(t *testing.T, data string) (path string, b []byte) {
+	t.Helper()
+	path = filepath.Join(storeDir(data), deadletter.DataFile)
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[16+12+3] ^= 0x40 // a body byte of the first record (after the 16-byte file header)
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path, b
+}
+
+// TestDlqPurgeAllDropsDamage: a purge without filters removes every
+// record of the local store, dead letters and other records, as its help
+// says, and its damaged stretch: the dry run and the purge say they drop
+// it, as a purge with filters does, and the store is empty after. The
+// purge said nothing of the stretch.
+func TestDlqPurgeAllDropsDamage(t *testing.T) {
+	f := newDlqFixture(t)
+	path, _ := damageFirst(t, f.data)
+	dir := storeDir(f.data)
+	out := dlqRun(t, slices.Concat([]string{"purge", "--dry-run"}, f.local())...)
+	if want := "would remove 4 of 4 dead letters and 1 of 1 other record from " + dir + ", and drop 1 damaged stretch (the warning above)\n"; out != want {
+		t.Errorf("purge --dry-run: got %q, want %q", out, want)
+	}
+	out = dlqRun(t, slices.Concat([]string{"purge", "--yes"}, f.local())...)
+	if want := "removed 4 dead letters and 1 other record from " + dir + ", 0 left; dropped 1 damaged stretch (the warning above)\n"; out != want {
+		t.Errorf("purge --yes: got %q, want %q", out, want)
+	}
+	if fi, err := os.Stat(path); err != nil || fi.Size() != 16 {
+		t.Errorf("after the purge, the store file: got %v (%v), want the 16-byte header alone", fi, err)
+	}
+	help, err := runCmd(context.Background(), "dlq", "purge", "--help")
+	if want := "purge removes every record, the dead letters and any other records,"; err != nil || !strings.Contains(strings.Join(strings.Fields(help), " "), want) {
+		t.Errorf("dlq purge --help: got %v\n%s\nwant it to say %q", err, help, want)
 	}
 }
 
