@@ -25,8 +25,11 @@ import (
 // replay --to copied them and purge deleted them.
 func TestDlqOrdinaryTopic(t *testing.T) {
 	f := newDlqFixture(t)
-	if err := f.b.CreateTopic("payments", 1); err != nil {
-		t.Fatal(err)
+	// lone: three partitions, one record in partition 2.
+	for topic, n := range map[string]int32{"payments": 1, "lone": 3} {
+		if err := f.b.CreateTopic(topic, n); err != nil {
+			t.Fatal(err)
+		}
 	}
 	p, err := sarama.NewSyncProducer([]string{f.addr}, dlqSarama())
 	if err != nil {
@@ -48,6 +51,7 @@ func TestDlqOrdinaryTopic(t *testing.T) {
 		{"orders", 2, []deadletter.Header{{Key: []byte("trace"), Value: []byte("t1")}}},
 		{"payments", 0, nil},
 		{"payments", 0, nil},
+		{"lone", 2, nil},
 	} {
 		r := deadletter.Record{Key: []byte("acct-9"), Value: []byte(`{"amount":1}`), Headers: m.headers, Timestamp: at}
 		if err := p.SendMessages([]*sarama.ProducerMessage{producerMessage(m.topic, m.part, r)}); err != nil {
@@ -67,6 +71,9 @@ func TestDlqOrdinaryTopic(t *testing.T) {
 		// letter, the other partitions.
 		orders2 = "--topic orders is not a dead-letter topic: none of its 1 record in partition 2, and none of its 2 records in its other partitions, " +
 			"has the __orderly.errors.* headers of a dead letter (the first, partition 2 offset 0: deadletter: no __orderly.errors.* headers: not an Orderly dead letter)"
+		// lone's other partitions hold no record.
+		lone2 = "--topic lone is not a dead-letter topic: none of its 1 record in partition 2 has the __orderly.errors.* headers of a dead letter " +
+			"(the first, partition 2 offset 0: deadletter: no __orderly.errors.* headers: not an Orderly dead letter); its other partitions hold no record"
 		// payments has no other partition.
 		payments0 = "--topic payments is not a dead-letter topic: none of its 2 records in partition 0 has the __orderly.errors.* headers of a dead letter " +
 			"(the first, partition 0 offset 0: deadletter: no __orderly.errors.* headers: not an Orderly dead letter)"
@@ -90,6 +97,7 @@ func TestDlqOrdinaryTopic(t *testing.T) {
 		{"replay --to --dry-run", nil, slices.Concat([]string{"dlq", "replay", "--to", "orders-retry", "--dry-run"}, src), orders},
 		{"purge", nil, slices.Concat([]string{"dlq", "purge", "--yes"}, src), orders},
 		{"purge a partition", nil, slices.Concat([]string{"dlq", "purge", "--yes", "--partition", "2"}, src), orders2},
+		{"purge a partition, the others empty", nil, []string{"dlq", "purge", "--yes", "--partition", "2", "--brokers", f.addr, "--topic", "lone"}, lone2},
 		{"purge the only partition", nil, []string{"dlq", "purge", "--yes", "--partition", "0", "--brokers", f.addr, "--topic", "payments"}, payments0},
 		{"purge --dry-run", nil, slices.Concat([]string{"dlq", "purge", "--dry-run"}, src), orders},
 	}
@@ -110,6 +118,9 @@ func TestDlqOrdinaryTopic(t *testing.T) {
 	}
 	if got := f.b.LogStartOffsets("orders"); got[0] != 0 || got[2] != 0 {
 		t.Errorf("orders' log start offsets: got %v, want 0 (nothing purged)", got)
+	}
+	if got := f.b.LogStartOffsets("lone"); got[2] != 0 {
+		t.Errorf("lone's log start offsets: got %v, want 0 (nothing purged)", got)
 	}
 	if got := f.b.LogStartOffsets("payments"); got[0] != 0 {
 		t.Errorf("payments' log start offsets: got %v, want 0 (nothing purged)", got)

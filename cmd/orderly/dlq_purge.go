@@ -114,7 +114,7 @@ func purgeStore(o *dlqOpts, e env) error {
 // topic), from the topic's other partitions (all of them, parts, but
 // --partition): a dead letter among their first records makes it a
 // dead-letter topic, whose partition of strays purge may delete; none, or
-// no other records, refuses it.
+// no other records, refuses it, saying which.
 func checkOthers(ctx context.Context, client sarama.Client, o *dlqOpts, c *topicCheck, parts []int32) error {
 	others := slices.DeleteFunc(slices.Clone(parts), func(p int32) bool { return p == int32(o.filter.partition) })
 	if len(others) == 0 {
@@ -127,6 +127,9 @@ func checkOthers(ctx context.Context, client sarama.Client, o *dlqOpts, c *topic
 	oc := &topicCheck{o: o, in: " in its other partitions", warn: io.Discard}
 	if _, err := oc.decide(readSpans(ctx, o, spans, oc, oc.record)); err != nil || oc.found {
 		return err
+	}
+	if oc.n == 0 {
+		return fmt.Errorf("%w; its other partitions hold no record", c.refuse(c.counted()))
 	}
 	return c.refuse(c.counted() + ", and none of " + oc.counted() + ",")
 }
