@@ -79,7 +79,7 @@ func runBroker(ctx context.Context, o *brokerOpts, out io.Writer) error {
 		if errors.As(err, &op) {
 			why = op.Err
 		}
-		return fmt.Errorf("%s: cannot listen: %w", flagArg(o.fs, "addr", o.addr), why)
+		return &listenError{flag: flagArg(o.fs, "addr", o.addr), why: why}
 	}
 	var dataErr *broker.DataDirError
 	if errors.As(err, &dataErr) {
@@ -113,3 +113,14 @@ func runBroker(ctx context.Context, o *brokerOpts, out io.Writer) error {
 	fmt.Fprintln(out, "stopped")
 	return nil
 }
+
+// listenError is runBroker's error for an --addr it cannot listen on:
+// "--addr host:port: cannot listen: <why>", naming the address once. It
+// wraps broker.ErrListen, for callers that branch on it, and why.
+type listenError struct {
+	flag string // --addr and its value, as flagArg names them
+	why  error
+}
+
+func (e *listenError) Error() string   { return e.flag + ": cannot listen: " + e.why.Error() }
+func (e *listenError) Unwrap() []error { return []error{broker.ErrListen, e.why} }

@@ -29,7 +29,8 @@ import (
 // listen on (a port in use, an address of no interface here) exits 1 with
 // one line naming --addr, and ORDERLY_ADDR when the value came from
 // there, and why it cannot listen: the address appears once, after the
-// flag, not again in net.Listen's error.
+// flag, not again in net.Listen's error. The error wraps broker.ErrListen
+// and the cause.
 func TestBrokerAddrCannotListen(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -54,6 +55,10 @@ func TestBrokerAddrCannotListen(t *testing.T) {
 				t.Fatalf("got exit %d, stderr %q; want exit %d and stderr %q, naming %s once", r.code, r.stderr, exitError, want, tt.addr)
 			}
 		})
+	}
+	_, _, err = runCmd2(context.Background(), "broker", "--addr", busy)
+	if !errors.Is(err, broker.ErrListen) || !errors.Is(err, syscall.EADDRINUSE) {
+		t.Errorf("broker --addr %s in-process: got error %v, want one wrapping broker.ErrListen and EADDRINUSE", busy, err)
 	}
 }
 
