@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
+	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -95,17 +97,28 @@ func runBroker(ctx context.Context, o *brokerOpts, out io.Writer) error {
 			data += " (fsync every batch)"
 		}
 	}
+	topics, err := b.Topics(ctx)
+	if err != nil {
+		b.Close()
+		return err
+	}
 	fmt.Fprintf(out, "orderly broker listening on %s\n", strings.Join(b.Addrs(), ","))
 	fmt.Fprintf(out, "data: %s\n", data)
-	for _, t := range o.topics {
-		// A topic reloaded from --data is kept as it is: say so when
-		// --partitions asks for another count.
-		n := len(b.HighWatermarks(t))
-		kept := ""
-		if n != o.partitions {
-			kept = fmt.Sprintf(", kept from --data; --partitions %d applies only to new topics", o.partitions)
+	// Every topic it serves: those of --topics, then those it reloaded
+	// from --data alone (no client has connected yet).
+	reloaded := slices.Sorted(maps.Keys(topics))
+	reloaded = slices.DeleteFunc(reloaded, func(t string) bool { return slices.Contains(o.topics, t) })
+	for _, t := range slices.Concat(o.topics, reloaded) {
+		n, note := topics[t], ""
+		switch {
+		case !slices.Contains(o.topics, t):
+			note = ", from --data"
+		case n != o.partitions:
+			// A topic reloaded from --data is kept as it is: say so
+			// when --partitions asks for another count.
+			note = fmt.Sprintf(", kept from --data; --partitions %d applies only to new topics", o.partitions)
 		}
-		fmt.Fprintf(out, "topic: %s (%d partitions%s)\n", t, n, kept)
+		fmt.Fprintf(out, "topic: %s (%s%s)\n", t, plural(n, "partition"), note)
 	}
 	fmt.Fprintln(out, "ready")
 	<-ctx.Done()

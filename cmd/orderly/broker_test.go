@@ -367,6 +367,30 @@ func TestBrokerRestartOtherPartitions(t *testing.T) {
 	}
 }
 
+// TestBrokerBannerListsReloaded: a broker restarted on its --data with
+// other --topics lists, at start, every topic it serves: those of
+// --topics and those it reloaded, each with its partitions. It listed
+// only --topics.
+func TestBrokerBannerListsReloaded(t *testing.T) {
+	data := t.TempDir()
+	b := startBrokerProc(t, nil, "--addr", "127.0.0.1:0", "--data", data, "--topics", "kept", "--partitions", "1")
+	b.stop(t)
+	b = startBrokerProc(t, nil, "--addr", "127.0.0.1:0", "--data", data, "--topics", "new", "--partitions", "3")
+	var got []string
+	for _, line := range strings.Split(b.out.text(), "\n") {
+		if strings.HasPrefix(line, "topic: ") {
+			got = append(got, line)
+		}
+	}
+	if want := []string{"topic: new (3 partitions)", "topic: kept (1 partition, from --data)"}; !slices.Equal(got, want) {
+		t.Errorf("restart's topic lines: got %q, want %q", got, want)
+	}
+	if parts := topicPartitions(t, b.addr); len(parts) != 2 || parts["kept"] != 1 || parts["new"] != 3 {
+		t.Errorf("after the restart: got partitions %v, want kept 1, new 3", parts)
+	}
+	b.stop(t)
+}
+
 // TestBrokerDataLocked: a second `orderly broker` on the --data of a
 // running one is refused (exit 1, naming the directory's lock file and
 // the running broker's process ID) before it listens; it started and both

@@ -216,6 +216,33 @@ func (b *Broker) LogStartOffsets(topic string) map[int32]int64 {
 	return out
 }
 
+// Topics returns every topic the broker serves and its partition count:
+// those of Config.Topics and those reloaded from Config.DataDir, and any a
+// client created. It asks the broker, with a Metadata request for all
+// topics, as a client would.
+func (b *Broker) Topics(ctx context.Context) (map[string]int, error) {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(b.Addrs()...))
+	if err != nil {
+		return nil, fmt.Errorf("broker: list topics: %w", err)
+	}
+	defer cl.Close()
+	resp, err := kmsg.NewPtrMetadataRequest().RequestWith(ctx, cl) // no topics named: all of them
+	if err != nil {
+		return nil, fmt.Errorf("broker: list topics: %w", err)
+	}
+	out := make(map[string]int, len(resp.Topics))
+	for _, t := range resp.Topics {
+		if t.Topic == nil {
+			continue
+		}
+		if err := kerr.ErrorForCode(t.ErrorCode); err != nil {
+			return nil, fmt.Errorf("broker: list topics: topic %s: %w", *t.Topic, err)
+		}
+		out[*t.Topic] = len(t.Partitions)
+	}
+	return out, nil
+}
+
 // Committed returns group's committed offsets for topic, by partition; a
 // partition with no commit is absent.
 func (b *Broker) Committed(group, topic string) map[int32]int64 {

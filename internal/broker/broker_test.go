@@ -202,3 +202,25 @@ func TestLogStartOffsets(t *testing.T) {
 		t.Errorf("LogStartOffsets after deleting partition 0 up to %d: %v", hw[0], got)
 	}
 }
+
+// TestTopicsReloaded: Topics lists the topics a broker reloaded from its
+// DataDir beside those of Config.Topics, each with its partition count.
+func TestTopicsReloaded(t *testing.T) {
+	dir := t.TempDir()
+	b, err := Start(Config{DataDir: dir, Topics: []string{"kept"}, Partitions: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.Close()
+	b, err = Start(Config{DataDir: dir, Topics: []string{"new"}, Partitions: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	got, err := b.Topics(ctx)
+	if want := map[string]int{"kept": 1, "new": 3}; err != nil || !maps.Equal(got, want) {
+		t.Errorf("Topics after a restart on the DataDir: got %v, %v; want %v", got, err, want)
+	}
+}
