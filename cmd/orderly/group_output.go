@@ -80,16 +80,21 @@ func writeGroupTextAt(w io.Writer, v *groupView, now time.Time) error {
 		if len(p.Finished) > 0 {
 			finished = append(finished, fmt.Sprintf("  %s: %d in %s: %s", tp, p.FinishedAbove, plural(len(p.Finished), "range"), ranges(p.Finished)))
 		}
+		// Past its not-before the retry is due, and may be running
+		// already (the metadata lists a message until it is done),
+		// unless the group has no member to run it.
+		due := "due: its retry may be running"
+		if len(v.Members) == 0 {
+			due = "due; no member holds the partition"
+		}
 		for _, wt := range p.Waiting {
-			// Past its not-before the retry is due, and may be running
-			// already: the metadata lists a message until it is done.
-			when := "due: its retry may be running"
+			when := due
 			if wt.NotBefore != nil {
 				when = "not before " + wt.NotBefore.String()
 				if d := wt.NotBefore.Sub(now); d > 0 {
 					when += fmt.Sprintf(" (in %s)", d.Round(time.Second))
 				} else {
-					when += " (due: its retry may be running)"
+					when += " (" + due + ")"
 				}
 			}
 			if wt.FirstFailure != nil {

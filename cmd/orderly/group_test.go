@@ -187,7 +187,18 @@ func TestGroupDescribe(t *testing.T) {
 	v = describeJSON(t, "--brokers", b.Addrs()[0], "--group", groupID)
 	if v.State != "Empty" || len(v.Members) != 0 || len(v.Parts) != 2 || *v.Parts[0].Committed != 5 || v.Parts[0].FinishedAbove != wantFinished ||
 		len(v.Parts[0].Waiting) != 1 || v.Parts[0].Member != "" {
-		t.Errorf("after Run: got %+v, want Empty, no members, partition 0 still committed at 5 with its metadata", v)
+		t.Fatalf("after Run: got %+v, want Empty, no members, partition 0 still committed at 5 with its metadata", v)
+	}
+	// Once its not-before has passed, the waiting message is due, and
+	// with no member nothing runs it: describe says so, not that its
+	// retry may be running.
+	var text strings.Builder
+	notBefore := v.Parts[0].Waiting[0].NotBefore
+	if err := writeGroupTextAt(&text, &v, notBefore.Add(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	if want := fmt.Sprintf("%s/0 offset 20: attempt 2, not before %s (due; no member holds the partition)", topic, notBefore); !strings.Contains(text.String(), want) {
+		t.Errorf("describe of the Empty group a minute past the not-before: got\n%s\nwant a line %q", text.String(), want)
 	}
 }
 
@@ -431,16 +442,18 @@ func TestGroupDescribeMembers(t *testing.T) {
 // TestDescribeWaitingWhen: describe's text says when each waiting message
 // may run again: not before a time to come (and in how long), or due, when
 // its retry may be running already (the metadata lists it until it is
-// done), and when it first failed if the metadata says. Text and --json
+// done) or, with no member in the group, when nothing runs it; and when it
+// first failed if the metadata says. Text and --json
 // write each time with three digits of milliseconds, as the dead-letter
 // headers do, also on a whole second and with trailing zeros.
 func TestDescribeWaitingWhen(t *testing.T) {
 	now := time.Date(2026, 12, 4, 12, 0, 0, 0, time.UTC)
 	later, earlier := millisTime{now.Add(time.Hour)}, millisTime{now.Add(-time.Minute)}
 	tenths := millisTime{time.Date(2026, 12, 5, 3, 51, 25, 280e6, time.UTC)}
-	v := &groupView{Group: "g", State: "Stable", Parts: []partitionView{{Topic: "t", Partition: 0, HighWatermark: 10,
-		Waiting: []waitingView{{Offset: 1, Attempt: 2}, {Offset: 2, Attempt: 3, NotBefore: &earlier},
-			{Offset: 3, Attempt: 2, NotBefore: &later, FirstFailure: &earlier}, {Offset: 4, Attempt: 2, NotBefore: &tenths, FirstFailure: &tenths}}}}}
+	v := &groupView{Group: "g", State: "Stable", Members: []memberView{{ID: "m1", Assigned: map[string][]int32{"t": {0}}}},
+		Parts: []partitionView{{Topic: "t", Partition: 0, HighWatermark: 10, Member: "m1",
+			Waiting: []waitingView{{Offset: 1, Attempt: 2}, {Offset: 2, Attempt: 3, NotBefore: &earlier},
+				{Offset: 3, Attempt: 2, NotBefore: &later, FirstFailure: &earlier}, {Offset: 4, Attempt: 2, NotBefore: &tenths, FirstFailure: &tenths}}}}}
 	var b strings.Builder
 	if err := writeGroupTextAt(&b, v, now); err != nil {
 		t.Fatal(err)
@@ -453,6 +466,25 @@ func TestDescribeWaitingWhen(t *testing.T) {
 	} {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("describe text: got\n%s\nwant a line %q", b.String(), want)
+		}
+	}
+
+	// With no member (an Empty group), a due message's retry runs
+	// nowhere.
+	empty := *v
+	empty.State, empty.Members = "Empty", nil
+	empty.Parts = []partitionView{v.Parts[0]}
+	empty.Parts[0].Member = ""
+	b.Reset()
+	if err := writeGroupTextAt(&b, &empty, now); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"t/0 offset 1: attempt 2, due; no member holds the partition\n",
+		"t/0 offset 2: attempt 3, not before 2026-12-04T11:59:00.000Z (due; no member holds the partition)\n",
+	} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("describe text of an Empty group: got\n%s\nwant a line %q", b.String(), want)
 		}
 	}
 
