@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"math"
 	"net/url"
+	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -295,6 +297,9 @@ func runConsume(ctx context.Context, o *consumeOpts, e env) (err error) {
 	if err := o.check(); err != nil {
 		return err
 	}
+	if err := o.checkData(); err != nil {
+		return err
+	}
 	log := o.logger(e.stderr)
 	defer log.Sync() //nolint:errcheck // best effort at exit
 	sc := group.DefaultSarama()
@@ -441,6 +446,40 @@ func (o *consumeOpts) explain(err error) error {
 		return fmt.Errorf("%s: %w", flagArg(fs, "instance-id", o.instanceID), err)
 	}
 	return fmt.Errorf("consume: %w", err)
+}
+
+// checkData makes --data if it is missing and checks that consume can
+// write in it, before anything starts: the group keeps its local
+// dead-letter store, parked messages and the committed offsets it saw
+// there, and would find out only as it starts, after its first log
+// entries, with an error that names the path but not the flag.
+func (o *consumeOpts) checkData() error {
+	if o.data == "" {
+		return nil
+	}
+	flag := flagArg(o.fs, "data", o.data)
+	if err := os.MkdirAll(o.data, 0o755); err != nil {
+		// "mkdir <a parent of --data>: not a directory", or of --data
+		// itself, named once.
+		var pe *fs.PathError
+		if errors.As(err, &pe) && pe.Path == o.data {
+			err = pe.Err
+		}
+		return fmt.Errorf("%s: %w", flag, err)
+	}
+	f, err := os.CreateTemp(o.data, ".orderly-write-check-*")
+	if err != nil {
+		var pe *fs.PathError
+		if errors.As(err, &pe) {
+			err = pe.Err // the probe's own name says nothing
+		}
+		return fmt.Errorf("%s: cannot write in it: %w", flag, err)
+	}
+	f.Close()
+	if err := os.Remove(f.Name()); err != nil {
+		return fmt.Errorf("%s: %w", flag, err)
+	}
+	return nil
 }
 
 // dataInUseError is the error of a --data another consumer holds: a

@@ -180,6 +180,53 @@ func TestConsumeDataInUse(t *testing.T) {
 	}
 }
 
+// TestConsumeDataUnusable: a --data consume cannot make or write in (a
+// file, a path under a file, a directory it may not write) ends it before
+// it starts, with exit 1 and one line naming --data (and ORDERLY_DATA when
+// the value came from there): no start line, no log entry first. It ended
+// once the group had started, after a warning, with "consume: group: local
+// dead-letter store: deadletter: create ...".
+func TestConsumeDataUnusable(t *testing.T) {
+	t.Parallel()
+	b := newTopic(t, "present", 1)
+	ep := newEndpoint(t, 0, func([]hit) (int, http.Header, string) { return http.StatusOK, nil, "" })
+	dir := t.TempDir()
+	file := filepath.Join(dir, "afile")
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	readOnly := filepath.Join(dir, "readonly")
+	if err := os.Mkdir(readOnly, 0o555); err != nil {
+		t.Fatal(err)
+	}
+	under := filepath.Join(file, "sub")
+	tests := []struct {
+		name     string
+		vars     []string
+		args     []string
+		want     string // all of stderr
+		needUser bool   // root may write anywhere
+	}{
+		{"a file", nil, []string{"--data", file}, "orderly: --data " + file + ": not a directory\n", false},
+		{"under a file", nil, []string{"--data", under}, "orderly: --data " + under + ": mkdir " + file + ": not a directory\n", false},
+		{"under a file, variable", []string{"ORDERLY_DATA=" + under}, nil,
+			"orderly: --data " + under + " (from ORDERLY_DATA): mkdir " + file + ": not a directory\n", false},
+		{"a directory it cannot write", nil, []string{"--data", readOnly}, "orderly: --data " + readOnly + ": cannot write in it: permission denied\n", true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if tt.needUser && os.Geteuid() == 0 {
+				t.Skip("root may write in a directory of mode 0555")
+			}
+			args := append([]string{"consume", "--brokers", b.Addrs()[0], "--group", "g", "--topic", "present", "--http", ep.url()}, tt.args...)
+			r := runBin(t, tt.vars, args...)
+			if r.code != exitError || r.stdout != "" || r.stderr != tt.want {
+				t.Errorf("orderly %q: got exit %d, stdout %q, stderr %q; want exit %d, no stdout, stderr %q", args, r.code, r.stdout, r.stderr, exitError, tt.want)
+			}
+		})
+	}
+}
+
 // TestConsumeEnvBinding checks that every flag of `orderly consume` is
 // read from its ORDERLY_* variable when not given, and that a flag given
 // wins over its variable.
