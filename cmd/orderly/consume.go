@@ -431,7 +431,10 @@ func (o *consumeOpts) explain(err error) error {
 	case o.data != "" && errors.As(err, &held):
 		return o.dataInUse(err, held)
 	case errors.Is(err, group.ErrDeadLetterTopic):
-		return fmt.Errorf("%s: %w", flagArg(fs, "dead-letter-topic", o.deadLetterTopic), err)
+		// err says "does not exist" twice (ErrDeadLetterTopic wraps
+		// ErrUnknownTopic) and names the topic twice more.
+		return &deadLetterTopicError{err: err,
+			msg: flagArg(fs, "dead-letter-topic", o.deadLetterTopic) + ": the topic does not exist (consume does not create it)"}
 	case errors.Is(err, group.ErrUnknownTopic):
 		return fmt.Errorf("%s: %w", flagArg(fs, "topic", topics), err)
 	case errors.Is(err, group.ErrConnect):
@@ -481,6 +484,17 @@ func (o *consumeOpts) checkData() error {
 	}
 	return nil
 }
+
+// deadLetterTopicError is the error of a --dead-letter-topic that does
+// not exist: a sentence of its own, naming the flag and the topic once,
+// wrapping Run's error (group.ErrDeadLetterTopic, group.ErrUnknownTopic).
+type deadLetterTopicError struct {
+	msg string
+	err error
+}
+
+func (e *deadLetterTopicError) Error() string { return e.msg }
+func (e *deadLetterTopicError) Unwrap() error { return e.err }
 
 // dataInUseError is the error of a --data another consumer holds: a
 // sentence of its own, wrapping the lock's *flock.HeldError.

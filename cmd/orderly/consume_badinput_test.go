@@ -1,6 +1,8 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -10,6 +12,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/orderly-go/orderly/group"
 	"github.com/orderly-go/orderly/internal/deadletter"
 	"github.com/orderly-go/orderly/localqueue"
 )
@@ -95,13 +98,13 @@ func TestConsumeBadInput(t *testing.T) {
 		{"missing topic", nil, args("--topic", "absent", "--http", ep.url()), exitError,
 			"--topic absent: group: topic does not exist"},
 		{"missing dead-letter topic", nil, args("--topic", "present", "--http", ep.url(), "--dead-letter-topic", "absent-dlq"), exitError,
-			"--dead-letter-topic absent-dlq: group: dead-letter topic does not exist"},
+			"--dead-letter-topic absent-dlq: the topic does not exist (consume does not create it)"},
 		// Run's errors name the variable a value came from, as usage
 		// errors do.
 		{"missing topic from env", []string{"ORDERLY_TOPIC=absent"}, args("--http", ep.url()), exitError,
 			"--topic absent (from ORDERLY_TOPIC): group: topic does not exist"},
 		{"missing dead-letter topic from env", []string{"ORDERLY_DEAD_LETTER_TOPIC=absent-dlq"}, args("--topic", "present", "--http", ep.url()), exitError,
-			"--dead-letter-topic absent-dlq (from ORDERLY_DEAD_LETTER_TOPIC): group: dead-letter topic does not exist"},
+			"--dead-letter-topic absent-dlq (from ORDERLY_DEAD_LETTER_TOPIC): the topic does not exist (consume does not create it)"},
 		{"unreachable endpoint from env", []string{"ORDERLY_HTTP=http://127.0.0.1:1/hook"}, args("--topic", "present"), exitError,
 			"--http http://127.0.0.1:1/hook (from ORDERLY_HTTP): endpoint unreachable (--no-check skips this check)"},
 		{"unreachable broker from env", []string{"ORDERLY_BROKERS=127.0.0.1:1"}, []string{"consume", "--group", "g", "--topic", "present", "--http", ep.url()}, exitError,
@@ -130,6 +133,23 @@ func TestConsumeBadInput(t *testing.T) {
 				t.Errorf("got hint %q, want see 'orderly consume --help'", lines[len(lines)-1])
 			}
 		})
+	}
+}
+
+// TestConsumeNoDeadLetterTopic: a --dead-letter-topic that does not
+// exist ends consume with one sentence naming the flag and the topic
+// once, wrapping group.ErrDeadLetterTopic and group.ErrUnknownTopic. It
+// read "--dead-letter-topic absent-dlq: group: dead-letter topic does
+// not exist: group: topic does not exist: group "g", dead-letter topic
+// "absent-dlq": absent-dlq: kafka server: ...".
+func TestConsumeNoDeadLetterTopic(t *testing.T) {
+	t.Parallel()
+	b := newTopic(t, "present", 1)
+	_, _, err := runCmd2(context.Background(), "consume", "--brokers", b.Addrs()[0], "--group", "g", "--topic", "present",
+		"--exec", "cat", "--dead-letter-topic", "absent-dlq", "--progress", "off")
+	want := "--dead-letter-topic absent-dlq: the topic does not exist (consume does not create it)"
+	if err == nil || err.Error() != want || !errors.Is(err, group.ErrDeadLetterTopic) || !errors.Is(err, group.ErrUnknownTopic) {
+		t.Errorf("consume --dead-letter-topic absent-dlq: got error %v, want %q wrapping group.ErrDeadLetterTopic and group.ErrUnknownTopic", err, want)
 	}
 }
 
