@@ -156,6 +156,7 @@ func (c *collector) collectGroup(ch chan<- prometheus.Metric, s *group.Stats) {
 	}
 	ch <- constMetric(c.calls, counter, mono(float64(s.Batches)), resultOK)
 	ch <- constMetric(c.calls, counter, mono(float64(s.Failures)), resultErr)
+	ch <- constMetric(c.calls, counter, mono(float64(s.DeferredCalls)), resultDeferred)
 	dest := s.DeadLetterDestination
 	if dest == "" {
 		dest = destinationNone

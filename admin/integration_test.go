@@ -407,6 +407,7 @@ func checkAround(t *testing.T, sc scrape, before, after *group.Stats) {
 	between("retries", sc.value(t, "orderly_retries_total"), before.Retries, after.Retries)
 	between("calls ok", sc.value(t, "orderly_handler_calls_total", "result=ok"), before.Batches, after.Batches)
 	between("calls failed", sc.value(t, "orderly_handler_calls_total", "result=error"), before.Failures, after.Failures)
+	between("calls deferred", sc.value(t, "orderly_handler_calls_total", "result=deferred"), before.DeferredCalls, after.DeferredCalls)
 	between("timeouts", sc.value(t, "orderly_handler_timeouts_total"), before.TimedOut, after.TimedOut)
 	between("claims", sc.value(t, "orderly_rebalances_total"), before.Claims, after.Claims)
 	ms := sc.find("orderly_handler_duration_seconds")

@@ -183,7 +183,7 @@ const (
 	failedAttemptsName  = "orderly_failed_attempts_total"
 	failedAttemptsHelp  = "Failed attempts charged to the partition's records, counted when each finishes (a record handled at its third attempt adds 2; one dead-lettered after Retry.MaxAttempts 3 adds 3)."
 	callsName           = "orderly_handler_calls_total"
-	callsHelp           = "Do calls, by result: ok (returned nil) or error (returned an error, panicked, or ran past MsgTimeout; split calls included)."
+	callsHelp           = "Do calls, by result: ok (returned nil), deferred (its BatchError named only deferrals, within MsgTimeout: no failure; its other records are done), or error (returned any other error, panicked, or ran past MsgTimeout); split calls included."
 	deadLettersName     = "orderly_dead_letters_total"
 	deadLettersHelp     = "Dead letters written, by reason (max_attempts, rejected, timeout, poison) and destination (topic:NAME, local:DIR, or none)."
 	errorsName          = "orderly_errors_total"
@@ -198,6 +198,7 @@ const (
 	liveHelp            = "1 when the group is live (/healthz): no worker stuck, session not lost for long."
 	destinationNone     = "none"
 	resultOK, resultErr = "ok", "error"
+	resultDeferred      = "deferred"
 )
 
 // deadLetterReasons are the reason label values, in Stats.DeadLettered's

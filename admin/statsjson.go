@@ -52,6 +52,7 @@ type TotalsDoc struct {
 	DecodeErrors     int64 `json:"decode_errors"`
 	Batches          int64 `json:"batches"`
 	Failures         int64 `json:"failures"`
+	DeferredCalls    int64 `json:"deferred_calls"`
 	Panics           int64 `json:"panics"`
 	Retries          int64 `json:"retries"`
 	Splits           int64 `json:"splits"`
@@ -192,7 +193,7 @@ func newStatsDoc(s *group.Stats, h Health, t time.Time) *StatsDoc {
 		Status:        statusDoc(s.Status),
 		Totals: TotalsDoc{
 			Fetched: s.Fetched, Handled: s.Handled, Committed: s.Committed, DecodeErrors: s.DecodeErrors,
-			Batches: s.Batches, Failures: s.Failures, Panics: s.Panics, Retries: s.Retries, Splits: s.Splits,
+			Batches: s.Batches, Failures: s.Failures, DeferredCalls: s.DeferredCalls, Panics: s.Panics, Retries: s.Retries, Splits: s.Splits,
 			Cancelled: s.Cancelled, Dropped: s.Dropped, Abandoned: s.Abandoned, Claims: s.Claims, Revokes: s.Revokes,
 			Resumed: s.Resumed, ResumedWaiting: s.ResumedWaiting, MetadataFull: s.MetadataFull,
 			MetadataRejected: s.MetadataRejected, Errors: s.Errors, TimedOut: s.TimedOut, Stuck: s.Stuck,

@@ -740,6 +740,7 @@ func (g *Group[T]) Stats() Stats {
 		Handled:          g.pool.Handled(),
 		Batches:          g.pool.Batches(),
 		Failures:         g.pool.Failures.Load(),
+		DeferredCalls:    g.pool.DeferredCalls.Load(),
 		Retries:          g.fail.retried.Load(),
 		Splits:           g.pool.Splits.Load(),
 		Cancelled:        g.pool.Cancelled.Load(),

@@ -27,16 +27,22 @@ type Stats struct {
 	Committed    int64 // messages behind the commit frontier (marked for commit)
 	DecodeErrors int64 // messages whose New failed; logged and skipped past
 	Batches      int64 // Do calls that succeeded (a late one too, whose messages are not Handled)
-	Failures     int64 // Do calls that returned an error or panicked (split calls included)
-	Panics       int64 // of Failures, how many were panics
-	Retries      int64 // messages to be handed out again after a failed attempt, counted once, by the member that decides the retry (at a handover, the one that hands the message over); not a last attempt's failure, which is dead-lettered
-	Splits       int64 // Do calls on part of a batch that failed as a whole, to find its failing items
-	Cancelled    int64 // failed Do calls that returned after their ctx was cancelled (ErrRevoked, ErrShutdown)
-	Dropped      int64 // queued, never-failed messages let go on revoke (the next owner gets them), or, at a stop, parked messages taken from the local queue and not yet run (the next run gets them)
-	Abandoned    int64 // messages left unfinished at revoke (or, at a stop, parked messages taken from the local queue and left unfinished): waiting for a retry, failed during the drain, or still in Do after DrainTimeout (whatever that call then returns)
-	Revokes      int64 // partition claims that ended (rebalance or shutdown)
-	Claims       int64 // partition claims that started
-	Resumed      int64 // messages skipped because a previous owner finished them (commit metadata), or this member did before its final commit was lost
+	Failures     int64 // Do calls that returned an error or panicked (split calls included), not counting DeferredCalls
+	// DeferredCalls counts Do calls whose BatchError named only deferrals
+	// (Defer: no Fail, no DeadLetter) and that returned within
+	// MsgTimeout: not failures (no attempt is charged, and the outage
+	// detector counts no failure for them); their unnamed items are done.
+	// Every Do call counts in one of Batches, Failures and DeferredCalls.
+	DeferredCalls int64
+	Panics        int64 // of Failures, how many were panics
+	Retries       int64 // messages to be handed out again after a failed attempt, counted once, by the member that decides the retry (at a handover, the one that hands the message over); not a last attempt's failure, which is dead-lettered
+	Splits        int64 // Do calls on part of a batch that failed as a whole, to find its failing items
+	Cancelled     int64 // failed Do calls that returned after their ctx was cancelled (ErrRevoked, ErrShutdown)
+	Dropped       int64 // queued, never-failed messages let go on revoke (the next owner gets them), or, at a stop, parked messages taken from the local queue and not yet run (the next run gets them)
+	Abandoned     int64 // messages left unfinished at revoke (or, at a stop, parked messages taken from the local queue and left unfinished): waiting for a retry, failed during the drain, or still in Do after DrainTimeout (whatever that call then returns)
+	Revokes       int64 // partition claims that ended (rebalance or shutdown)
+	Claims        int64 // partition claims that started
+	Resumed       int64 // messages skipped because a previous owner finished them (commit metadata), or this member did before its final commit was lost
 	// ResumedWaiting counts messages a previous owner left waiting for a
 	// retry (commit metadata): they went on at the attempt and backoff
 	// it had reached.

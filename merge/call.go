@@ -237,7 +237,12 @@ func (p *Pool[M, T]) runAroundExhausted(wk *worker[M, T], b *dispatch.Batch[M, T
 // failed records the outcomes of b.Items[lo:hi] after a call on them
 // failed with err, with verdicts on some of them or none.
 func (p *Pool[M, T]) failed(wk *worker[M, T], b *dispatch.Batch[M, T], lo, hi int, verdicts []Verdict, err error, timedOut bool) {
-	p.stats.Failures.Add(1)
+	deferredOnly := onlyDeferred(verdicts) // a call past Timeout has none
+	if deferredOnly {
+		p.stats.DeferredCalls.Add(1)
+	} else {
+		p.stats.Failures.Add(1)
+	}
 	switch {
 	case b.Orphaned():
 		// Given up on while the call ran (Orphan, final once the call
@@ -247,7 +252,9 @@ func (p *Pool[M, T]) failed(wk *worker[M, T], b *dispatch.Batch[M, T], lo, hi in
 	case !timedOut && p.cancelled(wk):
 		// Cancelled: the items of a revoked partition are abandoned by
 		// Settle, the others run again, uncharged.
-		p.stats.Cancelled.Add(1)
+		if !deferredOnly {
+			p.stats.Cancelled.Add(1)
+		}
 		p.returnRange(wk, lo, hi)
 	case verdicts != nil:
 		noSplit := p.cfg.NoSplit != nil && p.cfg.NoSplit()
@@ -293,6 +300,20 @@ func (p *Pool[M, T]) failed(wk *worker[M, T], b *dispatch.Batch[M, T], lo, hi in
 	default:
 		p.bisect(wk, b, lo, hi, err)
 	}
+}
+
+// onlyDeferred reports whether a call's verdicts are there and all
+// Deferred: the call counts in Stats.DeferredCalls, not Failures.
+func onlyDeferred(verdicts []Verdict) bool {
+	if len(verdicts) == 0 {
+		return false
+	}
+	for _, v := range verdicts {
+		if v.Kind != Deferred {
+			return false
+		}
+	}
+	return true
 }
 
 // goesBack reports whether an item of b.Items[lo:i] in item i's lane goes

@@ -115,14 +115,19 @@ type Handle[M, T any] func(ctx context.Context, worker int, items []*dispatch.It
 // each on its own cache line (a shared atomic per Do call showed up with
 // Size=1), and summed when read.
 type Stats struct {
-	Failures  atomic.Int64 // Do calls that failed (error or panic), split calls included
-	Charged   atomic.Int64 // items charged a failed attempt (the hold hook decides: a retry, or a dead letter past MaxAttempts)
-	Splits    atomic.Int64 // calls made on part of a batch that failed as a whole
-	Cancelled atomic.Int64 // failed calls that returned after their context was cancelled
-	TimedOut  atomic.Int64 // calls that ran past Config.Timeout, hung or not: counted when the watchdog cancels one, or when one returns past Timeout first
-	Stuck     atomic.Int64 // calls that ran past Timeout plus Grace (their worker was stuck)
-	Deferred  atomic.Int64 // items deferred by their Do
-	workers   []workerCount
+	Failures atomic.Int64 // Do calls that failed (error or panic), split calls included; not a deferred call
+	// DeferredCalls counts Do calls that returned verdicts, every one of
+	// them Deferred, within Config.Timeout: the handler asked for those
+	// items later (a dependency not ready, a rate limit), which is no
+	// failure of the call, and the call's other items are done.
+	DeferredCalls atomic.Int64
+	Charged       atomic.Int64 // items charged a failed attempt (the hold hook decides: a retry, or a dead letter past MaxAttempts)
+	Splits        atomic.Int64 // calls made on part of a batch that failed as a whole
+	Cancelled     atomic.Int64 // failed calls that returned after their context was cancelled
+	TimedOut      atomic.Int64 // calls that ran past Config.Timeout, hung or not: counted when the watchdog cancels one, or when one returns past Timeout first
+	Stuck         atomic.Int64 // calls that ran past Timeout plus Grace (their worker was stuck)
+	Deferred      atomic.Int64 // items deferred by their Do
+	workers       []workerCount
 }
 
 type workerCount struct {

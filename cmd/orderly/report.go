@@ -132,7 +132,7 @@ func (r *demoReport) write(w io.Writer) {
 	}
 	line("decode errors", "%d", r.Stats.DecodeErrors)
 	line("balances mismatched", "%d", r.Mismatched)
-	line("do calls", "%d", r.Stats.Batches+r.Stats.Failures)
+	line("do calls", "%d", r.Stats.Batches+r.Stats.Failures+r.Stats.DeferredCalls)
 	line("failed calls", "%d", r.Stats.Failures)
 	line("split calls", "%d", r.Stats.Splits)
 	line("retries", "%d", r.Stats.Retries)
