@@ -134,3 +134,37 @@ func TestBatchErrorIndexes(t *testing.T) {
 		t.Errorf("a nil *BatchError's Indexes: got %v, want nil", got)
 	}
 }
+
+// TestBatchErrorOnlyDeferred: OnlyDeferred reads the verdicts Run takes
+// from a BatchError for a batch of n items: those on indexes 0 to n-1, the
+// first on each; true when there is one at least and all are Defer.
+func TestBatchErrorOnlyDeferred(t *testing.T) {
+	fail := errors.New("x")
+	tests := []struct {
+		name string
+		mark func(be *BatchError)
+		want bool
+	}{
+		{"nothing named", func(*BatchError) {}, false},
+		{"every item deferred", func(be *BatchError) { be.Defer(0, time.Second); be.Defer(1, time.Second) }, true},
+		{"one item deferred", func(be *BatchError) { be.Defer(1, time.Second) }, true},
+		{"a deferral and a failure", func(be *BatchError) { be.Defer(0, time.Second); be.Fail(1, fail) }, false},
+		{"a deferral and a dead letter", func(be *BatchError) { be.Defer(0, time.Second); be.DeadLetter(1, fail) }, false},
+		{"a failure outside the batch beside a deferral", func(be *BatchError) { be.Defer(0, time.Second); be.Fail(2, fail) }, true},
+		{"a deferral outside the batch only", func(be *BatchError) { be.Defer(2, time.Second) }, false},
+		{"a deferral given first on an item", func(be *BatchError) { be.Defer(0, time.Second); be.Fail(0, fail) }, true},
+		{"a failure given first on an item", func(be *BatchError) { be.Fail(0, fail); be.Defer(0, time.Second) }, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var be BatchError
+			tt.mark(&be)
+			if got := be.OnlyDeferred(2); got != tt.want {
+				t.Errorf("OnlyDeferred(2): got %v, want %v", got, tt.want)
+			}
+		})
+	}
+	if (*BatchError)(nil).OnlyDeferred(2) {
+		t.Error("a nil *BatchError's OnlyDeferred: got true, want false")
+	}
+}

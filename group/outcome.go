@@ -95,6 +95,28 @@ func (e *BatchError) Indexes() []int {
 	return idx
 }
 
+// OnlyDeferred reports whether the items e names within a batch of n
+// items (indexes 0 to n-1; of two verdicts on one item, the first) are
+// all deferred, and there is one at least. Run counts a call that
+// returned such a BatchError (alone, within MsgTimeout) in
+// Stats.DeferredCalls, not Failures: no failure, only items asked for
+// later.
+func (e *BatchError) OnlyDeferred(n int) bool {
+	if e == nil {
+		return false
+	}
+	vs, ok := e.verdicts(nil, n)
+	if !ok {
+		return false
+	}
+	for _, v := range vs {
+		if v.Kind != merge.Deferred {
+			return false
+		}
+	}
+	return true
+}
+
 // Err returns e, or nil when no item was marked failed.
 func (e *BatchError) Err() error {
 	if e == nil || len(e.items) == 0 {

@@ -274,20 +274,27 @@ func (h *hook) extract(m *group.Message) trace.SpanContext {
 
 // end finishes the span of a call on n messages that returned err (ctx is
 // Do's). A BatchError naming nothing, sole (group.AsBatchError), is a
-// success. A call past MsgTimeout failed
+// success, and so is one, sole, that only defers items of the batch
+// (BatchError.OnlyDeferred: group counts the call in Stats.DeferredCalls).
+// A call past MsgTimeout failed
 // whatever it returned, as group counts it, whether or not the watchdog
 // (which looks every tenth of MsgTimeout) has cancelled ctx yet: its
 // error is the pool's for it (merge.TimeoutError).
 func end(ctx context.Context, span trace.Span, err error, n int) {
+	deferred := false
 	if err != nil {
 		// An empty BatchError, sole (group.AsBatchError), is a success,
 		// as group counts it.
-		if be, sole := group.AsBatchError(err); sole && be.Len() == 0 {
+		be, sole := group.AsBatchError(err)
+		if sole && be.Len() == 0 {
 			err = nil
 		}
+		deferred = sole && be.OnlyDeferred(n)
 	}
 	if merge.PastTimeout(ctx, group.ErrTimeout) {
 		err = merge.TimeoutError(group.ErrTimeout, err)
+	} else if deferred {
+		err = nil
 	}
 	if err != nil {
 		span.RecordError(err)

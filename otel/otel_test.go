@@ -183,13 +183,24 @@ func TestLinkCap(t *testing.T) {
 // TestFailedCalls: a failed call records its error, sets error.type and
 // ends with status Error; a BatchError naming nothing is a success,
 // alone or wrapped alone, not beside another error (group.AsBatchError),
-// and one beside another error is not error.type batch. A call
+// and one beside another error is not error.type batch. So is one,
+// alone, that only defers items of the batch (group counts it in
+// Stats.DeferredCalls); one that also fails or dead-letters an item is
+// error.type batch. A call
 // past MsgTimeout failed with ErrTimeout whatever it returned, wrapping
 // what it did return, as group counts it.
 func TestFailedCalls(t *testing.T) {
-	var named, none, outside group.BatchError
+	var named, none, outside, deferred, deferredOne, deferredFailed, deferredDead, deferredOutside group.BatchError
 	named.Fail(0, errors.New("declined"))
 	outside.Fail(2, errors.New("declined")) // the batch has items 0 and 1
+	deferred.Defer(0, time.Second)
+	deferred.Defer(1, time.Second)
+	deferredOne.Defer(1, time.Second)
+	deferredFailed.Defer(0, time.Second)
+	deferredFailed.Fail(1, errors.New("declined"))
+	deferredDead.Defer(0, time.Second)
+	deferredDead.DeadLetter(1, errors.New("bad"))
+	deferredOutside.Defer(2, time.Second)
 	timedOut, cancel := context.WithCancelCause(context.Background())
 	cancel(group.ErrTimeout)
 	revoked, cancel2 := context.WithCancelCause(context.Background())
@@ -215,6 +226,14 @@ func TestFailedCalls(t *testing.T) {
 		{"BatchError naming an item, joined with a nil", context.Background(), errors.Join(nil, &named), ErrorBatch, "1 items failed; item 0: declined"},
 		{"BatchError naming only an item outside the batch", context.Background(), &outside, ErrorOther, "1 items failed; item 2: declined"},
 		{"a nil *BatchError", context.Background(), (*group.BatchError)(nil), ErrorOther, "group: a nil *BatchError"},
+		{"BatchError deferring every item", context.Background(), &deferred, "", ""},
+		{"BatchError deferring an item, wrapped alone", context.Background(), fmt.Errorf("throttled: %w", &deferredOne), "", ""},
+		{"BatchError deferring an item and failing another", context.Background(), &deferredFailed, ErrorBatch, "2 items failed; item 0: deferred; item 1: declined"},
+		{"BatchError deferring an item and dead-lettering another", context.Background(), &deferredDead, ErrorBatch, "2 items failed; item 0: deferred; item 1: bad"},
+		{"BatchError deferring only an item outside the batch", context.Background(), &deferredOutside, ErrorOther, "1 items failed; item 2: deferred"},
+		{"BatchError deferring every item, joined with a failure", context.Background(), errors.Join(errors.New("reset"), &deferred), ErrorOther, "reset"},
+		{"BatchError deferring every item past its timeout", timedOut, &deferred, ErrorTimeout, "group: Do ran past MsgTimeout (2 items failed; item 0: deferred; item 1: deferred)"},
+		{"BatchError deferring every item after a revoke", revoked, &deferred, "", ""},
 		{"timeout", timedOut, context.Canceled, ErrorTimeout, "group: Do ran past MsgTimeout (context canceled)"},
 		{"BatchError past its timeout", timedOut, &named, ErrorTimeout, "group: Do ran past MsgTimeout (1 items failed; item 0: declined)"},
 		{"BatchError naming nothing past its timeout", timedOut, &none, ErrorTimeout, group.ErrTimeout.Error()},
