@@ -58,6 +58,13 @@ func releaseWindow(sc *sarama.Config) time.Duration {
 	return g.Rebalance.Timeout - g.Rebalance.Timeout/8 - g.Heartbeat.Interval
 }
 
+// warnSettings logs, once, what New chose for c that the Config as given
+// (set) may not expect.
+func (c Config) warnSettings(set Config, log *zap.Logger) {
+	c.warnShortDrain(set, log)
+	c.warnRaise(set, log)
+}
+
 // warnShortDrain logs a DrainTimeout that New derived (set, the Config as
 // given, left it 0) below the MsgTimeout set plus drainPastMsgTimeout:
 // half of Rebalance.Timeout capped it, so a call in flight at a revoke is
@@ -116,10 +123,20 @@ type Config struct {
 	// partition itself, every Consumer.Offsets.AutoCommit.Interval
 	// (default 1s), each commit carrying the partition's finished offsets
 	// as metadata. Under an eager rebalance protocol (a strategy offered
-	// that is not cooperative) it raises Net.ReadTimeout to at least
-	// Consumer.Group.Rebalance.Timeout plus 5s: a JoinGroup is answered
-	// only once every member has drained, and sarama waits for any answer
-	// only Net.ReadTimeout.
+	// that is not cooperative) a JoinGroup is answered only once every
+	// member has drained and joined again, and sarama waits for any
+	// answer only Net.ReadTimeout, so New raises Net.ReadTimeout to what a
+	// member with these timeouts can take to do so, plus 5s: a
+	// Heartbeat.Interval to learn of the rebalance, then its drain
+	// (DrainTimeout), final commit and the read-back of that commit (up to
+	// a quarter of Rebalance.Timeout, and ending by seven eighths of it
+	// after the rebalance began unless the drain ran past). With sarama's defaults and the default
+	// DrainTimeout that is 53s. sarama has that one read timeout for every
+	// request, so the cost is that a broker or coordinator that stops
+	// answering is noticed only after the raised timeout: New logs the
+	// raise, as a warning when Net.ReadTimeout was not sarama's default.
+	// A cooperative strategy (the default) keeps it as given, and a
+	// shorter DrainTimeout lowers the raise.
 	//
 	// A config of your own is otherwise used as given; start from
 	// DefaultSarama() rather than sarama.NewConfig(), or set what it sets
@@ -481,7 +498,6 @@ func (c Config) withDefaults() Config {
 	}
 	sc.Consumer.Return.Errors = true
 	sc.Consumer.Offsets.AutoCommit.Enable = false // Orderly commits (see Config.Sarama)
-	raiseJoinReadTimeout(sc)
 	if c.DeadLetterTopic != "" {
 		// Dead letters: a SyncProducer on the group's client, acked by
 		// all in-sync replicas before the source offset is committed.
@@ -495,6 +511,7 @@ func (c Config) withDefaults() Config {
 	if c.DrainTimeout == 0 {
 		c.DrainTimeout = DefaultDrainTimeout(sc.Consumer.Group.Rebalance.Timeout, c.MsgTimeout)
 	}
+	raiseJoinReadTimeout(c)
 	if c.Status.StopAfter == 0 && c.Status.Window > 0 {
 		c.Status.StopAfter = time.Duration(c.Status.Window) * sc.Consumer.Offsets.AutoCommit.Interval
 	}

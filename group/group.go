@@ -213,7 +213,7 @@ func New[T any](cfg Config, h Handler[T]) (*Group[T], error) {
 		history:     &history{group: cfg.GroupID, offsets: map[topicPartition]int64{}},
 		lost:        newLostFinals(cfg.Sarama.Consumer.Group.Session.Timeout + cfg.Sarama.Consumer.Group.Rebalance.Timeout),
 	}
-	cfg.warnShortDrain(set, g.log)
+	cfg.warnSettings(set, g.log)
 	g.fail = newFailures(g)
 	g.sched = dispatch.New[Message, T](dispatch.Options[Message, T]{
 		Size: cfg.Size, MaxInFlight: cfg.MaxInFlight, MaxInFlightBytes: cfg.MaxInFlightBytes,

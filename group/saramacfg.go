@@ -7,6 +7,7 @@ import (
 
 	"github.com/IBM/sarama"
 	"github.com/rcrowley/go-metrics"
+	"go.uber.org/zap"
 )
 
 // DefaultMetadataRefresh is DefaultSarama's Metadata.RefreshFrequency.
@@ -160,23 +161,68 @@ func cooperative(sc *sarama.Config) bool {
 	return len(ss) > 0
 }
 
-// joinReadPast is how much longer than Rebalance.Timeout an eager member
-// waits for the answer to its JoinGroup: the Java client's margin.
+// joinReadPast is how much longer than joinWait an eager member waits for
+// the answer to its JoinGroup: the Java client's margin past the rebalance
+// timeout, here for the final commit's round trip, sarama's own end of
+// the session, the join itself and the network.
 const joinReadPast = 5 * time.Second
 
-// raiseJoinReadTimeout raises sc's Net.ReadTimeout, under an eager
-// protocol, to at least Rebalance.Timeout plus joinReadPast. There every
-// member revokes all its partitions and the coordinator answers the
-// JoinGroups only once every member has joined, after its drain and
-// final commit (DrainTimeout, up to the rebalance timeout); sarama waits
-// for any answer only Net.ReadTimeout (IBM/sarama#2820), so a shorter one
-// failed the join with an i/o timeout behind a long drain. A cooperative
-// rebalance does not wait for drains: there it stays as given.
-func raiseJoinReadTimeout(sc *sarama.Config) {
-	if cooperative(sc) {
+// joinWait is how long the coordinator can take to answer an eager
+// member's JoinGroup when every member has c's timeouts. It answers once
+// every member has joined again, and a member does so only once all its
+// claims have let go: it learns of the rebalance at its next heartbeat
+// (Heartbeat.Interval), then each claim drains (up to DrainTimeout),
+// commits, and reads its final commit back (up to a quarter of
+// Rebalance.Timeout, ending by releaseWindow after the claim began to let
+// go, unless the drain itself ran past that). A member that takes longer
+// (one that died mid-rebalance, until its session timeout; one of another
+// client, up to the longest rebalance timeout in the group) fails the
+// others' JoinGroups with an i/o timeout, and their Run joins again.
+func joinWait(c Config) time.Duration {
+	g := c.Sarama.Consumer.Group
+	release := max(c.DrainTimeout, min(releaseWindow(c.Sarama), c.DrainTimeout+g.Rebalance.Timeout/4))
+	return g.Heartbeat.Interval + release
+}
+
+// raiseJoinReadTimeout raises c.Sarama's Net.ReadTimeout, under an eager
+// protocol, to at least joinWait plus joinReadPast: sarama waits for any
+// answer only Net.ReadTimeout (IBM/sarama#2820), and a JoinGroup that
+// times out closes the connection to the coordinator and fails Consume.
+// sarama has one read timeout for every request, so the raise also delays
+// noticing a broker or coordinator that stops answering (a heartbeat, a
+// fetch, a commit): it is as small as the join allows, and warnRaise
+// says so. A cooperative rebalance does not wait for drains: there the
+// read timeout stays as given. c.DrainTimeout must be set.
+func raiseJoinReadTimeout(c Config) {
+	if cooperative(c.Sarama) {
 		return
 	}
-	sc.Net.ReadTimeout = max(sc.Net.ReadTimeout, sc.Consumer.Group.Rebalance.Timeout+joinReadPast)
+	c.Sarama.Net.ReadTimeout = max(c.Sarama.Net.ReadTimeout, joinWait(c)+joinReadPast)
+}
+
+// saramaReadTimeout is sarama's default Net.ReadTimeout: a base config
+// with another one set it.
+var saramaReadTimeout = sarama.NewConfig().Net.ReadTimeout
+
+// warnRaise logs the Net.ReadTimeout raiseJoinReadTimeout raised in c,
+// given set's: a warning when set's is not sarama's default (the user
+// chose it, most likely to notice a dead broker soon), info otherwise.
+func (c Config) warnRaise(set Config, log *zap.Logger) {
+	given := saramaReadTimeout
+	if set.Sarama != nil {
+		given = set.Sarama.Net.ReadTimeout
+	}
+	if c.Sarama.Net.ReadTimeout == given {
+		return
+	}
+	at := log.Info
+	if given != saramaReadTimeout {
+		at = log.Warn
+	}
+	at("Net.ReadTimeout raised: under an eager rebalance protocol a JoinGroup waits for the other members' drains, and sarama waits for any answer only Net.ReadTimeout; a broker or coordinator that stops answering is noticed only after it (a cooperative strategy keeps it as set)",
+		zap.Strings("strategies", strategyNames(c.Sarama)), zap.Duration("net_read_timeout_set", given),
+		zap.Duration("net_read_timeout", c.Sarama.Net.ReadTimeout), zap.Duration("drain_timeout", c.DrainTimeout),
+		zap.Duration("rebalance_timeout", c.Sarama.Consumer.Group.Rebalance.Timeout))
 }
 
 // ValidInstanceID reports whether id is a usable Config.InstanceID ("" is:

@@ -10,6 +10,9 @@ import (
 
 	"github.com/IBM/sarama"
 	"github.com/twmb/franz-go/pkg/kmsg"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
 )
 
 // ownStrategy is a balance strategy of the user's own: Orderly cannot copy
@@ -253,11 +256,17 @@ func TestFetchMaxWait(t *testing.T) {
 
 // TestJoinReadTimeout: under an eager protocol (any strategy offered that
 // is not cooperative, or the deprecated Strategy when it is not) the
-// derived sarama config waits for an answer at least Rebalance.Timeout
-// plus 5s, since a JoinGroup is answered only once every member has
-// drained (a member joining behind a 50s drain under range got "i/o
-// timeout" with sarama's 30s); a cooperative one keeps Net.ReadTimeout as
-// given, and a longer one given is kept. The base is left as it was.
+// derived sarama config waits for an answer as long as a member with the
+// same timeouts can take to join again, plus 5s: a heartbeat interval,
+// its drain and the read-back of its final commit (a quarter of the
+// rebalance timeout, ending by seven eighths of it less a heartbeat
+// interval after the drain began), since a JoinGroup is answered only
+// once every member has (a member joining behind a 50s drain under range
+// got "i/o timeout" with sarama's 30s). No more: sarama's read timeout is
+// every request's, and a longer one notices a dead broker later. A
+// cooperative protocol keeps Net.ReadTimeout as given, and so does an
+// eager one whose join needs no more; a longer one given is kept. The
+// base is left as it was.
 func TestJoinReadTimeout(t *testing.T) {
 	coop, rng := sarama.NewBalanceStrategyCooperativeSticky, sarama.NewBalanceStrategyRange
 	for _, tt := range []struct {
@@ -265,26 +274,91 @@ func TestJoinReadTimeout(t *testing.T) {
 		strategies []sarama.BalanceStrategy
 		deprecated sarama.BalanceStrategy // Rebalance.Strategy
 		rebalance  time.Duration
+		drain      time.Duration // DrainTimeout set, 0 the default (half the rebalance timeout here)
 		read, want time.Duration // Net.ReadTimeout given and derived
 	}{
-		{"cooperative-sticky", []sarama.BalanceStrategy{coop()}, nil, 122 * time.Second, 30 * time.Second, 30 * time.Second},
-		{"range", []sarama.BalanceStrategy{rng()}, nil, 60 * time.Second, 30 * time.Second, 65 * time.Second},
-		{"range, long rebalance timeout", []sarama.BalanceStrategy{rng()}, nil, 122 * time.Second, 30 * time.Second, 127 * time.Second},
-		{"cooperative-sticky and range", []sarama.BalanceStrategy{coop(), rng()}, nil, 122 * time.Second, 30 * time.Second, 127 * time.Second},
-		{"deprecated Strategy range", []sarama.BalanceStrategy{coop()}, rng(), 60 * time.Second, 30 * time.Second, 65 * time.Second},
-		{"a strategy of the user's own", []sarama.BalanceStrategy{ownStrategy{rng()}}, nil, 60 * time.Second, 30 * time.Second, 65 * time.Second},
-		{"range, a longer read timeout given", []sarama.BalanceStrategy{rng()}, nil, 60 * time.Second, 90 * time.Second, 90 * time.Second},
+		{"cooperative-sticky", []sarama.BalanceStrategy{coop()}, nil, 122 * time.Second, 0, 30 * time.Second, 30 * time.Second},
+		// 3s heartbeat + 30s drain + 15s read-back + 5s
+		{"range", []sarama.BalanceStrategy{rng()}, nil, 60 * time.Second, 0, 30 * time.Second, 53 * time.Second},
+		// 3s + 61s + 30.5s + 5s
+		{"range, long rebalance timeout", []sarama.BalanceStrategy{rng()}, nil, 122 * time.Second, 0, 30 * time.Second, 99500 * time.Millisecond},
+		{"cooperative-sticky and range", []sarama.BalanceStrategy{coop(), rng()}, nil, 122 * time.Second, 0, 30 * time.Second, 99500 * time.Millisecond},
+		{"deprecated Strategy range", []sarama.BalanceStrategy{coop()}, rng(), 60 * time.Second, 0, 30 * time.Second, 53 * time.Second},
+		{"a strategy of the user's own", []sarama.BalanceStrategy{ownStrategy{rng()}}, nil, 60 * time.Second, 0, 30 * time.Second, 53 * time.Second},
+		{"range, a longer read timeout given", []sarama.BalanceStrategy{rng()}, nil, 60 * time.Second, 0, 90 * time.Second, 90 * time.Second},
+		// 3s + 2s + 15s + 5s = 25s: the 30s given covers it
+		{"range, a short DrainTimeout", []sarama.BalanceStrategy{rng()}, nil, 60 * time.Second, 2 * time.Second, 30 * time.Second, 30 * time.Second},
+		// 3s + the read-back's end, 49.5s after the drain began (7/8 of 20s less 3s) + 5s
+		{"range, the read-back ending by seven eighths", []sarama.BalanceStrategy{rng()}, nil, 20 * time.Second, 0, 3 * time.Second, 22500 * time.Millisecond},
+		// 3s + a 55s drain that leaves the read-back no time + 5s
+		{"range, a DrainTimeout past the read-back's end", []sarama.BalanceStrategy{rng()}, nil, 60 * time.Second, 55 * time.Second, 30 * time.Second, 63 * time.Second},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			base := DefaultSarama()
 			base.Consumer.Group.Rebalance.GroupStrategies, base.Consumer.Group.Rebalance.Strategy = tt.strategies, tt.deprecated
 			base.Consumer.Group.Rebalance.Timeout, base.Net.ReadTimeout = tt.rebalance, tt.read
-			g := offlineGroup(t, func(c *Config) { c.Sarama = base })
+			g := offlineGroup(t, func(c *Config) { c.Sarama, c.DrainTimeout = base, tt.drain })
 			if got := g.cfg.Sarama.Net.ReadTimeout; got != tt.want {
 				t.Errorf("derived Net.ReadTimeout: got %v, want %v", got, tt.want)
 			}
 			if base.Net.ReadTimeout != tt.read {
 				t.Errorf("base Net.ReadTimeout: got %v, want %v (left as given)", base.Net.ReadTimeout, tt.read)
+			}
+		})
+	}
+}
+
+// TestJoinReadTimeoutLogged: New logs a Net.ReadTimeout it raises once,
+// with the strategies, the read timeout given and used, and the drain and
+// rebalance timeouts it follows: a warning when the one given is not
+// sarama's default (a user who chose a short one to notice a dead broker
+// soon learns that it will be noticed later), info when it is (sarama's
+// default, or no Sarama given). Nothing when nothing is raised.
+func TestJoinReadTimeoutLogged(t *testing.T) {
+	const msg = "Net.ReadTimeout raised: under an eager rebalance protocol a JoinGroup waits for the other members' drains, and sarama waits for any answer only Net.ReadTimeout; a broker or coordinator that stops answering is noticed only after it (a cooperative strategy keeps it as set)"
+	for _, tt := range []struct {
+		name     string
+		strategy string
+		read     time.Duration // Net.ReadTimeout given; 0: no Sarama given
+		level    zapcore.Level // of the entry; zapcore.InvalidLevel: none
+		want     time.Duration
+	}{
+		{"a short one chosen", "range", 3 * time.Second, zapcore.WarnLevel, 53 * time.Second},
+		{"sarama's default", "range", 30 * time.Second, zapcore.InfoLevel, 53 * time.Second},
+		{"long enough", "range", time.Minute, zapcore.InvalidLevel, time.Minute},
+		{"cooperative", "cooperative-sticky", 3 * time.Second, zapcore.InvalidLevel, 3 * time.Second},
+		{"no Sarama given", "", 0, zapcore.InvalidLevel, 30 * time.Second},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			core, logs := observer.New(zapcore.DebugLevel)
+			g := offlineGroup(t, func(c *Config) {
+				c.Logger = zap.New(core)
+				if tt.read == 0 {
+					return
+				}
+				c.Sarama = DefaultSarama()
+				st, _ := NewBalanceStrategy(tt.strategy)
+				c.Sarama.Consumer.Group.Rebalance.GroupStrategies = []sarama.BalanceStrategy{st}
+				c.Sarama.Net.ReadTimeout = tt.read
+			})
+			if got := g.cfg.Sarama.Net.ReadTimeout; got != tt.want {
+				t.Fatalf("Net.ReadTimeout: got %v, want %v", got, tt.want)
+			}
+			entries := logs.FilterMessage(msg).All()
+			if tt.level == zapcore.InvalidLevel {
+				if len(entries) != 0 {
+					t.Fatalf("got %d entries (%v), want none", len(entries), entries[0].ContextMap())
+				}
+				return
+			}
+			if len(entries) != 1 || entries[0].Level != tt.level {
+				t.Fatalf("got %d entries %v, want one at %v", len(entries), entries, tt.level)
+			}
+			got := entries[0].ContextMap()
+			want := map[string]any{"group": "g", "strategies": []any{tt.strategy}, "net_read_timeout_set": tt.read,
+				"net_read_timeout": tt.want, "drain_timeout": 30 * time.Second, "rebalance_timeout": time.Minute}
+			if fmt.Sprint(got) != fmt.Sprint(want) {
+				t.Errorf("fields: got %v, want %v", got, want)
 			}
 		})
 	}

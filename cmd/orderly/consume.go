@@ -212,7 +212,8 @@ func (o *consumeOpts) check() error {
 // twice that drain when it would bound it. The member's share of a
 // rebalance may take that long, as Kafka's max.poll.interval.ms does for a
 // Java consumer's processing. Under an eager strategy group.New raises
-// Net.ReadTimeout past the rebalance timeout (see group.Config.Sarama).
+// Net.ReadTimeout past what the other members' drains can hold up a
+// JoinGroup (see group.Config.Sarama).
 func (o *consumeOpts) setRebalanceTimeouts(sc *sarama.Config) {
 	r := &sc.Consumer.Group.Rebalance
 	unbound := group.DefaultDrainTimeout(math.MaxInt64, o.timeout) // the drain no rebalance timeout bounds

@@ -1,6 +1,9 @@
 package main
 
 import (
+	"bytes"
+	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -95,22 +98,27 @@ func TestConsumeStopWaitsForTimeout(t *testing.T) {
 // TestConsumeDrainTimeouts: the group's default drain, with the timeouts
 // consume sets, covers a call's whole --timeout and a second; the
 // rebalance timeout is raised to twice the drain when it is below, under
-// either protocol (group.New raises Net.ReadTimeout for an eager one:
-// group's TestJoinReadTimeout).
+// either protocol. Under an eager one, where the other members wait in
+// JoinGroup for this one's drain and sarama waits for that answer only
+// Net.ReadTimeout, consume's group (group.New, as the consume it logs at
+// info shows) raises the read timeout to a heartbeat interval (3s), the
+// drain, the read-back of its final commit (a quarter of the rebalance
+// timeout) and 5s: a member joining behind a 50s drain got "i/o timeout"
+// under range with sarama's 30s. Under a cooperative one it stays 30s.
 func TestConsumeDrainTimeouts(t *testing.T) {
 	for _, tt := range []struct {
-		name             string
-		timeout          time.Duration
-		strategies       []string
-		drain, rebalance time.Duration
+		name                     string
+		timeout                  time.Duration
+		strategies               []string
+		drain, rebalance, reader time.Duration
 	}{
-		{"defaults", 30 * time.Second, []string{"cooperative-sticky"}, 31 * time.Second, 62 * time.Second},
-		{"short --timeout, range", time.Second, []string{"range"}, 30 * time.Second, 60 * time.Second},
-		{"--timeout 29s, range", 29 * time.Second, []string{"range"}, 30 * time.Second, 60 * time.Second},
-		{"short --timeout, cooperative", time.Second, []string{"cooperative-sticky"}, 30 * time.Second, 60 * time.Second},
-		{"long --timeout, cooperative", 60 * time.Second, []string{"cooperative-sticky"}, 61 * time.Second, 122 * time.Second},
-		{"long --timeout, range", 60 * time.Second, []string{"range"}, 61 * time.Second, 122 * time.Second},
-		{"long --timeout, both", 60 * time.Second, []string{"cooperative-sticky", "range"}, 61 * time.Second, 122 * time.Second},
+		{"defaults", 30 * time.Second, []string{"cooperative-sticky"}, 31 * time.Second, 62 * time.Second, 30 * time.Second},
+		{"short --timeout, range", time.Second, []string{"range"}, 30 * time.Second, 60 * time.Second, 53 * time.Second},
+		{"--timeout 29s, range", 29 * time.Second, []string{"range"}, 30 * time.Second, 60 * time.Second, 53 * time.Second},
+		{"short --timeout, cooperative", time.Second, []string{"cooperative-sticky"}, 30 * time.Second, 60 * time.Second, 30 * time.Second},
+		{"long --timeout, cooperative", 60 * time.Second, []string{"cooperative-sticky"}, 61 * time.Second, 122 * time.Second, 30 * time.Second},
+		{"long --timeout, range", 60 * time.Second, []string{"range"}, 61 * time.Second, 122 * time.Second, 99500 * time.Millisecond},
+		{"long --timeout, both", 60 * time.Second, []string{"cooperative-sticky", "range"}, 61 * time.Second, 122 * time.Second, 99500 * time.Millisecond},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			o := &consumeOpts{timeout: tt.timeout, strategies: tt.strategies}
@@ -121,6 +129,54 @@ func TestConsumeDrainTimeouts(t *testing.T) {
 			if got := [2]time.Duration{drain, sc.Consumer.Group.Rebalance.Timeout}; got != [2]time.Duration{tt.drain, tt.rebalance} {
 				t.Errorf("drain and rebalance timeouts: got %v, want %v", got, [2]time.Duration{tt.drain, tt.rebalance})
 			}
+			if got := consumeReadTimeout(t, tt.timeout, tt.strategies); got != tt.reader {
+				t.Errorf("consume's group's Net.ReadTimeout: got %v, want %v", got, tt.reader)
+			}
 		})
 	}
+}
+
+// consumeReadTimeout runs consume with --timeout timeout and
+// --assignment-strategy strategies, stopped before it connects, and
+// returns the Net.ReadTimeout its group uses: the one group.New logs
+// raising (at info, from sarama's 30s), else 30s.
+func consumeReadTimeout(t *testing.T, timeout time.Duration, strategies []string) time.Duration {
+	t.Helper()
+	const raised = "Net.ReadTimeout raised: "
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel() // New runs, Run returns at once
+	var stdout, stderr bytes.Buffer
+	args := []string{"consume", "--brokers", "127.0.0.1:1", "--topic", "t", "--group", "g", "--exec", "true", "--progress", "off",
+		"--log-level", "info", "--timeout", timeout.String(), "--assignment-strategy", strings.Join(strategies, ",")}
+	if err := run(ctx, args, env{stdout: &stdout, stderr: &stderr, lookup: noEnv}); err != nil {
+		t.Fatalf("consume: %v\n%s", err, stderr.String())
+	}
+	var lines []string
+	for line := range strings.Lines(stderr.String()) {
+		if strings.Contains(line, raised) {
+			lines = append(lines, line)
+		}
+	}
+	switch len(lines) {
+	case 0:
+		return 30 * time.Second
+	case 1:
+	default:
+		t.Fatalf("consume logged %d raises, want at most one:\n%s", len(lines), stderr.String())
+	}
+	var fields struct {
+		Set  string `json:"net_read_timeout_set"`
+		Used string `json:"net_read_timeout"`
+	}
+	if err := json.Unmarshal([]byte(lines[0][strings.Index(lines[0], "{"):]), &fields); err != nil {
+		t.Fatalf("the raise's fields: %v\n%s", err, lines[0])
+	}
+	if fields.Set != "30s" {
+		t.Errorf("the raise's net_read_timeout_set: got %q, want 30s (sarama's)", fields.Set)
+	}
+	used, err := time.ParseDuration(fields.Used)
+	if err != nil {
+		t.Fatalf("the raise's net_read_timeout: %v\n%s", err, lines[0])
+	}
+	return used
 }
