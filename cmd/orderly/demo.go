@@ -153,6 +153,17 @@ func (o *demoOpts) logger(logs io.Writer) *zap.Logger {
 	return zap.New(core)
 }
 
+// groupMsgTimeout is the group's MsgTimeout from --msg-timeout: 0 (the
+// group's default, which is the flag's) unless the flag or its variable
+// set it, so that group.New warns only of a timeout the user chose (a
+// drain capped below it, with sarama's rebalance timeout).
+func (o *demoOpts) groupMsgTimeout() time.Duration {
+	if !o.fs.Changed("msg-timeout") {
+		return 0
+	}
+	return o.msgTimeout
+}
+
 // runDemo is `orderly demo`: produce transfers, consume them with group,
 // check the ledger and the committed offsets, print a report. It returns an
 // error (so the exit code is non-zero) if anything was lost, repeated or out
@@ -212,7 +223,7 @@ func runDemo(ctx context.Context, o *demoOpts, out, logs io.Writer) (err error) 
 		Num:         o.num,
 		Ticker:      o.ticker,
 		MaxInFlight: o.maxInFlight,
-		MsgTimeout:  o.msgTimeout,
+		MsgTimeout:  o.groupMsgTimeout(),
 		Status:      group.StatusConfig{Window: o.statusWindow, StuckHead: o.stuckHead},
 		Logger:      o.logger(logs),
 	}, group.Handler[Transfer]{New: p.decoder(done), Split: split, Do: bank.do})

@@ -252,3 +252,38 @@ func TestPlan(t *testing.T) {
 		}
 	}
 }
+
+// TestDemoMsgTimeoutWarned: a demo run logs at warn the drain capped below
+// MsgTimeout only when --msg-timeout (or ORDERLY_MSG_TIMEOUT) chose it:
+// left at its default, the group's own (5m, past what sarama's 60s
+// rebalance timeout lets the drain cover), it is not warned of, as a
+// library user's default is not. A chosen 5m is.
+func TestDemoMsgTimeoutWarned(t *testing.T) {
+	const capped = "DrainTimeout is capped at half of Sarama.Consumer.Group.Rebalance.Timeout, below MsgTimeout"
+	for _, tt := range []struct {
+		name     string
+		vars     map[string]string // ORDERLY_* variables
+		args     []string
+		warnings int
+	}{
+		{"left at its default", nil, nil, 0},
+		{"a short one chosen", nil, []string{"--msg-timeout", "10s"}, 0},
+		{"the default chosen", nil, []string{"--msg-timeout", "5m"}, 1},
+		{"chosen by its variable", map[string]string{"ORDERLY_MSG_TIMEOUT": "5m"}, nil, 1},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			var stdout, stderr bytes.Buffer
+			lookup := func(k string) (string, bool) { v, ok := tt.vars[k]; return v, ok }
+			args := append([]string{"demo", "--messages", "200", "--keys", "20", "--partitions", "2", "--io", "0", "--io-item", "0",
+				"--fail", "0", "--progress", "off", "--log-level", "warn"}, tt.args...)
+			if err := run(ctx, args, env{stdout: &stdout, stderr: &stderr, lookup: lookup}); err != nil {
+				t.Fatalf("demo: %v\n%s", err, stdout.String())
+			}
+			if got := strings.Count(stderr.String(), capped); got != tt.warnings {
+				t.Fatalf("warnings of the capped drain: got %d, want %d\n%s", got, tt.warnings, stderr.String())
+			}
+		})
+	}
+}
