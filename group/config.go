@@ -45,23 +45,58 @@ func DefaultDrainTimeout(rebalanceTimeout, msgTimeout time.Duration) time.Durati
 }
 
 // releaseWindow is how long a claim that starts letting go has for its
-// drain, its final commit and the read-back that confirms it. An eager rebalance waits for every claim to return before the
-// member joins again, and the coordinator drops a member that has not
-// joined within sc's Consumer.Group.Rebalance.Timeout of the rebalance's
-// start, which the member learns of up to a Heartbeat.Interval later. So:
-// seven eighths of the rebalance timeout, less a heartbeat interval; the
-// eighth left is for sarama's own final commit and the join. validate
-// refuses a config where it is not positive: no read-back could ever
-// confirm a final commit.
+// drain, its final commit and the read-back that confirms it. An eager
+// rebalance waits for every claim to return before the member joins
+// again, and the coordinator drops a member that has not joined within
+// sc's Consumer.Group.Rebalance.Timeout of the rebalance's start, which
+// the member learns of up to a Heartbeat.Interval later. So: seven eighths
+// of the rebalance timeout, less a heartbeat interval; the eighth left is
+// for sarama's own final commit and the join. validate refuses a config
+// where it is not positive: no read-back could ever confirm a final
+// commit.
 func releaseWindow(sc *sarama.Config) time.Duration {
 	g := sc.Consumer.Group
 	return g.Rebalance.Timeout - g.Rebalance.Timeout/8 - g.Heartbeat.Interval
+}
+
+// readBackTime is what a claim whose drain runs its whole DrainTimeout has
+// left of releaseWindow for its final commit and the read-back, which
+// takes at most a quarter of Rebalance.Timeout of it. With the default
+// DrainTimeout (at most half the rebalance timeout) it keeps the quarter
+// only while Heartbeat.Interval is at most an eighth of the timeout: a
+// 10s timeout with sarama's 3s heartbeat leaves 0.75s.
+func (c Config) readBackTime() time.Duration {
+	return releaseWindow(c.Sarama) - c.DrainTimeout
+}
+
+// minReadBack is the least readBackTime New does not warn of
+// (warnReadBack), or the read-back's quarter of Rebalance.Timeout when
+// that is shorter: a healthy coordinator answers a commit and a read in
+// milliseconds, but a read refused once is tried again only after
+// Metadata.Retry.Backoff (250ms by default).
+const minReadBack = time.Second
+
+// warnReadBack logs a DrainTimeout, derived or set, that leaves a claim
+// whose drain runs it all less than minReadBack to confirm its final
+// commit: such a partition is OnLost, even when its commit went through,
+// whenever the coordinator does not answer at once, and every time when
+// no time is left at all.
+func (c Config) warnReadBack(log *zap.Logger) {
+	left := c.readBackTime()
+	if left >= min(minReadBack, c.Sarama.Consumer.Group.Rebalance.Timeout/4) {
+		return
+	}
+	log.Warn("DrainTimeout leaves too little time to read back a final commit: a partition whose drain runs its whole DrainTimeout is OnLost unless the coordinator answers at once (or always, with no time left); lower DrainTimeout or Sarama.Consumer.Group.Heartbeat.Interval, or raise Sarama.Consumer.Group.Rebalance.Timeout",
+		zap.Duration("read_back_time", left), zap.Duration("drain_timeout", c.DrainTimeout),
+		zap.Duration("rebalance_timeout", c.Sarama.Consumer.Group.Rebalance.Timeout),
+		zap.Duration("heartbeat_interval", c.Sarama.Consumer.Group.Heartbeat.Interval))
 }
 
 // warnSettings logs, once, what New chose for c that the Config as given
 // (set) may not expect.
 func (c Config) warnSettings(set Config, log *zap.Logger) {
 	c.warnShortDrain(set, log)
+	c.warnReadBack(log)
 	c.warnRaise(set, log)
 }
 
@@ -234,12 +269,17 @@ type Config struct {
 	// covers a MsgTimeout up to 29s; for a longer one, set Rebalance.Timeout
 	// to at least twice MsgTimeout plus 2s (orderly consume does); with a
 	// MsgTimeout set and the drain capped below it, New logs a warning.
-	// After the drain, the
-	// read-back that confirms the final commit (OnRevoked or OnLost) takes
-	// at most a quarter of that timeout, and ends by seven eighths of it,
-	// less Heartbeat.Interval, after the revoke began: a DrainTimeout
-	// above about five eighths of it shortens the read-back (a read that
-	// cannot be done in time makes the partition OnLost). New refuses a
+	// After the drain, the read-back that confirms the final commit
+	// (OnRevoked or OnLost) takes at most a quarter of that timeout, and
+	// ends by seven eighths of it, less Heartbeat.Interval, after the
+	// revoke began: a drain that runs past five eighths of the timeout
+	// less Heartbeat.Interval shortens the read-back (a read that cannot
+	// be done in time makes the partition OnLost). The default drain, half
+	// the timeout, does so when Heartbeat.Interval is above an eighth of
+	// it: a 10s Rebalance.Timeout with sarama's 3s heartbeat leaves the
+	// read-back 0.75s, not 2.5s. New logs a warning when a drain that
+	// runs its whole DrainTimeout would leave the read-back less than a
+	// second (or than its quarter, when that is shorter), and refuses a
 	// Rebalance.Timeout whose seven eighths are not above
 	// Heartbeat.Interval: no read-back would ever fit.
 	DrainTimeout time.Duration

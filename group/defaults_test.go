@@ -138,3 +138,60 @@ func TestRetryExhausted(t *testing.T) {
 		}
 	}
 }
+
+// TestReadBackTimeWarned: New warns, once, naming the time left and the
+// three settings it comes from, when a drain that runs its whole
+// DrainTimeout (derived or set) leaves the read-back of the final commit
+// less than a second of the release window (seven eighths of the
+// rebalance timeout less a heartbeat interval), or less than its quarter
+// of the rebalance timeout when that is shorter; not otherwise.
+func TestReadBackTimeWarned(t *testing.T) {
+	const msg = "DrainTimeout leaves too little time to read back a final commit: a partition whose drain runs its whole DrainTimeout is OnLost unless the coordinator answers at once (or always, with no time left); lower DrainTimeout or Sarama.Consumer.Group.Heartbeat.Interval, or raise Sarama.Consumer.Group.Rebalance.Timeout"
+	for _, tt := range []struct {
+		name                      string
+		rebalance, heartbeat, set time.Duration // set: DrainTimeout as given, 0 the default (half the rebalance timeout here)
+		wantLeft                  time.Duration
+		warned                    bool
+	}{
+		{"sarama's defaults", 60 * time.Second, 3 * time.Second, 0, 19500 * time.Millisecond, false},
+		{"10s with sarama's heartbeat", 10 * time.Second, 3 * time.Second, 0, 750 * time.Millisecond, true},
+		{"10s with a 1s heartbeat", 10 * time.Second, time.Second, 0, 2750 * time.Millisecond, false},
+		{"a DrainTimeout past the window", 60 * time.Second, 3 * time.Second, 50 * time.Second, -500 * time.Millisecond, true},
+		{"a DrainTimeout a second and a half short of it", 60 * time.Second, 3 * time.Second, 48 * time.Second, 1500 * time.Millisecond, false},
+		{"2s: under its quarter (0.5s)", 2 * time.Second, 300 * time.Millisecond, 0, 450 * time.Millisecond, true},
+		{"2s: its quarter left", 2 * time.Second, 200 * time.Millisecond, 0, 550 * time.Millisecond, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			core, logs := observer.New(zapcore.WarnLevel)
+			g := offlineGroup(t, func(c *Config) {
+				c.Sarama = DefaultSarama()
+				c.Sarama.Consumer.Group.Rebalance.Timeout, c.Sarama.Consumer.Group.Heartbeat.Interval = tt.rebalance, tt.heartbeat
+				c.DrainTimeout, c.Logger = tt.set, zap.New(core)
+			})
+			if got := releaseWindow(g.cfg.Sarama) - g.cfg.DrainTimeout; got != tt.wantLeft {
+				t.Errorf("time left for the read-back: got %v, want %v", got, tt.wantLeft)
+			}
+			warned := logs.FilterMessage(msg).All()
+			if !tt.warned {
+				if len(warned) != 0 {
+					t.Fatalf("got %d warnings (%v), want none", len(warned), warned[0].ContextMap())
+				}
+				return
+			}
+			if len(warned) != 1 {
+				t.Fatalf("got %d warnings, want 1", len(warned))
+			}
+			got := warned[0].ContextMap()
+			want := map[string]any{"group": "g", "read_back_time": tt.wantLeft, "drain_timeout": g.cfg.DrainTimeout,
+				"rebalance_timeout": tt.rebalance, "heartbeat_interval": tt.heartbeat}
+			if len(got) != len(want) {
+				t.Fatalf("fields: got %v, want %v", got, want)
+			}
+			for k, v := range want {
+				if got[k] != v {
+					t.Errorf("field %s: got %v, want %v", k, got[k], v)
+				}
+			}
+		})
+	}
+}

@@ -125,10 +125,14 @@ func (c *claimLoop[T]) readBack(releaseBy time.Time) (off int64, meta string, er
 }
 
 // releaseBy is when a claim that starts letting go at start must have
-// read back its final commit: releaseWindow after start (config.go). With
-// DrainTimeout at its default (at most half the rebalance timeout) the
-// read-back keeps its quarter; a DrainTimeout close to the timeout
-// shortens it, and one past releaseBy leaves it no time.
+// read back its final commit: releaseWindow after start (config.go). A
+// drain that runs its whole DrainTimeout leaves the read-back
+// readBackTime, which is its whole quarter of the rebalance timeout only
+// while DrainTimeout is at most five eighths of the timeout less
+// Heartbeat.Interval: with the default DrainTimeout (at most half the
+// timeout), while Heartbeat.Interval is at most an eighth of it. A
+// DrainTimeout past releaseWindow leaves it no time (New warns of less
+// than minReadBack).
 func (c *claimLoop[T]) releaseBy(start time.Time) time.Time {
 	return start.Add(releaseWindow(c.g.cfg.Sarama))
 }

@@ -32,7 +32,7 @@ var logFields = []string{
 	"batch", "named", "suppressed",
 	"dropped", "abandoned", "late", "uncommitted", "unfinished", "cancelled",
 	"limit", "bytes", "left", "seen", "committed", "metadata", "metadata_base", "finished_above", "waiting", "try",
-	"log_start", "high_watermark", "reset_to", "skipped", "policy", "strategies", "drain_timeout", "msg_timeout", "rebalance_timeout", "net_read_timeout_set", "net_read_timeout", "from", "to",
+	"log_start", "high_watermark", "reset_to", "skipped", "policy", "strategies", "drain_timeout", "msg_timeout", "rebalance_timeout", "net_read_timeout_set", "net_read_timeout", "read_back_time", "heartbeat_interval", "from", "to",
 	// localqueue's, on the queue of messages parked under DataPath
 	"queue", "depth", "attempts", "memory", "in_flight", "deferred", "in_flight_journaled", "kept_in_journal",
 	"file", "first_file", "last_file", "depth_was", "read_file", "content", "data_files", "read_position_kept",
