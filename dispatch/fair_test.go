@@ -209,3 +209,47 @@ func TestLightPartitionsDoNotStarveABusyOne(t *testing.T) {
 		}
 	}
 }
+
+// TestPushesBehindTheCurrentBucketInterleave: two partitions push 150
+// lanes each, stamped from a virtual time (1) behind the requeued lanes'
+// current bucket (a lane of partition 0 requeued at stamp 201). Their lanes
+// go to their own buckets, so the second partition's first item runs after
+// at most a bucket's worth (16 stamps) of the first's; in a FIFO of late
+// lanes it ran after all 150.
+func TestPushesBehindTheCurrentBucketInterleave(t *testing.T) {
+	s := New[msg, int](Options[msg, int]{Size: 1, MaxInFlight: 1 << 12, Backlog: 1 << 12})
+	p0, p1, p2 := s.NewPartition(256), s.NewPartition(256), s.NewPartition(256)
+	var o0, o1, o2 int64
+	lanes := make([]int, 200)
+	for i := range lanes {
+		lanes[i] = i + 1
+	}
+	feed(t, p0, &o0, lanes...) // fresh, stamps 1-200
+	feed(t, p0, &o0, 1)        // lane 1's second item, stamp 201
+	w := s.NewWorker()
+	b := s.NewBatch(w)
+	if st := s.Next(b, true, nil); st != Run {
+		t.Fatalf("Next: got %v, want Run", st)
+	}
+	s.Release(b) // lane 1 requeued at stamp 201; the virtual time is 1
+	feed(t, p1, &o1, lanes[:150]...)
+	feed(t, p2, &o2, lanes[:150]...)
+	ran1 := 0
+	for {
+		b := s.NewBatch(w)
+		if st := s.Next(b, true, nil); st != Run {
+			t.Fatalf("Next: got %v before partition 2's first item ran", st)
+		}
+		p := b.Items[0].part
+		s.Release(b)
+		switch p {
+		case p1:
+			ran1++
+		case p2:
+			if ran1 > 16 {
+				t.Fatalf("partition 2's first item ran after %d of partition 1's, want at most 16", ran1)
+			}
+			return
+		}
+	}
+}

@@ -61,16 +61,21 @@ func (q *laneList[M, T]) pop() {
 // bucket of 1<<bucketShift stamps: a calendar queue, O(1) to push and
 // amortized O(1) to pop (a binary heap over thousands of backlogged lanes
 // cost a sixth of the pipeline's CPU in sift-downs). The ring covers
-// len(buckets)<<bucketShift stamps ahead of the oldest; a lane older than
-// the current bucket (it waited behind a running batch, or a light
-// partition's item was stamped just past the virtual time) joins a FIFO
-// of late lanes served before every bucket, one newer than the ring's
-// reach joins the last bucket.
+// len(buckets)<<bucketShift stamps ahead of the oldest bucket; a lane
+// newer than the ring's reach joins the last bucket. A lane older than the
+// current bucket (it waited behind a running batch, or its partition's
+// items were stamped from a virtual time behind that bucket) goes to its
+// own bucket, which becomes the current one, while the ring still reaches
+// the newest bucket from there; else it joins a FIFO of late lanes served
+// before every bucket. A FIFO for every such lane served one partition's
+// whole push (up to a lane per key) before the older lanes of a partition
+// that pushed just after it.
 type bucketQueue[M, T any] struct {
 	buckets []laneList[M, T] // ring; index = bucket number & mask
-	late    laneList[M, T]   // lanes older than the current bucket when pushed
+	late    laneList[M, T]   // lanes pushed older than the ring could reach
 	nLate   int              // lanes in late
 	cur     uint64           // bucket number of the oldest non-empty bucket, when a bucket holds a lane
+	top     uint64           // no bucket past it holds a lane (the newest pushed to since the buckets were empty)
 	n       int              // lanes queued, late ones included
 }
 
@@ -87,14 +92,17 @@ func (q *bucketQueue[M, T]) push(l *lane[M, T], stamp uint64) {
 	q.n++
 	switch {
 	case q.n-q.nLate == 1:
-		q.cur = b // the buckets were empty
-	case b < q.cur:
+		q.cur, q.top = b, b // the buckets were empty
+	case b < q.cur && q.top-b >= bucketRing:
 		q.late.push(l)
 		q.nLate++
 		return
+	case b < q.cur:
+		q.cur = b
 	case b >= q.cur+bucketRing:
 		b = q.cur + bucketRing - 1
 	}
+	q.top = max(q.top, b)
 	q.buckets[b&(bucketRing-1)].push(l)
 }
 

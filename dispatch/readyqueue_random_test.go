@@ -6,9 +6,11 @@ import (
 	"testing"
 )
 
-// refQ is a model of bucketQueue: a FIFO of late lanes first, then the
-// others ordered by (bucket, clamped to the ring's reach; push order), with
-// cur set when the buckets are empty and moved by front to the oldest.
+// refQ is a model of bucketQueue: a FIFO of late lanes (pushed older than
+// the current bucket and out of the ring's reach of the newest bucket
+// pushed to) first, then the others ordered by (bucket, clamped to the
+// ring's reach; push order), with cur set when the buckets are empty,
+// moved back by a lane older than it, and moved by front to the oldest.
 type refEnt struct {
 	l     *lane[msg, int]
 	b     uint64 // effective bucket
@@ -19,6 +21,7 @@ type refQ struct {
 	late []refEnt
 	bs   []refEnt
 	cur  uint64
+	top  uint64
 	seq  int
 }
 
@@ -27,13 +30,16 @@ func (r *refQ) push(l *lane[msg, int], stamp uint64) {
 	r.seq++
 	switch {
 	case len(r.bs) == 0:
-		r.cur = b
-	case b < r.cur:
+		r.cur, r.top = b, b
+	case b < r.cur && r.top-b >= bucketRing:
 		r.late = append(r.late, refEnt{l, b, r.seq, stamp})
 		return
+	case b < r.cur:
+		r.cur = b
 	case b >= r.cur+bucketRing:
 		b = r.cur + bucketRing - 1
 	}
+	r.top = max(r.top, b)
 	r.bs = append(r.bs, refEnt{l, b, r.seq, stamp})
 	slices.SortStableFunc(r.bs, func(x, y refEnt) int {
 		if x.b != y.b {
@@ -69,8 +75,11 @@ func (r *refQ) pop() refEnt {
 // TestBucketQueueAgainstModel pushes lanes with random stamps (near the
 // front, older than the current bucket, past the ring's reach, near 0) and
 // pops them at random: front, the counts and the pop order match refQ, and
-// a late lane never waits while the buckets are empty.
+// a late lane never waits while the buckets are empty. Both ways of taking
+// a lane older than the current bucket (late, and moving the current
+// bucket back) come up.
 func TestBucketQueueAgainstModel(t *testing.T) {
+	var lateSeen, backSeen int // steps with a late lane queued; pushes that moved cur back
 	for seed := range uint64(500) {
 		rng := rand.New(rand.NewPCG(seed, 7))
 		var q bucketQueue[msg, int]
@@ -91,16 +100,20 @@ func TestBucketQueueAgainstModel(t *testing.T) {
 				switch k := rng.IntN(10); {
 				case k < 5:
 					st = base + uint64(rng.IntN(200))
-				case k < 8: // older than the current bucket
+				case k < 8: // older than the current bucket, within the ring's reach
 					st = base - min(base, uint64(rng.IntN(500)))
 				case k < 9: // past the ring's reach
 					st = base + uint64(rng.IntN(4*bucketRing<<bucketShift))
-				default:
+				default: // out of the ring's reach: late
 					st = uint64(rng.IntN(100))
 				}
 				base += uint64(rng.IntN(20))
+				cur := q.cur
 				q.push(l, st)
 				ref.push(l, st)
+				if q.cur < cur && len(ref.bs) > 1 {
+					backSeen++
+				}
 				queued[l] = true
 			} else {
 				f, rf := q.front(), ref.front()
@@ -124,6 +137,9 @@ func TestBucketQueueAgainstModel(t *testing.T) {
 			if q.n != len(ref.late)+len(ref.bs) || q.nLate != len(ref.late) {
 				t.Fatalf("seed %d step %d: n %d nLate %d, want %d %d", seed, step, q.n, q.nLate, len(ref.late)+len(ref.bs), len(ref.late))
 			}
+			if len(ref.late) > 0 {
+				lateSeen++
+			}
 			if len(ref.bs) == 0 && len(ref.late) > 0 {
 				t.Fatalf("seed %d step %d: late lanes with empty buckets", seed, step)
 			}
@@ -141,6 +157,9 @@ func TestBucketQueueAgainstModel(t *testing.T) {
 		if ref.front() != nil || q.n != 0 || q.nLate != 0 {
 			t.Fatalf("seed %d: left over", seed)
 		}
+	}
+	if lateSeen == 0 || backSeen == 0 {
+		t.Fatalf("steps with a late lane: got %d; pushes that moved the current bucket back: got %d; want some of both", lateSeen, backSeen)
 	}
 }
 
