@@ -7,13 +7,14 @@ import (
 )
 
 // TestPartitionsShareTheWorkers: items are served in arrival order within
-// each partition, and a partition with less than its share of the backlog
-// in flight (Backlog 4 over 2 partitions: 2) has its items stamped from the
-// scheduler's virtual time (the newest head taken), beside the work ready
-// now; past that share, after everything pushed so far. So one whose items
-// arrive after another's backlog is served beside that backlog, not behind
-// it; two backlogs pushed together interleave their shares, then go in
-// arrival order; a partition alone runs through its own in order.
+// each partition, and each partition's items are stamped one past its own
+// last or past the scheduler's virtual time (the newest head taken),
+// whichever is later: start-time fair queuing. So one whose items arrive
+// after another's backlog is served beside that backlog, not behind it;
+// two backlogs pushed together interleave item by item, past their shares
+// of the pacing backlog (Backlog 4 over 2 partitions: 2) too (before, past
+// that share they went in arrival order: 0 1 0 1 0 0 1 1); a partition
+// alone runs through its own in order.
 func TestPartitionsShareTheWorkers(t *testing.T) {
 	tests := []struct {
 		name string
@@ -41,7 +42,7 @@ func TestPartitionsShareTheWorkers(t *testing.T) {
 				part  int
 				lanes []int
 			}{{0, []int{1, 2, 3, 4}}, {1, []int{1, 2, 3, 4}}},
-			want: "0 1 0 1 0 0 1 1",
+			want: "0 1 0 1 0 1 0 1",
 		},
 		{
 			name: "one partition keeps its order",
@@ -174,9 +175,9 @@ func TestCarryingOnDoesNotMoveTheVirtualTime(t *testing.T) {
 }
 
 // TestLightPartitionsDoNotStarveABusyOne: light partitions' items are
-// stamped from the virtual time, ahead of a busy partition's backlog, but
-// taking one moves the virtual time on, so a busy partition's items still
-// come up in turn (invariant 3 in the other direction). Two partitions
+// stamped from the virtual time, ahead of most of a busy partition's
+// backlog, but taking one moves the virtual time on, so a busy partition's
+// items still come up in turn (invariant 3 in the other direction). Two partitions
 // push a fresh item whenever theirs has finished, before every take; the
 // busy one's 10 items all run within 40 takes.
 func TestLightPartitionsDoNotStarveABusyOne(t *testing.T) {

@@ -8,30 +8,31 @@ package dispatch
 // early lanes finish long before older messages of late ones, and the
 // frontier (and the in-flight budget behind it) stalls for a whole round.
 //
-// Across partitions, a partition with less than its share of the backlog
-// in flight (Options.Backlog over the claimed partitions: paceShare) has
-// its items stamped one past the scheduler's virtual time (the newest head
-// taken from the ready queue) or its own last stamp, whichever is later:
-// they are served beside the work ready now, as in start-time fair
-// queuing. Past that share they are stamped after everything pushed so
-// far, in arrival order. So the first records of a partition that arrive
-// while another works through a backlog wait for about the work at the
-// front of the ready queue, not for the backlog: with one global
-// arrival order a partition with few keys could have its whole in-flight
-// share in lane queues (they do not count for pacing), and a later
-// partition's first records waited for all of it. Fair queuing for every
-// item interleaved the bursts of busy partitions item by item, which cost
-// the in-memory pipeline 10-20% more CPU at Size 1024 (lanes out of the
-// fresh FIFO, and colder items at recycle); busy partitions keep arrival
-// order instead.
+// Across partitions, every item is stamped one past its partition's last
+// stamp or past the scheduler's virtual time (the newest head taken from
+// the ready queue), whichever is later: start-time fair queuing. The first
+// records of a partition that arrive while another works through a
+// backlog are served beside the work ready now, not behind the backlog
+// (with one global arrival order, a partition with few keys could have its
+// whole in-flight share in lane queues, which do not count for pacing, and
+// a later partition's first records waited for all of it); and partitions
+// with backlogs take turns item by item, to within a bucket of the
+// requeued lanes (below). One arrival order for items past a partition's
+// share of the pacing backlog would run each busy partition's burst (up
+// to Chan) whole before the next one's, and leave the others unserved
+// meanwhile: for most of a minute with a handler of tens of milliseconds.
+// The price is that a burst pushed with
+// stamps older than the newest queued sends its lanes to the calendar
+// queue rather than the fresh FIFO, and a batch holds several partitions'
+// items (finish chains them per partition): a few percent more CPU in the
+// in-memory pipeline (docs/ARCHITECTURE.md).
 //
 // Two structures make it cheap: lanes that become ready because a new item
 // arrived go to a FIFO (fresh) while their heads' stamps do not decrease,
-// which holds within a burst and while partitions push past their shares;
-// the others, and lanes that come back with older items queued (released
-// after a batch, or still holding items after one was taken), go to a
-// calendar queue on their head's stamp (requeued). take compares the two
-// fronts.
+// which holds within one partition's burst; the others, and lanes that
+// come back with older items queued (released after a batch, or still
+// holding items after one was taken), go to a calendar queue on their
+// head's stamp (requeued). take compares the two fronts.
 
 // laneList is an intrusive FIFO of lanes.
 type laneList[M, T any] struct {

@@ -134,7 +134,6 @@ type Scheduler[M, T any] struct {
 	// vtime is the scheduler's virtual time (see ready.go): the largest
 	// stamp of a lane head taken from the ready queue so far.
 	vtime      uint64
-	newest     uint64             // the largest stamp given so far
 	freshLast  uint64             // the head stamp of the lane last pushed onto fresh
 	fresh      laneList[M, T]     // ready lanes whose head just arrived, in stamp order (see ready.go)
 	requeued   bucketQueue[M, T]  // ready lanes with older heads
@@ -438,17 +437,11 @@ func (s *Scheduler[M, T]) push(p *Partition[M, T], items []*Item[M, T]) {
 		return
 	}
 	var held []heldItem[M, T]
-	light, share := p.inflight-int64(len(items)), p.paceShare()
 	for _, it := range items {
-		if light < share {
-			// The partition has less than its share of the backlog in
-			// flight: its item goes beside the work ready now.
-			p.tag = max(p.tag, s.vtime) + 1
-			light++
-		} else {
-			p.tag = max(p.tag, s.newest) + 1 // after everything pushed so far
-		}
-		s.newest = max(s.newest, p.tag)
+		// Start-time fair queuing (ready.go): one past the partition's
+		// last item, or past the virtual time if the partition had fallen
+		// behind it.
+		p.tag = max(p.tag, s.vtime) + 1
 		it.stamp = p.tag
 		l := it.lane
 		l.pending--
