@@ -63,9 +63,15 @@ type Partition[M, T any] struct {
 	// mutex; atomic so that the owner can see without the lock whether it
 	// is still listed (ListIfPaced, UnlistPaced).
 	inPaced atomic.Bool
-	held    int                 // lanes held (Settle, Unhold); guarded by the scheduler mutex
-	orphans []*Item[M, T]       // items Orphan gave up on, for the owner to copy; guarded by the scheduler mutex
-	drained []WaitingItem[M, T] // items held by Settle after the revoke (DrainedWaiting); guarded by the scheduler mutex
+	held    int           // lanes held (Settle, Unhold); guarded by the scheduler mutex
+	orphans []*Item[M, T] // items Orphan gave up on, for the owner to copy; guarded by the scheduler mutex
+	// drained lists, for the final commit (DrainedWaiting), the items
+	// with an attempt to hand over that were let go or held since the
+	// revoke: those it took off their lanes with a waitAttempt (dropped,
+	// or kept: Item.kept), the copies of orphans that push dropped unrun,
+	// and those Settle held or found charged in the drain. Guarded by
+	// the scheduler mutex.
+	drained []WaitingItem[M, T]
 	// hasOrphans is set, under the scheduler mutex, while orphans is not
 	// empty: the owner's every Advance reads it instead of taking the lock.
 	hasOrphans atomic.Bool

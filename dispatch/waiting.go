@@ -91,8 +91,11 @@ func noteDrainedLocked[M, T any](it *Item[M, T], attempt int) {
 
 // DrainedWaiting appends to dst the items of p, revoked, noted for its
 // final commit since the revoke, at their attempts then, and forgets them:
-// those the revoke dropped with an attempt to list, and those a batch
-// settling in the drain held or had charged. WaitingItems lists nothing
+// those the revoke took off their lanes with an attempt to list (dropped,
+// or kept: Item.kept), the copies of orphans made in the drain, which
+// push drops unrun (each stands for its original, one attempt past the
+// hung one, which so stays charged), and those a batch settling in the
+// drain held or had charged. WaitingItems lists nothing
 // once p is revoked: the owner's final commit adds these to what it
 // listed before the revoke, so that a failure in the drain still counts.
 func (s *Scheduler[M, T]) DrainedWaiting(p *Partition[M, T], dst []WaitingItem[M, T]) []WaitingItem[M, T] {
