@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -131,5 +132,53 @@ func TestLateDeadLetterCountsInPartitionOutcomes(t *testing.T) {
 	if o := st.PartitionStats[0].Outcomes; o.DeadLettered != st.DeadLettered.Rejected || o.Handled != n-1 || st.Abandoned != 1 {
 		t.Errorf("got Outcomes.DeadLettered %d, Stats.DeadLettered %d, Outcomes.Handled %d, Stats.Abandoned %d; want 1, 1, %d and 1",
 			o.DeadLettered, st.DeadLettered.Rejected, o.Handled, st.Abandoned, n-1)
+	}
+}
+
+// TestParkedAtStopCountsByAttempt: at a stop, the parked messages taken
+// from the queue and not yet run (one worker, hung on a third parked
+// message's call) are counted by their attempt, as a revoke counts a
+// claim's: the one that was only deferred (attempt 1) as Dropped, the one
+// that had failed (attempt 2) as Abandoned, beside the hung call's, late.
+// All three stay parked for the next run.
+func TestParkedAtStopCountsByAttempt(t *testing.T) {
+	t.Parallel() // mostly waits on the broker, the backoff and the drain
+	const n, deferred, failed, hung = 10, 3, 5, 7
+	r := newRig(t, "parked-stop-counts", 1, n, n)
+	w := r.work(0, 0)
+	cfg := r.config("parked-stop-counts")
+	cfg.Size, cfg.Num, cfg.Ordering, cfg.DataPath, cfg.DrainTimeout = 1, 1, Unordered, t.TempDir(), 200*time.Millisecond
+	cfg.Retry = Retry{Backoff: 300 * time.Millisecond, MaxBackoff: 300 * time.Millisecond, Jitter: -1}
+	var calls [n]atomic.Int64 // by offset
+	g := newGroup(t, cfg, func(ctx context.Context, batch []*Message) error {
+		m := batch[0]
+		var be BatchError
+		switch call := calls[m.Offset].Add(1); {
+		case m.Offset == hung && call == 1:
+			be.Defer(0, 10*time.Millisecond) // parked, back before the others
+		case m.Offset == hung: // redelivered: holds the only worker
+			<-ctx.Done()
+			return ctx.Err()
+		case m.Offset == deferred && call == 1:
+			be.Defer(0, 300*time.Millisecond)
+		case m.Offset == failed && call == 1:
+			be.Fail(0, errors.New("fails once"))
+		default:
+			return w.Do(ctx, batch)
+		}
+		r.markSettled(m.Partition, m.Offset)
+		return be.Err()
+	})
+	stop := run(t, g)
+	waitFor(t, time.Minute, "the hung call to run and the two other parked messages to be taken from the queue", func() bool {
+		p := g.fail.parkView.Load()
+		return calls[hung].Load() == 2 && p != nil && p.side.InFlight() == 3 && g.Stats().Handled == n-3
+	})
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if st := g.Stats(); st.Dropped != 1 || st.Abandoned != 2 || st.Parked != 3 {
+		t.Errorf("got Dropped %d, Abandoned %d, Parked %d; want 1 (offset %d, deferred), 2 (offset %d, failed once; offset %d, late) and 3",
+			st.Dropped, st.Abandoned, st.Parked, deferred, failed, hung)
 	}
 }

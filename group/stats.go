@@ -38,11 +38,23 @@ type Stats struct {
 	Retries       int64 // messages to be handed out again after a failed attempt, counted once, by the member that decides the retry (at a handover, the one that hands the message over); not a last attempt's failure, which is dead-lettered
 	Splits        int64 // Do calls on part of a batch that failed as a whole, to find its failing items
 	Cancelled     int64 // failed Do calls that returned after their ctx was cancelled (ErrRevoked, ErrShutdown)
-	Dropped       int64 // queued, never-failed messages let go on revoke (the next owner gets them), or, at a stop, parked messages taken from the local queue and not yet run (the next run gets them)
-	Abandoned     int64 // messages left unfinished at revoke (or, at a stop, parked messages taken from the local queue and left unfinished): waiting for a retry, failed during the drain, or still in Do after DrainTimeout (whatever that call then returns)
-	Revokes       int64 // partition claims that ended (rebalance or shutdown)
-	Claims        int64 // partition claims that started
-	Resumed       int64 // messages skipped because a previous owner finished them (commit metadata), or this member did before its final commit was lost
+	// Dropped counts messages at attempt 1 (never charged a failed
+	// attempt: new, or only deferred) queued and let go on revoke (the
+	// next owner gets them), and, at a stop, parked messages taken from
+	// the local queue at attempt 1 and not yet run (the next run gets
+	// them).
+	Dropped int64
+	// Abandoned counts messages left unfinished at revoke: waiting for a
+	// retry (on their lanes, or in a partial batch), failed during the
+	// drain, or still in Do after DrainTimeout (whatever that call then
+	// returns); and, at a stop, parked messages taken from the local
+	// queue and so left, one not yet run among them when it had failed
+	// before (attempt 2 or more). The next owner, or the next run, gets
+	// them.
+	Abandoned int64
+	Revokes   int64 // partition claims that ended (rebalance or shutdown)
+	Claims    int64 // partition claims that started
+	Resumed   int64 // messages skipped because a previous owner finished them (commit metadata), or this member did before its final commit was lost
 	// ResumedWaiting counts messages a previous owner left waiting for a
 	// retry (commit metadata): they went on at the attempt and backoff
 	// it had reached.
