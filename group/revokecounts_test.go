@@ -11,7 +11,9 @@ import (
 
 	"github.com/IBM/sarama"
 
+	"github.com/orderly-go/orderly/dispatch"
 	"github.com/orderly-go/orderly/internal/tmpfs"
+	"github.com/orderly-go/orderly/merge"
 )
 
 // TestRetryInPartialBatchAbandonedAtStop: a message that failed once has
@@ -180,5 +182,41 @@ func TestParkedAtStopCountsByAttempt(t *testing.T) {
 	if st := g.Stats(); st.Dropped != 1 || st.Abandoned != 2 || st.Parked != 3 {
 		t.Errorf("got Dropped %d, Abandoned %d, Parked %d; want 1 (offset %d, deferred), 2 (offset %d, failed once; offset %d, late) and 3",
 			st.Dropped, st.Abandoned, st.Parked, deferred, failed, hung)
+	}
+}
+
+// TestLateSkipCountsInPartitionOutcomes: with no dead-letter destination,
+// a message to dead-letter whose hold the hook settles only once its
+// partition's owner has sealed the partition (its drain gave up on the
+// call) is skipped by the hook, and counted Skipped under its partition
+// (Group.unclaimed), as a late dead letter counts DeadLettered there:
+// Stats.DeadLetterSkipped and the partition's Outcomes agree.
+func TestLateSkipCountsInPartitionOutcomes(t *testing.T) {
+	t.Parallel()
+	g := offlineGroup(t, func(c *Config) { c.Size, c.Num = 1, 1 })
+	p := g.sched.NewPartition(4)
+	it := p.Alloc()
+	it.Msg = Message{Topic: "t", Partition: 3, Offset: 0}
+	if err := p.Add(it, 0, 1); err != nil {
+		t.Fatal(err)
+	}
+	p.Flush()
+	b := g.sched.NewBatch(g.sched.NewWorker())
+	if st := g.sched.Next(b, true, nil); st != dispatch.Run || len(b.Items) != 1 {
+		t.Fatalf("Next: got %v with %d items, want Run with 1", st, len(b.Items))
+	}
+	// The drain gives up on the call while it runs.
+	p.Revoke()
+	p.Drain()
+	p.Seal()
+	p.Advance()
+	// The call returns a dead-letter verdict: Settle holds the item and
+	// the hook, finding no destination, skips it.
+	g.sched.Settle(b, []dispatch.Outcome{{Verdict: dispatch.Hold, Kind: merge.DeadLettered, Err: errors.New("rejected by the test")}})
+	g.claimsMu.Lock()
+	o := g.unclaimed[topicPartition{"t", 3}]
+	g.claimsMu.Unlock()
+	if st := g.Stats(); st.DeadLetterSkipped != 1 || o.Skipped != 1 || o.Handled != 0 {
+		t.Errorf("got Stats.DeadLetterSkipped %d, Outcomes.Skipped %d, Outcomes.Handled %d of t/3; want 1, 1 and 0", st.DeadLetterSkipped, o.Skipped, o.Handled)
 	}
 }
