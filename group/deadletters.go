@@ -138,7 +138,7 @@ func (d *deadLetters[T]) add(it *dispatch.Item[Message, T], done func() bool, re
 		d.errLog.Warn(d.g.log, "no dead-letter destination (DeadLetterTopic, DataPath): message skipped",
 			zap.String("topic", it.Msg.Topic), zap.Int32("partition", it.Msg.Partition), zap.Int64("offset", it.Msg.Offset),
 			zap.String("reason", reason), zap.Int("attempt", attempts), zap.Error(err))
-		d.finish(it, done)
+		d.g.finishWritten(it, done)
 		return
 	}
 	d.pending.Add(1)
@@ -196,21 +196,10 @@ func (d *deadLetters[T]) run(ctx context.Context) {
 			d.writtenLog.Warn(d.g.log, "dead-lettered", zap.String("topic", j.it.Msg.Topic), zap.Int32("partition", j.it.Msg.Partition),
 				zap.Int64("offset", j.it.Msg.Offset), zap.String("reason", j.reason), zap.Int("attempt", j.attempts),
 				zap.String("destination", d.sink.name()), zap.Error(j.err))
-			d.finish(j.it, j.done)
+			d.g.finishWritten(j.it, j.done)
 		}
 		clear(jobs)
 		clear(recs)
-	}
-}
-
-// finish runs done for it, whose dead letter was written (or skipped),
-// and counts it in its partition's outcomes should its owner have let go
-// of it before (a drain past DrainTimeout): Stats counts the dead letter
-// all the same, and so does the partition.
-func (d *deadLetters[T]) finish(it *dispatch.Item[Message, T], done func() bool) {
-	tp, fate, failed := d.g.lateCount(it)
-	if !done() {
-		d.g.countUnclaimed(tp, fate, failed)
 	}
 }
 

@@ -29,7 +29,8 @@ import (
 // message, and the next owner, or the next run, handles it again) counts
 // DeadLettered all the same, under its partition, as Stats.DeadLettered
 // counts it: DeadLettered summed over the partitions is
-// Stats.DeadLettered.
+// Stats.DeadLettered. A park written that late counts Parked all the
+// same: its parked copy is Do's to see again, and counts its end too.
 type Outcomes struct {
 	// Handled: Do returned nil for it while its claim, or the parked
 	// queue's redelivery, still took it back; not after a drain gave up on
@@ -113,8 +114,8 @@ func (c *claimLoop[T]) countFinished(it *dispatch.Item[Message, T]) {
 // claim, by its fate, in the outcomes of tp, the partition it came from,
 // with failed, the failed attempts charged to it and not counted yet: a
 // parked message whose redelivery from the parked queue ended, or one
-// whose dead letter was written after its owner let go of it
-// (deadLetters.finish).
+// whose dead letter or park was written, or that was skipped, after its
+// owner let go of it (finishWritten).
 func (g *Group[T]) countUnclaimed(tp topicPartition, fate uint8, failed int) {
 	g.claimsMu.Lock()
 	o := g.unclaimed[tp]
@@ -123,14 +124,26 @@ func (g *Group[T]) countUnclaimed(tp topicPartition, fate uint8, failed int) {
 	g.claimsMu.Unlock()
 }
 
+// finishWritten runs done, which finishes it once its write landed (its
+// dead letter or its park) or was skipped (no dead-letter destination),
+// and counts it in its partition's outcomes should its owner have let go
+// of it before (a drain past DrainTimeout): the dead letter, skip or park
+// happened all the same, and its partition counts it, as Stats does.
+func (g *Group[T]) finishWritten(it *dispatch.Item[Message, T], done func() (taken bool)) {
+	tp, fate, failed := g.lateCount(it)
+	if !done() {
+		g.countUnclaimed(tp, fate, failed)
+	}
+}
+
 // lateCount is what countUnclaimed needs of it, an item whose dead
-// letter is written (or skipped), should its owner have let go of it
-// before (its claim ended, or the parked side partition drained, past
-// DrainTimeout): the partition its message came from, its fate, and the
-// failed attempts its owner would have counted, all of them for a
-// claim's item, and those since it was taken from the parked queue for
-// a side item. Read before the item is finished: its owner may recycle
-// it then.
+// letter or park is written (or that is skipped), should its owner have
+// let go of it before (its claim ended, or the parked side partition
+// drained, past DrainTimeout): the partition its message came from, its
+// fate, and the failed attempts its owner would have counted, all of
+// them for a claim's item, and those since it was taken from the parked
+// queue for a side item. Read before the item is finished: its owner may
+// recycle it then.
 func (g *Group[T]) lateCount(it *dispatch.Item[Message, T]) (tp topicPartition, fate uint8, failed int) {
 	failed = it.Attempt - 1
 	if p := g.fail.park; p != nil {

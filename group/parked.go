@@ -147,7 +147,7 @@ func (p *parking[T]) park(ctx context.Context) {
 		}
 		for _, j := range written {
 			j.it.Fate = fateParked
-			p.g.sched.Unhold(j.it, true)
+			p.g.finishWritten(j.it, func() bool { return p.g.sched.FinishHeld(j.it) })
 		}
 		clear(written)
 		written, jobs = written[:0], jobs[:0]

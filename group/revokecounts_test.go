@@ -220,3 +220,76 @@ func TestLateSkipCountsInPartitionOutcomes(t *testing.T) {
 		t.Errorf("got Stats.DeadLetterSkipped %d, Outcomes.Skipped %d, Outcomes.Handled %d of t/3; want 1, 1 and 0", st.DeadLetterSkipped, o.Skipped, o.Handled)
 	}
 }
+
+// TestLateParkCountsInPartitionOutcomes: a park written after its claim
+// let go of the message (the parked queue's disk was full past
+// DrainTimeout, so the drain gave up on it) counts Parked in the Outcomes
+// of its partition, shown once this member claims the partition again,
+// as a late dead letter counts DeadLettered there. The message counts as
+// Abandoned too: the final commit did not pass it.
+func TestLateParkCountsInPartitionOutcomes(t *testing.T) {
+	t.Parallel() // mostly waits on the drain
+	const n, target = 3, 1
+	dataPath := tmpfs.Mount(t, 4<<20)
+	cfg := Config{Brokers: []string{"mem:0"}, Topics: []string{"mem"}, GroupID: "mem", Size: 1, Num: 1,
+		Ordering: Unordered, DataPath: dataPath, DrainTimeout: 200 * time.Millisecond,
+		Retry: Retry{Backoff: 20 * time.Millisecond, MaxBackoff: 50 * time.Millisecond, Jitter: -1}}
+	g := newGroup(t, cfg, func(_ context.Context, batch []*Message) error {
+		var be BatchError
+		for i, m := range batch {
+			if m.Offset == target {
+				be.Defer(i, time.Hour) // parked, and not due in this test
+			}
+		}
+		return be.Err()
+	})
+	if err := g.fail.open(nil); err != nil { // the parked queue, as Run opens it
+		t.Fatal(err)
+	}
+	stop := startWorkers(t, g)
+	defer stop()
+	ballast := tmpfs.Fill(t, dataPath, 0) // the queue is open: its writes now fail
+	sess := &memSession{ctx: context.Background(), marked: map[int32]int64{}}
+	claim := func() (msgs chan *sarama.ConsumerMessage, ended <-chan struct{}) {
+		msgs, done := make(chan *sarama.ConsumerMessage, n), make(chan struct{})
+		go func() {
+			defer close(done)
+			_ = g.consume(sess, &memClaim{p: 0, msgs: msgs})
+		}()
+		return msgs, done
+	}
+
+	msgs, ended := claim()
+	value := make([]byte, 64<<10) // a park needs pages of its own on the full disk
+	for off := range int64(n) {
+		msgs <- &sarama.ConsumerMessage{Topic: "mem", Offset: off, Key: fmt.Appendf(nil, "k%d", off), Value: value}
+	}
+	waitFor(t, time.Minute, "the park's write to fail and the others to be handled", func() bool {
+		st := g.Stats()
+		return st.ParkErrors >= 1 && st.Handled == n-1
+	})
+	close(msgs) // revoked: the drain gives up on the park after DrainTimeout
+	<-ended
+	if err := os.Remove(ballast); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, time.Minute, "the park to be written", func() bool { return g.Stats().Parked == 1 })
+
+	msgs, ended = claim()
+	defer func() {
+		close(msgs)
+		<-ended
+	}()
+	waitFor(t, time.Minute, "the partition to be claimed again", func() bool { return len(g.Stats().PartitionStats) == 1 })
+	// The park is counted once its item is let go, just after it is
+	// written: give that a moment.
+	var st Stats
+	for deadline := time.Now().Add(2 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		if st = g.Stats(); st.PartitionStats[0].Outcomes.Parked == 1 || time.Now().After(deadline) {
+			break
+		}
+	}
+	if o := st.PartitionStats[0].Outcomes; o.Parked != 1 || o.Handled != n-1 || st.Abandoned != 1 {
+		t.Errorf("got Outcomes.Parked %d, Outcomes.Handled %d, Stats.Abandoned %d; want 1, %d and 1", o.Parked, o.Handled, st.Abandoned, n-1)
+	}
+}
