@@ -287,10 +287,16 @@ func (p *parking[T]) drain(ctx context.Context) {
 	p.g.fail.forget(side)
 	p.g.ctr.dropped.Add(int64(dropped))
 	p.g.ctr.abandoned.Add(int64(abandoned) + inDrain + late)
+	// Worded by what the drain did: a late message may be in no call it
+	// could cancel (its park or dead letter still being written), and a
+	// drain that ctx ended cancels nothing itself.
+	msg := "parked messages unfinished when the drain ended: leaving them parked for the next run"
+	if cancelled > 0 {
+		msg = "parked messages still running after the drain timeout: cancelling, and leaving them parked for the next run"
+	}
 	if late > 0 {
-		p.g.log.Warn("parked messages still running after the drain timeout: cancelling, and leaving them parked for the next run",
-			zap.String("path", p.g.cfg.DataPath), zap.Duration("timeout", p.g.cfg.DrainTimeout), zap.Int64("unfinished", late),
-			zap.Int("cancelled", cancelled))
+		p.g.log.Warn(msg, zap.String("path", p.g.cfg.DataPath), zap.Duration("timeout", p.g.cfg.DrainTimeout),
+			zap.Int64("unfinished", late), zap.Int("cancelled", cancelled))
 	}
 }
 

@@ -14,7 +14,9 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
+	"github.com/orderly-go/orderly/dispatch"
 	"github.com/orderly-go/orderly/internal/deadletter"
+	"github.com/orderly-go/orderly/merge"
 )
 
 // TestParkedPoisonRunsOutOfAttempts: with Unordered and a DataPath every
@@ -342,5 +344,49 @@ func TestParkedDrainCancelsLateCalls(t *testing.T) {
 	}
 	if st := g.Stats(); st.Abandoned != 1 || st.Parked != 1 {
 		t.Errorf("got Abandoned %d, Parked %d; want 1 and 1 (left parked for the next run)", st.Abandoned, st.Parked)
+	}
+}
+
+// TestParkedDrainWarnsByCancelledCalls: the parked side partition's drain
+// warns of what it leaves unfinished by what it did: a message whose park
+// is still being written when DrainTimeout passes is in no call, so the
+// drain cancels nothing, and its warning must not say it is cancelling.
+func TestParkedDrainWarnsByCancelledCalls(t *testing.T) {
+	t.Parallel()
+	logger, logs := observed()
+	g := offlineGroup(t, func(c *Config) {
+		c.Size, c.Num, c.Ordering, c.DataPath, c.DrainTimeout, c.Logger = 1, 1, Unordered, t.TempDir(), 50*time.Millisecond, logger
+	})
+	if err := g.fail.open(nil); err != nil { // the parked queue, as Run opens it
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := g.fail.close(); err != nil {
+			t.Error(err)
+		}
+	})
+	p := g.fail.park
+	p.side = g.sched.NewSidePartition(4) // its writer and redelivery do not run
+	it := p.side.Alloc()
+	it.Msg = Message{Topic: "t", Partition: 0, Offset: 7}
+	if err := p.side.Add(it, 1, 1); err != nil {
+		t.Fatal(err)
+	}
+	p.side.Flush()
+	b := g.sched.NewBatch(g.sched.NewWorker())
+	if st := g.sched.Next(b, true, nil); st != dispatch.Run || len(b.Items) != 1 {
+		t.Fatalf("Next: got %v with %d items, want Run with 1", st, len(b.Items))
+	}
+	// Deferred: the hold hook queues its park, which nothing writes.
+	g.sched.Settle(b, []dispatch.Outcome{{Verdict: dispatch.Hold, Kind: merge.Deferred, Delay: time.Hour}})
+	p.drain(context.Background())
+
+	entries := logs.FilterMessageSnippet("parked messages").All()
+	if len(entries) != 1 {
+		t.Fatalf("drain warnings: got %d, want 1", len(entries))
+	}
+	e := entries[0]
+	if cancelled := e.ContextMap()["cancelled"]; cancelled != int64(0) || strings.Contains(e.Message, "cancelling") || e.ContextMap()["unfinished"] != int64(1) {
+		t.Errorf("drain warning: got %q with cancelled %v, unfinished %v; want cancelled 0, unfinished 1 and no word of cancelling", e.Message, cancelled, e.ContextMap()["unfinished"])
 	}
 }
