@@ -8,6 +8,10 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
 )
 
 // TestBatchErrorBesideFailureFails: a BatchError beside another error
@@ -166,5 +170,52 @@ func TestBatchErrorOnlyDeferred(t *testing.T) {
 	}
 	if (*BatchError)(nil).OnlyDeferred(2) {
 		t.Error("a nil *BatchError's OnlyDeferred: got true, want false")
+	}
+}
+
+// TestDeferredCallLogsNoFailure: a Do call whose BatchError only defers
+// items (a throttled endpoint) is not a failure (Stats.DeferredCalls), and
+// is not warned of as one: no "Do failed" line, a debug line instead. A
+// call that fails an item still warns.
+func TestDeferredCallLogsNoFailure(t *testing.T) {
+	t.Parallel()
+	const n, failing = 20, 7
+	r := newRig(t, "deferred-log", 1, n, n)
+	w := r.work(0, 0)
+	core, logs := observer.New(zapcore.DebugLevel)
+	cfg := r.config("deferred-log")
+	cfg.Size, cfg.Num, cfg.Logger = 1, 2, zap.New(core)
+	cfg.Retry = Retry{Backoff: time.Millisecond, MaxBackoff: 10 * time.Millisecond}
+	var mu sync.Mutex
+	seen := map[int64]int{} // calls by offset
+	g := newGroup(t, cfg, func(ctx context.Context, batch []*Message) error {
+		m := batch[0]
+		mu.Lock()
+		seen[m.Offset]++
+		call := seen[m.Offset]
+		mu.Unlock()
+		var be BatchError
+		switch {
+		case call > 1:
+			return w.Do(ctx, batch)
+		case m.Offset == failing:
+			be.Fail(0, errors.New("fails once"))
+		default:
+			be.Defer(0, time.Millisecond)
+		}
+		return be.Err()
+	})
+	r.runToEnd(g, cfg.GroupID)
+	r.check(false)
+	st := g.Stats()
+	failed := logs.FilterMessageSnippet("Do failed").FilterField(zap.Int64("offset", failing)).Len()
+	if deferred := logs.FilterMessageSnippet("Do failed").Len() - failed; deferred != 0 || failed != 1 {
+		t.Errorf("\"Do failed\" warnings: got %d of calls that only deferred and %d of offset %d's failed call, want 0 and 1", deferred, failed, failing)
+	}
+	if deferred := logs.FilterMessage("Do deferred items; they run again when due").FilterLevelExact(zapcore.DebugLevel).Len(); deferred != n-1 {
+		t.Errorf("debug lines of deferred calls: got %d, want %d", deferred, n-1)
+	}
+	if st.DeferredCalls != n-1 || st.Failures != 1 {
+		t.Errorf("got DeferredCalls %d, Failures %d; want %d and 1", st.DeferredCalls, st.Failures, n-1)
 	}
 }

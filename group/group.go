@@ -30,6 +30,7 @@ import (
 
 	"github.com/IBM/sarama"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 
 	"github.com/orderly-go/orderly/dispatch"
 	"github.com/orderly-go/orderly/internal/histogram"
@@ -647,8 +648,19 @@ func (g *Group[T]) handle(ctx context.Context, worker int, items []*dispatch.Ite
 		// nothing within the batch.
 	}
 	first := &items[0].Msg
+	pastTimeout := g.cfg.MsgTimeout > 0 && merge.PastTimeout(ctx, ErrTimeout)
+	if !pastTimeout && onlyDeferred(verdicts) {
+		// No failure (Stats.DeferredCalls): a throttled endpoint's
+		// deferrals are not warned of as failures; at debug, per call.
+		if ce := g.log.Check(zapcore.DebugLevel, "Do deferred items; they run again when due"); ce != nil {
+			ce.Write(zap.String("topic", first.Topic), zap.Int32("partition", first.Partition),
+				zap.Int64("offset", first.Offset), zap.Uint64("lane", items[0].Lane),
+				zap.Int("attempt", items[0].Attempt), zap.Int("batch", len(items)), zap.Int("named", len(verdicts)))
+		}
+		return verdicts, err
+	}
 	logged := err
-	if g.cfg.MsgTimeout > 0 && merge.PastTimeout(ctx, ErrTimeout) {
+	if pastTimeout {
 		logged = merge.TimeoutError(ErrTimeout, err) // as the pool will charge it
 	}
 	g.failLog.Warn(g.log, "Do failed; its failing items are retried or dead-lettered",

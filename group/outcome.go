@@ -105,16 +105,19 @@ func (e *BatchError) OnlyDeferred(n int) bool {
 	if e == nil {
 		return false
 	}
-	vs, ok := e.verdicts(nil, n)
-	if !ok {
-		return false
-	}
-	for _, v := range vs {
+	vs, _ := e.verdicts(nil, n)
+	return onlyDeferred(vs)
+}
+
+// onlyDeferred reports whether verdicts, those a BatchError gives a
+// call's items, are there and all deferrals (see OnlyDeferred).
+func onlyDeferred(verdicts []merge.Verdict) bool {
+	for _, v := range verdicts {
 		if v.Kind != merge.Deferred {
 			return false
 		}
 	}
-	return true
+	return len(verdicts) > 0
 }
 
 // Err returns e, or nil when no item was marked failed.
