@@ -434,10 +434,12 @@ func (o *consumeOpts) explain(err error) error {
 	case errors.Is(err, group.ErrDeadLetterTopic):
 		// err says "does not exist" twice (ErrDeadLetterTopic wraps
 		// ErrUnknownTopic) and names the topic twice more.
-		return &deadLetterTopicError{err: err,
+		return &restatedError{err: err,
 			msg: flagArg(fs, "dead-letter-topic", o.deadLetterTopic) + ": the topic does not exist (consume does not create it)"}
 	case errors.Is(err, group.ErrUnknownTopic):
-		return fmt.Errorf("%s: %w", flagArg(fs, "topic", topics), err)
+		// err names the group, every topic, and each missing one with
+		// the broker's error.
+		return &restatedError{err: err, msg: flagArg(fs, "topic", topics) + ": " + missingTopics(err, o.topics)}
 	case errors.Is(err, group.ErrConnect):
 		return o.kafka.brokersError(o.brokers, err)
 	case errors.Is(err, group.ErrAuth):
@@ -486,26 +488,58 @@ func (o *consumeOpts) checkData() error {
 	return nil
 }
 
-// deadLetterTopicError is the error of a --dead-letter-topic that does
-// not exist: a sentence of its own, naming the flag and the topic once,
-// wrapping Run's error (group.ErrDeadLetterTopic, group.ErrUnknownTopic).
-type deadLetterTopicError struct {
+// restatedError is an error Run ended with, said in a sentence of its
+// own that names the flag behind it once (a --topic or
+// --dead-letter-topic that does not exist, a --data another consumer
+// holds), where the wrapped errors would name it and their cause several
+// times over. It wraps what it restates, so that errors.Is and errors.As
+// still find the group's sentinels and the lock's *flock.HeldError.
+type restatedError struct {
 	msg string
 	err error
 }
 
-func (e *deadLetterTopicError) Error() string { return e.msg }
-func (e *deadLetterTopicError) Unwrap() error { return e.err }
+func (e *restatedError) Error() string { return e.msg }
+func (e *restatedError) Unwrap() error { return e.err }
 
-// dataInUseError is the error of a --data another consumer holds: a
-// sentence of its own, wrapping the lock's *flock.HeldError.
-type dataInUseError struct {
-	msg  string
-	held *flock.HeldError
+// missingTopics says which of topics (--topic) err, Run's
+// group.ErrUnknownTopic, finds missing: sarama wraps the broker's error
+// once per missing topic with the topic's name ("absent: kafka server:
+// ..."), which is looked for in err's tree. Should sarama name none of
+// them so, it says only that one of the topics is missing.
+func missingTopics(err error, topics []string) string {
+	var missing []string
+	var walk func(error)
+	walk = func(e error) {
+		switch u := e.(type) {
+		case interface{ Unwrap() []error }:
+			for _, e := range u.Unwrap() {
+				walk(e)
+			}
+		case interface{ Unwrap() error }:
+			kerr, isKafka := u.Unwrap().(sarama.KError)
+			if !isKafka {
+				walk(u.Unwrap())
+				return
+			}
+			t, ok := strings.CutSuffix(e.Error(), ": "+kerr.Error())
+			ok = ok && (kerr == sarama.ErrUnknownTopicOrPartition || kerr == sarama.ErrInvalidTopic)
+			if ok && slices.Contains(topics, t) && !slices.Contains(missing, t) {
+				missing = append(missing, t)
+			}
+		}
+	}
+	walk(err)
+	switch {
+	case len(topics) == 1:
+		return "the topic does not exist (consume does not create it)"
+	case len(missing) == 0:
+		return "at least one of these topics does not exist (consume does not create topics)"
+	case len(missing) == 1:
+		return missing[0] + " does not exist (consume does not create it)"
+	}
+	return strings.Join(missing, ", ") + " do not exist (consume does not create them)"
 }
-
-func (e *dataInUseError) Error() string { return e.msg }
-func (e *dataInUseError) Unwrap() error { return e.held }
 
 // dataInUse is the error of a --data another consumer holds. It names
 // --data (and its variable), which store under it is held and that
@@ -524,7 +558,7 @@ func (o *consumeOpts) dataInUse(err error, held *flock.HeldError) error {
 	case filepath.Dir(held.Path) == storeDir(o.data):
 		store = "the lock of its local dead-letter store"
 	}
-	return &dataInUseError{held: held, msg: fmt.Sprintf("%s: in use (another consumer on it?): %s holds %s, %s",
+	return &restatedError{err: err, msg: fmt.Sprintf("%s: in use (another consumer on it?): %s holds %s, %s",
 		flagArg(o.fs, "data", o.data), held.Holder(), store, lock)}
 }
 

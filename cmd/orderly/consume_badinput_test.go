@@ -96,13 +96,13 @@ func TestConsumeBadInput(t *testing.T) {
 		{"unreachable endpoint", nil, args("--topic", "present", "--http", "http://127.0.0.1:1/hook"), exitError,
 			"--http http://127.0.0.1:1/hook: endpoint unreachable (--no-check skips this check): dial tcp 127.0.0.1:1: connect: connection refused"},
 		{"missing topic", nil, args("--topic", "absent", "--http", ep.url()), exitError,
-			"--topic absent: group: topic does not exist"},
+			"--topic absent: the topic does not exist (consume does not create it)"},
 		{"missing dead-letter topic", nil, args("--topic", "present", "--http", ep.url(), "--dead-letter-topic", "absent-dlq"), exitError,
 			"--dead-letter-topic absent-dlq: the topic does not exist (consume does not create it)"},
 		// Run's errors name the variable a value came from, as usage
 		// errors do.
 		{"missing topic from env", []string{"ORDERLY_TOPIC=absent"}, args("--http", ep.url()), exitError,
-			"--topic absent (from ORDERLY_TOPIC): group: topic does not exist"},
+			"--topic absent (from ORDERLY_TOPIC): the topic does not exist (consume does not create it)"},
 		{"missing dead-letter topic from env", []string{"ORDERLY_DEAD_LETTER_TOPIC=absent-dlq"}, args("--topic", "present", "--http", ep.url()), exitError,
 			"--dead-letter-topic absent-dlq (from ORDERLY_DEAD_LETTER_TOPIC): the topic does not exist (consume does not create it)"},
 		{"unreachable endpoint from env", []string{"ORDERLY_HTTP=http://127.0.0.1:1/hook"}, args("--topic", "present"), exitError,
@@ -150,6 +150,30 @@ func TestConsumeNoDeadLetterTopic(t *testing.T) {
 	want := "--dead-letter-topic absent-dlq: the topic does not exist (consume does not create it)"
 	if err == nil || err.Error() != want || !errors.Is(err, group.ErrDeadLetterTopic) || !errors.Is(err, group.ErrUnknownTopic) {
 		t.Errorf("consume --dead-letter-topic absent-dlq: got error %v, want %q wrapping group.ErrDeadLetterTopic and group.ErrUnknownTopic", err, want)
+	}
+}
+
+// TestConsumeNoTopic: a --topic that does not exist ends consume with one
+// sentence naming the flag and, among several topics, the missing ones,
+// once each, wrapping group.ErrUnknownTopic. It read "--topic absent:
+// group: topic does not exist: group "g", topics [absent]: absent: kafka
+// server: ...".
+func TestConsumeNoTopic(t *testing.T) {
+	t.Parallel()
+	b := newTopic(t, "present", 1)
+	for _, tt := range []struct{ topics, want string }{
+		{"absent", "--topic absent: the topic does not exist (consume does not create it)"},
+		{"present,absent", "--topic present,absent: absent does not exist (consume does not create it)"},
+		{"absent,present,other", "--topic absent,present,other: absent, other do not exist (consume does not create them)"},
+	} {
+		t.Run(tt.topics, func(t *testing.T) {
+			t.Parallel()
+			_, _, err := runCmd2(context.Background(), "consume", "--brokers", b.Addrs()[0], "--group", "g", "--topic", tt.topics,
+				"--exec", "cat", "--progress", "off")
+			if err == nil || err.Error() != tt.want || !errors.Is(err, group.ErrUnknownTopic) {
+				t.Errorf("consume --topic %s: got error %v, want %q wrapping group.ErrUnknownTopic", tt.topics, err, tt.want)
+			}
+		})
 	}
 }
 
