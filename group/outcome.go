@@ -98,9 +98,9 @@ func (e *BatchError) Indexes() []int {
 // OnlyDeferred reports whether the items e names within a batch of n
 // items (indexes 0 to n-1; of two verdicts on one item, the first) are
 // all deferred, and there is one at least. Run counts a call that
-// returned such a BatchError (alone, within MsgTimeout) in
-// Stats.DeferredCalls, not Failures: no failure, only items asked for
-// later.
+// returned such a BatchError (alone, within MsgTimeout, its ctx not
+// cancelled by a revoke or shutdown) in Stats.DeferredCalls, not
+// Failures: no failure, only items asked for later.
 func (e *BatchError) OnlyDeferred(n int) bool {
 	if e == nil {
 		return false

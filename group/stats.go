@@ -29,9 +29,12 @@ type Stats struct {
 	Batches      int64 // Do calls that succeeded (a late one too, whose messages are not Handled)
 	Failures     int64 // Do calls that returned an error or panicked (split calls included), not counting DeferredCalls
 	// DeferredCalls counts Do calls whose BatchError named only deferrals
-	// (Defer: no Fail, no DeadLetter) and that returned within
-	// MsgTimeout: not failures (no attempt is charged, and the outage
-	// detector counts no failure for them); their unnamed items are done.
+	// (Defer: no Fail, no DeadLetter), that returned within MsgTimeout and
+	// whose ctx no revoke or shutdown cancelled: not failures (no attempt
+	// is charged, and the outage detector counts no failure for them);
+	// their unnamed items are done. A cancelled call's BatchError is not
+	// applied (its messages go back, uncharged): it counts in Failures and
+	// Cancelled whatever it names.
 	// Every Do call counts in one of Batches, Failures and DeferredCalls.
 	DeferredCalls int64
 	Panics        int64 // of Failures, how many were panics

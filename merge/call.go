@@ -237,24 +237,26 @@ func (p *Pool[M, T]) runAroundExhausted(wk *worker[M, T], b *dispatch.Batch[M, T
 // failed records the outcomes of b.Items[lo:hi] after a call on them
 // failed with err, with verdicts on some of them or none.
 func (p *Pool[M, T]) failed(wk *worker[M, T], b *dispatch.Batch[M, T], lo, hi int, verdicts []Verdict, err error, timedOut bool) {
-	deferredOnly := onlyDeferred(verdicts) // a call past Timeout has none
-	if deferredOnly {
+	// Given up on while the call ran (Orphan, final once the call
+	// ended), or cancelled (a cancelled call that also timed out is
+	// charged): the verdicts are not applied, so the call is a failure
+	// whatever they say. A call past Timeout has none.
+	orphaned := b.Orphaned()
+	cancelled := !timedOut && p.cancelled(wk)
+	if !orphaned && !cancelled && onlyDeferred(verdicts) {
 		p.stats.DeferredCalls.Add(1)
 	} else {
 		p.stats.Failures.Add(1)
 	}
 	switch {
-	case b.Orphaned():
-		// Given up on while the call ran (Orphan, final once the call
-		// ended): copies of its items, one attempt on, run in their
-		// places, so the items are not charged; Settle ignores them.
+	case orphaned:
+		// Copies of its items, one attempt on, run in their places, so
+		// the items are not charged; Settle ignores them.
 		p.returnRange(wk, lo, hi)
-	case !timedOut && p.cancelled(wk):
-		// Cancelled: the items of a revoked partition are abandoned by
-		// Settle, the others run again, uncharged.
-		if !deferredOnly {
-			p.stats.Cancelled.Add(1)
-		}
+	case cancelled:
+		// The items of a revoked partition are abandoned by Settle, the
+		// others run again, uncharged.
+		p.stats.Cancelled.Add(1)
 		p.returnRange(wk, lo, hi)
 	case verdicts != nil:
 		noSplit := p.cfg.NoSplit != nil && p.cfg.NoSplit()
@@ -303,7 +305,8 @@ func (p *Pool[M, T]) failed(wk *worker[M, T], b *dispatch.Batch[M, T], lo, hi in
 }
 
 // onlyDeferred reports whether a call's verdicts are there and all
-// Deferred: the call counts in Stats.DeferredCalls, not Failures.
+// Deferred: the call counts in Stats.DeferredCalls, not Failures, when
+// they are applied (failed).
 func onlyDeferred(verdicts []Verdict) bool {
 	if len(verdicts) == 0 {
 		return false

@@ -117,9 +117,12 @@ type Handle[M, T any] func(ctx context.Context, worker int, items []*dispatch.It
 type Stats struct {
 	Failures atomic.Int64 // Do calls that failed (error or panic), split calls included; not a deferred call
 	// DeferredCalls counts Do calls that returned verdicts, every one of
-	// them Deferred, within Config.Timeout: the handler asked for those
-	// items later (a dependency not ready, a rate limit), which is no
-	// failure of the call, and the call's other items are done.
+	// them Deferred, within Config.Timeout, and whose context was not
+	// cancelled nor their batch given up on (Orphan): the handler asked for
+	// those items later (a dependency not ready, a rate limit), which is no
+	// failure of the call, and the call's other items are done. A
+	// cancelled call's verdicts are not applied (its items go back): it
+	// counts in Failures and Cancelled, whatever they say.
 	DeferredCalls atomic.Int64
 	Charged       atomic.Int64 // items charged a failed attempt (the hold hook decides: a retry, or a dead letter past MaxAttempts)
 	Splits        atomic.Int64 // calls made on part of a batch that failed as a whole

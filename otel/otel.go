@@ -45,8 +45,8 @@ const (
 	ErrorPanic    = "panic"    // Do panicked (group.ErrPanic)
 	ErrorBatch    = "batch"    // Do returned a group.BatchError naming items of the batch
 	ErrorTimeout  = "timeout"  // the call ran past MsgTimeout (group.ErrTimeout), whatever Do returned
-	ErrorRevoked  = "revoked"  // the partition was revoked and DrainTimeout passed (group.ErrRevoked)
-	ErrorShutdown = "shutdown" // Run gave up on in-flight work (group.ErrShutdown)
+	ErrorRevoked  = "revoked"  // the partition was revoked and DrainTimeout passed (group.ErrRevoked), whatever Do returned bar a panic
+	ErrorShutdown = "shutdown" // Run gave up on in-flight work (group.ErrShutdown), whatever Do returned bar a panic
 	ErrorOther    = "_OTHER"   // any other error
 )
 
@@ -120,9 +120,10 @@ func LinkOnly() Option { return func(c *config) { c.linkOnly = true } }
 //
 // The ctx returned for Do carries the span: for one message, in that
 // message's trace; for a batch, the span's own. A failed call (an error
-// other than a group.BatchError naming nothing, sole as
-// group.AsBatchError reads it, or a panic, or nil past MsgTimeout, which
-// group counts as a failed attempt) records the error as an exception
+// other than a group.BatchError, sole as group.AsBatchError reads it,
+// naming nothing or, while ctx is not cancelled, only deferring items of
+// the batch; or a panic, or nil past MsgTimeout, which group counts as a
+// failed attempt) records the error as an exception
 // event, sets error.type (ErrorPanic ... ErrorOther) and ends with status
 // Error and the error's first line.
 //
@@ -275,8 +276,10 @@ func (h *hook) extract(m *group.Message) trace.SpanContext {
 // end finishes the span of a call on n messages that returned err (ctx is
 // Do's). A BatchError naming nothing, sole (group.AsBatchError), is a
 // success, and so is one, sole, that only defers items of the batch
-// (BatchError.OnlyDeferred: group counts the call in Stats.DeferredCalls).
-// A call past MsgTimeout failed
+// (BatchError.OnlyDeferred: group counts the call in Stats.DeferredCalls)
+// while ctx is live: a call whose ctx a revoke or shutdown cancelled has
+// its verdicts ignored and its items handed back, and group counts it in
+// Failures and Cancelled. A call past MsgTimeout failed
 // whatever it returned, as group counts it, whether or not the watchdog
 // (which looks every tenth of MsgTimeout) has cancelled ctx yet: its
 // error is the pool's for it (merge.TimeoutError).
@@ -293,7 +296,7 @@ func end(ctx context.Context, span trace.Span, err error, n int) {
 	}
 	if merge.PastTimeout(ctx, group.ErrTimeout) {
 		err = merge.TimeoutError(group.ErrTimeout, err)
-	} else if deferred {
+	} else if deferred && ctx.Err() == nil {
 		err = nil
 	}
 	if err != nil {
@@ -313,17 +316,20 @@ func errorType(ctx context.Context, err error, n int) string {
 	case errors.Is(err, group.ErrPanic):
 		return ErrorPanic
 	}
-	// A sole BatchError names what failed, as group reads it, when it
-	// names an item of the batch; naming none, the batch failed as a whole.
-	if be, sole := group.AsBatchError(err); sole && slices.ContainsFunc(be.Indexes(), func(i int) bool { return i >= 0 && i < n }) {
-		return ErrorBatch
-	}
+	// A revoke or shutdown that cancelled ctx decides what became of the
+	// call whatever Do returned: group hands its items back and reads
+	// no BatchError's verdicts.
 	switch cause := context.Cause(ctx); {
 	case cause == nil:
 	case errors.Is(cause, group.ErrRevoked):
 		return ErrorRevoked
 	case errors.Is(cause, group.ErrShutdown):
 		return ErrorShutdown
+	}
+	// A sole BatchError names what failed, as group reads it, when it
+	// names an item of the batch; naming none, the batch failed as a whole.
+	if be, sole := group.AsBatchError(err); sole && slices.ContainsFunc(be.Indexes(), func(i int) bool { return i >= 0 && i < n }) {
+		return ErrorBatch
 	}
 	return ErrorOther
 }

@@ -186,7 +186,11 @@ func TestLinkCap(t *testing.T) {
 // and one beside another error is not error.type batch. So is one,
 // alone, that only defers items of the batch (group counts it in
 // Stats.DeferredCalls); one that also fails or dead-letters an item is
-// error.type batch. A call
+// error.type batch. A call whose ctx a revoke or shutdown cancelled
+// failed with error.type revoked or shutdown whatever BatchError it
+// returned, deferrals only too (group hands its items back and counts it
+// in Failures and Cancelled), unless the BatchError names nothing or Do
+// panicked. A call
 // past MsgTimeout failed with ErrTimeout whatever it returned, wrapping
 // what it did return, as group counts it.
 func TestFailedCalls(t *testing.T) {
@@ -233,7 +237,11 @@ func TestFailedCalls(t *testing.T) {
 		{"BatchError deferring only an item outside the batch", context.Background(), &deferredOutside, ErrorOther, "1 items failed; item 2: deferred"},
 		{"BatchError deferring every item, joined with a failure", context.Background(), errors.Join(errors.New("reset"), &deferred), ErrorOther, "reset"},
 		{"BatchError deferring every item past its timeout", timedOut, &deferred, ErrorTimeout, "group: Do ran past MsgTimeout (2 items failed; item 0: deferred; item 1: deferred)"},
-		{"BatchError deferring every item after a revoke", revoked, &deferred, "", ""},
+		{"BatchError deferring every item after a revoke", revoked, &deferred, ErrorRevoked, "2 items failed; item 0: deferred; item 1: deferred"},
+		{"BatchError deferring an item at a shutdown", shutdown, &deferredOne, ErrorShutdown, "1 items failed; item 1: deferred"},
+		{"BatchError naming an item after a revoke", revoked, &named, ErrorRevoked, "1 items failed; item 0: declined"},
+		{"BatchError naming nothing after a revoke", revoked, &none, "", ""},
+		{"panic after a revoke", revoked, fmt.Errorf("%w in Do: boom\ngoroutine 7 [running]:", group.ErrPanic), ErrorPanic, "group: handler panicked in Do: boom"},
 		{"timeout", timedOut, context.Canceled, ErrorTimeout, "group: Do ran past MsgTimeout (context canceled)"},
 		{"BatchError past its timeout", timedOut, &named, ErrorTimeout, "group: Do ran past MsgTimeout (1 items failed; item 0: declined)"},
 		{"BatchError naming nothing past its timeout", timedOut, &none, ErrorTimeout, group.ErrTimeout.Error()},
