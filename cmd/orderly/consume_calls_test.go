@@ -14,20 +14,22 @@ import (
 // TestConsumeCallCounts runs `orderly consume --size 1 --num 4 --admin`
 // against an endpoint that answers its first two requests 429 (Retry-After
 // 1), its 6th to 8th 500, its 11th 401 (an endpoint error), v30 the first
-// time with a 200 whose outcomes defer it, v40 always 400, and everything
-// else 200. /metrics, read once the commit is at the high watermarks,
-// counts the group's Do calls as the README says they relate to the final
-// line's endpoint calls: result="error" is the failed and rejected calls,
-// result="ok" the ok calls less the one 200 that only deferred, and
-// result="deferred" the throttled calls, the endpoint error and that 200,
-// plus the calls the gate deferred without sending: the Do calls that the
-// final line's calls (the requests the endpoint received) lack.
+// time with a 200 whose outcomes defer it, v35 the first time with a 200
+// whose outcomes retry it, v40 always 400, and everything else 200.
+// /metrics, read once the commit is at the high watermarks, counts the
+// group's Do calls as the README says they relate to the final line's
+// endpoint calls: result="error" is the failed and rejected calls and the
+// 200 that named a retry, result="ok" the ok calls less the two 200s that
+// named outcomes, and result="deferred" the throttled calls, the endpoint
+// error and the 200 that only deferred, plus the calls the gate deferred
+// without sending: the Do calls that the final line's calls (the requests
+// the endpoint received) lack.
 func TestConsumeCallCounts(t *testing.T) {
 	t.Parallel()
 	const n, keys = 60, 6
 	b := newTopic(t, "calls", 2)
 	produceKeyed(t, b, "calls", n, keys)
-	deferredOnce := false
+	deferredOnce, retriedOnce := false, false
 	ep := newEndpoint(t, 5*time.Millisecond, func(hs []hit) (int, http.Header, string) {
 		h := hs[0]
 		switch {
@@ -40,6 +42,9 @@ func TestConsumeCallCounts(t *testing.T) {
 		case h.value == "v30" && !deferredOnce:
 			deferredOnce = true
 			return http.StatusOK, http.Header{"Content-Type": {"application/json"}}, `{"items": [{"index": 0, "outcome": "defer", "delay_ms": 20}]}`
+		case h.value == "v35" && !retriedOnce:
+			retriedOnce = true
+			return http.StatusOK, http.Header{"Content-Type": {"application/json"}}, `{"items": [{"index": 0, "outcome": "retry", "error": "not yet"}]}`
 		case h.value == "v40":
 			return http.StatusBadRequest, nil, "malformed"
 		}
@@ -64,13 +69,13 @@ func TestConsumeCallCounts(t *testing.T) {
 	got := finalFigures(t, p.stdout.String())
 	wantFigures(t, got, map[string]float64{
 		"calls": float64(len(ep.snapshot())), "throttled": 2, "failed calls": 3, "rejected calls": 1,
-		"items named retry or defer": 1, "endpoint errors": 1, "timed out": 0,
+		"items named retry or defer": 2, "endpoint errors": 1, "timed out": 0,
 	})
-	if want := got["failed calls"] + got["rejected calls"]; calls["error"] != want {
-		t.Errorf(`orderly_handler_calls_total{result="error"}: got %v, want %v (the final line's failed and rejected calls)`, calls["error"], want)
+	if want := got["failed calls"] + got["rejected calls"] + 1; calls["error"] != want {
+		t.Errorf(`orderly_handler_calls_total{result="error"}: got %v, want %v (the final line's failed and rejected calls, and the 200 that named a retry)`, calls["error"], want)
 	}
-	if want := got["ok"] - 1; calls["ok"] != want {
-		t.Errorf(`orderly_handler_calls_total{result="ok"}: got %v, want %v (the final line's ok less the 200 that deferred)`, calls["ok"], want)
+	if want := got["ok"] - 2; calls["ok"] != want {
+		t.Errorf(`orderly_handler_calls_total{result="ok"}: got %v, want %v (the final line's ok less the 200s that deferred and retried)`, calls["ok"], want)
 	}
 	// The Do calls the endpoint never saw: the gate deferred them.
 	unsent := calls["ok"] + calls["error"] + calls["deferred"] - got["calls"]
