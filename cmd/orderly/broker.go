@@ -9,6 +9,7 @@ import (
 	"net"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -97,34 +98,53 @@ func runBroker(ctx context.Context, o *brokerOpts, out io.Writer) error {
 			data += " (fsync every batch)"
 		}
 	}
-	topics, err := b.Topics(ctx)
+	// The listing is a Metadata round trip to itself, which a stop does
+	// not cut short: a SIGTERM at start is a clean stop once it is done,
+	// not an error. topicsTimeout bounds it instead.
+	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), topicsTimeout)
+	topics, err := b.Topics(lctx)
+	cancel()
 	if err != nil {
 		b.Close()
 		return err
 	}
 	fmt.Fprintf(out, "orderly broker listening on %s\n", strings.Join(b.Addrs(), ","))
 	fmt.Fprintf(out, "data: %s\n", data)
-	// Every topic it serves: those of --topics, then those it reloaded
-	// from --data alone (no client has connected yet).
-	reloaded := slices.Sorted(maps.Keys(topics))
-	reloaded = slices.DeleteFunc(reloaded, func(t string) bool { return slices.Contains(o.topics, t) })
-	for _, t := range slices.Concat(o.topics, reloaded) {
-		n, note := topics[t], ""
-		switch {
-		case !slices.Contains(o.topics, t):
-			note = ", from --data"
-		case n != o.partitions:
-			// A topic reloaded from --data is kept as it is: say so
-			// when --partitions asks for another count.
-			note = fmt.Sprintf(", kept from --data; --partitions %d applies only to new topics", o.partitions)
-		}
-		fmt.Fprintf(out, "topic: %s (%s%s)\n", t, plural(n, "partition"), note)
-	}
+	writeTopics(out, topics, o.topics, o.partitions, o.data != "")
 	fmt.Fprintln(out, "ready")
 	<-ctx.Done()
 	b.Close()
 	fmt.Fprintln(out, "stopped")
 	return nil
+}
+
+// topicsTimeout bounds the start's listing of the topics it serves.
+const topicsTimeout = 10 * time.Second
+
+// writeTopics prints a "topic:" line for every topic the broker serves,
+// with its partitions: those of --topics (named), then the others. With
+// --data (data) a topic it already had at the start was reloaded from
+// there, and a client may have created one since it listened; without,
+// every topic it did not create was created by a client.
+func writeTopics(out io.Writer, topics map[string]int, named []string, partitions int, data bool) {
+	from, kept := "created by a client", "created by a client first"
+	if data {
+		from, kept = "from --data", "kept from --data"
+	}
+	others := slices.Sorted(maps.Keys(topics))
+	others = slices.DeleteFunc(others, func(t string) bool { return slices.Contains(named, t) })
+	for _, t := range slices.Concat(named, others) {
+		n, note := topics[t], ""
+		switch {
+		case !slices.Contains(named, t):
+			note = ", " + from
+		case n != partitions:
+			// A topic there before the start created it is kept as it
+			// is: say so when --partitions asks for another count.
+			note = fmt.Sprintf(", %s; --partitions %d applies only to new topics", kept, partitions)
+		}
+		fmt.Fprintf(out, "topic: %s (%s%s)\n", t, plural(n, "partition"), note)
+	}
 }
 
 // listenError is runBroker's error for an --addr it cannot listen on:

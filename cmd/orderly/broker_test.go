@@ -180,6 +180,55 @@ func TestBrokerInProcess(t *testing.T) {
 	}
 }
 
+// TestBrokerStopAtStart: a broker whose stop comes before its start has
+// listed its topics (here ctx is cancelled before it starts) stops
+// cleanly: it lists them, prints "ready" and "stopped", and returns nil;
+// the listing, a Metadata round trip to itself, ran on ctx and failed
+// with "context canceled".
+func TestBrokerStopAtStart(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	stdout, _, err := runCmd2(ctx, "broker", "--addr", "127.0.0.1:0", "--partitions", "2", "--topics", "a")
+	if err != nil {
+		t.Fatalf("broker stopped at its start: got error %v, want a clean stop\n%s", err, stdout)
+	}
+	if want := "topic: a (2 partitions)\nready\nstopped\n"; !strings.HasSuffix(stdout, want) {
+		t.Errorf("broker stopped at its start: got output\n%s\nwant it to end\n%s", stdout, want)
+	}
+}
+
+// TestWriteTopics: the start's topic lines: --topics first, then the
+// others, sorted. Without --data a topic the start did not create was
+// created by a client (since it listened), not reloaded.
+func TestWriteTopics(t *testing.T) {
+	tests := []struct {
+		name   string
+		topics map[string]int
+		named  []string
+		data   bool
+		want   string
+	}{
+		{"named only", map[string]int{"a": 3}, []string{"a"}, false, "topic: a (3 partitions)\n"},
+		{"reloaded", map[string]int{"a": 3, "z": 1, "k": 2}, []string{"a"}, true,
+			"topic: a (3 partitions)\ntopic: k (2 partitions, from --data)\ntopic: z (1 partition, from --data)\n"},
+		{"kept from --data", map[string]int{"a": 2}, []string{"a"}, true,
+			"topic: a (2 partitions, kept from --data; --partitions 3 applies only to new topics)\n"},
+		{"a client's, no --data", map[string]int{"a": 3, "k": 2}, []string{"a"}, false,
+			"topic: a (3 partitions)\ntopic: k (2 partitions, created by a client)\n"},
+		{"a client's first, no --data", map[string]int{"a": 1}, []string{"a"}, false,
+			"topic: a (1 partition, created by a client first; --partitions 3 applies only to new topics)\n"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var b strings.Builder
+			writeTopics(&b, tt.topics, tt.named, 3, tt.data)
+			if b.String() != tt.want {
+				t.Errorf("got\n%s\nwant\n%s", b.String(), tt.want)
+			}
+		})
+	}
+}
+
 // topicPartitions returns the partition count of each topic at addr.
 func topicPartitions(t *testing.T, addr string) map[string]int {
 	t.Helper()
