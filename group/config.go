@@ -305,9 +305,11 @@ type Config struct {
 	// Ordering is what Orderly keeps in order: OrderLanes (the default),
 	// OrderPartition or Unordered.
 	Ordering Ordering
-	// DataPath is a directory for the failure path's files: messages
+	// DataPath is a directory for the failure path's files, messages
 	// parked by Unordered (see ParkAfter) and the local dead-letter store
-	// (when DeadLetterTopic is ""). It must outlive the process and be one
+	// (when DeadLetterTopic is ""), and for the committed offsets the
+	// read-back saw (committed-offsets.json, so that a rewind across a
+	// restart shows REWIND). It must outlive the process and be one
 	// per instance: parked messages are redelivered by the process that
 	// parked them, also after a restart, and stay with it when their
 	// partition moves to another member (at-least-once). "": nothing on

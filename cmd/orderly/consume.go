@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/IBM/sarama"
@@ -147,7 +148,7 @@ func consumeCommand(e env) *cobra.Command {
 	floatVar(fs, &o.jitter, "jitter", group.DefaultJitter, fraction, "spread each backoff by up to this fraction either way, in [0, 1)")
 	intVar(fs, &o.maxAttempts, "max-attempts", 0, 0, math.MaxInt32, "dead-letter a record after this many failed attempts (reason max_attempts); 0: retry forever. Needs --dead-letter-topic or --data")
 	stringVar(fs, &o.deadLetterTopic, "dead-letter-topic", "", kafkaName, "produce dead letters to this topic (acks=all before the offset is committed)")
-	stringVar(fs, &o.data, "data", "", nil, "directory for the local dead-letter store (when no --dead-letter-topic), one per instance")
+	stringVar(fs, &o.data, "data", "", nil, "directory for the group's files, one per instance: the committed offsets it saw, the local dead-letter store (when no --dead-letter-topic), parked records (--ordering none)")
 	o.kafka.define(fs)
 	o.admin.flags(fs)
 	stringVar(fs, &o.progress, "progress", "auto", oneOf("auto", "on", "off"), "auto: a live line on a terminal, else a line every --progress-every; on: a line every --progress-every even on a terminal; off: only the final line")
@@ -454,30 +455,32 @@ func (o *consumeOpts) explain(err error) error {
 	return fmt.Errorf("consume: %w", err)
 }
 
-// checkData makes --data if it is missing and checks that consume can
-// write in it, before anything starts: the group keeps its local
-// dead-letter store, parked messages and the committed offsets it saw
-// there, and would find out only as it starts, after its first log
-// entries, with an error that names the path but not the flag.
+// checkData checks, before anything starts, that consume can use --data:
+// the group keeps its committed-offsets record there, and its local
+// dead-letter store and parked messages when it has them, and would find
+// out only as it starts, after its first log entries, with an error that
+// names the path but not the flag. It creates nothing: a --data that does
+// not exist yet is checked at its nearest existing parent (a directory
+// it can create files in; the group makes --data when it first writes
+// there), so that a run that fails before it starts leaves none behind.
+// Writing is checked by creating a file and removing it.
 func (o *consumeOpts) checkData() error {
 	if o.data == "" {
 		return nil
 	}
 	flag := flagArg(o.fs, "data", o.data)
-	if err := os.MkdirAll(o.data, 0o755); err != nil {
-		// "mkdir <a parent of --data>: not a directory", or of --data
-		// itself, named once.
-		var pe *fs.PathError
-		if errors.As(err, &pe) && pe.Path == o.data {
-			err = pe.Err
-		}
+	dir, err := existingDir(o.data)
+	if err != nil {
 		return fmt.Errorf("%s: %w", flag, err)
 	}
-	f, err := os.CreateTemp(o.data, ".orderly-write-check-*")
+	f, err := os.CreateTemp(dir, ".orderly-write-check-*")
 	if err != nil {
 		var pe *fs.PathError
 		if errors.As(err, &pe) {
 			err = pe.Err // the probe's own name says nothing
+		}
+		if dir != o.data {
+			return fmt.Errorf("%s: cannot create it in %s: %w", flag, dir, err)
 		}
 		return fmt.Errorf("%s: cannot write in it: %w", flag, err)
 	}
@@ -486,6 +489,29 @@ func (o *consumeOpts) checkData() error {
 		return fmt.Errorf("%s: %w", flag, err)
 	}
 	return nil
+}
+
+// existingDir is path when it is a directory, or else its nearest parent
+// that exists, when that is a directory.
+func existingDir(path string) (string, error) {
+	for dir := path; ; {
+		fi, err := os.Stat(dir)
+		switch {
+		case err == nil && fi.IsDir():
+			return dir, nil
+		case err == nil && dir == path:
+			return "", errors.New("not a directory")
+		case err == nil:
+			return "", fmt.Errorf("%s is not a directory", dir)
+		case !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, syscall.ENOTDIR):
+			return "", err
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", err
+		}
+		dir = parent
+	}
 }
 
 // restatedError is an error Run ended with, said in a sentence of its

@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/spf13/pflag"
@@ -252,10 +254,12 @@ func TestConsumeDataUnusable(t *testing.T) {
 		needUser bool   // root may write anywhere
 	}{
 		{"a file", nil, []string{"--data", file}, "orderly: --data " + file + ": not a directory\n", false},
-		{"under a file", nil, []string{"--data", under}, "orderly: --data " + under + ": mkdir " + file + ": not a directory\n", false},
+		{"under a file", nil, []string{"--data", under}, "orderly: --data " + under + ": " + file + " is not a directory\n", false},
 		{"under a file, variable", []string{"ORDERLY_DATA=" + under}, nil,
-			"orderly: --data " + under + " (from ORDERLY_DATA): mkdir " + file + ": not a directory\n", false},
+			"orderly: --data " + under + " (from ORDERLY_DATA): " + file + " is not a directory\n", false},
 		{"a directory it cannot write", nil, []string{"--data", readOnly}, "orderly: --data " + readOnly + ": cannot write in it: permission denied\n", true},
+		{"missing, under a directory it cannot write", nil, []string{"--data", filepath.Join(readOnly, "a", "b")},
+			"orderly: --data " + filepath.Join(readOnly, "a", "b") + ": cannot create it in " + readOnly + ": permission denied\n", true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -269,6 +273,54 @@ func TestConsumeDataUnusable(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestConsumeDataNotLeftBehind: a --data that does not exist yet is
+// checked at its nearest existing parent and not made by the check: a
+// run that fails before it starts (an endpoint that refuses connections,
+// a topic missing) leaves no --data behind, where it left an empty
+// directory; a run that starts makes it, and keeps the committed offsets
+// it saw there with a --dead-letter-topic too.
+func TestConsumeDataNotLeftBehind(t *testing.T) {
+	t.Parallel()
+	b := newTopic(t, "present", 1)
+	produceKeyed(t, b, "present", 5, 1)
+	ep := newEndpoint(t, 0, func([]hit) (int, http.Header, string) { return http.StatusOK, nil, "" })
+	for _, tt := range []struct {
+		name string
+		args []string
+		want string // how stderr starts
+	}{
+		{"unreachable endpoint", []string{"--topic", "present", "--http", "http://127.0.0.1:1/hook"}, "orderly: --http http://127.0.0.1:1/hook: endpoint unreachable"},
+		{"missing topic", []string{"--topic", "absent", "--http", ep.url()}, "orderly: --topic absent: group: topic does not exist"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			top := filepath.Join(t.TempDir(), "new")
+			data := filepath.Join(top, "data")
+			r := runBin(t, nil, append([]string{"consume", "--brokers", b.Addrs()[0], "--group", "g", "--data", data}, tt.args...)...)
+			if r.code != exitError || !strings.HasPrefix(r.stderr, tt.want) {
+				t.Fatalf("got exit %d, stderr %q; want exit %d, stderr starting %q", r.code, r.stderr, exitError, tt.want)
+			}
+			if _, err := os.Stat(top); !errors.Is(err, fs.ErrNotExist) {
+				t.Errorf("after a run that failed before it started: got Stat(%s) error %v, want it absent", top, err)
+			}
+		})
+	}
+	t.Run("a run that starts", func(t *testing.T) {
+		if err := b.CreateTopic("present-dlq", 1); err != nil {
+			t.Fatal(err)
+		}
+		data := filepath.Join(t.TempDir(), "new", "data")
+		p := startConsume(t, "--brokers", b.Addrs()[0], "--group", "g", "--topic", "present", "--http", ep.url(),
+			"--dead-letter-topic", "present-dlq", "--data", data, "--progress", "off", "--log-level", "error")
+		p.waitCommitted(b, "g", "present")
+		if code := p.stop(syscall.SIGTERM); code != 0 {
+			t.Fatalf("exit %d after SIGTERM, want 0\n%s", code, p.output())
+		}
+		if _, err := os.Stat(filepath.Join(data, "committed-offsets.json")); err != nil {
+			t.Errorf("after a run that started: got %v, want --data made and holding committed-offsets.json", err)
+		}
+	})
 }
 
 // TestConsumeEnvBinding checks that every flag of `orderly consume` is
