@@ -80,13 +80,7 @@ func writeGroupTextAt(w io.Writer, v *groupView, now time.Time) error {
 		if len(p.Finished) > 0 {
 			finished = append(finished, fmt.Sprintf("  %s: %d in %s: %s", tp, p.FinishedAbove, plural(len(p.Finished), "range"), ranges(p.Finished)))
 		}
-		// Past its not-before the retry is due, and may be running
-		// already (the metadata lists a message until it is done),
-		// unless the group has no member to run it.
-		due := "due: its retry may be running"
-		if len(v.Members) == 0 {
-			due = "due; no member holds the partition"
-		}
+		due := dueText(v, &p)
 		for _, wt := range p.Waiting {
 			when := due
 			if wt.NotBefore != nil {
@@ -121,6 +115,23 @@ func writeGroupTextAt(w io.Writer, v *groupView, now time.Time) error {
 	section(&b, "members:", members)
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// dueText is what describe says of a message of p waiting for a retry
+// past its not-before. The retry is due, and may be running already (the
+// metadata lists a message until it is done) when a member holds p. With
+// none, it runs nowhere, unless the group is rebalancing: the broker names
+// no partition's member until the group is Stable again, and while an
+// eager rebalance has every partition revoked, a cooperative one leaves
+// them with their members, which go on running them.
+func dueText(v *groupView, p *partitionView) string {
+	switch {
+	case p.Member != "":
+		return "due: its retry may be running"
+	case v.State == "PreparingRebalance" || v.State == "CompletingRebalance":
+		return "due; the group is rebalancing: under an eager protocol no member holds the partition until it ends, under a cooperative one its retry may be running"
+	}
+	return "due; no member holds the partition"
 }
 
 func section(b *strings.Builder, title string, lines []string) {

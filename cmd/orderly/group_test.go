@@ -439,10 +439,49 @@ func TestGroupDescribeMembers(t *testing.T) {
 	}
 }
 
+// TestDescribeDue: what describe says of a waiting message past its
+// not-before depends on whether a member holds its partition, not on
+// whether the group has members: a Stable group's member that holds
+// another partition runs nothing of this one, and while the group
+// rebalances the broker names no holder. The text said "may be running"
+// whenever the group had a member.
+func TestDescribeDue(t *testing.T) {
+	now := time.Date(2026, 12, 4, 12, 0, 0, 0, time.UTC)
+	m1 := []memberView{{ID: "m1", Assigned: map[string][]int32{"t": {1}}}}
+	tests := []struct {
+		name    string
+		state   string
+		members []memberView
+		holder  string // of t/0
+		want    string
+	}{
+		{"held", "Stable", m1, "m1", "due: its retry may be running"},
+		{"held by no member of a Stable group", "Stable", m1, "", "due; no member holds the partition"},
+		{"an Empty group", "Empty", nil, "", "due; no member holds the partition"},
+		{"preparing a rebalance", "PreparingRebalance", m1, "",
+			"due; the group is rebalancing: under an eager protocol no member holds the partition until it ends, under a cooperative one its retry may be running"},
+		{"completing a rebalance", "CompletingRebalance", m1, "",
+			"due; the group is rebalancing: under an eager protocol no member holds the partition until it ends, under a cooperative one its retry may be running"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			v := &groupView{Group: "g", State: tt.state, Members: tt.members,
+				Parts: []partitionView{{Topic: "t", Partition: 0, HighWatermark: 10, Member: tt.holder, Waiting: []waitingView{{Offset: 1, Attempt: 2}}}}}
+			var b strings.Builder
+			if err := writeGroupTextAt(&b, v, now); err != nil {
+				t.Fatal(err)
+			}
+			if want := "  t/0 offset 1: attempt 2, " + tt.want + "\n"; !strings.Contains(b.String(), want) {
+				t.Errorf("describe text: got\n%s\nwant a line %q", b.String(), want)
+			}
+		})
+	}
+}
+
 // TestDescribeWaitingWhen: describe's text says when each waiting message
 // may run again: not before a time to come (and in how long), or due, when
 // its retry may be running already (the metadata lists it until it is
-// done) or, with no member in the group, when nothing runs it; and when it
+// done) or, with no member holding its partition, when nothing runs it; and when it
 // first failed if the metadata says. Text and --json
 // write each time with three digits of milliseconds, as the dead-letter
 // headers do, also on a whole second and with trailing zeros.
