@@ -61,10 +61,14 @@ func releaseWindow(sc *sarama.Config) time.Duration {
 
 // readBackTime is what a claim whose drain runs its whole DrainTimeout has
 // left of releaseWindow for its final commit and the read-back, which
-// takes at most a quarter of Rebalance.Timeout of it. With the default
-// DrainTimeout (at most half the rebalance timeout) it keeps the quarter
-// only while Heartbeat.Interval is at most an eighth of the timeout: a
-// 10s timeout with sarama's 3s heartbeat leaves 0.75s.
+// takes at most a quarter of Rebalance.Timeout of it: the quarter is kept
+// while Heartbeat.Interval is at most five eighths of the timeout less
+// DrainTimeout. The default DrainTimeout is half the timeout when
+// that is the shorter (DefaultDrainTimeout), and then the quarter is kept
+// only while Heartbeat.Interval is at most an eighth of the timeout (a
+// 10s timeout with sarama's 3s heartbeat leaves 0.75s); a default drain
+// below half allows more (a 120s timeout with a 10s MsgTimeout drains
+// 30s, and keeps the quarter up to a 45s heartbeat).
 func (c Config) readBackTime() time.Duration {
 	return releaseWindow(c.Sarama) - c.DrainTimeout
 }
@@ -274,10 +278,14 @@ type Config struct {
 	// ends by seven eighths of it, less Heartbeat.Interval, after the
 	// revoke began: a drain that runs past five eighths of the timeout
 	// less Heartbeat.Interval shortens the read-back (a read that cannot
-	// be done in time makes the partition OnLost). The default drain, half
-	// the timeout, does so when Heartbeat.Interval is above an eighth of
-	// it: a 10s Rebalance.Timeout with sarama's 3s heartbeat leaves the
-	// read-back 0.75s, not 2.5s. New logs a warning when a drain that
+	// be done in time makes the partition OnLost). The default drain does
+	// so when Heartbeat.Interval is above five eighths of the timeout less
+	// that drain: when the drain is half the timeout, above an eighth of
+	// it (a 10s Rebalance.Timeout with sarama's 3s heartbeat leaves the
+	// read-back 0.75s, not 2.5s); a default drain shorter than half (the
+	// longer of 30s and MsgTimeout plus a second) allows more (a 120s
+	// timeout with a 10s MsgTimeout drains 30s, and keeps the quarter up
+	// to a 45s heartbeat). New logs a warning when a drain that
 	// runs its whole DrainTimeout would leave the read-back less than a
 	// second (or than its quarter, when that is shorter), and refuses a
 	// Rebalance.Timeout whose seven eighths are not above

@@ -144,22 +144,30 @@ func TestRetryExhausted(t *testing.T) {
 // DrainTimeout (derived or set) leaves the read-back of the final commit
 // less than a second of the release window (seven eighths of the
 // rebalance timeout less a heartbeat interval), or less than its quarter
-// of the rebalance timeout when that is shorter; not otherwise.
+// of the rebalance timeout when that is shorter; not otherwise. The
+// default drain, the shorter of half the rebalance timeout and the
+// longer of 30s and MsgTimeout plus a second, keeps the quarter up to a
+// heartbeat of five eighths of the timeout less that drain: an eighth
+// of the timeout when the drain is half of it, more when it is shorter.
 func TestReadBackTimeWarned(t *testing.T) {
 	const msg = "DrainTimeout leaves too little time to read back a final commit: a partition whose drain runs its whole DrainTimeout is OnLost unless the coordinator answers at once (or always, with no time left); lower DrainTimeout or Sarama.Consumer.Group.Heartbeat.Interval, or raise Sarama.Consumer.Group.Rebalance.Timeout"
 	for _, tt := range []struct {
 		name                      string
-		rebalance, heartbeat, set time.Duration // set: DrainTimeout as given, 0 the default (half the rebalance timeout here)
+		rebalance, heartbeat, set time.Duration // set: DrainTimeout as given, 0 the default (DefaultDrainTimeout)
+		msg                       time.Duration // MsgTimeout; 0: the default (5m: the default drain is half the rebalance timeout)
 		wantLeft                  time.Duration
 		warned                    bool
 	}{
-		{"sarama's defaults", 60 * time.Second, 3 * time.Second, 0, 19500 * time.Millisecond, false},
-		{"10s with sarama's heartbeat", 10 * time.Second, 3 * time.Second, 0, 750 * time.Millisecond, true},
-		{"10s with a 1s heartbeat", 10 * time.Second, time.Second, 0, 2750 * time.Millisecond, false},
-		{"a DrainTimeout past the window", 60 * time.Second, 3 * time.Second, 50 * time.Second, -500 * time.Millisecond, true},
-		{"a DrainTimeout a second and a half short of it", 60 * time.Second, 3 * time.Second, 48 * time.Second, 1500 * time.Millisecond, false},
-		{"2s: under its quarter (0.5s)", 2 * time.Second, 300 * time.Millisecond, 0, 450 * time.Millisecond, true},
-		{"2s: its quarter left", 2 * time.Second, 200 * time.Millisecond, 0, 550 * time.Millisecond, false},
+		{"sarama's defaults", 60 * time.Second, 3 * time.Second, 0, 0, 19500 * time.Millisecond, false},
+		{"10s with sarama's heartbeat", 10 * time.Second, 3 * time.Second, 0, 0, 750 * time.Millisecond, true},
+		{"10s with a 1s heartbeat", 10 * time.Second, time.Second, 0, 0, 2750 * time.Millisecond, false},
+		{"a DrainTimeout past the window", 60 * time.Second, 3 * time.Second, 50 * time.Second, 0, -500 * time.Millisecond, true},
+		{"a DrainTimeout a second and a half short of it", 60 * time.Second, 3 * time.Second, 48 * time.Second, 0, 1500 * time.Millisecond, false},
+		{"2s: under its quarter (0.5s)", 2 * time.Second, 300 * time.Millisecond, 0, 0, 450 * time.Millisecond, true},
+		{"2s: its quarter left", 2 * time.Second, 200 * time.Millisecond, 0, 0, 550 * time.Millisecond, false},
+		// The default drain is 30s, not half of 120s: a 45s heartbeat,
+		// three eighths of the timeout, leaves the read-back its quarter.
+		{"120s with a 10s MsgTimeout and a 45s heartbeat: its quarter left", 120 * time.Second, 45 * time.Second, 0, 10 * time.Second, 30 * time.Second, false},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			core, logs := observer.New(zapcore.WarnLevel)
@@ -167,6 +175,11 @@ func TestReadBackTimeWarned(t *testing.T) {
 				c.Sarama = DefaultSarama()
 				c.Sarama.Consumer.Group.Rebalance.Timeout, c.Sarama.Consumer.Group.Heartbeat.Interval = tt.rebalance, tt.heartbeat
 				c.DrainTimeout, c.Logger = tt.set, zap.New(core)
+				if tt.msg != 0 {
+					c.MsgTimeout = tt.msg
+				}
+				// sarama wants the heartbeat inside the session.
+				c.Sarama.Consumer.Group.Session.Timeout = max(c.Sarama.Consumer.Group.Session.Timeout, 3*tt.heartbeat)
 			})
 			if got := releaseWindow(g.cfg.Sarama) - g.cfg.DrainTimeout; got != tt.wantLeft {
 				t.Errorf("time left for the read-back: got %v, want %v", got, tt.wantLeft)

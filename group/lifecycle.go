@@ -129,8 +129,9 @@ func (c *claimLoop[T]) readBack(releaseBy time.Time) (off int64, meta string, er
 // drain that runs its whole DrainTimeout leaves the read-back
 // readBackTime, which is its whole quarter of the rebalance timeout only
 // while DrainTimeout is at most five eighths of the timeout less
-// Heartbeat.Interval: with the default DrainTimeout (at most half the
-// timeout), while Heartbeat.Interval is at most an eighth of it. A
+// Heartbeat.Interval: with a default DrainTimeout of half the timeout,
+// while Heartbeat.Interval is at most an eighth of it (a shorter default
+// drain allows more; see readBackTime). A
 // DrainTimeout past releaseWindow leaves it no time (New warns of less
 // than minReadBack).
 func (c *claimLoop[T]) releaseBy(start time.Time) time.Time {
