@@ -292,7 +292,7 @@ func TestConsumeDataNotLeftBehind(t *testing.T) {
 		want string // how stderr starts
 	}{
 		{"unreachable endpoint", []string{"--topic", "present", "--http", "http://127.0.0.1:1/hook"}, "orderly: --http http://127.0.0.1:1/hook: endpoint unreachable"},
-		{"missing topic", []string{"--topic", "absent", "--http", ep.url()}, "orderly: --topic absent: group: topic does not exist"},
+		{"missing topic", []string{"--topic", "absent", "--http", ep.url()}, "orderly: --topic absent: the topic does not exist"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			top := filepath.Join(t.TempDir(), "new")
