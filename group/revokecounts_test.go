@@ -99,14 +99,7 @@ func TestLateDeadLetterCountsInPartitionOutcomes(t *testing.T) {
 	defer stop()
 	ballast := tmpfs.Fill(t, dataPath, 0) // the store is open: its writes now fail
 	sess := &memSession{ctx: context.Background(), marked: map[int32]int64{}}
-	claim := func() (msgs chan *sarama.ConsumerMessage, ended <-chan struct{}) {
-		msgs, done := make(chan *sarama.ConsumerMessage, n), make(chan struct{})
-		go func() {
-			defer close(done)
-			_ = g.consume(sess, &memClaim{p: 0, msgs: msgs})
-		}()
-		return msgs, done
-	}
+	claim := func() (chan *sarama.ConsumerMessage, <-chan struct{}) { return startMemClaim(g, sess, n) }
 
 	msgs, ended := claim()
 	value := make([]byte, 64<<10) // a dead letter needs pages of its own on the full disk
@@ -250,14 +243,7 @@ func TestLateParkCountsInPartitionOutcomes(t *testing.T) {
 	defer stop()
 	ballast := tmpfs.Fill(t, dataPath, 0) // the queue is open: its writes now fail
 	sess := &memSession{ctx: context.Background(), marked: map[int32]int64{}}
-	claim := func() (msgs chan *sarama.ConsumerMessage, ended <-chan struct{}) {
-		msgs, done := make(chan *sarama.ConsumerMessage, n), make(chan struct{})
-		go func() {
-			defer close(done)
-			_ = g.consume(sess, &memClaim{p: 0, msgs: msgs})
-		}()
-		return msgs, done
-	}
+	claim := func() (chan *sarama.ConsumerMessage, <-chan struct{}) { return startMemClaim(g, sess, n) }
 
 	msgs, ended := claim()
 	value := make([]byte, 64<<10) // a park needs pages of its own on the full disk
@@ -292,4 +278,16 @@ func TestLateParkCountsInPartitionOutcomes(t *testing.T) {
 	if o := st.PartitionStats[0].Outcomes; o.Parked != 1 || o.Handled != n-1 || st.Abandoned != 1 {
 		t.Errorf("got Outcomes.Parked %d, Outcomes.Handled %d, Stats.Abandoned %d; want 1, %d and 1", o.Parked, o.Handled, st.Abandoned, n-1)
 	}
+}
+
+// startMemClaim runs a claim loop of g on partition 0 of sess, fed by the
+// returned channel (buffered for n messages); ended is closed when the
+// loop returns (close the channel: a revoke).
+func startMemClaim[T any](g *Group[T], sess *memSession, n int) (msgs chan *sarama.ConsumerMessage, ended <-chan struct{}) {
+	msgs, done := make(chan *sarama.ConsumerMessage, n), make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = g.consume(sess, &memClaim{p: 0, msgs: msgs})
+	}()
+	return msgs, done
 }

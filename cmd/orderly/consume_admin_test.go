@@ -27,14 +27,7 @@ func TestConsumeAdmin(t *testing.T) {
 	ep := newEndpoint(t, 0, func([]hit) (int, http.Header, string) { return http.StatusOK, nil, "" })
 	p := startConsume(t, "--brokers", b.Addrs()[0], "--topic", "adm", "--group", "adm", "--http", ep.url(),
 		"--admin", "127.0.0.1:0", "--progress", "off", "--log-level", "error")
-	var url string
-	p.waitFor(30*time.Second, "the admin URL on stdout", func() bool {
-		m := adminURLRE.FindStringSubmatch(p.stdout.String())
-		if m != nil {
-			url = m[1]
-		}
-		return m != nil
-	})
+	url := p.adminURL()
 	p.waitCommitted(b, "adm", "adm")
 	get := func(path string) (int, string) {
 		t.Helper()
@@ -75,4 +68,18 @@ func TestConsumeAdmin(t *testing.T) {
 		resp.Body.Close()
 		t.Errorf("admin server still answers after consume exited (%d)", resp.StatusCode)
 	}
+}
+
+// adminURL waits for the admin server's URL on p's stdout and returns it.
+func (p *consumeProc) adminURL() string {
+	p.t.Helper()
+	var url string
+	p.waitFor(30*time.Second, "the admin URL on stdout", func() bool {
+		m := adminURLRE.FindStringSubmatch(p.stdout.String())
+		if m != nil {
+			url = m[1]
+		}
+		return m != nil
+	})
+	return url
 }

@@ -53,14 +53,7 @@ func TestConsumeCallCounts(t *testing.T) {
 	p := startConsume(t, "--brokers", b.Addrs()[0], "--topic", "calls", "--group", "calls", "--http", ep.url(),
 		"--size", "1", "--num", "4", "--backoff", "20ms", "--max-backoff", "50ms", "--data", t.TempDir(),
 		"--admin", "127.0.0.1:0", "--progress", "off", "--log-level", "error")
-	var url string
-	p.waitFor(30*time.Second, "the admin URL on stdout", func() bool {
-		m := adminURLRE.FindStringSubmatch(p.stdout.String())
-		if m != nil {
-			url = m[1]
-		}
-		return m != nil
-	})
+	url := p.adminURL()
 	p.waitCommitted(b, "calls", "calls")
 	calls := handlerCalls(t, url+"metrics")
 	if code := p.stop(syscall.SIGTERM); code != 0 {
