@@ -254,3 +254,56 @@ func TestPushesBehindTheCurrentBucketInterleave(t *testing.T) {
 		}
 	}
 }
+
+// TestCarryOnChainDoesNotRunAhead: partition A's one lane runs as an
+// unbroken chain of 1,000 carry-ons (an item arriving during each call);
+// then partition C pushes a backlog of 500 and A one more item. A's item
+// runs among C's first few. While carrying on left the virtual time where
+// it was, A's tag ran 1,000 stamps ahead of it, and A's item ran after
+// all 500 of C's.
+func TestCarryOnChainDoesNotRunAhead(t *testing.T) {
+	s := New[msg, int](Options[msg, int]{Size: 1, MaxInFlight: 1 << 16, Backlog: 4})
+	pA, pC := s.NewPartition(4096), s.NewPartition(4096)
+	var oA, oC int64
+	w := s.NewWorker()
+	feed(t, pA, &oA, 1)
+	b := s.NewBatch(w)
+	if st := s.Next(b, true, nil); st != Run {
+		t.Fatalf("Next: got %v, want Run", st)
+	}
+	for i := range 1000 {
+		feed(t, pA, &oA, 1) // arrives while lane 1 runs
+		nb := s.NewBatch(w)
+		if st := s.Next(nb, true, b); st != Run || nb.Items[0].part != pA {
+			t.Fatalf("chain step %d: got %v, want Run carrying on with partition A's lane", i, st)
+		}
+		b = nb
+		if i%256 == 0 {
+			pA.Advance()
+		}
+	}
+	s.Release(b) // the call ends before the next item arrives: the chain breaks
+	pA.Advance()
+	lanes := make([]int, 500)
+	for i := range lanes {
+		lanes[i] = 1000 + i%50
+	}
+	feed(t, pC, &oC, lanes...)
+	feed(t, pA, &oA, 1)
+	ranC := 0
+	for {
+		b := s.NewBatch(w)
+		if st := s.Next(b, true, nil); st != Run {
+			t.Fatalf("Next: got %v before partition A's item ran", st)
+		}
+		p := b.Items[0].part
+		s.Release(b)
+		if p == pA {
+			break
+		}
+		ranC++
+	}
+	if ranC > 8 {
+		t.Fatalf("partition A's item ran after %d of partition C's %d, want at most 8", ranC, len(lanes))
+	}
+}

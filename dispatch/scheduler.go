@@ -132,7 +132,9 @@ type Scheduler[M, T any] struct {
 
 	mu sync.Mutex
 	// vtime is the scheduler's virtual time (see ready.go): the largest
-	// stamp of a lane head taken from the ready queue so far.
+	// stamp of a lane head taken from the ready queue so far, or of one
+	// a worker carried on with, short of the oldest waiting head
+	// (carryOnTimeLocked).
 	vtime      uint64
 	freshLast  uint64             // the head stamp of the lane last pushed onto fresh
 	fresh      laneList[M, T]     // ready lanes whose head just arrived, in stamp order (see ready.go)
@@ -565,9 +567,9 @@ func (s *Scheduler[M, T]) take(b *Batch[M, T]) {
 		if l.part.revoked || l.blocked || (l.holder != nil && l.holder != b) {
 			continue // dead, held, or running elsewhere: requeued when free
 		}
-		// The virtual time moves with the ready queue's front only: a
-		// worker carrying on with a lane it just finished (continueLocked)
-		// may take a head newer than other lanes' waiting items.
+		// A worker carrying on with a lane it just finished
+		// (continueLocked) moves the virtual time only as far as the
+		// oldest waiting head: it may take a head newer than those.
 		s.vtime = max(s.vtime, l.head.stamp)
 		s.takeFrom(b, l)
 	}
@@ -786,12 +788,34 @@ func (s *Scheduler[M, T]) continueLocked(done, b *Batch[M, T]) {
 		switch {
 		case l.part.revoked || l.n == 0 || l.inReady || l.blocked:
 		case canTake && len(b.Items) < s.size:
+			s.vtime = max(s.vtime, s.carryOnTimeLocked(l))
 			s.takeFrom(b, l)
 		default:
 			s.requeue(l)
 		}
 	}
 	done.lanes = done.lanes[:0]
+}
+
+// carryOnTimeLocked is the virtual time a worker carrying on with lane l
+// moves it to: l's head stamp, but short of the oldest head waiting in
+// the ready queue. Served items move the virtual time, or a partition
+// whose lane runs as an unbroken chain (an item arriving during each
+// call) would stamp one past the last each time while the virtual time
+// stood still, and once the chain broke its next item would wait behind
+// every item another partition pushed meanwhile, stamped from the
+// virtual time (TestCarryOnChainDoesNotRunAhead). Short of the oldest
+// waiting head: items arriving now are not stamped behind the work that
+// waits (TestCarryingOnDoesNotMoveTheVirtualTime).
+func (s *Scheduler[M, T]) carryOnTimeLocked(l *lane[M, T]) uint64 {
+	t := l.head.stamp
+	if f := s.fresh.head; f != nil && f.head != nil && f.head.stamp <= t {
+		t = f.head.stamp - 1
+	}
+	if r := s.requeued.front(); r != nil && r.head != nil && r.head.stamp <= t {
+		t = r.head.stamp - 1
+	}
+	return t
 }
 
 // abandon counts items that will never finish out of their partitions'
