@@ -649,9 +649,11 @@ func (g *Group[T]) handle(ctx context.Context, worker int, items []*dispatch.Ite
 	}
 	first := &items[0].Msg
 	pastTimeout := g.cfg.MsgTimeout > 0 && merge.PastTimeout(ctx, ErrTimeout)
-	if !pastTimeout && onlyDeferred(verdicts) {
+	if ctx.Err() == nil && onlyDeferred(verdicts) {
 		// No failure (Stats.DeferredCalls): a throttled endpoint's
 		// deferrals are not warned of as failures; at debug, per call.
+		// Once the call's ctx ended (a timeout, a revoke, a shutdown) the
+		// pool ignores its verdicts and counts a failed call.
 		if ce := g.log.Check(zapcore.DebugLevel, "Do deferred items; they run again when due"); ce != nil {
 			ce.Write(zap.String("topic", first.Topic), zap.Int32("partition", first.Partition),
 				zap.Int64("offset", first.Offset), zap.Uint64("lane", items[0].Lane),

@@ -10,6 +10,9 @@ import (
 	"time"
 
 	"github.com/IBM/sarama"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/orderly-go/orderly/dispatch"
 	"github.com/orderly-go/orderly/internal/tmpfs"
@@ -290,4 +293,36 @@ func startMemClaim[T any](g *Group[T], sess *memSession, n int) (msgs chan *sara
 		_ = g.consume(sess, &memClaim{p: 0, msgs: msgs})
 	}()
 	return msgs, done
+}
+
+// TestCancelledDeferralNotLoggedAsDeferred: a call that returns only
+// deferrals after the drain gave up on it (its ctx cancelled with
+// ErrRevoked) counts as a cancelled failure, and its items are not
+// deferred: it is not logged as "Do deferred items; they run again when
+// due", which it was.
+func TestCancelledDeferralNotLoggedAsDeferred(t *testing.T) {
+	core, logs := observer.New(zapcore.DebugLevel)
+	started := make(chan struct{}, 1)
+	g := newGroup(t, Config{Brokers: []string{"mem:0"}, Topics: []string{"mem"}, GroupID: "mem", Num: 1, Size: 1,
+		Ticker: -1, DrainTimeout: 100 * time.Millisecond, Logger: zap.New(core)},
+		func(ctx context.Context, batch []*Message) error {
+			started <- struct{}{}
+			<-ctx.Done()
+			var be BatchError
+			be.Defer(0, time.Millisecond)
+			return be.Err()
+		})
+	stop := startWorkers(t, g)
+	defer stop()
+	sess := &memSession{ctx: context.Background(), marked: map[int32]int64{}}
+	msgs, ended := startMemClaim(g, sess, 1)
+	msgs <- &sarama.ConsumerMessage{Topic: "mem", Offset: 0, Key: []byte("k")}
+	<-started
+	close(msgs) // the revoke: the drain gives up after DrainTimeout
+	<-ended
+	waitFor(t, 10*time.Second, "the cancelled call to be counted", func() bool { return g.Stats().Cancelled == 1 })
+	st := g.Stats()
+	if n := logs.FilterMessage("Do deferred items; they run again when due").Len(); n != 0 || st.DeferredCalls != 0 {
+		t.Fatalf("got %d \"Do deferred items\" lines, DeferredCalls %d; want 0 and 0 (Cancelled %d, Failures %d)", n, st.DeferredCalls, st.Cancelled, st.Failures)
+	}
 }
