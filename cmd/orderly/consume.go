@@ -492,10 +492,19 @@ func (o *consumeOpts) checkData() error {
 }
 
 // existingDir is path when it is a directory, or else its nearest parent
-// that exists, when that is a directory.
+// that exists, when that is a directory. A dangling symbolic link is no
+// way to a directory: making it would fail.
 func existingDir(path string) (string, error) {
 	for dir := path; ; {
 		fi, err := os.Stat(dir)
+		if errors.Is(err, fs.ErrNotExist) {
+			if target, lerr := os.Readlink(dir); lerr == nil {
+				if dir == path {
+					return "", fmt.Errorf("a symbolic link to %s, which does not exist", target)
+				}
+				return "", fmt.Errorf("%s is a symbolic link to %s, which does not exist", dir, target)
+			}
+		}
 		switch {
 		case err == nil && fi.IsDir():
 			return dir, nil

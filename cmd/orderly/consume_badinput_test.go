@@ -246,6 +246,10 @@ func TestConsumeDataUnusable(t *testing.T) {
 		t.Fatal(err)
 	}
 	under := filepath.Join(file, "sub")
+	dangling := filepath.Join(dir, "dangling")
+	if err := os.Symlink(filepath.Join(dir, "gone"), dangling); err != nil {
+		t.Fatal(err)
+	}
 	tests := []struct {
 		name     string
 		vars     []string
@@ -257,6 +261,8 @@ func TestConsumeDataUnusable(t *testing.T) {
 		{"under a file", nil, []string{"--data", under}, "orderly: --data " + under + ": " + file + " is not a directory\n", false},
 		{"under a file, variable", []string{"ORDERLY_DATA=" + under}, nil,
 			"orderly: --data " + under + " (from ORDERLY_DATA): " + file + " is not a directory\n", false},
+		{"a dangling symbolic link", nil, []string{"--data", dangling},
+			"orderly: --data " + dangling + ": a symbolic link to " + filepath.Join(dir, "gone") + ", which does not exist\n", false},
 		{"a directory it cannot write", nil, []string{"--data", readOnly}, "orderly: --data " + readOnly + ": cannot write in it: permission denied\n", true},
 		{"missing, under a directory it cannot write", nil, []string{"--data", filepath.Join(readOnly, "a", "b")},
 			"orderly: --data " + filepath.Join(readOnly, "a", "b") + ": cannot create it in " + readOnly + ": permission denied\n", true},
