@@ -128,7 +128,7 @@ func TestLightItemNotBehindTheCurrentBucket(t *testing.T) {
 		s.Release(b)
 		if p == p1 {
 			if n > 2 {
-				t.Fatalf("partition 1's item (under its share of 2) ran after %d of partition 0's, want at most 2", n)
+				t.Fatalf("partition 1's item ran after %d of partition 0's, want at most 2", n)
 			}
 			return
 		}

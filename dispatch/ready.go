@@ -21,9 +21,9 @@ package dispatch
 // share of the pacing backlog would run each busy partition's burst (up
 // to Chan) whole before the next one's, and leave the others unserved
 // meanwhile: for most of a minute with a handler of tens of milliseconds.
-// The price is that a burst pushed with
-// stamps older than the newest queued sends its lanes to the calendar
-// queue rather than the fresh FIFO, and a batch holds several partitions'
+// The price is that a burst whose stamps are older than the head stamp
+// of the lane last pushed onto the fresh FIFO (freshLast) sends its lanes
+// to the calendar queue instead, and a batch holds several partitions'
 // items (finish chains them per partition): a few percent more CPU in the
 // in-memory pipeline (docs/ARCHITECTURE.md).
 //

@@ -194,8 +194,9 @@ func readyLanes(t *testing.T, s *sched, seed uint64, step int) {
 }
 
 // TestSchedulerRandomPartitions drives three partitions, three workers and
-// small backlogs (so that light partitions are stamped from the virtual
-// time) with random feeds, takes, releases and carry-ons: every lane is
+// small backlogs with random feeds, takes, releases and carry-ons (every
+// item is stamped from its partition's tag or the virtual time, whichever
+// is later): every lane is
 // listed once while ready, runs in offset order and in one batch at a
 // time, and every item fed runs exactly once.
 func TestSchedulerRandomPartitions(t *testing.T) {
