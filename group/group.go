@@ -138,8 +138,9 @@ type Group[T any] struct {
 	ended    map[topicPartition]Outcomes // of the claims that ended, per partition
 	// unclaimed are the outcomes of messages that ended outside their
 	// partition's claim, per partition they came from: parked messages
-	// redelivered from the parked queue (parked.go), and dead letters
-	// written after their owner let go of them (deadletters.go).
+	// redelivered from the parked queue (parked.go), and dead letters and
+	// parks written, and messages skipped for want of a destination, after
+	// their owner let go of them (finishWritten, countUnclaimed).
 	unclaimed map[topicPartition]Outcomes
 
 	// stopping is closed when Run's ctx ends: claim loops drain, commit
@@ -649,7 +650,7 @@ func (g *Group[T]) handle(ctx context.Context, worker int, items []*dispatch.Ite
 	}
 	first := &items[0].Msg
 	pastTimeout := g.cfg.MsgTimeout > 0 && merge.PastTimeout(ctx, ErrTimeout)
-	if ctx.Err() == nil && onlyDeferred(verdicts) {
+	if !pastTimeout && ctx.Err() == nil && onlyDeferred(verdicts) {
 		// No failure (Stats.DeferredCalls): a throttled endpoint's
 		// deferrals are not warned of as failures; at debug, per call.
 		// Once the call's ctx ended (a timeout, a revoke, a shutdown) the
