@@ -135,12 +135,13 @@ func TestLightItemNotBehindTheCurrentBucket(t *testing.T) {
 	}
 }
 
-// TestCarryingOnDoesNotMoveTheVirtualTime: a worker that goes on with the
+// TestCarryingOnStopsShortOfWaitingHeads: a worker that goes on with the
 // lane it just finished (Next with done) takes that lane's newest item;
-// the virtual time stays with the ready queue's front, so a light
-// partition's items arriving then are not stamped behind the backlog
-// (before, they ran after all 7 of partition 0's waiting items).
-func TestCarryingOnDoesNotMoveTheVirtualTime(t *testing.T) {
+// the virtual time stops short of the heads still waiting in the ready
+// queue, so another partition's items arriving then are not stamped
+// behind them: with the virtual time at the carried item, they ran after
+// all 7 of partition 0's waiting items.
+func TestCarryingOnStopsShortOfWaitingHeads(t *testing.T) {
 	s := New[msg, int](Options[msg, int]{Size: 1, MaxInFlight: 1 << 10, Backlog: 4})
 	p0, p1 := s.NewPartition(64), s.NewPartition(64)
 	var o0, o1 int64

@@ -69,9 +69,9 @@ func (q *laneList[M, T]) pop() {
 // items were stamped from a virtual time behind that bucket) goes to its
 // own bucket, which becomes the current one, while the ring still reaches
 // the newest bucket from there; else it joins a FIFO of late lanes served
-// before every bucket. A FIFO for every such lane served one partition's
-// whole push (up to a lane per key) before the older lanes of a partition
-// that pushed just after it.
+// before every bucket. A single FIFO for every such lane would serve one
+// partition's whole push (up to a lane per key) before the older lanes of
+// a partition that pushed just after it.
 type bucketQueue[M, T any] struct {
 	buckets []laneList[M, T] // ring; index = bucket number & mask
 	late    laneList[M, T]   // lanes pushed older than the ring could reach

@@ -568,8 +568,8 @@ func (s *Scheduler[M, T]) take(b *Batch[M, T]) {
 			continue // dead, held, or running elsewhere: requeued when free
 		}
 		// A worker carrying on with a lane it just finished
-		// (continueLocked) moves the virtual time only as far as the
-		// oldest waiting head: it may take a head newer than those.
+		// (continueLocked) moves the virtual time only to just short of
+		// the oldest waiting head: it may take a head newer than those.
 		s.vtime = max(s.vtime, l.head.stamp)
 		s.takeFrom(b, l)
 	}
@@ -806,7 +806,7 @@ func (s *Scheduler[M, T]) continueLocked(done, b *Batch[M, T]) {
 // every item another partition pushed meanwhile, stamped from the
 // virtual time (TestCarryOnChainDoesNotRunAhead). Short of the oldest
 // waiting head: items arriving now are not stamped behind the work that
-// waits (TestCarryingOnDoesNotMoveTheVirtualTime).
+// waits (TestCarryingOnStopsShortOfWaitingHeads).
 func (s *Scheduler[M, T]) carryOnTimeLocked(l *lane[M, T]) uint64 {
 	t := l.head.stamp
 	if f := s.fresh.head; f != nil && f.head != nil && f.head.stamp <= t {

@@ -274,7 +274,8 @@ func (p *parking[T]) redeliver(ctx context.Context) {
 // nothing more runs, the calls under way get DrainTimeout (or until ctx
 // ends) to finish, and each one that finishes has its queue message
 // finished; then the partition is sealed, what finished before is taken
-// back, and the calls still running are cancelled (ErrShutdown). They were
+// back, and past DrainTimeout the calls still running are cancelled
+// (ErrShutdown). They were
 // given up on: counted abandoned, not handled, whatever they return, and
 // their queue messages stay, for the next run. So does every message
 // dropped unrun.

@@ -45,8 +45,8 @@ const (
 	ErrorPanic    = "panic"    // Do panicked (group.ErrPanic)
 	ErrorBatch    = "batch"    // Do returned a group.BatchError naming items of the batch
 	ErrorTimeout  = "timeout"  // the call ran past MsgTimeout (group.ErrTimeout), whatever Do returned
-	ErrorRevoked  = "revoked"  // the partition was revoked and DrainTimeout passed (group.ErrRevoked), whatever Do returned bar a panic
-	ErrorShutdown = "shutdown" // Run gave up on in-flight work (group.ErrShutdown), whatever Do returned bar a panic
+	ErrorRevoked  = "revoked"  // the partition was revoked and DrainTimeout passed (group.ErrRevoked), whatever Do returned bar a panic or a timeout
+	ErrorShutdown = "shutdown" // Run gave up on in-flight work (group.ErrShutdown), whatever Do returned bar a panic or a timeout
 	ErrorOther    = "_OTHER"   // any other error
 )
 

@@ -204,7 +204,7 @@ func (o *consumeOpts) check() error {
 	return o.kafka.check()
 }
 
-// setRebalanceTimeouts sets sc's rebalance timeout so that a stop or a
+// setRebalanceTimeout sets sc's rebalance timeout so that a stop or a
 // revoke lets a call in flight run its whole --timeout. The drain is the
 // group's default (group.DefaultDrainTimeout: 30s, or the call's --timeout
 // and a second for its killed command to go, if that is longer, but at
@@ -215,7 +215,7 @@ func (o *consumeOpts) check() error {
 // Java consumer's processing. Under an eager strategy group.New raises
 // Net.ReadTimeout past what the other members' drains can hold up a
 // JoinGroup (see group.Config.Sarama).
-func (o *consumeOpts) setRebalanceTimeouts(sc *sarama.Config) {
+func (o *consumeOpts) setRebalanceTimeout(sc *sarama.Config) {
 	r := &sc.Consumer.Group.Rebalance
 	unbound := group.DefaultDrainTimeout(math.MaxInt64, o.timeout) // the drain no rebalance timeout bounds
 	r.Timeout = max(r.Timeout, 2*unbound)
@@ -315,7 +315,7 @@ func runConsume(ctx context.Context, o *consumeOpts, e env) (err error) {
 	}
 	sc.Consumer.Group.Session.Timeout = o.sessionTimeout
 	sc.Consumer.Group.Heartbeat.Interval = min(3*time.Second, o.sessionTimeout/3)
-	o.setRebalanceTimeouts(sc)
+	o.setRebalanceTimeout(sc)
 	ctr := &sinkCounters{}
 	var (
 		gt  = &gate{}

@@ -124,7 +124,7 @@ func TestConsumeDrainTimeouts(t *testing.T) {
 			o := &consumeOpts{timeout: tt.timeout, strategies: tt.strategies}
 			sc := group.DefaultSarama()
 			sc.Consumer.Group.Rebalance.GroupStrategies = o.balanceStrategies()
-			o.setRebalanceTimeouts(sc)
+			o.setRebalanceTimeout(sc)
 			drain := group.DefaultDrainTimeout(sc.Consumer.Group.Rebalance.Timeout, o.timeout)
 			if got := [2]time.Duration{drain, sc.Consumer.Group.Rebalance.Timeout}; got != [2]time.Duration{tt.drain, tt.rebalance} {
 				t.Errorf("drain and rebalance timeouts: got %v, want %v", got, [2]time.Duration{tt.drain, tt.rebalance})

@@ -33,7 +33,8 @@ func runPurge(ctx context.Context, o *dlqOpts, e env) error {
 
 // purgeStore removes the selected records of the local store (all of
 // them, dead letters and other records, without filters) by rewriting
-// it, under its lock, dropping its damaged stretches. It counts the dead
+// it, under its lock, dropping its damaged stretches (with filters, only
+// when --drop-damaged says so). It counts the dead
 // letters and the other records (strays) apart, as list and show do.
 func purgeStore(o *dlqOpts, e env) error {
 	// Read-only first: a missing store is an error, not created by the

@@ -153,11 +153,11 @@ func (h *harness) sampleStall(ctx context.Context, con Contender, spec RunSpec, 
 				full = s.InFlight > 0 && now.Sub(lastChange) >= stallSettle
 			}
 			if now.After(deadline) {
-				last := ""
+				atEnd := ""
 				if s.InFlight >= 0 {
-					last = fmt.Sprintf(": %d in flight at the end", s.InFlight)
+					atEnd = fmt.Sprintf(": %d in flight at the end", s.InFlight)
 				}
-				return nil, fmt.Errorf("in-flight did not settle within %s%s", h.opts.RunTimeoutArg, last)
+				return nil, fmt.Errorf("in-flight did not settle within %s%s", h.opts.RunTimeoutArg, atEnd)
 			}
 		}
 	}
