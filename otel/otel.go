@@ -47,6 +47,7 @@ const (
 	ErrorTimeout  = "timeout"  // the call ran past MsgTimeout (group.ErrTimeout), whatever Do returned
 	ErrorRevoked  = "revoked"  // the partition was revoked and DrainTimeout passed (group.ErrRevoked), whatever Do returned bar a panic or a timeout
 	ErrorShutdown = "shutdown" // Run gave up on in-flight work (group.ErrShutdown), whatever Do returned bar a panic or a timeout
+	ErrorRejected = "rejected" // Do's error wraps group.ErrRejected (and is no BatchError naming items): the batch is halved to find the rejected message
 	ErrorOther    = "_OTHER"   // any other error
 )
 
@@ -330,6 +331,9 @@ func errorType(ctx context.Context, err error, n int) string {
 	// names an item of the batch; naming none, the batch failed as a whole.
 	if be, sole := group.AsBatchError(err); sole && slices.ContainsFunc(be.Indexes(), func(i int) bool { return i >= 0 && i < n }) {
 		return ErrorBatch
+	}
+	if errors.Is(err, group.ErrRejected) {
+		return ErrorRejected
 	}
 	return ErrorOther
 }

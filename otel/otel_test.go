@@ -196,7 +196,9 @@ func TestLinkCap(t *testing.T) {
 func TestFailedCalls(t *testing.T) {
 	var named, none, outside, deferred, deferredOne, deferredFailed, deferredDead, deferredOutside group.BatchError
 	named.Fail(0, errors.New("declined"))
-	outside.Fail(2, errors.New("declined")) // the batch has items 0 and 1
+	var namedRejected group.BatchError
+	namedRejected.Fail(0, group.ErrRejected) // charged, as Fail: the verdicts decide
+	outside.Fail(2, errors.New("declined"))  // the batch has items 0 and 1
 	deferred.Defer(0, time.Second)
 	deferred.Defer(1, time.Second)
 	deferredOne.Defer(1, time.Second)
@@ -221,6 +223,8 @@ func TestFailedCalls(t *testing.T) {
 		wantMsg  string
 	}{
 		{"plain error", context.Background(), errors.New("db down"), ErrorOther, "db down"},
+		{"rejected batch", context.Background(), fmt.Errorf("bulk insert: row 3 refused: %w", group.ErrRejected), ErrorRejected, "bulk insert: row 3 refused: group: batch rejected"},
+		{"BatchError failing an item with ErrRejected", context.Background(), &namedRejected, ErrorBatch, "1 items failed; item 0: group: batch rejected"},
 		{"panic with its stack", context.Background(), fmt.Errorf("%w in Do: boom\ngoroutine 7 [running]:", group.ErrPanic), ErrorPanic, "group: handler panicked in Do: boom"},
 		{"BatchError naming an item", context.Background(), &named, ErrorBatch, "1 items failed; item 0: declined"},
 		{"BatchError naming nothing", context.Background(), &none, "", ""},
