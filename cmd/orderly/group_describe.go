@@ -44,6 +44,9 @@ type memberView struct {
 	ClientID   string             `json:"client_id"`
 	Host       string             `json:"host"`
 	Assigned   map[string][]int32 `json:"assigned"` // topic: partitions
+	// unread: the member's assignment did not decode, so Assigned may
+	// lack partitions it holds.
+	unread bool
 }
 
 // partitionView is one partition as the group's commit left it.
@@ -219,7 +222,9 @@ func (v *groupView) describeMembers(admin sarama.ClusterAdmin) (map[topicPart]st
 		if m.GroupInstanceId != nil {
 			mv.InstanceID = *m.GroupInstanceId
 		}
-		if a, err := m.GetMemberAssignment(); err == nil && a != nil {
+		a, err := m.GetMemberAssignment()
+		mv.unread = err != nil
+		if err == nil && a != nil {
 			for topic, parts := range a.Topics {
 				parts = slices.Sorted(slices.Values(parts))
 				mv.Assigned[topic] = parts

@@ -130,6 +130,8 @@ func dueText(v *groupView, p *partitionView) string {
 		return "due: its retry may be running"
 	case v.State == "PreparingRebalance" || v.State == "CompletingRebalance":
 		return "due; the group is rebalancing: under an eager protocol no member holds the partition until it ends, under a cooperative one its retry may be running"
+	case slices.ContainsFunc(v.Members, func(m memberView) bool { return m.unread }):
+		return "due: its retry may be running (a member's assignment could not be read)"
 	}
 	return "due; no member holds the partition"
 }

@@ -458,6 +458,8 @@ func TestDescribeDue(t *testing.T) {
 		{"held", "Stable", m1, "m1", "due: its retry may be running"},
 		{"held by no member of a Stable group", "Stable", m1, "", "due; no member holds the partition"},
 		{"an Empty group", "Empty", nil, "", "due; no member holds the partition"},
+		{"a member's assignment unread", "Stable", []memberView{{ID: "m1", unread: true}}, "",
+			"due: its retry may be running (a member's assignment could not be read)"},
 		{"preparing a rebalance", "PreparingRebalance", m1, "",
 			"due; the group is rebalancing: under an eager protocol no member holds the partition until it ends, under a cooperative one its retry may be running"},
 		{"completing a rebalance", "CompletingRebalance", m1, "",
