@@ -650,7 +650,7 @@ func (g *Group[T]) handle(ctx context.Context, worker int, items []*dispatch.Ite
 	}
 	first := &items[0].Msg
 	pastTimeout := g.cfg.MsgTimeout > 0 && merge.PastTimeout(ctx, ErrTimeout)
-	if !pastTimeout && ctx.Err() == nil && onlyDeferred(verdicts) {
+	if !pastTimeout && ctx.Err() == nil && merge.OnlyDeferred(verdicts) {
 		// No failure (Stats.DeferredCalls): a throttled endpoint's
 		// deferrals are not warned of as failures; at debug, per call.
 		// Once the call's ctx ended (a timeout, a revoke, a shutdown) the

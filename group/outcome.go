@@ -106,18 +106,7 @@ func (e *BatchError) OnlyDeferred(n int) bool {
 		return false
 	}
 	vs, _ := e.verdicts(nil, n)
-	return onlyDeferred(vs)
-}
-
-// onlyDeferred reports whether verdicts, those a BatchError gives a
-// call's items, are there and all deferrals (see OnlyDeferred).
-func onlyDeferred(verdicts []merge.Verdict) bool {
-	for _, v := range verdicts {
-		if v.Kind != merge.Deferred {
-			return false
-		}
-	}
-	return len(verdicts) > 0
+	return merge.OnlyDeferred(vs)
 }
 
 // Err returns e, or nil when no item was marked failed.

@@ -243,7 +243,7 @@ func (p *Pool[M, T]) failed(wk *worker[M, T], b *dispatch.Batch[M, T], lo, hi in
 	// whatever they say. A call past Timeout has none.
 	orphaned := b.Orphaned()
 	cancelled := !timedOut && p.cancelled(wk)
-	if !orphaned && !cancelled && onlyDeferred(verdicts) {
+	if !orphaned && !cancelled && OnlyDeferred(verdicts) {
 		p.stats.DeferredCalls.Add(1)
 	} else {
 		p.stats.Failures.Add(1)
@@ -304,10 +304,10 @@ func (p *Pool[M, T]) failed(wk *worker[M, T], b *dispatch.Batch[M, T], lo, hi in
 	}
 }
 
-// onlyDeferred reports whether a call's verdicts are there and all
+// OnlyDeferred reports whether a call's verdicts are there and all
 // Deferred: the call counts in Stats.DeferredCalls, not Failures, when
 // they are applied (failed).
-func onlyDeferred(verdicts []Verdict) bool {
+func OnlyDeferred(verdicts []Verdict) bool {
 	if len(verdicts) == 0 {
 		return false
 	}
