@@ -963,23 +963,8 @@ func (s *Scheduler[M, T]) revoke(p *Partition[M, T]) (dropped, abandoned int) {
 			s.readyItems -= l.n
 		}
 		for l.n > 0 {
-			it := l.pop()
-			if it.waitAttempt != 0 { // held or retried since the owner last listed them
-				noteDrainedLocked(it, int(it.waitAttempt))
-				if !it.kept { // a kept item's hold hook decides what becomes of it
-					s.showHandedOverLocked(it, int(it.waitAttempt))
-				}
-			}
-			switch {
-			case it.kept:
-				// Its hold is not settled, or its dead letter or
-				// park is being written: it stays outstanding, and
-				// Waits or Unhold lets it go (see Item.kept).
-			case it.Attempt > 1:
-				abandoned++
-			default:
-				dropped++
-			}
+			d, a := s.dropQueuedLocked(l.pop())
+			dropped, abandoned = dropped+d, abandoned+a
 		}
 		l.blocked = false
 		if h := l.holder; h != nil && h.filling && h.seen != seq {
@@ -994,14 +979,8 @@ func (s *Scheduler[M, T]) revoke(p *Partition[M, T]) (dropped, abandoned int) {
 				kept = append(kept, it)
 				continue
 			}
-			if it.waitAttempt != 0 { // listed for the final commit
-				s.showHandedOverLocked(it, int(it.waitAttempt))
-			}
-			if it.Attempt > 1 { // a retry, waiting in the batch to run
-				abandoned++
-			} else {
-				dropped++
-			}
+			d, a := s.dropQueuedLocked(it)
+			dropped, abandoned = dropped+d, abandoned+a
 		}
 		clear(h.Items[len(kept):])
 		h.Items = kept
@@ -1011,4 +990,27 @@ func (s *Scheduler[M, T]) revoke(p *Partition[M, T]) (dropped, abandoned int) {
 	p.lanes = laneTable[M, T]{}
 	s.pacedLocked()
 	return dropped, abandoned
+}
+
+// dropQueuedLocked lets go of it, an item of a revoked partition taken
+// off its lane or out of a filling batch, and counts it: dropped (1, 0)
+// if it never failed, abandoned (0, 1) if it waited for a retry, neither
+// if it is kept (its hold is not settled, or its dead letter or park is
+// being written: it stays outstanding, and Waits or Unhold lets it go,
+// see Item.kept). One held or retried since the owner last listed it is
+// noted for the final commit at its attempt, wherever it waited.
+func (s *Scheduler[M, T]) dropQueuedLocked(it *Item[M, T]) (dropped, abandoned int) {
+	if it.waitAttempt != 0 {
+		noteDrainedLocked(it, int(it.waitAttempt))
+		if !it.kept { // a kept item's hold hook decides what becomes of it
+			s.showHandedOverLocked(it, int(it.waitAttempt))
+		}
+	}
+	switch {
+	case it.kept:
+		return 0, 0
+	case it.Attempt > 1:
+		return 0, 1
+	}
+	return 1, 0
 }

@@ -310,6 +310,9 @@ func TestRevokeCountsRetryInPartialBatch(t *testing.T) {
 	if len(filling.Items) != 0 {
 		t.Fatalf("partial batch after the revoke: got %v, want empty", seqsOf(filling))
 	}
+	if got := s.DrainedWaiting(p, nil); len(got) != 1 || got[0].Item != it || got[0].Attempt != 2 {
+		t.Fatalf("DrainedWaiting: got %d items, want offset 0 at attempt 2 (the final commit lists the retry dropped from the batch)", len(got))
+	}
 }
 
 func TestRevoke(t *testing.T) {
