@@ -11,7 +11,7 @@ package dispatch
 // Across partitions, every item is stamped one past its partition's last
 // stamp or past the scheduler's virtual time (the newest head taken from
 // the ready queue, or carried on with short of the oldest waiting head:
-// carryOnTimeLocked), whichever is later: start-time fair queuing. The first
+// shortOfWaitingLocked), whichever is later: start-time fair queuing. The first
 // records of a partition that arrive while another works through a
 // backlog are served beside the work ready now, not behind the backlog
 // (with one global arrival order, a partition with few keys could have its

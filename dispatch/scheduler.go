@@ -30,6 +30,7 @@ package dispatch
 
 import (
 	"context"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -134,7 +135,7 @@ type Scheduler[M, T any] struct {
 	// vtime is the scheduler's virtual time (see ready.go): the largest
 	// stamp of a lane head taken from the ready queue so far, or of one
 	// a worker carried on with, short of the oldest waiting head
-	// (carryOnTimeLocked).
+	// (shortOfWaitingLocked).
 	vtime      uint64
 	freshLast  uint64             // the head stamp of the lane last pushed onto fresh
 	fresh      laneList[M, T]     // ready lanes whose head just arrived, in stamp order (see ready.go)
@@ -782,13 +783,20 @@ func (s *Scheduler[M, T]) continueLocked(done, b *Batch[M, T]) {
 		s.running--
 	}
 	canTake := b != nil && (s.filler == nil || s.filler == b)
+	short := uint64(0) // the virtual time's bound while carrying on, once needed (shortOfWaitingLocked)
 	for i, l := range done.lanes {
 		done.lanes[i] = nil
 		l.holder = nil
 		switch {
 		case l.part.revoked || l.n == 0 || l.inReady || l.blocked:
 		case canTake && len(b.Items) < s.size:
-			s.vtime = max(s.vtime, s.carryOnTimeLocked(l))
+			if short == 0 {
+				// The same for every lane carried on: they carry on
+				// before any is requeued, so the ready queue's fronts
+				// do not change meanwhile.
+				short = s.shortOfWaitingLocked()
+			}
+			s.vtime = max(s.vtime, min(l.head.stamp, short))
 			s.takeFrom(b, l)
 		default:
 			s.requeue(l)
@@ -797,9 +805,10 @@ func (s *Scheduler[M, T]) continueLocked(done, b *Batch[M, T]) {
 	done.lanes = done.lanes[:0]
 }
 
-// carryOnTimeLocked is the virtual time a worker carrying on with lane l
-// moves it to: l's head stamp, but short of the oldest head waiting in
-// the ready queue. Served items move the virtual time, or a partition
+// shortOfWaitingLocked is one less than the oldest head stamp waiting in
+// the ready queue (the largest uint64 when none waits): a worker carrying
+// on with a lane moves the virtual time to the lane's head stamp, but no
+// further than this. Served items move the virtual time, or a partition
 // whose lane runs as an unbroken chain (an item arriving during each
 // call) would stamp one past the last each time while the virtual time
 // stood still, and once the chain broke its next item would wait behind
@@ -807,13 +816,13 @@ func (s *Scheduler[M, T]) continueLocked(done, b *Batch[M, T]) {
 // virtual time (TestCarryOnChainDoesNotRunAhead). Short of the oldest
 // waiting head: items arriving now are not stamped behind the work that
 // waits (TestCarryingOnStopsShortOfWaitingHeads).
-func (s *Scheduler[M, T]) carryOnTimeLocked(l *lane[M, T]) uint64 {
-	t := l.head.stamp
-	if f := s.fresh.head; f != nil && f.head != nil && f.head.stamp <= t {
-		t = f.head.stamp - 1
+func (s *Scheduler[M, T]) shortOfWaitingLocked() uint64 {
+	t := uint64(math.MaxUint64)
+	if f := s.fresh.head; f != nil && f.head != nil {
+		t = min(t, f.head.stamp-1)
 	}
-	if r := s.requeued.front(); r != nil && r.head != nil && r.head.stamp <= t {
-		t = r.head.stamp - 1
+	if r := s.requeued.front(); r != nil && r.head != nil {
+		t = min(t, r.head.stamp-1)
 	}
 	return t
 }
