@@ -91,19 +91,23 @@ type claimLoop[T any] struct {
 	paused       bool         // fetching paused through pauser
 	probe        gapProbe     // side fetches past control records (markers.go)
 
-	marked     bool               // mark has given sarama an offset
-	metaUnread bool               // the commit metadata could not be read (resumeFrom); read again at commit ticks (readAgain)
-	ownLost    *lostFinal         // this member's lost final commit of the partition, taken by this claim (lostfinal.go)
-	reread     chan committedRead // readAgain's read under way, nil if none
-	meta       string             // metadata last marked (the offset is st.next)
-	metaFull   bool               // the finished set does not fit CommitMetadata: take nothing new
-	ranges     []commit.Range
-	held       []dispatch.WaitingItem[Message, T] // scratch for waiting
-	counted    uint64                             // the partition's Released when last marked, counted in committed (and the skipped messages counted before: markers.go, ownLost)
-	workers    []merge.WorkerState                // scratch for observe
-	waitingBuf []commit.Waiting
-	finished   func(*dispatch.Item[Message, T]) // countFinished, made once
-	out        Outcomes                         // counted here, published to st.outcomes by advance
+	marked     bool       // mark has given sarama an offset
+	metaUnread bool       // the commit metadata could not be read (resumeFrom); read again at commit ticks (readAgain)
+	ownLost    *lostFinal // this member's lost final commit of the partition, taken by this claim (lostfinal.go)
+	// takenBelowLost counts the messages taken, while metaUnread, below
+	// what ownLost's claims counted in committed: readAgainDone leaves
+	// them out of committed if ownLost applies.
+	takenBelowLost uint64
+	reread         chan committedRead // readAgain's read under way, nil if none
+	meta           string             // metadata last marked (the offset is st.next)
+	metaFull       bool               // the finished set does not fit CommitMetadata: take nothing new
+	ranges         []commit.Range
+	held           []dispatch.WaitingItem[Message, T] // scratch for waiting
+	counted        uint64                             // the partition's Released when last marked, counted in committed (and the skipped messages counted before: markers.go, ownLost)
+	workers        []merge.WorkerState                // scratch for observe
+	waitingBuf     []commit.Waiting
+	finished       func(*dispatch.Item[Message, T]) // countFinished, made once
+	out            Outcomes                         // counted here, published to st.outcomes by advance
 }
 
 func (g *Group[T]) consume(sess sarama.ConsumerGroupSession, claim sarama.ConsumerGroupClaim) error {
@@ -366,6 +370,9 @@ func (c *claimLoop[T]) intake(m *sarama.ConsumerMessage, size int64) {
 			hs[i] = Header{Key: h.Key, Value: h.Value}
 		}
 		msg.Headers = hs
+	}
+	if c.metaUnread && c.ownLost != nil && m.Offset < c.ownLost.counted {
+		c.takenBelowLost++ // counted already, if the lost final commit applies (readAgainDone)
 	}
 	if c.resume.Contains(m.Offset) {
 		// Finished by the previous owner, as its commit metadata says (or

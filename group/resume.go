@@ -150,34 +150,14 @@ func (c *claimLoop[T]) readAgainDone(initial, off int64, meta string) {
 	c.metaUnread = false
 	c.resume = c.resumeWith(initial, off, meta)
 	taken := c.p.Last()
-	if c.ownLost != nil { // it applies (resumeListed)
-		c.countedByLost(taken)
+	if c.ownLost != nil { // it applies (resumeListed): those messages are handled again, counted once
+		c.counted += c.takenBelowLost
 	}
+	c.takenBelowLost = 0
 	ahead := commit.Done{Ranges: c.resume.AppendAfter(nil, taken)}
 	c.log.Info("commit metadata read at last: skipping what the previous owner finished above the messages taken",
 		zap.Int64("offset", initial), zap.Int64("seen", taken),
 		zap.Int64("finished_above", ahead.Count()), zap.Int("waiting", len(c.resume.WaitingAfter(nil, taken))))
-}
-
-// countedByLost leaves out of Stats.Committed the messages the claim took,
-// up to taken, before readAgain found that it resumes from this member's
-// lost final commit (ownLost): it handles them again, but the lost claims
-// counted every message below ownLost.counted when they marked it (those
-// the claim skips from now on, intake leaves out as it skips them).
-// Nothing the claim received is counted yet: readAgain runs only while its
-// frontier is marked where it started, and c.counted holds only what the
-// frontier passed as control records (gapDone). What it received is
-// Released, FinishedAbove and Unfinished (its tracker's entries), at most
-// taken+1-ownLost.counted of them at or above ownLost.counted, which
-// still count: exact where the log has no holes above ownLost.counted,
-// and otherwise leaving a few of those below it counted twice, never
-// one counted not at all.
-func (c *claimLoop[T]) countedByLost(taken int64) {
-	received := c.p.Released() + uint64(c.p.FinishedAbove()) + uint64(c.p.Unfinished())
-	above := uint64(max(taken+1-c.ownLost.counted, 0))
-	if received > c.counted+above {
-		c.counted = received - above
-	}
 }
 
 // committedRead is one read of a partition's committed offset and
