@@ -44,6 +44,13 @@ func DefaultDrainTimeout(rebalanceTimeout, msgTimeout time.Duration) time.Durati
 	return min(rebalanceTimeout/2, max(30*time.Second, msgTimeout+drainPastMsgTimeout))
 }
 
+// readBackBudget is the most a claim's read-back of its final commit
+// takes: a quarter of sc's Consumer.Group.Rebalance.Timeout (and no more
+// than releaseWindow leaves it: readBack, joinWait, warnReadBack).
+func readBackBudget(sc *sarama.Config) time.Duration {
+	return sc.Consumer.Group.Rebalance.Timeout / 4
+}
+
 // releaseWindow is how long a claim that starts letting go has for its
 // drain, its final commit and the read-back that confirms it. An eager
 // rebalance waits for every claim to return before the member joins
@@ -87,7 +94,7 @@ const minReadBack = time.Second
 // no time is left at all.
 func (c Config) warnReadBack(log *zap.Logger) {
 	left := c.readBackTime()
-	if left >= min(minReadBack, c.Sarama.Consumer.Group.Rebalance.Timeout/4) {
+	if left >= min(minReadBack, readBackBudget(c.Sarama)) {
 		return
 	}
 	log.Warn("DrainTimeout leaves too little time to read back a final commit: a partition whose drain runs its whole DrainTimeout is OnLost unless the coordinator answers at once (or always, with no time left); lower DrainTimeout or Sarama.Consumer.Group.Heartbeat.Interval, or raise Sarama.Consumer.Group.Rebalance.Timeout",

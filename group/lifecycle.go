@@ -118,7 +118,7 @@ func (c *claimLoop[T]) released(next int64, releaseBy time.Time) error {
 // that cannot say makes the partition lost (OnLost), and the member keeps
 // no lost final commit to resume from.
 func (c *claimLoop[T]) readBack(releaseBy time.Time) (off int64, meta string, err error) {
-	budget := min(c.g.cfg.Sarama.Consumer.Group.Rebalance.Timeout/4, time.Until(releaseBy))
+	budget := min(readBackBudget(c.g.cfg.Sarama), time.Until(releaseBy))
 	late := time.NewTimer(budget)
 	defer late.Stop()
 	return c.readRetrying(budget, nil, nil, late.C)

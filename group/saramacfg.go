@@ -180,7 +180,7 @@ const joinReadPast = 5 * time.Second
 // others' JoinGroups with an i/o timeout, and their Run joins again.
 func joinWait(c Config) time.Duration {
 	g := c.Sarama.Consumer.Group
-	release := max(c.DrainTimeout, min(releaseWindow(c.Sarama), c.DrainTimeout+g.Rebalance.Timeout/4))
+	release := max(c.DrainTimeout, min(releaseWindow(c.Sarama), c.DrainTimeout+readBackBudget(c.Sarama)))
 	return g.Heartbeat.Interval + release
 }
 
