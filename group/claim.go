@@ -139,9 +139,9 @@ func (g *Group[T]) consume(sess sarama.ConsumerGroupSession, claim sarama.Consum
 		g.ctr.fetched.Add(c.st.fetched.Load())
 		g.ctr.committed.Add(c.st.committed.Load())
 		tp := topicPartition{c.topic, c.part}
-		o := g.ended[tp]
+		o := g.past[tp]
 		o.add(c.st.outcomes.load())
-		g.ended[tp] = o
+		g.past[tp] = o
 		g.claimsMu.Unlock()
 	}()
 	c.log.Info("claim started", zap.Int64("offset", claim.InitialOffset()),

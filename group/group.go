@@ -133,15 +133,16 @@ type Group[T any] struct {
 
 	claimsMu sync.Mutex
 	claims   map[*claimState]struct{}
-	commits  *sessionCommits             // every sess.Commit goes through it
-	fetches  committedFetches            // every read of one partition's committed offset goes through it
-	ended    map[topicPartition]Outcomes // of the claims that ended, per partition
-	// unclaimed are the outcomes of messages that ended outside their
-	// partition's claim, per partition they came from: parked messages
-	// redelivered from the parked queue (parked.go), and dead letters and
-	// parks written, and messages skipped for want of a destination, after
-	// their owner let go of them (finishWritten, countUnclaimed).
-	unclaimed map[topicPartition]Outcomes
+	commits  *sessionCommits  // every sess.Commit goes through it
+	fetches  committedFetches // every read of one partition's committed offset goes through it
+	// past are the outcomes, per partition, that no live claim holds:
+	// those of the claims that ended (each adds its counts as it ends), and
+	// those of messages that ended outside their partition's claim: parked
+	// messages redelivered from the parked queue (parked.go), and dead
+	// letters and parks written, and messages skipped for want of a
+	// destination, after their owner let go of them (finishWritten,
+	// countUnclaimed). Stats adds them to the live claim's.
+	past map[topicPartition]Outcomes
 
 	// stopping is closed when Run's ctx ends: claim loops drain, commit
 	// and return while sarama's session still lives (see Run).
@@ -208,8 +209,7 @@ func New[T any](cfg Config, h Handler[T]) (*Group[T], error) {
 		pool:        merge.NewStats(cfg.Num),
 		claims:      make(map[*claimState]struct{}),
 		commits:     newSessionCommits(),
-		ended:       make(map[topicPartition]Outcomes),
-		unclaimed:   make(map[topicPartition]Outcomes),
+		past:        make(map[topicPartition]Outcomes),
 		stopping:    make(chan struct{}),
 		outageLimit: -1,
 		history:     &history{group: cfg.GroupID, offsets: map[topicPartition]int64{}},
@@ -815,8 +815,7 @@ func (g *Group[T]) Stats() Stats {
 		s.Lag += c.lag()
 		ps := c.stats()
 		tp := topicPartition{c.topic, c.part}
-		ps.Outcomes.add(g.ended[tp])
-		ps.Outcomes.add(g.unclaimed[tp])
+		ps.Outcomes.add(g.past[tp])
 		if ps.Status.Code.severity() > s.Status.Code.severity() {
 			s.Status = PartitionStatus{Code: ps.Status.Code, Reason: fmt.Sprintf("%s/%d: %s", ps.Topic, ps.Partition, ps.Status.Reason)}
 		}

@@ -118,9 +118,9 @@ func (c *claimLoop[T]) countFinished(it *dispatch.Item[Message, T]) {
 // owner let go of it (finishWritten).
 func (g *Group[T]) countUnclaimed(tp topicPartition, fate uint8, failed int) {
 	g.claimsMu.Lock()
-	o := g.unclaimed[tp]
+	o := g.past[tp]
 	o.count(fate, failed)
-	g.unclaimed[tp] = o
+	g.past[tp] = o
 	g.claimsMu.Unlock()
 }
 

@@ -185,7 +185,7 @@ func TestParkedAtStopCountsByAttempt(t *testing.T) {
 // a message to dead-letter whose hold the hook settles only once its
 // partition's owner has sealed the partition (its drain gave up on the
 // call) is skipped by the hook, and counted Skipped under its partition
-// (Group.unclaimed), as a late dead letter counts DeadLettered there:
+// (Group.past), as a late dead letter counts DeadLettered there:
 // Stats.DeadLetterSkipped and the partition's Outcomes agree.
 func TestLateSkipCountsInPartitionOutcomes(t *testing.T) {
 	t.Parallel()
@@ -210,7 +210,7 @@ func TestLateSkipCountsInPartitionOutcomes(t *testing.T) {
 	// the hook, finding no destination, skips it.
 	g.sched.Settle(b, []dispatch.Outcome{{Verdict: dispatch.Hold, Kind: merge.DeadLettered, Err: errors.New("rejected by the test")}})
 	g.claimsMu.Lock()
-	o := g.unclaimed[topicPartition{"t", 3}]
+	o := g.past[topicPartition{"t", 3}]
 	g.claimsMu.Unlock()
 	if st := g.Stats(); st.DeadLetterSkipped != 1 || o.Skipped != 1 || o.Handled != 0 {
 		t.Errorf("got Stats.DeadLetterSkipped %d, Outcomes.Skipped %d, Outcomes.Handled %d of t/3; want 1, 1 and 0", st.DeadLetterSkipped, o.Skipped, o.Handled)
