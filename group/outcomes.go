@@ -147,8 +147,8 @@ func (g *Group[T]) finishWritten(it *dispatch.Item[Message, T], done func() (tak
 func (g *Group[T]) lateCount(it *dispatch.Item[Message, T]) (tp topicPartition, fate uint8, failed int) {
 	failed = it.Attempt - 1
 	if p := g.fail.park; p != nil {
-		if since, ok := p.takenAttempt(it); ok {
-			failed = it.Attempt - since
+		if s, ok := p.sideMsgOf(it); ok {
+			failed = it.Attempt - s.attempt // those before were counted when it was parked
 		}
 	}
 	return topicPartition{it.Msg.Topic, it.Msg.Partition}, it.Fate, failed

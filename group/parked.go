@@ -169,10 +169,11 @@ func (p *parking[T]) park(ctx context.Context) {
 func (p *parking[T]) write(jobs, written []parkJob[T]) (failed, _ []parkJob[T]) {
 	for _, j := range jobs {
 		body := encodeParked(nil, &j.it.Msg, j.it.Attempt, j.it.FirstFailure())
-		id, side := p.queueID(j.it)
+		s, _ := p.sideMsgOf(j.it)
+		side := s.queued // its queue message is still the item's to finish
 		var err error
 		if side {
-			_, err = p.q.Replace(id, body, j.delay)
+			_, err = p.q.Replace(s.id, body, j.delay)
 			if errors.Is(err, localqueue.ErrNotInFlight) {
 				p.forget(j.it)
 				side = false
@@ -359,28 +360,16 @@ func (p *parking[T]) track(it *dispatch.Item[Message, T], id localqueue.ID, atte
 	p.mu.Unlock()
 }
 
-// queueID is the queue message of it, if it is a side item.
-func (p *parking[T]) queueID(it *dispatch.Item[Message, T]) (localqueue.ID, bool) {
+// sideMsgOf is side item it's parked message as redeliver took it from
+// the queue; false for an item of a claim, or a side item that finished.
+func (p *parking[T]) sideMsgOf(it *dispatch.Item[Message, T]) (sideMsg, bool) {
 	if it.Part() != p.side {
-		return localqueue.ID{}, false
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	s := p.taken[it.Offset()]
-	return s.id, s.queued
-}
-
-// takenAttempt is side item it's attempt when it was taken from the
-// queue (the failed attempts charged before were counted when it was
-// parked); false for an item of a claim.
-func (p *parking[T]) takenAttempt(it *dispatch.Item[Message, T]) (int, bool) {
-	if it.Part() != p.side {
-		return 0, false
+		return sideMsg{}, false
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	s, ok := p.taken[it.Offset()]
-	return s.attempt, ok
+	return s, ok
 }
 
 // forget notes that side item it has no queue message left to finish.
