@@ -112,10 +112,10 @@ func (c *claimLoop[T]) countFinished(it *dispatch.Item[Message, T]) {
 
 // countUnclaimed counts a message that ended outside its partition's
 // claim, by its fate, in the outcomes of tp, the partition it came from,
-// with failed, the failed attempts charged to it and not counted yet: a
-// parked message whose redelivery from the parked queue ended, or one
+// with failed, the failed attempts charged to it and not counted yet: one
 // whose dead letter or park was written, or that was skipped, after its
-// owner let go of it (finishWritten).
+// owner let go of it (finishWritten). The parked queue's redeliveries
+// count theirs a pass at a time (parking.settle).
 func (g *Group[T]) countUnclaimed(tp topicPartition, fate uint8, failed int) {
 	g.claimsMu.Lock()
 	o := g.past[tp]

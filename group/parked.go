@@ -41,6 +41,8 @@ type parking[T any] struct {
 	taken map[int64]sideMsg // side items by their side offset (a copy of an orphaned item has its offset)
 	seq   int64             // side partition's offsets
 
+	ends []sideEnd // the side items a pass of advance took back; redeliver's, reused across passes
+
 	parked      atomic.Int64 // messages parked now
 	writeErrors atomic.Int64
 	errLog      lograte.Limit
@@ -56,6 +58,16 @@ type sideMsg struct {
 	// attempt is the item's Attempt when taken: the failed attempts
 	// charged to it before were counted when it was parked.
 	attempt int
+}
+
+// sideEnd is a side item that finished, as collect noted it: the item is
+// recycled as its pass goes on.
+type sideEnd struct {
+	off     int64 // its side offset, its key in parking.taken
+	tp      topicPartition
+	fate    uint8
+	attempt int
+	msg     sideMsg // settle's, from parking.taken
 }
 
 type parkJob[T any] struct {
@@ -255,7 +267,7 @@ func (p *parking[T]) redeliver(ctx context.Context) {
 			asking = false
 			p.intake(m)
 		case <-p.side.Wake():
-			p.side.AdvanceFunc(p.finished)
+			p.advance()
 		case <-p.g.stopping: // Run stops (it closes stopping before stopWorkers)
 			stopGetting()
 			p.drain(ctx)
@@ -284,7 +296,7 @@ func (p *parking[T]) drain(ctx context.Context) {
 	side := p.side
 	dropped, abandoned := side.Revoke()
 	cause := fmt.Errorf("%w: parked messages under %s after %v", ErrShutdown, p.g.cfg.DataPath, p.g.cfg.DrainTimeout)
-	late, inDrain, cancelled, _ := p.g.drainAndSeal(side, cause, func() { side.AdvanceFunc(p.finished) }, nil, nil, ctx.Done())
+	late, inDrain, cancelled, _ := p.g.drainAndSeal(side, cause, p.advance, nil, nil, ctx.Done())
 	side.Close()
 	p.g.fail.forget(side)
 	p.g.ctr.dropped.Add(int64(dropped))
@@ -361,7 +373,7 @@ func (p *parking[T]) track(it *dispatch.Item[Message, T], id localqueue.ID, atte
 }
 
 // sideMsgOf is side item it's parked message as redeliver took it from
-// the queue; false for an item of a claim, or a side item that finished.
+// the queue; false for an item of a claim, or a side item settled.
 func (p *parking[T]) sideMsgOf(it *dispatch.Item[Message, T]) (sideMsg, bool) {
 	if it.Part() != p.side {
 		return sideMsg{}, false
@@ -382,20 +394,53 @@ func (p *parking[T]) forget(it *dispatch.Item[Message, T]) {
 	p.mu.Unlock()
 }
 
-// finished is the side partition's AdvanceFunc: it counts what became of
-// a side item in the Outcomes of the partition its message came from
-// (handled, dead-lettered, or parked again) and, unless it was
-// parked again, finishes its queue message. It counts before the message
-// leaves Stats.Parked, so that a reader who sees it gone sees its end.
-func (p *parking[T]) finished(it *dispatch.Item[Message, T]) {
-	p.mu.Lock()
-	s := p.taken[it.Offset()]
-	delete(p.taken, it.Offset())
-	p.mu.Unlock()
-	p.g.countUnclaimed(topicPartition{it.Msg.Topic, it.Msg.Partition}, it.Fate, it.Attempt-s.attempt)
-	if s.queued && p.q.Finish(s.id) == nil {
-		p.parked.Add(-1)
+// advance takes back what the side partition finished and settles it.
+func (p *parking[T]) advance() {
+	p.side.AdvanceFunc(p.collect)
+	p.settle()
+}
+
+// collect is the side partition's AdvanceFunc: it notes, for settle, what
+// became of a side item (handled, dead-lettered, or parked again) before
+// the item is recycled.
+func (p *parking[T]) collect(it *dispatch.Item[Message, T]) {
+	p.ends = append(p.ends, sideEnd{off: it.Offset(), tp: topicPartition{it.Msg.Topic, it.Msg.Partition},
+		fate: it.Fate, attempt: it.Attempt})
+}
+
+// settle counts each side item the pass collected in the Outcomes of the
+// partition its message came from and, unless it was parked again,
+// finishes its queue message: one p.mu and one claimsMu for the pass. It
+// counts them all before any message leaves Stats.Parked, so that a
+// reader who sees one gone sees its end.
+func (p *parking[T]) settle() {
+	if len(p.ends) == 0 {
+		return
 	}
+	p.mu.Lock()
+	for i := range p.ends {
+		e := &p.ends[i]
+		e.msg = p.taken[e.off]
+		delete(p.taken, e.off)
+	}
+	p.mu.Unlock()
+	p.g.claimsMu.Lock()
+	for i := 0; i < len(p.ends); { // a run of one partition's items adds to its outcomes once
+		tp := p.ends[i].tp
+		o := p.g.past[tp]
+		for ; i < len(p.ends) && p.ends[i].tp == tp; i++ {
+			o.count(p.ends[i].fate, p.ends[i].attempt-p.ends[i].msg.attempt)
+		}
+		p.g.past[tp] = o
+	}
+	p.g.claimsMu.Unlock()
+	for _, e := range p.ends {
+		if e.msg.queued && p.q.Finish(e.msg.id) == nil {
+			p.parked.Add(-1)
+		}
+	}
+	clear(p.ends) // holds no message's topic past the pass
+	p.ends = p.ends[:0]
 }
 
 func msgBytes(m *Message) int64 {
