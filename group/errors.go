@@ -3,8 +3,11 @@ package group
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"syscall"
 
@@ -27,11 +30,13 @@ var (
 	// cluster) to this client. Run returns it, wrapping sarama's error.
 	ErrNotAuthorized = errors.New("group: not authorized")
 	// ErrUnknownTopic: a topic of Config.Topics does not exist (and
-	// DefaultSarama does not ask brokers to create it). Run returns it.
+	// DefaultSarama does not ask brokers to create it). Run returns it,
+	// in an *UnknownTopicError when it finds so as it starts.
 	ErrUnknownTopic = errors.New("group: topic does not exist")
 	// ErrDeadLetterTopic: Config.DeadLetterTopic does not exist. Run
-	// returns it at start, wrapping ErrUnknownTopic too, rather than
-	// retry every dead letter's write for ever.
+	// returns it at start, in an *UnknownTopicError that wraps
+	// ErrUnknownTopic too, rather than retry every dead letter's write
+	// for ever.
 	ErrDeadLetterTopic = errors.New("group: dead-letter topic does not exist")
 	// ErrSessionTimeout: the coordinator refuses
 	// Sarama.Consumer.Group.Session.Timeout (outside its
@@ -70,6 +75,51 @@ var (
 	// dependency.
 	ErrRejected = errors.New("group: batch rejected")
 )
+
+// UnknownTopicError is the error Run ends with when, as it starts, a
+// topic it was given does not exist (or the brokers call its name
+// invalid). It wraps ErrUnknownTopic, ErrDeadLetterTopic too when the
+// topic is Config.DeadLetterTopic, and sarama's error, and names each
+// missing topic once.
+type UnknownTopicError struct {
+	Group string // Config.GroupID
+	// Topics are the missing topics, each once, in the order of
+	// Config.Topics; none when sarama's metadata, read back after the
+	// failed refresh, lacks none of them (a topic created meanwhile).
+	Topics     []string
+	DeadLetter bool  // the missing topic is Config.DeadLetterTopic
+	Err        error // sarama's error from refreshing the topics' metadata
+
+	asked []string // the topics whose metadata was refreshed
+}
+
+func (e *UnknownTopicError) Error() string {
+	topics := e.Topics
+	if len(topics) == 0 {
+		topics = e.asked
+	}
+	quoted := make([]string, len(topics))
+	for i, t := range topics {
+		quoted[i] = strconv.Quote(t)
+	}
+	list := strings.Join(quoted, ", ")
+	switch {
+	case e.DeadLetter:
+		return fmt.Sprintf("group: dead-letter topic %s does not exist (group %q)", list, e.Group)
+	case len(e.Topics) == 0:
+		return fmt.Sprintf("group: one of topics %s does not exist (group %q)", list, e.Group)
+	case len(e.Topics) == 1:
+		return fmt.Sprintf("group: topic %s does not exist (group %q)", list, e.Group)
+	}
+	return fmt.Sprintf("group: topics %s do not exist (group %q)", list, e.Group)
+}
+
+func (e *UnknownTopicError) Unwrap() []error {
+	if e.DeadLetter {
+		return []error{ErrDeadLetterTopic, ErrUnknownTopic, e.Err}
+	}
+	return []error{ErrUnknownTopic, e.Err}
+}
 
 // ErrorCounts are Stats.Errors split by cause, as far as sarama's errors
 // (their types and Kafka error codes) tell them apart.

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -114,6 +115,56 @@ func TestRunEndsOnErrorsItCannotGetPast(t *testing.T) {
 				t.Fatalf("Stats errors: got %d (%+v), want the cause counted", st.Errors, st.ErrorsBy)
 			}
 			t.Logf("Run: %v", err)
+		})
+	}
+}
+
+// TestRunNamesMissingTopics: a topic that does not exist ends Run with an
+// *UnknownTopicError that names each missing topic once, in the order of
+// Config.Topics, leaves out those that exist, and says "not exist" once,
+// wrapping ErrUnknownTopic (and ErrDeadLetterTopic for the dead-letter
+// topic) and sarama's error.
+func TestRunNamesMissingTopics(t *testing.T) {
+	t.Parallel()
+	b := startBroker(t, "present", 1)
+	for _, tt := range []struct {
+		name       string
+		topics     []string
+		dlq        string
+		missing    []string
+		deadLetter bool
+		msg        string
+	}{
+		{"one missing", []string{"absent"}, "", []string{"absent"}, false,
+			`group: topic "absent" does not exist (group "g")`},
+		{"two of three missing", []string{"absent", "present", "other"}, "", []string{"absent", "other"}, false,
+			`group: topics "absent", "other" do not exist (group "g")`},
+		{"dead-letter topic missing", []string{"present"}, "absent-dlq", []string{"absent-dlq"}, true,
+			`group: dead-letter topic "absent-dlq" does not exist (group "g")`},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			cfg := fastConfig(t, b.Addrs(), "", "g")
+			cfg.Topics, cfg.DeadLetterTopic = tt.topics, tt.dlq
+			cfg.Sarama.Metadata.Retry.Backoff = 50 * time.Millisecond
+			g := newGroup(t, cfg, func(context.Context, []*Message) error { return nil })
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			err := g.Run(ctx)
+			var unknown *UnknownTopicError
+			if !errors.As(err, &unknown) {
+				t.Fatalf("Run: got %v, want an *UnknownTopicError", err)
+			}
+			if !slices.Equal(unknown.Topics, tt.missing) || unknown.DeadLetter != tt.deadLetter {
+				t.Errorf("UnknownTopicError: got Topics %q, DeadLetter %t, want %q, %t", unknown.Topics, unknown.DeadLetter, tt.missing, tt.deadLetter)
+			}
+			if err.Error() != tt.msg {
+				t.Errorf("Run: got error %q, want %q", err, tt.msg)
+			}
+			if !errors.Is(err, ErrUnknownTopic) || errors.Is(err, ErrDeadLetterTopic) != tt.deadLetter || !errors.Is(err, sarama.ErrUnknownTopicOrPartition) {
+				t.Errorf("Run: got %v wrapping ErrUnknownTopic %t, ErrDeadLetterTopic %t, sarama.ErrUnknownTopicOrPartition %t; want true, %t, true",
+					err, errors.Is(err, ErrUnknownTopic), errors.Is(err, ErrDeadLetterTopic), errors.Is(err, sarama.ErrUnknownTopicOrPartition), tt.deadLetter)
+			}
 		})
 	}
 }

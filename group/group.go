@@ -420,32 +420,55 @@ func (g *Group[T]) Run(ctx context.Context) error {
 
 // checkTopics makes sure every configured topic exists, the dead-letter
 // topic included (after sarama's metadata retries), so that a misspelt
-// topic ends Run at once.
+// topic ends Run at once, with an *UnknownTopicError naming it.
 func (g *Group[T]) checkTopics(client sarama.Client) error {
 	if err := client.RefreshMetadata(g.cfg.Topics...); err != nil {
-		return g.topicError(err, fmt.Sprintf("topics %v", g.cfg.Topics))
+		return g.topicError(client, err, g.cfg.Topics, false)
 	}
 	if t := g.cfg.DeadLetterTopic; t != "" {
 		if err := client.RefreshMetadata(t); err != nil {
-			err = g.topicError(err, fmt.Sprintf("dead-letter topic %q", t))
-			if errors.Is(err, ErrUnknownTopic) {
-				err = fmt.Errorf("%w: %w", ErrDeadLetterTopic, err)
-			}
-			return err
+			return g.topicError(client, err, []string{t}, true)
 		}
 	}
 	return nil
 }
 
-// topicError counts err and returns the error Run ends with when what
-// (some topics) cannot be used.
-func (g *Group[T]) topicError(err error, what string) error {
+// topicError counts err, from refreshing the metadata of topics (the
+// dead-letter topic when deadLetter), and returns the error Run ends
+// with.
+func (g *Group[T]) topicError(client sarama.Client, err error, topics []string, deadLetter bool) error {
 	cls, fatal := classify(err)
 	g.errs.add(cls)
+	if fatal == ErrUnknownTopic {
+		return &UnknownTopicError{Group: g.cfg.GroupID, Topics: absentTopics(client, topics),
+			DeadLetter: deadLetter, Err: err, asked: topics}
+	}
 	if fatal == nil {
 		fatal = ErrConnect
 	}
+	what := fmt.Sprintf("topics %v", topics)
+	if deadLetter {
+		what = fmt.Sprintf("dead-letter topic %q", topics[0])
+	}
 	return fmt.Errorf("%w: group %q, %s: %w", fatal, g.cfg.GroupID, what, err)
+}
+
+// absentTopics are the topics, each once, that client's metadata lacks
+// after a refresh of them failed: sarama drops a topic the broker
+// answered UNKNOWN_TOPIC_OR_PARTITION or INVALID_TOPIC for, and keeps
+// those it described.
+func absentTopics(client sarama.Client, topics []string) []string {
+	known, err := client.Topics()
+	if err != nil {
+		return nil
+	}
+	var absent []string
+	for _, t := range topics {
+		if !slices.Contains(known, t) && !slices.Contains(absent, t) {
+			absent = append(absent, t)
+		}
+	}
+	return absent
 }
 
 // awaitClaims waits until no claim loop runs, or at most limit.

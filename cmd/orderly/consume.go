@@ -429,18 +429,17 @@ func (o *consumeOpts) describe() string {
 func (o *consumeOpts) explain(err error) error {
 	fs, topics := o.fs, strings.Join(o.topics, ",")
 	var held *flock.HeldError
+	var unknown *group.UnknownTopicError
 	switch {
 	case o.data != "" && errors.As(err, &held):
 		return o.dataInUse(err, held)
-	case errors.Is(err, group.ErrDeadLetterTopic):
-		// err says "does not exist" twice (ErrDeadLetterTopic wraps
-		// ErrUnknownTopic) and names the topic twice more.
+	case errors.As(err, &unknown) && unknown.DeadLetter:
 		return &restatedError{err: err,
 			msg: flagArg(fs, "dead-letter-topic", o.deadLetterTopic) + ": the topic does not exist (consume does not create it)"}
-	case errors.Is(err, group.ErrUnknownTopic):
-		// err names the group, every topic, and each missing one with
-		// the broker's error.
-		return &restatedError{err: err, msg: flagArg(fs, "topic", topics) + ": " + missingTopics(err, o.topics)}
+	case errors.As(err, &unknown):
+		return &restatedError{err: err, msg: flagArg(fs, "topic", topics) + ": " + missingTopics(unknown.Topics, len(o.topics))}
+	case errors.Is(err, group.ErrUnknownTopic): // a topic gone while consuming
+		return fmt.Errorf("%s: %w", flagArg(fs, "topic", topics), err)
 	case errors.Is(err, group.ErrConnect):
 		return o.kafka.brokersError(o.brokers, err)
 	case errors.Is(err, group.ErrAuth):
@@ -524,10 +523,10 @@ func existingDir(path string) (string, error) {
 }
 
 // restatedError is an error Run ended with, said in a sentence of its
-// own that names the flag behind it once (a --topic or
+// own that names the flag behind it and its value once (a --topic or
 // --dead-letter-topic that does not exist, a --data another consumer
-// holds), where the wrapped errors would name it and their cause several
-// times over. It wraps what it restates, so that errors.Is and errors.As
+// holds), where the flag followed by the wrapped errors would name the
+// value again (a --data's path several times over). It wraps what it restates, so that errors.Is and errors.As
 // still find the group's sentinels and the lock's *flock.HeldError.
 type restatedError struct {
 	msg string
@@ -537,36 +536,11 @@ type restatedError struct {
 func (e *restatedError) Error() string { return e.msg }
 func (e *restatedError) Unwrap() error { return e.err }
 
-// missingTopics says which of topics (--topic) err, Run's
-// group.ErrUnknownTopic, finds missing: sarama wraps the broker's error
-// once per missing topic with the topic's name ("absent: kafka server:
-// ..."), which is looked for in err's tree. Should sarama name none of
-// them so, it says only that one of the topics is missing.
-func missingTopics(err error, topics []string) string {
-	var missing []string
-	var walk func(error)
-	walk = func(e error) {
-		switch u := e.(type) {
-		case interface{ Unwrap() []error }:
-			for _, e := range u.Unwrap() {
-				walk(e)
-			}
-		case interface{ Unwrap() error }:
-			kerr, isKafka := u.Unwrap().(sarama.KError)
-			if !isKafka {
-				walk(u.Unwrap())
-				return
-			}
-			t, ok := strings.CutSuffix(e.Error(), ": "+kerr.Error())
-			ok = ok && (kerr == sarama.ErrUnknownTopicOrPartition || kerr == sarama.ErrInvalidTopic)
-			if ok && slices.Contains(topics, t) && !slices.Contains(missing, t) {
-				missing = append(missing, t)
-			}
-		}
-	}
-	walk(err)
+// missingTopics says which of the n topics of --topic are missing, as
+// group.UnknownTopicError's Topics names them (none: it could not tell).
+func missingTopics(missing []string, n int) string {
 	switch {
-	case len(topics) == 1:
+	case n == 1:
 		return "the topic does not exist (consume does not create it)"
 	case len(missing) == 0:
 		return "at least one of these topics does not exist (consume does not create topics)"
