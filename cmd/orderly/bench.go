@@ -103,12 +103,20 @@ func writableDir(dir string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	f, err := os.CreateTemp(dir, ".orderly-bench-*")
+	_, err := createIn(dir)
+	return err
+}
+
+// createIn creates a file in dir and removes it: the check, before a run,
+// that dir takes new files. created says whether the file was made: when
+// not, err is why; when made, err is the failure to remove it.
+func createIn(dir string) (created bool, err error) {
+	f, err := os.CreateTemp(dir, ".orderly-write-check-*")
 	if err != nil {
-		return err
+		return false, err
 	}
 	f.Close()
-	return os.Remove(f.Name())
+	return true, os.Remove(f.Name())
 }
 
 // timeoutArg is how bench's errors name --timeout: as flagArg does, with

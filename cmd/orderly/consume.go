@@ -472,22 +472,21 @@ func (o *consumeOpts) checkData() error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", flag, err)
 	}
-	f, err := os.CreateTemp(dir, ".orderly-write-check-*")
-	if err != nil {
-		var pe *fs.PathError
-		if errors.As(err, &pe) {
-			err = pe.Err // the probe's own name says nothing
-		}
-		if dir != o.data {
-			return fmt.Errorf("%s: cannot create it in %s: %w", flag, dir, err)
-		}
-		return fmt.Errorf("%s: cannot write in it: %w", flag, err)
-	}
-	f.Close()
-	if err := os.Remove(f.Name()); err != nil {
+	created, err := createIn(dir)
+	switch {
+	case err == nil:
+		return nil
+	case created:
 		return fmt.Errorf("%s: %w", flag, err)
 	}
-	return nil
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		err = pe.Err // the probe's own name says nothing
+	}
+	if dir != o.data {
+		return fmt.Errorf("%s: cannot create it in %s: %w", flag, dir, err)
+	}
+	return fmt.Errorf("%s: cannot write in it: %w", flag, err)
 }
 
 // existingDir is path when it is a directory, or else its nearest parent
