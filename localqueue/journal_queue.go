@@ -18,8 +18,7 @@ import (
 // The backend's damage count is taken first: damage counted from then
 // on may take the marker (see damagedSinceMarker).
 func (q *Queue) writeMarker() error {
-	q.markerDamage.Store(q.backend.damageCount())
-	q.markerSet.Store(true)
+	q.markerDamage.Store(q.backend.damageCount() + 1)
 	if nonce := q.backend.reusedMarker(); nonce != 0 {
 		q.journal.setGen(nonce)
 	} else if err := q.putBackend(appendMarker(nil, q.journal.gen)); err != nil && !errors.Is(err, ErrNotSynced) {
@@ -29,8 +28,8 @@ func (q *Queue) writeMarker() error {
 	// it only dedups, so it needs no fsync of its own.
 	q.markerNonce = q.journal.gen
 	q.marker.Store(true)
-	// Damage counted after the count was taken may have found markerSet
-	// still unset in backendDamaged: look again.
+	// Damage counted after the count was taken may have found
+	// markerDamage still 0 in backendDamaged: look again.
 	q.backendDamaged()
 	return nil
 }

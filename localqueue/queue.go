@@ -42,12 +42,11 @@ type Queue struct {
 	// (with markerNonce) has not been read by Get; Depth leaves it out.
 	marker      atomic.Bool
 	markerNonce uint64
-	// markerDamage is the backend's damage count when Open chose its
-	// dedup marker (set before markerSet): damage counted beyond it may
-	// have taken the marker with it (see damagedSinceMarker). Errors
+	// markerDamage is 1 more than the backend's damage count when Open
+	// chose its dedup marker, and 0 until then: damage counted beyond it
+	// may have taken the marker with it (see damagedSinceMarker). Errors
 	// that lose no record (a failed sync) are not damage.
 	markerDamage atomic.Uint64
-	markerSet    atomic.Bool
 	writer       backendWriter
 	// journalErrLog holds back the lines of journal writes that failed
 	// after the first each second: on a full disk every one fails
@@ -485,7 +484,8 @@ func (q *Queue) releaseRestored() {
 // file (ownWriteFile), which go-diskqueue sets aside only for damage its
 // reader meets there.
 func (q *Queue) damagedSinceMarker() bool {
-	return q.markerSet.Load() && q.backend.damageCount() != q.markerDamage.Load()
+	m := q.markerDamage.Load()
+	return m != 0 && q.backend.damageCount()+1 != m
 }
 
 // backendDamaged is told of each error of the backend that may have lost
