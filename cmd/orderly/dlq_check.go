@@ -62,7 +62,6 @@ type topicCheck struct {
 
 	passed bool
 	found  bool  // it read a dead letter
-	full   bool  // it stopped at maxStrayCheck records, or maxStrayBytes, without one
 	n      int   // records read while undecided
 	first  entry // the first of them
 	held   []held
@@ -99,11 +98,16 @@ func (c *topicCheck) record(e *entry) error {
 		c.held = append(c.held, held{e: *e})
 	}
 	c.bytes += recordSize(&e.rec)
-	if c.n == maxStrayCheck || c.bytes >= maxStrayBytes {
-		c.full = true
+	if c.full() {
 		return errNoneInSample
 	}
 	return nil
+}
+
+// full says whether the records read while undecided reached
+// maxStrayCheck, or maxStrayBytes: the check stops there.
+func (c *topicCheck) full() bool {
+	return c.n >= maxStrayCheck || c.bytes >= maxStrayBytes
 }
 
 // Write takes a warning of the read: it goes to warn once the check
@@ -175,7 +179,7 @@ func (c *topicCheck) decide(err error) (refused bool, _ error) {
 // counted is what the check read without a dead letter among it: "its
 // 3 records in partition 2", "the first 10000 of its records".
 func (c *topicCheck) counted() string {
-	if c.full {
+	if c.full() {
 		return fmt.Sprintf("the first %d of its records%s", c.n, c.in)
 	}
 	return "its " + plural(c.n, "record") + c.in
