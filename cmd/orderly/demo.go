@@ -156,9 +156,10 @@ func (o *demoOpts) logger(logs io.Writer) *zap.Logger {
 // groupMsgTimeout is the group's MsgTimeout from --msg-timeout: 0 (the
 // group's default, which is the flag's) unless the flag or its variable
 // set it, so that group.New warns only of a timeout the user chose (a
-// drain capped below it, with sarama's rebalance timeout).
+// drain capped below it, with sarama's rebalance timeout). Without a
+// flag set (o.fs nil), as envVar and timeoutArg take it, nothing chose it.
 func (o *demoOpts) groupMsgTimeout() time.Duration {
-	if !o.fs.Changed("msg-timeout") {
+	if o.fs == nil || !o.fs.Changed("msg-timeout") {
 		return 0
 	}
 	return o.msgTimeout

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spf13/pflag"
+
 	"github.com/orderly-go/orderly/group"
 	"github.com/orderly-go/orderly/internal/ledger"
 )
@@ -283,6 +285,44 @@ func TestDemoMsgTimeoutWarned(t *testing.T) {
 			}
 			if got := strings.Count(stderr.String(), capped); got != tt.warnings {
 				t.Fatalf("warnings of the capped drain: got %d, want %d\n%s", got, tt.warnings, stderr.String())
+			}
+		})
+	}
+}
+
+// TestGroupMsgTimeout: the group's MsgTimeout is --msg-timeout's value
+// only when the flag was given; left at its default, or with no flag set
+// at all (demoOpts made in code), it is 0, the group's default.
+func TestGroupMsgTimeout(t *testing.T) {
+	for _, tt := range []struct {
+		name  string
+		flags bool     // whether demoOpts has a flag set
+		args  []string // parsed by it
+		want  time.Duration
+	}{
+		{"no flag set", false, nil, 0},
+		{"left at its default", true, nil, 0},
+		{"given", true, []string{"--msg-timeout", "10s"}, 10 * time.Second},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			o := &demoOpts{msgTimeout: group.DefaultMsgTimeout}
+			if tt.flags {
+				o.fs = pflag.NewFlagSet("demo", pflag.ContinueOnError)
+				o.fs.DurationVar(&o.msgTimeout, "msg-timeout", group.DefaultMsgTimeout, "")
+				if err := o.fs.Parse(tt.args); err != nil {
+					t.Fatal(err)
+				}
+			}
+			got := func() (d time.Duration) {
+				defer func() {
+					if p := recover(); p != nil {
+						t.Errorf("groupMsgTimeout: got panic %v, want %v", p, tt.want)
+					}
+				}()
+				return o.groupMsgTimeout()
+			}()
+			if got != tt.want {
+				t.Errorf("groupMsgTimeout: got %v, want %v", got, tt.want)
 			}
 		})
 	}
